@@ -1,0 +1,1 @@
+"""Federated data clustering: one module per method (fkm, dp_fedc, fedc_mf, fedsc, baselines)."""

@@ -1,0 +1,59 @@
+"""The in-memory dataset every loader and generator returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Dataset:
+    """Features, labels and (where the source has them) images.
+
+    * ``X``: (n_samples, n_features) float32, rows are samples.
+    * ``y``: (n_samples,) int64 labels, 0..n_classes-1.
+    * ``images``: (n_samples, H, W) or (n_samples, C, H, W) float32 when the source is images, else None.
+      ``X`` is then the flattened image.
+    * ``meta``: free-form facts (source path, preprocessing, true parameters of a synthetic model...).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    name: str = ""
+    images: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.X = np.ascontiguousarray(self.X, dtype=np.float32)
+        self.y = np.asarray(self.y).astype(np.int64, copy=False)
+        if self.X.ndim != 2:
+            raise ValueError(f"Dataset {self.name!r}: X must be 2-D, got shape {self.X.shape}")
+        if self.y.shape != (self.X.shape[0],):
+            raise ValueError(
+                f"Dataset {self.name!r}: y has shape {self.y.shape}, expected ({self.X.shape[0]},)"
+            )
+        if self.images is not None:
+            self.images = np.asarray(self.images, dtype=np.float32)
+            if self.images.shape[0] != self.X.shape[0]:
+                raise ValueError(f"Dataset {self.name!r}: images and X differ in number of samples")
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        return int(np.unique(self.y).size)
+
+    def subset(self, idx) -> "Dataset":
+        idx = np.asarray(idx)
+        return Dataset(
+            X=self.X[idx], y=self.y[idx], name=self.name,
+            images=None if self.images is None else self.images[idx], meta=dict(self.meta),
+        )

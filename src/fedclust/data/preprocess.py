@@ -1,0 +1,136 @@
+"""Preprocessing (scaling) and seeded subsampling of a :class:`~fedclust.data.base.Dataset`.
+
+Both functions return a new :class:`Dataset` and never modify their input. They record what they
+did in ``meta["preprocess"]`` / ``meta["subsample"]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedclust.data.base import Dataset
+from fedclust.rng import stream
+
+__all__ = ["preprocess", "subsample", "SCALES"]
+
+SCALES = ("minmax", "standardize", "none")
+_MINMAX_MODES = ("auto", "pixel", "per_feature", "global")
+
+
+def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto") -> Dataset:
+    """Scale the features of ``ds``.
+
+    * ``scale="minmax"`` maps the features to [0, 1]. Which min and max, by ``minmax_mode``:
+
+      - ``"auto"`` (default): ``"pixel"`` when the data set has images and declares its pixel range
+        in ``meta["pixel_max"]`` (MNIST, Fashion-MNIST, CIFAR-10: 255, i.e. divide by 255; digits: 16),
+        otherwise ``"per_feature"``.
+      - ``"pixel"``: divide every value by ``meta["pixel_max"]`` (keeps the relative scale of pixels).
+      - ``"per_feature"``: ``(x - min_j) / (max_j - min_j)`` per column j; a constant column becomes 0.
+      - ``"global"``: one min and max over all values.
+    * ``scale="standardize"``: per feature, zero mean and unit (population) variance; a constant
+      column becomes 0.
+    * ``scale="none"``: unchanged.
+
+    When the data set has images, they are rebuilt from the scaled ``X`` (``X`` is their flattening).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
+    if minmax_mode not in _MINMAX_MODES:
+        raise ValueError(f"minmax_mode must be one of {list(_MINMAX_MODES)}, got {minmax_mode!r}")
+    X = ds.X.astype(np.float64)
+    info: dict = {"scale": scale}
+    if scale == "minmax":
+        mode = minmax_mode
+        if mode == "auto":
+            mode = "pixel" if (ds.images is not None and "pixel_max" in ds.meta) else "per_feature"
+        info["minmax_mode"] = mode
+        if mode == "pixel":
+            if "pixel_max" not in ds.meta:
+                raise ValueError(
+                    f"minmax_mode='pixel' needs meta['pixel_max'] in data set {ds.name!r}; "
+                    "use 'per_feature' or 'global'"
+                )
+            X = X / float(ds.meta["pixel_max"])
+        elif mode == "per_feature":
+            lo, hi = X.min(axis=0), X.max(axis=0)
+            span = hi - lo
+            X = np.where(span > 0, (X - lo) / np.where(span > 0, span, 1.0), 0.0)
+        else:  # global
+            lo, hi = X.min(), X.max()
+            X = (X - lo) / (hi - lo) if hi > lo else np.zeros_like(X)
+    elif scale == "standardize":
+        mu, sd = X.mean(axis=0), X.std(axis=0)
+        X = np.where(sd > 0, (X - mu) / np.where(sd > 0, sd, 1.0), 0.0)
+
+    images = None
+    if ds.images is not None:
+        images = X.reshape(ds.images.shape)
+    meta = dict(ds.meta)
+    meta["preprocess"] = info
+    return Dataset(X=X, y=ds.y.copy(), name=ds.name, images=images, meta=meta)
+
+
+def _check_count(name: str, value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+def subsample(ds: Dataset, n_per_class: int | None = None, n_total: int | None = None,
+              seed: int = 0) -> Dataset:
+    """A seeded random subset of ``ds`` (without replacement).
+
+    * ``n_per_class``: stratified, exactly ``n_per_class`` samples of every class.
+    * ``n_total``: ``n_total`` samples drawn uniformly (not stratified).
+    * Both ``None``: ``ds`` itself is returned.
+
+    Give at most one of them. Asking for more than is available (more than the smallest class holds,
+    or more than ``ds.n_samples``) raises a ValueError that names the parameter. The chosen samples keep
+    their original order; arrays named in ``meta["per_sample_keys"]`` are subset too.
+    Randomness: ``fedclust.rng.stream(seed, "subsample")`` (separate from the
+    ``"data"`` stream of the synthetic generators). ``meta["subsample_index"]`` holds the chosen indices
+    into ``ds``.
+    """
+    n_per_class = _check_count("n_per_class", n_per_class)
+    n_total = _check_count("n_total", n_total)
+    if n_per_class is None and n_total is None:
+        return ds
+    if n_per_class is not None and n_total is not None:
+        raise ValueError(
+            f"give either n_per_class or n_total, not both (got n_per_class={n_per_class}, n_total={n_total})"
+        )
+    rng = stream(seed, "subsample")
+    if n_per_class is not None:
+        classes, counts = np.unique(ds.y, return_counts=True)
+        if n_per_class > counts.min():
+            c = classes[np.argmin(counts)]
+            raise ValueError(
+                f"n_per_class={n_per_class} is more than available: class {c} of data set {ds.name!r} "
+                f"has only {counts.min()} samples (allowed: 1..{counts.min()})"
+            )
+        # one random key per sample, then the n_per_class smallest keys within each class:
+        # a stratified sample without replacement, vectorized over classes.
+        keys = rng.random(ds.n_samples)
+        order = np.lexsort((keys, ds.y))  # by class, then by random key
+        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.arange(ds.n_samples) - np.repeat(start, counts)
+        idx = np.sort(order[rank < n_per_class])
+        info = {"n_per_class": n_per_class, "seed": seed}
+    else:
+        if n_total > ds.n_samples:
+            raise ValueError(
+                f"n_total={n_total} is more than available: data set {ds.name!r} has {ds.n_samples} "
+                f"samples (allowed: 1..{ds.n_samples})"
+            )
+        idx = np.sort(rng.choice(ds.n_samples, size=n_total, replace=False))
+        info = {"n_total": n_total, "seed": seed}
+    out = ds.subset(idx)
+    for key in ds.meta.get("per_sample_keys", ()):  # per-sample arrays kept in meta follow the subset
+        if out.meta.get(key) is not None:
+            out.meta[key] = np.asarray(out.meta[key])[idx]
+    out.meta["subsample"] = info
+    out.meta["subsample_index"] = idx
+    return out

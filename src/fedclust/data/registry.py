@@ -1,0 +1,183 @@
+"""Load any data set by name: :func:`load_dataset` and the one-call :func:`prepare_dataset`.
+
+Names (``DATASET_NAMES``):
+
+=====================  =========================================================================
+name                   source, ``path`` and ``options``
+=====================  =========================================================================
+``digits``             scikit-learn digits (8x8 images, pixel_max 16); no path, no options
+``iris``, ``wine``     scikit-learn built-ins; no path, no options
+``gaussian_mixture``   :func:`fedclust.data.synthetic.gaussian_mixture` (n_samples, n_features, k,
+                       separation, cluster_std, weights)
+``linear_model``       :func:`fedclust.data.synthetic.linear_model` (n_samples, n_features, k,
+                       snr_db, balanced, exact_snr)
+``concentric_circles`` :func:`fedclust.data.synthetic.concentric_circles` (n_samples, radii, noise,
+                       angles)
+``mixed_linear_regression``  :func:`fedclust.data.synthetic.mixed_linear_regression` as a Dataset
+                       (``y`` = group, ``meta["target"]`` = responses)
+``mixed_regression_1d``  :func:`fedclust.data.synthetic.mixed_regression_1d` as a Dataset
+``mnist``,             ``path`` = folder with the IDX files (standard names, ``.gz`` or raw);
+``fashion_mnist``      option ``split`` = "test" (default) or "train"
+``cifar10``            ``path`` = the ``cifar-10-batches-py`` folder (or its parent); option
+                       ``split`` = "train" (default) or "test"
+``mat``                ``path`` = a ``.mat`` file with samples as columns; options ``x_key``,
+                       ``label_key``, ``samples_as``
+``fedsc_iris``,        the FedSC ``.mat`` files; ``path`` = the folder holding them (or the file
+``fedsc_bank``,        itself); options as for ``mat`` (e.g. ``x_key="Xn"`` for the noisy circles)
+``fedsc_coil20``,
+``fedsc_circles``
+=====================  =========================================================================
+
+Synthetic generators get ``seed``; the other loaders are deterministic and ignore it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+from fedclust.data import builtin, files, synthetic
+from fedclust.data.base import Dataset
+from fedclust.data.preprocess import preprocess, subsample
+
+__all__ = ["load_dataset", "prepare_dataset", "DATASET_NAMES", "FEDSC_FILES"]
+
+#: FedSC convenience name -> file name inside the folder given as ``path``.
+FEDSC_FILES = {
+    "fedsc_iris": "Iris_tsne.mat",
+    "fedsc_bank": "Bank_tsne.mat",
+    "fedsc_coil20": "COIL20_tsne.mat",
+    "fedsc_circles": "Concentric_Circles.mat",
+}
+
+
+def _check_options(name: str, func: Callable, options: dict, exclude=("seed",)) -> None:
+    params = inspect.signature(func).parameters
+    allowed = [p for p in params if p not in exclude]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"dataset {name!r}: unknown option(s) {unknown}; allowed options: {allowed or 'none'}"
+        )
+
+
+def _need_path(name: str, path, what: str) -> Path:
+    if path is None:
+        raise ValueError(f"dataset {name!r} needs path= ({what})")
+    return Path(path)
+
+
+def _builtin(name):
+    def load(path, seed, options):
+        if options:
+            raise ValueError(f"dataset {name!r}: takes no options, got {sorted(options)}")
+        return builtin.BUILTIN_LOADERS[name]()
+    return load
+
+
+def _synthetic(func, exclude=("seed",)):
+    def load(path, seed, options):
+        _check_options(func.__name__, func, options, exclude)
+        out = func(seed=seed, **options)
+        return out.as_dataset(func.__name__) if isinstance(out, synthetic.RegressionData) else out
+    return load
+
+
+def _mnist(name):
+    def load(path, seed, options):
+        _check_options(name, files.load_mnist_folder, options, exclude=("folder", "name"))
+        folder = _need_path(name, path, "the folder holding the IDX files, e.g. ../shared/data/mnist")
+        return files.load_mnist_folder(folder, name=name, **options)
+    return load
+
+
+def _cifar10(path, seed, options):
+    _check_options("cifar10", files.load_cifar10, options, exclude=("folder",))
+    folder = _need_path("cifar10", path, "the cifar-10-batches-py folder")
+    return files.load_cifar10(folder, **options)
+
+
+def _mat(name, filename=None):
+    def load(path, seed, options):
+        _check_options(name, files.load_mat, options, exclude=("path",))
+        p = _need_path(name, path, "the .mat file" if filename is None
+                       else f"the folder holding {filename}, e.g. ../shared/data/fedsc")
+        if filename is not None and not p.suffix == ".mat":
+            p = p / filename
+        options = dict(options)
+        options.setdefault("name", name if filename else None)
+        return files.load_mat(p, **options)
+    return load
+
+
+_LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
+    "digits": _builtin("digits"),
+    "iris": _builtin("iris"),
+    "wine": _builtin("wine"),
+    "gaussian_mixture": _synthetic(synthetic.gaussian_mixture),
+    "linear_model": _synthetic(synthetic.linear_model),
+    "concentric_circles": _synthetic(synthetic.concentric_circles),
+    "mixed_linear_regression": _synthetic(synthetic.mixed_linear_regression),
+    "mixed_regression_1d": _synthetic(synthetic.mixed_regression_1d),
+    "mnist": _mnist("mnist"),
+    "fashion_mnist": _mnist("fashion_mnist"),
+    "cifar10": _cifar10,
+    "mat": _mat("mat"),
+    **{nm: _mat(nm, fn) for nm, fn in FEDSC_FILES.items()},
+}
+
+#: Every name :func:`load_dataset` accepts.
+DATASET_NAMES = tuple(_LOADERS)
+
+
+def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
+    """Load the data set ``name`` (see the module docstring for names, ``path`` and ``options``).
+
+    Raises ValueError for an unknown name (listing the valid ones), an unknown option or a missing
+    ``path``; FileNotFoundError / ValueError from the file readers for missing or corrupt files.
+    """
+    if name not in _LOADERS:
+        raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
+    ds = _LOADERS[name](path, seed, options)
+    ds.meta.setdefault("dataset", name)
+    return ds
+
+
+def prepare_dataset(
+    name: str,
+    path=None,
+    seed: int = 0,
+    scale: str = "minmax",
+    n_per_class: int | None = None,
+    n_total: int | None = None,
+    options: dict | None = None,
+    **more_options,
+) -> Dataset:
+    """Load, subsample, then scale, in one call (what the data node runs on the ``dataset`` parameters).
+
+    ``options`` (a dict, convenient in YAML) and ``**more_options`` are merged and passed to the
+    loader, except ``minmax_mode`` which goes to :func:`preprocess`. Subsampling (``n_per_class``
+    or ``n_total``, seeded by ``seed``) comes before scaling, so
+    per-feature statistics are those of the kept samples. Parameters are checked before any file is read.
+    """
+    opts = {**(options or {}), **more_options}
+    if name not in _LOADERS:
+        raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
+    if scale not in ("minmax", "standardize", "none"):
+        raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
+    minmax_mode = opts.pop("minmax_mode", "auto")
+    if minmax_mode not in ("auto", "pixel", "per_feature", "global"):
+        raise ValueError(
+            f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise ValueError(f"{pname} must be a positive integer or None, got {val!r}")
+    if n_per_class is not None and n_total is not None:
+        raise ValueError("give either n_per_class or n_total, not both")
+    ds = load_dataset(name, path=path, seed=seed, **opts)
+    ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)
+    return preprocess(ds, scale=scale, minmax_mode=minmax_mode)

@@ -1,0 +1,57 @@
+"""Partitioners: how samples are spread across clients.
+
+Each scheme is a plain function taking ``seed`` (randomness from ``fedclust.rng.stream(seed, "partition")``)
+and returning a :class:`Partition` (``rotation`` returns :class:`RotatedData`, because rotating creates
+new samples; its ``.partition()`` is a Partition over its ``X``/``y``). :func:`make_partition` dispatches
+by name for the pipeline; :mod:`fedclust.partition.report` summarizes a partition.
+"""
+
+from __future__ import annotations
+
+from fedclust.partition.base import Partition
+from fedclust.partition.dirichlet import dirichlet
+from fedclust.partition.iid import iid
+from fedclust.partition.kmeans_split import kmeans_split
+from fedclust.partition.power_law import power_law
+from fedclust.partition.report import heatmap_figure, label_matrix, partition_stats
+from fedclust.partition.rotation import RotatedData, rotation
+from fedclust.partition.shards import shards
+
+SCHEMES = ("iid", "dirichlet", "shards", "power_law", "kmeans", "rotation")
+
+
+def make_partition(scheme: str, *, X=None, y=None, images=None, n_clients: int, seed: int = 0, **options):
+    """Run partition scheme ``scheme`` (one of :data:`SCHEMES`) on a dataset's arrays.
+
+    * ``iid`` needs ``X`` or ``y`` (only the sample count is used); ``dirichlet``, ``shards`` and
+      ``power_law`` need ``y``; ``kmeans`` needs ``X``; ``rotation`` needs ``images`` and ``y``.
+    * ``options`` go to the scheme function (e.g. ``alpha``, ``labels_per_client``, ``n_groups``, ``ratios``).
+
+    Returns a :class:`Partition`, or :class:`RotatedData` for ``rotation``.
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+
+    def need(name, value):
+        if value is None:
+            raise ValueError(f"partition scheme {scheme!r} needs {name}")
+        return value
+
+    if scheme == "iid":
+        n = len(y) if y is not None else len(need("X or y", X))
+        return iid(n, n_clients, seed, **options)
+    if scheme == "dirichlet":
+        return dirichlet(need("y", y), n_clients, seed=seed, **options)
+    if scheme == "shards":
+        return shards(need("y", y), n_clients, seed=seed, **options)
+    if scheme == "power_law":
+        return power_law(need("y", y), n_clients, seed=seed, **options)
+    if scheme == "kmeans":
+        return kmeans_split(need("X", X), n_clients, seed=seed, **options)
+    return rotation(need("images", images), need("y", y), n_clients=n_clients, seed=seed, **options)
+
+
+__all__ = [
+    "Partition", "RotatedData", "SCHEMES", "dirichlet", "heatmap_figure", "iid", "kmeans_split",
+    "label_matrix", "make_partition", "partition_stats", "power_law", "rotation", "shards",
+]

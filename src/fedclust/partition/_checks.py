@@ -1,0 +1,51 @@
+"""Argument checks shared by the partitioners (each error names the parameter and the allowed range)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``, else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
+    return value
+
+
+def check_positive_float(name: str, value) -> float:
+    """``value`` as a finite float > 0, else ValueError naming ``name``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
+    if not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def check_labels(y, name: str = "y") -> np.ndarray:
+    """``y`` as a 1-D int64 array of non-negative labels."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one label per sample), got shape {y.shape}")
+    if y.size == 0:
+        raise ValueError(f"{name} must hold at least one sample")
+    if not np.issubdtype(y.dtype, np.integer):
+        if not np.all(np.equal(np.mod(y, 1), 0)):
+            raise ValueError(f"{name} must hold integer class labels")
+    y = y.astype(np.int64)
+    if y.min() < 0:
+        raise ValueError(f"{name} must hold labels >= 0, got min {y.min()}")
+    return y
+
+
+def check_n_clients(n_clients, n_samples: int) -> int:
+    """1 <= n_clients <= n_samples."""
+    return check_int("n_clients", n_clients, 1, n_samples)

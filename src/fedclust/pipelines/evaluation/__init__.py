@@ -1,0 +1,1 @@
+"""Evaluation nodes shared by every method pipeline."""

@@ -1,0 +1,50 @@
+"""Evaluation: final ACC/NMI/ARI of a clustering, plus cost figures of the run."""
+
+from __future__ import annotations
+
+import math
+
+from fedclust.clustering.base import ClusteringResult
+from fedclust.data import Dataset
+from fedclust.metrics import clustering_scores
+
+
+def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
+    """Final metrics of a federated data clustering run (the reporting contract's metrics.json)."""
+    scores = clustering_scores(dataset.y, result.labels)
+    out = {**scores, "uploaded_reals": int(result.uploaded_reals)}
+    for key in ("wall_time_s", "rounds"):
+        if key in result.info:
+            out[key] = float(result.info[key])
+    for key, hist in result.history.items():
+        if hist and key not in scores and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
+            out[f"final_{key}"] = float(hist[-1])
+    return out
+
+
+def to_mlflow_metrics(metrics: dict, privacy: dict) -> dict:
+    """Final metrics and the accounted epsilon in the format of MlflowMetricsHistoryDataset."""
+    out = {k: {"value": float(v), "step": 0} for k, v in metrics.items() if isinstance(v, (int, float))}
+    eps = privacy.get("epsilon_accountant")
+    private = eps not in (None, "inf") and math.isfinite(float(eps))
+    # MLflow cannot store infinity: a non-private run logs private=0 and no epsilon (its
+    # privacy.json says "inf" and the run's tag epsilon is "inf").
+    out["private"] = {"value": float(private), "step": 0}
+    if private:
+        out["epsilon"] = {"value": float(eps), "step": 0}
+        out["delta"] = {"value": float(privacy.get("delta", 0.0) or 0.0), "step": 0}
+    return out
+
+
+def history_to_mlflow(result: ClusteringResult) -> dict:
+    """Per-round histories as MLflow metric histories (step = round)."""
+    out = {}
+    for key, hist in result.history.items():
+        vals = [
+            {"value": float(v), "step": i + 1}
+            for i, v in enumerate(hist)
+            if isinstance(v, (int, float)) and math.isfinite(float(v))
+        ]
+        if vals:
+            out[f"round.{key}"] = vals
+    return out

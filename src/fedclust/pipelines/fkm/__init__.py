@@ -1,0 +1,1 @@
+"""Federated k-means (federated Lloyd): the foundation's end-to-end method."""

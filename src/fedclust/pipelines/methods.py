@@ -1,0 +1,75 @@
+"""The method pipelines, built from one template.
+
+Every training pipeline named ``<method>`` has the same shape, in the namespace ``<method>``:
+
+``calibrate`` (privacy parameters -> noise scales) -> ``train`` (dataset, partition, noise ->
+result) -> ``evaluate`` (ACC/NMI/ARI -> metrics.json and MLflow) -> ``report_privacy``
+(privacy.json and MLflow) -> ``report`` (per-round histories and plots to MLflow).
+
+A method contributes only its ``calibrate`` and ``train`` node functions.
+"""
+
+from __future__ import annotations
+
+from functools import partial, update_wrapper
+from typing import Callable
+
+from kedro.pipeline import Pipeline, node
+
+from fedclust.pipelines.evaluation.nodes import evaluate_clustering, history_to_mlflow, to_mlflow_metrics
+from fedclust.pipelines.privacy.nodes import report_privacy
+from fedclust.pipelines.reporting.nodes import plot_history
+
+
+def _bind(func: Callable, **kwargs) -> Callable:
+    bound = partial(func, **kwargs)
+    update_wrapper(bound, func)
+    return bound
+
+
+def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
+    """The standard pipeline of a federated data clustering method."""
+    return Pipeline(
+        [
+            node(
+                calibrate,
+                inputs=["params:privacy", "params:train", "partition"],
+                outputs="noise",
+                name="calibrate",
+                tags=["privacy", "calibration"],
+            ),
+            node(
+                train,
+                inputs=["dataset", "partition", "noise", "params:train", "params:seed"],
+                outputs="result",
+                name="train",
+                tags=["training"],
+            ),
+            node(evaluate_clustering, inputs=["result", "dataset"], outputs="metrics", name="evaluate", tags=["evaluation"]),
+            node(
+                _bind(report_privacy, method=method),
+                inputs=["result", "noise", "params:privacy"],
+                outputs="privacy",
+                name="report_privacy",
+                tags=["privacy", "reporting"],
+            ),
+            node(to_mlflow_metrics, inputs=["metrics", "privacy"], outputs="mlflow_metrics", name="log_metrics", tags=["reporting"]),
+            node(history_to_mlflow, inputs="result", outputs="mlflow_history", name="log_history", tags=["reporting"]),
+            node(_bind(plot_history, method=method), inputs="result", outputs="history_plot", name="plot_history", tags=["reporting"]),
+        ],
+        namespace=method,
+        inputs={"dataset", "partition"},
+        parameters={"params:privacy", "params:seed"},
+    )
+
+
+def _fkm():
+    from fedclust.pipelines.fkm.nodes import calibrate, train
+
+    return clustering_pipeline("fkm", calibrate, train)
+
+
+#: name -> (pipeline factory, part of the default quick tour?)
+METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
+    "fkm": (_fkm, True),
+}

@@ -1,0 +1,1 @@
+"""Privacy stage: calibration before training, accounting after it."""

@@ -1,0 +1,44 @@
+"""Privacy nodes shared by the method pipelines.
+
+The calibration node of each method lives with the method (its noise depends on its protocol);
+the report node is the same for all: it accounts the releases the run actually made.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedclust.privacy.report import privacy_report
+
+
+def check_privacy_params(privacy: dict) -> tuple[float | None, float]:
+    """Validated ``(epsilon or None, delta)`` from the ``privacy`` parameter group."""
+    eps = privacy.get("epsilon")
+    delta = float(privacy.get("delta", 1e-5))
+    if eps is not None:
+        eps = float(eps)
+        if math.isinf(eps):
+            eps = None
+        elif eps <= 0:
+            raise ValueError(f"privacy.epsilon must be > 0 (or null for no privacy), got {eps}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"privacy.delta must be in (0, 1), got {delta}")
+    return eps, delta
+
+
+def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dict:
+    """The privacy report of a finished run (written to data/08_reporting/<method>/privacy.json)."""
+    _, delta = check_privacy_params(privacy)
+    rep = privacy_report(
+        list(result.dp_events),
+        calibration.get("delta", delta),
+        method=method,
+        mechanism=calibration.get("mechanism", "gaussian"),
+        unit=calibration.get("unit", "sample"),
+        paper_epsilon=calibration.get("paper_epsilon"),
+        paper_formula=calibration.get("paper_formula"),
+        notes=tuple(calibration.get("notes", ())),
+        accountant=privacy.get("accountant", "rdp"),
+    )
+    rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}
+    return rep

@@ -1,0 +1,1 @@
+"""Reporting nodes: plots of per-round histories."""

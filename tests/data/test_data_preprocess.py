@@ -1,0 +1,92 @@
+"""Scaling and seeded subsampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedclust.data.base import Dataset
+from fedclust.data.builtin import load_digits, load_iris, load_wine
+from fedclust.data.preprocess import preprocess, subsample
+from fedclust.data.synthetic import mixed_regression_1d
+
+
+def _toy():
+    X = np.array([[1.0, 5.0, 2.0], [3.0, 5.0, -2.0], [2.0, 5.0, 0.0], [5.0, 5.0, 4.0]])
+    return Dataset(X=X, y=[0, 1, 0, 1], name="toy")
+
+
+def test_minmax_per_feature_hand_values():
+    out = preprocess(_toy(), "minmax")
+    expected = np.array([[0.0, 0, 4 / 6], [0.5, 0, 0], [0.25, 0, 2 / 6], [1, 0, 1]])
+    np.testing.assert_allclose(out.X, expected, rtol=1e-6)  # constant column -> 0
+    assert out.meta["preprocess"] == {"scale": "minmax", "minmax_mode": "per_feature"}
+
+
+def test_minmax_pixel_mode_for_images_and_global_mode():
+    d = load_digits()
+    out = preprocess(d, "minmax")  # images with pixel_max 16 -> divide by 16
+    assert out.meta["preprocess"]["minmax_mode"] == "pixel"
+    np.testing.assert_allclose(out.X, d.X / 16.0, rtol=1e-6)
+    np.testing.assert_allclose(out.images, d.images / 16.0, rtol=1e-6)
+    assert out.X.min() >= 0 and out.X.max() <= 1
+    g = preprocess(_toy(), "minmax", minmax_mode="global")
+    np.testing.assert_allclose(g.X, (_toy().X + 2) / 7, rtol=1e-6)
+    with pytest.raises(ValueError, match="pixel_max"):
+        preprocess(_toy(), "minmax", minmax_mode="pixel")
+
+
+@pytest.mark.parametrize("loader", [load_iris, load_wine])
+def test_standardize_zero_mean_unit_variance(loader):
+    d = loader()
+    out = preprocess(d, "standardize")
+    np.testing.assert_allclose(out.X.mean(0), 0, atol=1e-5)
+    np.testing.assert_allclose(out.X.std(0), 1, atol=1e-5)
+    assert np.array_equal(out.y, d.y)
+
+
+def test_none_keeps_values_and_input_untouched():
+    d = _toy()
+    before = d.X.copy()
+    out = preprocess(d, "none")
+    assert np.array_equal(out.X, before)
+    preprocess(d, "standardize")
+    assert np.array_equal(d.X, before)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        preprocess(d, "zscore")
+
+
+def test_subsample_per_class_counts_rows_and_determinism():
+    d = load_digits()
+    a = subsample(d, n_per_class=30, seed=3)
+    assert np.bincount(a.y).tolist() == [30] * 10
+    idx = a.meta["subsample_index"]
+    assert len(np.unique(idx)) == 300 and np.all(np.diff(idx) > 0)  # no repeats, original order
+    assert np.array_equal(a.X, d.X[idx]) and np.array_equal(a.images, d.images[idx])
+    b = subsample(d, n_per_class=30, seed=3)
+    c = subsample(d, n_per_class=30, seed=4)
+    assert np.array_equal(a.meta["subsample_index"], b.meta["subsample_index"])
+    assert not np.array_equal(a.meta["subsample_index"], c.meta["subsample_index"])
+
+
+def test_subsample_total_and_errors():
+    d = load_wine()
+    a = subsample(d, n_total=100, seed=0)
+    assert a.n_samples == 100 and len(np.unique(a.meta["subsample_index"])) == 100
+    assert subsample(d) is d
+    with pytest.raises(ValueError, match=r"n_per_class=49 .*class 2 .* only 48"):
+        subsample(d, n_per_class=49)
+    with pytest.raises(ValueError, match="n_total=179"):
+        subsample(d, n_total=179)
+    with pytest.raises(ValueError, match="not both"):
+        subsample(d, n_per_class=2, n_total=5)
+    with pytest.raises(ValueError, match="n_per_class must be a positive integer"):
+        subsample(d, n_per_class=0)
+
+
+def test_subsample_carries_per_sample_meta():
+    ds = mixed_regression_1d(n_clients=10, n_per_client=4, seed=0).as_dataset()
+    out = subsample(ds, n_total=12, seed=1)
+    idx = out.meta["subsample_index"]
+    assert np.array_equal(out.meta["target"], ds.meta["target"][idx])
+    assert np.array_equal(out.meta["client"], ds.meta["client"][idx])
