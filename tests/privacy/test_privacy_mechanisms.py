@@ -46,6 +46,12 @@ def test_clip_rows_numpy_and_torch_agree():
     np.testing.assert_allclose(ct.numpy(), c, rtol=1e-6)
 
 
+def test_clip_rows_integer_input_gives_floats():
+    c, n = clip_rows(np.array([[3, 4], [0, 1]]), 1.0)
+    assert n == 1 and c.dtype == np.float64
+    np.testing.assert_allclose(c, [[0.6, 0.8], [0.0, 1.0]])
+
+
 def test_clip_rows_frobenius_per_item():
     x = np.stack([np.full((2, 3), 1.0), np.full((2, 3), 0.1)])  # norms sqrt(6), sqrt(0.06)
     c, n = clip_rows(x, 1.0)

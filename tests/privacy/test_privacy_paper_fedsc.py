@@ -1,7 +1,5 @@
 """FedSC's formulas (spec 001 section 3): Proposition 3.7 and Theorem 3.9."""
 
-import math
-
 import pytest
 
 from fedclust.privacy import epsilon

@@ -9,6 +9,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import (
     _compute_rdp_sample_wor_gaussian,
 )
 
+from fedclust.privacy import GaussianRelease
 from fedclust.privacy import epsilon as acct_epsilon
 from fedclust.privacy.paper import rr_cluster
 
@@ -33,8 +34,8 @@ def test_reference_table_general_bound(T, eps, ref):
 
 @pytest.mark.parametrize("T,eps,ref_imp,ref_poi", [(r[0], r[1], r[3], r[4]) for r in REFERENCE])
 def test_reference_table_other_bounds(T, eps, ref_imp, ref_poi):
-    _, s_imp = rr_cluster.calibrate_sigmas(eps, 1e-3, 0.1, T, bound="wang_improved", rtol=2e-3)
-    _, s_poi = rr_cluster.calibrate_sigmas(eps, 1e-3, 0.1, T, bound="poisson_rdp", rtol=2e-3)
+    _, s_imp = rr_cluster.calibrate_sigmas(eps, 1e-3, 0.1, T, bound="wang_improved", rtol=5e-3)
+    _, s_poi = rr_cluster.calibrate_sigmas(eps, 1e-3, 0.1, T, bound="poisson_rdp", rtol=5e-3)
     assert s_imp == pytest.approx(ref_imp, rel=0.02)
     assert s_poi == pytest.approx(ref_poi, rel=0.02)
 
@@ -65,7 +66,8 @@ def test_min_with_unsampled_rdp_and_floor():
     # spec's floor values (q=0.1, delta=1e-3, sigma -> inf): T=20: 1.31, 50: 1.77, 100: 2.23, 200: 2.77
     for T, floor in [(20, 1.31), (50, 1.77), (100, 2.23), (200, 2.77)]:
         assert rr_cluster.epsilon(0.1, T, None, 1e6, take_min=False) == pytest.approx(floor, rel=0.01)
-        assert rr_cluster.epsilon(0.1, T, None, 1e6) < 1e-3
+        # with the min, only the orders' range limits epsilon: log(1/delta)/(max order - 1)
+        assert rr_cluster.epsilon(0.1, T, None, 1e6) < 0.02
 
 
 def test_other_bounds_match_dp_accounting():
@@ -98,9 +100,12 @@ def test_calibrate_sigmas_split_and_round_trip():
 def test_release_goes_through_the_generic_accountant():
     r = rr_cluster.release(3.0, 3.0, T=100, M=1000, q=0.1)
     assert r.unit == "client" and r.neighbouring == "add_remove" and r.sample_size == 100
-    paper = rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="poisson_rdp")
-    acct = acct_epsilon([r], 1e-3)  # Poisson approximation, improved RDP->DP conversion: a bit smaller
-    assert acct <= paper and acct == pytest.approx(paper, rel=0.15)
+    acct = acct_epsilon([r], 1e-3)  # add/remove + fixed size: accounted as Poisson at q = 0.1
+    poisson = GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="poisson", sampling_rate=0.1)
+    assert acct == pytest.approx(acct_epsilon([poisson], 1e-3), rel=1e-12)
+    # dp-accounting's RDP->DP conversion is tighter than eq. (9), and Poisson RDP tighter than Thm 4.2
+    assert acct < rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="poisson_rdp")
+    assert rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="poisson_rdp") < rr_cluster.epsilon(0.1, 100, 3.0, 3.0)
 
 
 def test_invalid_inputs_name_parameter():

@@ -11,7 +11,8 @@ One round t:
    centroids C (k x m).
 2. Every sampled client i assigns each local sample to its nearest centroid (eq. 9) and computes the
    per-cluster sums ``s_il = sum_{x in cluster l} x`` and counts ``c_il``.
-3. Optional Gaussian DP (spec A11): each sample is first clipped to L2 norm ``clip``; a client's
+3. Optional Gaussian DP (spec A11): each sample is first clipped (for the sums; the
+   assignment uses the raw sample) to L2 norm ``clip``; a client's
    upload ``(s_i, c_i)`` then has L2 sensitivity ``sqrt(clip^2 + 1)`` under adding/removing one
    sample, and gets i.i.d. ``N(0, (z * sqrt(clip^2 + 1))^2)`` noise on every entry, with the noise
    multiplier ``z`` from the calibration stage.
@@ -29,6 +30,7 @@ import logging
 import math
 
 import numpy as np
+from scipy import sparse
 
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_scores
@@ -50,6 +52,33 @@ def init_from_data(X: np.ndarray, k: int, seed: int) -> np.ndarray:
     """k distinct data rows drawn uniformly (stream "init"): the shared W^0 of spec 000, A9."""
     idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
     return X[idx].copy()
+
+
+def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) -> np.ndarray:
+    """One server update from the uploads of the ``chosen`` clients (steps 2-4 of the round).
+
+    ``labels`` is the nearest-centroid assignment of every sample under the broadcast ``C``; the
+    per-(client, cluster) sums of the chosen clients' (clipped) samples are one sparse segment sum.
+    """
+    k, m = C.shape
+    K = len(chosen)
+    slot = np.full(n_clients, -1, dtype=np.int64)
+    slot[chosen] = np.arange(K)
+    s_of_sample = slot[client]
+    idx = np.flatnonzero(s_of_sample >= 0)
+    seg = s_of_sample[idx] * k + labels[idx]
+    onehot = sparse.csr_matrix((np.ones(idx.size), (seg, np.arange(idx.size))), shape=(K * k, idx.size))
+    sums = np.asarray(onehot @ Xc[idx])  # (K*k, m): every client's per-cluster sums
+    counts = np.bincount(seg, minlength=K * k).astype(np.float64)
+    if noise_std > 0:
+        sums += rng.normal(0.0, noise_std, size=sums.shape)
+        counts += rng.normal(0.0, noise_std, size=counts.shape)
+    tot = sums.reshape(K, k, m).sum(0)
+    cnt = counts.reshape(K, k).sum(0)
+    C = C.copy()
+    ok = cnt >= 1.0  # an (almost) empty cluster keeps its old centroid
+    C[ok] = tot[ok] / cnt[ok, None]
+    return C
 
 
 def run(
@@ -112,40 +141,25 @@ def run(
     if y is not None:
         history["ACC"], history["NMI"] = [], []
     uploaded = 0
+    # Clients assign their raw samples to the nearest broadcast centroid (eq. 9); the assignment of
+    # every sample under the current C is computed once per round and serves both the evaluation of
+    # round t and the local step of round t+1.
+    lab_all, _ = nearest_centroid(X, C)
     for t in range(1, rounds + 1):
         chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
-        # Remap the sampled clients to 0..K-1 and keep only their samples.
-        slot = np.full(n_clients, -1, dtype=np.int64)
-        slot[chosen] = np.arange(K)
-        s_of_sample = slot[client]
-        mask = s_of_sample >= 0
-        Xs, ss = Xc[mask], s_of_sample[mask]
-        lab, _ = nearest_centroid(Xs, C)
-        # Segment sums over (client slot, cluster): (K*k, m) sums and (K*k,) counts.
-        seg = ss * k + lab
-        sums = np.zeros((K * k, m))
-        np.add.at(sums, seg, Xs)
-        counts = np.bincount(seg, minlength=K * k).astype(np.float64)
-        if private:
-            sums += r_noise.normal(0.0, std, size=sums.shape)
-            counts += r_noise.normal(0.0, std, size=counts.shape)
+        C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, std, r_noise)
         uploaded += K * k * (m + 1)
-        tot = sums.reshape(K, k, m).sum(0)
-        cnt = counts.reshape(K, k).sum(0)
-        ok = cnt >= 1.0  # an (almost) empty cluster keeps its old centroid
-        C[ok] = tot[ok] / cnt[ok, None]
-
-        full_lab, d2 = nearest_centroid(X, C)
+        lab_all, d2 = nearest_centroid(X, C)
         history["objective"].append(float(d2.sum() / n))
         if y is not None:
-            sc = clustering_scores(y, full_lab)
+            sc = clustering_scores(y, lab_all)
             history["ACC"].append(sc["ACC"])
             history["NMI"].append(sc["NMI"])
         logger.info("fkm round %d/%d objective %.5g", t, rounds, history["objective"][-1])
         if progress is not None:
             progress(t, history)
 
-    labels, _ = nearest_centroid(X, C)
+    labels = lab_all
     events = []
     if private:
         events.append(

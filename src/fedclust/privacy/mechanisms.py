@@ -90,6 +90,8 @@ def clip_rows(x, max_norm: float):
     a = np.asarray(x)
     if a.ndim == 0:
         raise ValueError("x must have at least one axis (items first)")
+    if not np.issubdtype(a.dtype, np.floating):
+        a = a.astype(np.float64)
     norms = np.linalg.norm(a.reshape(a.shape[0], -1), axis=1)
     with np.errstate(divide="ignore"):
         scale = np.minimum(1.0, c / np.maximum(norms, np.finfo(np.float64).tiny))

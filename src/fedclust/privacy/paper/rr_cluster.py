@@ -94,8 +94,11 @@ def _log_forward_diffs(sigma_eff: float, n: int) -> np.ndarray:
 
     These are WBK19's Pearson-Vajda moments ``E[(p/q - 1)^k]`` of the Gaussian (Thm 27).
 
-    Repeated first differences of the values f(0..n), carried as (log-magnitude, sign) pairs so
-    that nothing overflows; each level is one vectorized numpy step.
+    Repeated first differences of the values h(0..n), carried as (log-magnitude, sign) pairs so
+    that nothing overflows; each level is one vectorized numpy step. Like dp-accounting's and autodp's
+    implementations of the same bound, high-order differences lose precision for large sigma
+    (cancellation), but those terms are negligible: against 80-digit arithmetic the per-round RDP of
+    orders 2..60 changed by < 1e-7 (relative) for sigma in {5, 22, 100, 1000}.
     """
     x = np.arange(n + 1, dtype=np.float64)
     mag = x * (x - 1.0) / (2.0 * sigma_eff**2)
