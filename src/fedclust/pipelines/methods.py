@@ -21,6 +21,31 @@ from fedclust.pipelines.privacy.nodes import report_privacy
 from fedclust.pipelines.reporting.nodes import plot_history
 
 
+def run_timed(fn: Callable, *args, **kwargs):
+    """Call a library ``run`` and record its wall time and rounds in ``result.info``."""
+    import time
+
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    result.info["wall_time_s"] = time.perf_counter() - t0
+    if "rounds" in kwargs:
+        result.info.setdefault("rounds", kwargs["rounds"])
+    return result
+
+
+def n_clusters(train: dict, dataset) -> int:
+    """``train.k``, or the number of classes of the data when it is null."""
+    return int(train.get("k") or dataset.n_classes)
+
+
+def require_all_assigned(partition, method: str):
+    if (partition.client < 0).any():
+        raise ValueError(
+            f"{method} clusters every sample, but the partition left {(partition.client < 0).sum()} samples "
+            "without a client (shards with shards_per_label drops some): use another scheme or options"
+        )
+
+
 def _bind(func: Callable, **kwargs) -> Callable:
     bound = partial(func, **kwargs)
     update_wrapper(bound, func)
@@ -33,7 +58,7 @@ def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pi
         [
             node(
                 calibrate,
-                inputs=["params:privacy", "params:train", "partition"],
+                inputs=["params:privacy", "params:train", "partition", "dataset"],
                 outputs="noise",
                 name="calibrate",
                 tags=["privacy", "calibration"],
@@ -69,7 +94,14 @@ def _fkm():
     return clustering_pipeline("fkm", calibrate, train)
 
 
+def _fedsc():
+    from fedclust.pipelines.fedsc.nodes import calibrate, train
+
+    return clustering_pipeline("fedsc", calibrate, train)
+
+
 #: name -> (pipeline factory, part of the default quick tour?)
 METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fkm": (_fkm, True),
+    "fedsc": (_fedsc, True),
 }

@@ -16,6 +16,7 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
+    out.update({k: float(v) for k, v in (result.info.get("metrics") or {}).items()})  # method-specific extras
     for key, hist in result.history.items():
         if hist and key not in scores and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
             out[f"final_{key}"] = float(hist[-1])

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-
 from fedclust.clustering import fkm
+from fedclust.pipelines.methods import n_clusters, require_all_assigned, run_timed
 from fedclust.pipelines.privacy.nodes import check_privacy_params
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 
 logger = logging.getLogger(__name__)
 
 
-def calibrate(privacy: dict, train: dict, partition) -> dict:
+def calibrate(privacy: dict, train: dict, partition, dataset) -> dict:
     """Noise multiplier for the per-cluster sums and counts from the target (epsilon, delta).
 
     Sample-level DP, add/remove neighbours, no amplification claimed for client sampling (a
@@ -34,15 +33,12 @@ def calibrate(privacy: dict, train: dict, partition) -> dict:
 
 def train(dataset, partition, noise: dict, train: dict, seed: int):
     """Federated Lloyd on the partitioned data; k defaults to the number of classes."""
-    k = train.get("k") or dataset.n_classes
-    mask = partition.client >= 0
-    if not mask.all():
-        raise ValueError("fkm expects every sample to belong to a client; the partition left some out")
-    t0 = time.perf_counter()
-    result = fkm.run(
+    require_all_assigned(partition, "fkm")
+    return run_timed(
+        fkm.run,
         dataset.X,
         partition.client,
-        int(k),
+        n_clusters(train, dataset),
         rounds=int(train["rounds"]),
         clients_per_round=train.get("clients_per_round"),
         seed=int(seed),
@@ -50,6 +46,3 @@ def train(dataset, partition, noise: dict, train: dict, seed: int):
         clip=float(noise["clip"]) if noise["private"] else None,
         y=dataset.y,
     )
-    result.info["wall_time_s"] = time.perf_counter() - t0
-    result.info["rounds"] = int(train["rounds"])
-    return result

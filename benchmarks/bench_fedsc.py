@@ -1,0 +1,300 @@
+"""FedSC benchmark (spec 001, section 5.3 protocol): K-means / SC / DSC / FedSC / attack on C / FedSC P=1.
+
+Run from the project root:
+
+    .venv/bin/python benchmarks/bench_fedsc.py            # full: Iris, Bank, COIL20 x {clean, beta=0.3}, 3 trials, MNIST
+    .venv/bin/python benchmarks/bench_fedsc.py --quick    # < 1 minute: clean data, 1 trial, no MNIST
+
+Per trial (seed = trial): X~ = X + beta*std(X)*N(0,1); random equal split into P = 8 clients; r (eq. 40)
+and d (eq. 43) estimated once on X~ and shared by SC, FedSC and FedSC P=1 (the paper uses the same r
+for SC and FedSC). Prints mean +- std (ddof=1) of ACC, NMI and the paper-compatible NMI (spec 2.13),
+the mean wall time of each method, the wall time of COIL20 FedSC end to end (target < 20 s), a
+side-by-side timing of the vectorized C-step / Z-step against a per-client loop, and the MNIST test set
+(n = 10,000) end to end in a fresh subprocess with its peak RSS (target < 3 min, < 8 GB).
+Data: ../shared/data/fedsc/*.mat and ../shared/data/mnist (relative to the project root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from fedclust.clustering import dsc, fedsc, spectral  # noqa: E402
+from fedclust.metrics import clustering_accuracy, nmi  # noqa: E402
+from fedclust.rng import stream  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+FILES = {"Iris": "Iris_tsne.mat", "Bank": "Bank_tsne.mat", "COIL20": "COIL20_tsne.mat"}
+METHODS = ["K-means", "SC", "DSC", "FedSC", "Attack on C", "FedSC P=1"]
+
+
+def load(name):
+    path = DATA / "fedsc" / FILES[name]
+    try:
+        from fedclust.data.files import load_mat
+
+        ds = load_mat(path)
+        X, y = np.asarray(ds.X, dtype=np.float64), np.asarray(ds.y)
+    except ImportError:  # before the data helper's loader exists
+        import scipy.io
+
+        m = scipy.io.loadmat(path)
+        X, y = m["X"].T.astype(np.float64), np.unique(m["Label"].ravel(), return_inverse=True)[1]
+    return X, y
+
+
+def equal_split(n, P, seed):
+    """CODE splitData2Clients(n, P, 'equal'): random permutation, P contiguous near-equal chunks."""
+    perm = stream(seed, "partition").permutation(n)
+    bounds = np.round(np.linspace(0, n, P + 1)).astype(int)
+    client = np.empty(n, dtype=np.int64)
+    for p in range(P):
+        client[perm[bounds[p]:bounds[p + 1]]] = p
+    return client
+
+
+def scores(y, labels):
+    return {"ACC": clustering_accuracy(y, labels), "NMI": nmi(y, labels), "NMIp": fedsc.nmi_paper(y, labels)}
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def one_trial(X0, y, k, beta, seed, P=8):
+    X = X0 + beta * X0.std() * stream(seed, "noise").standard_normal(X0.shape) if beta > 0 else X0
+    n = X.shape[0]
+    client = equal_split(n, P, seed)
+    (r, d), t_rd = timed(lambda: (lambda r: (r, spectral.eigen_rank(X, r, rng=stream(seed, "data"))))(
+        spectral.mean_pairwise_distance(X, rng=stream(seed, "data"))))
+    res, times = {}, {}
+    km, times["K-means"] = timed(lambda: fedsc.centralized_kmeans(X, k, seed=seed))
+    res["K-means"] = scores(y, km.labels)
+    sc, times["SC"] = timed(lambda: spectral.spectral_clustering(X, k, seed=seed, r=r))
+    res["SC"] = scores(y, sc.labels)
+    ds, times["DSC"] = timed(lambda: dsc.run(X, client, k, seed=seed))
+    res["DSC"] = scores(y, ds.labels)
+    fs, times["FedSC"] = timed(lambda: fedsc.run(X, client, k, seed=seed, r=r, d=d, attack=True))
+    res["FedSC"] = scores(y, fs.labels)
+    res["Attack on C"] = scores(y, fs.info["attack_on_c_labels"])
+    f1, times["FedSC P=1"] = timed(lambda: fedsc.run(X, np.zeros(n, dtype=np.int64), k, seed=seed, r=r, d=d))
+    res["FedSC P=1"] = scores(y, f1.labels)
+    return res, times, {"r": r, "d": d, "t_rd": t_rd, "rec_err": fs.info["reconstruction_error"]}
+
+
+def fmt(vals):
+    vals = np.asarray(vals, dtype=float)
+    sd = vals.std(ddof=1) if len(vals) > 1 else 0.0
+    return f"{vals.mean():.3f}±{sd:.3f}"
+
+
+def comparison_table(datasets, betas, trials):
+    rows, timing, extra = [], {}, {}
+    for name in datasets:
+        X0, y = load(name)
+        k = int(len(np.unique(y)))
+        for beta in betas:
+            per = {m: {"ACC": [], "NMI": [], "NMIp": []} for m in METHODS}
+            tt = {m: [] for m in METHODS}
+            ex = []
+            for t in range(trials):
+                res, times, info = one_trial(X0, y, k, beta, seed=t)
+                for m in METHODS:
+                    for key in ("ACC", "NMI", "NMIp"):
+                        per[m][key].append(res[m][key])
+                    if m in times:
+                        tt[m].append(times[m])
+                ex.append(info)
+                print(f"  {name} beta={beta} trial {t}: " + ", ".join(f"{m} {res[m]['ACC']:.3f}" for m in METHODS)
+                      + f" (d={info['d']}, r={info['r']:.3f}, rec.err={info['rec_err']:.4f})", flush=True)
+            rows.append((name, beta, per))
+            timing[(name, beta)] = {m: float(np.mean(v)) for m, v in tt.items() if v}
+            extra[(name, beta)] = {"d": [e["d"] for e in ex], "rec_err": float(np.mean([e["rec_err"] for e in ex])),
+                                   "t_rd": float(np.mean([e["t_rd"] for e in ex]))}
+    for key, title in (("ACC", "ACC"), ("NMI", "NMI (standard)"), ("NMIp", "NMI (paper-compatible, label 0 dropped)")):
+        print(f"\n### {title}, mean ± std over {trials} trial(s), P = 8 iid clients\n")
+        print("| data | β | " + " | ".join(METHODS) + " |")
+        print("|---|---|" + "---|" * len(METHODS))
+        for name, beta, per in rows:
+            print(f"| {name} | {beta} | " + " | ".join(fmt(per[m][key]) for m in METHODS) + " |")
+    print("\n### Mean wall time per run [s] (FedSC: r and d given; 'r,d rules' = their one-off cost)\n")
+    print("| data | β | d | rec. err. FedSC | r,d rules | " + " | ".join(m for m in METHODS if m != "Attack on C") + " |")
+    print("|---|---|---|---|---|" + "---|" * (len(METHODS) - 1))
+    for (name, beta), tm in timing.items():
+        e = extra[(name, beta)]
+        print(f"| {name} | {beta} | {sorted(set(e['d']))} | {e['rec_err']:.4f} | {e['t_rd']:.2f} | "
+              + " | ".join(f"{tm[m]:.2f}" for m in METHODS if m != "Attack on C") + " |")
+
+
+def coil20_end_to_end():
+    X, y = load("COIL20")
+    client = equal_split(len(y), 8, 0)
+    res, t = timed(lambda: fedsc.run(X, client, 20, seed=0, rounds=20, y=y))
+    print(f"\nCOIL20 FedSC end to end (r and d rules, 20 rounds, Stage II): {t:.2f} s (target < 20 s); "
+          f"d={res.info['d']}, ACC={res.info['ACC']:.3f}, NMI={res.info['NMI']:.3f}, "
+          f"rec.err={res.info['reconstruction_error']:.4f}")
+
+
+def client_step_timing(n, m, d, P, reps, seed=0):
+    """Vectorized C-step (one Cholesky, all clients' right-hand sides) and batched Z-step versus the
+    official code's per-client loop (factor + solve per client, one Z-step per client)."""
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, m))
+    client = np.arange(n) % P
+    r = spectral.mean_pairwise_distance(X[:2000])
+    Z = X[rng.choice(n, d, replace=False)] + 0.01 * rng.standard_normal((d, m))
+    Kzz = spectral.gaussian_kernel(Z, Z, r)
+    Kzx = spectral.gaussian_kernel(Z, X, r)
+    lam = 1e-3
+
+    def c_vec():
+        return fedsc.ridge_coefficients(Kzz, Kzx, lam)
+
+    def c_loop():
+        C = np.empty((d, n))
+        for p in range(P):
+            idx = client == p
+            C[:, idx] = np.linalg.solve(Kzz + lam * np.eye(d), Kzx[:, idx])
+        return C
+
+    C1, t_vec = timed(lambda: [c_vec() for _ in range(reps)][-1])
+    C2, t_loop = timed(lambda: [c_loop() for _ in range(reps)][-1])
+    # Z-step: batched padded layout vs a per-client loop
+    sizes = np.bincount(client, minlength=P)
+    Nmax = sizes.max()
+    Xpad = np.zeros((P, Nmax, m))
+    Cpad = np.zeros((P, Nmax, d))
+    Kxz = np.zeros((P, Nmax, d))
+    for p in range(P):  # layout built once, outside the timed region
+        idx = np.flatnonzero(client == p)
+        Xpad[p, :len(idx)] = X[idx]
+        Cpad[p, :len(idx)] = C1[:, idx].T
+        Kxz[p, :len(idx)] = Kzx[:, idx].T
+
+    def z_vec():
+        return fedsc.official_z_steps(Z, Xpad, Cpad, Kxz, Kzz, r * r)
+
+    def z_loop():
+        out = np.empty((P, d, m))
+        for p in range(P):
+            idx = client == p
+            Cp, Xp = C1[:, idx], X[idx]
+            W = -Cp.T * Kzx[:, idx].T
+            Q = 0.5 * (Cp @ Cp.T) * Kzz
+            G = (W.T @ Xp - W.sum(0)[:, None] * Z) / r**2 + 2 * (Q @ Z - Q.sum(1)[:, None] * Z) / r**2
+            tau = (2 * Q - np.diag(W.sum(0) + 2 * Q.sum(1))) / r**2
+            out[p] = Z - np.linalg.solve(tau, G)
+        return out
+
+    Z1, tz_vec = timed(lambda: [z_vec() for _ in range(reps)][-1])
+    Z2, tz_loop = timed(lambda: [z_loop() for _ in range(reps)][-1])
+    return {"n": n, "m": m, "d": d, "P": P, "c_vec": t_vec / reps, "c_loop": t_loop / reps,
+            "c_diff": float(np.abs(C1 - C2).max()), "z_vec": tz_vec / reps, "z_loop": tz_loop / reps,
+            "z_diff": float(np.abs(Z1 - Z2).max() / np.abs(Z2).max())}
+
+
+def print_step_timing(quick):
+    cases = [(1440, 400, 194, 8, 5), (1440, 400, 194, 64, 5), (2000, 20, 10, 500, 5)]
+    if not quick:
+        cases.append((10000, 784, 500, 8, 2))
+        cases.append((10000, 784, 500, 100, 1))
+    print("\n### One round's client computations: vectorized vs per-client loop [s per call]\n")
+    print("| n | m | d | P | C-step vectorized | C-step loop | max |ΔC| | Z-step batched | Z-step loop | rel. max |ΔZ| |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n, m, d, P, reps in cases:
+        t = client_step_timing(n, m, d, P, reps)
+        print(f"| {n} | {m} | {d} | {P} | {t['c_vec']:.4f} | {t['c_loop']:.4f} | {t['c_diff']:.1e} | "
+              f"{t['z_vec']:.4f} | {t['z_loop']:.4f} | {t['z_diff']:.1e} |", flush=True)
+
+
+def mnist_child(d_max):
+    from fedclust.data.files import load_mnist_folder
+
+    t0 = time.perf_counter()
+    ds = load_mnist_folder(DATA / "mnist", "test")
+    X = np.asarray(ds.X, dtype=np.float64) / 255.0  # pixels/255 as the official code
+    y = np.asarray(ds.y)
+    client = equal_split(len(y), 8, 0)
+    t_load = time.perf_counter() - t0
+    # the same steps as fedsc.run(X, client, 10, seed=0, d_max=d_max), with r and d timed separately
+    t1 = time.perf_counter()
+    r = spectral.mean_pairwise_distance(X, rng=stream(0, "data"))
+    d_rule = spectral.eigen_rank(X, r, rng=stream(0, "data"))
+    d = min(d_rule, d_max) if d_max else d_rule
+    t_rd = time.perf_counter() - t1
+    stage1_end = []
+    res = fedsc.run(X, client, 10, seed=0, rounds=20, r=r, d=d, y=y,
+                    progress=lambda s, v: stage1_end.append(time.perf_counter()) if s == 20 else None)
+    t = time.perf_counter() - t0
+    t_stage1 = stage1_end[0] - t1 - t_rd
+    t_stage2 = time.perf_counter() - stage1_end[0]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
+    print(json.dumps({"wall_s": t, "t_load": t_load, "t_rd": t_rd, "t_stage1": t_stage1, "t_stage2": t_stage2,
+                      "peak_rss_gib": peak, "d": res.info["d"], "d_rule": d_rule,
+                      "r": res.info["r"], "ACC": res.info["ACC"], "NMI": res.info["NMI"],
+                      "NMI_paper": res.info["NMI_paper"], "rec_err": res.info["reconstruction_error"]}))
+
+
+def mnist(d_max, threads):
+    if not (DATA / "mnist" / "t10k-images-idx3-ubyte.gz").exists():
+        print("\nMNIST: skipped (../shared/data/mnist not found)")
+        return
+    cmd = [sys.executable, __file__, "--mnist-child", "--threads", str(threads)]
+    if d_max:
+        cmd += ["--mnist-d-max", str(d_max)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        print("\nMNIST run failed:\n" + out.stderr[-2000:])
+        return
+    o = json.loads(out.stdout.strip().splitlines()[-1])
+    cap = f"d capped at {d_max} (rule: {o['d_rule']})" if d_max else f"d by the 0.99 rule = {o['d']}"
+    print(f"\nMNIST test set (n=10000, P=8, 20 rounds, {cap}), end to end incl. loading, r/d rules, Stage I, "
+          f"Stage II: {o['wall_s']:.1f} s (target < 180 s) [load {o['t_load']:.1f} s, r and d rules "
+          f"{o['t_rd']:.1f} s, Stage I {o['t_stage1']:.1f} s, Stage II {o['t_stage2']:.1f} s], peak RSS {o['peak_rss_gib']:.2f} GiB (target < 8 GB); "
+          f"ACC={o['ACC']:.3f} NMI={o['NMI']:.3f} NMI_paper={o['NMI_paper']:.3f} rec.err={o['rec_err']:.4f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="clean data, 1 trial, no MNIST (< 1 minute)")
+    ap.add_argument("--trials", type=int, default=None, help="trials per setting (default 3; 1 with --quick)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS/OpenMP threads (default 1: the shared build machine oversubscribes badly with more)")
+    ap.add_argument("--mnist-d-max", type=int, default=500, help="cap on d for MNIST (0 = the 0.99 rule, d = 2705)")
+    ap.add_argument("--skip-mnist", action="store_true")
+    ap.add_argument("--mnist-child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    with threadpool_limits(a.threads):
+        if a.mnist_child:
+            mnist_child(a.mnist_d_max or None)
+            return
+        if not (DATA / "fedsc").is_dir():
+            print("FedSC data not found under ../shared/data/fedsc; nothing to benchmark")
+            return
+        trials = a.trials or (1 if a.quick else 3)
+        betas = [0.0] if a.quick else [0.0, 0.3]
+        t0 = time.perf_counter()
+        print(f"FedSC benchmark: trials={trials}, betas={betas}, threads={a.threads}")
+        comparison_table(["Iris", "Bank", "COIL20"], betas, trials)
+        coil20_end_to_end()
+        print_step_timing(a.quick)
+        if not (a.quick or a.skip_mnist):
+            mnist(a.mnist_d_max, a.threads)
+        print(f"\ntotal benchmark time {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

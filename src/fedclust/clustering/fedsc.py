@@ -1,0 +1,619 @@
+"""FedSC: federated spectral clustering via secure similarity reconstruction.
+
+Paper: Dong Qiao, Chris Ding, Jicong Fan, "Federated Spectral Clustering via Secure Similarity
+Reconstruction", NeurIPS 2023. Spec: ``specs/001_fed_spectral.md`` (its RESOLUTIONs are the defaults).
+
+Stage I (Algorithm 1, federated kernel factorization ``phi(X_p) ~ phi(Z) C_p``, eq. 6-8):
+
+* objective ``f_p(Z, C_p) = 1/2 Tr K(X_p,X_p) - Tr(C_p^T K(Z,X_p)) + 1/2 Tr(C_p^T K(Z,Z) C_p)
+  + lam/2 ||C_p||_F^2`` (eq. 8), Gaussian kernel with width ``r`` (eq. 40, or eq. 42 federated);
+* C-step, closed form (eq. 14): ``(K_zz + lam I) C_p = K(Z, X_p)``. Every client receives the same Z, so
+  all clients' right-hand sides are solved at once with ONE Cholesky factorization of ``K_zz + lam I``;
+* Z-step from the gradient (eq. 15): ``dF/dZ = (X_p W - Z diag(1^T W))/r^2 + 2 (Z Q - Z diag(1^T Q))/r^2``,
+  ``W = -C_p^T * K(X_p, Z)``, ``Q = 1/2 (C_p C_p^T) * K(Z, Z)``. ``z_step="official"`` takes the
+  official code's preconditioned fixed-point step ``Z_p = Z - G tau^{-1}``,
+  ``tau = (2Q - diag(1^T W + 2 1^T Q))/r^2`` (spec 2.5; one step per round); ``z_step="gradient"``
+  takes ``local_steps`` plain gradient steps (eq. 16) with a fixed ``z_lr`` or a backtracking 1/L.
+  All clients' Z-steps run as batched matmuls / batched solves over a zero-padded (P, N_max, .) layout;
+* server: plain mean of the participating clients' ``Z_p`` (eq. 11).
+
+Stage II (eq. 12, 23, 25; spec 2.7): ``K_hat = C^T K(Z,Z) C``, global min-max to [0, 1], kNN with
+``k = ceil(ln n)`` (self included), ``max(S, S^T)``, NJW spectral clustering (sparse eigsh, k-means with
+50 restarts). K_hat is only ever formed in row blocks (see :mod:`fedclust.clustering.spectral`).
+
+Privacy variants (section 3 of the paper):
+
+* perturbed data (eq. 22, Prop. 3.7): ``X~ = clip_tau(X) + N(0, sigma^2)`` with ``sigma = data_noise_std``
+  or ``data_noise_beta * std(X)``; with ``clip_tau`` (rows clipped to ``||x|| <= tau_X``) the release is
+  described as a :class:`~fedclust.privacy.events.GaussianRelease` with L2 sensitivity ``2 tau_X``;
+* perturbed factors (eq. 32, Thm 3.9): noise on every uploaded ``Z_p`` every round and on every ``C_p``
+  once at the end (std absolute, or ``alpha * std(Z_p)`` / ``alpha * std(C_p)`` per client as the code
+  does). With ``clip_tau``, ``tau_z``, ``tau_c``, ``z_step="gradient"`` and a fixed ``z_lr`` the
+  releases come with the Thm 3.9 sensitivities (:func:`factor_sensitivities`).
+The noise stds are inputs: calibration from (epsilon, delta) lives in the privacy layer.
+
+Baselines: :func:`centralized_kmeans`, :func:`fedclust.clustering.spectral.spectral_clustering`
+(vanilla SC), :mod:`fedclust.clustering.dsc`, :func:`attack_on_c`, and ``run`` with one client (P = 1).
+Metrics: :func:`nmi_paper` is the paper-compatible NMI (spec 2.13).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable
+
+import numpy as np
+import scipy.linalg
+from sklearn.cluster import KMeans
+
+from fedclust.clustering import spectral
+from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.privacy.events import GaussianRelease
+from fedclust.rng import stream, torch_seed
+
+logger = logging.getLogger(__name__)
+
+Z_STEPS = {"official": "official", "fixed_point": "official", "gradient": "gradient", "gd": "gradient"}
+#: ``track_reconstruction=None`` logs the reconstruction error every round up to this n, else once.
+TRACK_EVERY_ROUND_MAX_N = 2000
+#: Memory budget of one batch of clients in the Z-step (the (P, d, d) temporaries grow as P d^2).
+CHUNK_BYTES = 256 * 2**20
+
+
+# --------------------------------------------------------------------------- math of one client
+def ridge_coefficients(Kzz: np.ndarray, Kzx: np.ndarray, lam: float) -> np.ndarray:
+    """C-step, eq. (14): solve ``(K_zz + lam I) C = K_zx`` for all columns with one Cholesky factor."""
+    A = Kzz + lam * np.eye(Kzz.shape[0])
+    try:
+        fac = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
+        return scipy.linalg.cho_solve(fac, Kzx, check_finite=False)
+    except np.linalg.LinAlgError:  # lam = 0 and K_zz singular: least-squares solution
+        return np.linalg.lstsq(A, Kzx, rcond=None)[0]
+
+
+def local_objective(Z: np.ndarray, Xp: np.ndarray, Cp: np.ndarray, r: float, lam: float) -> float:
+    """``f_p(Z, C_p)`` of eq. (8). Rows are samples / atoms: ``Z`` (d, m), ``Xp`` (N_p, m), ``Cp`` (d, N_p)."""
+    Kzx = spectral.gaussian_kernel(Z, Xp, r)
+    Kzz = spectral.gaussian_kernel(Z, Z, r)
+    return float(0.5 * Xp.shape[0] - np.sum(Cp * Kzx) + 0.5 * np.sum(Cp * (Kzz @ Cp)) + 0.5 * lam * np.sum(Cp * Cp))
+
+
+def z_gradient(Z: np.ndarray, Xp: np.ndarray, Cp: np.ndarray, r: float) -> np.ndarray:
+    """``d f_p / d Z`` of eq. (15), returned in the row layout of ``Z`` (d, m) (the transpose of the
+    paper's m x d formula). ``Xp`` (N_p, m), ``Cp`` (d, N_p)."""
+    G, _ = _grad_and_tau(Z[None], Xp[None], Cp.T[None], spectral.gaussian_kernel(Xp, Z, r)[None],
+                         spectral.gaussian_kernel(Z, Z, r)[None], r * r)
+    return G[0]
+
+
+# --------------------------------------------------------------------------- batched over clients
+def _batched_kernel(A: np.ndarray, B: np.ndarray, r2: float) -> np.ndarray:
+    """Gaussian kernel between the rows of ``A`` (P, a, m) and ``B`` (P, b, m), batched over P."""
+    D = np.matmul(A, B.transpose(0, 2, 1))
+    D *= -2.0
+    D += np.einsum("pij,pij->pi", A, A)[:, :, None]
+    D += np.einsum("pij,pij->pi", B, B)[:, None, :]
+    np.maximum(D, 0.0, out=D)
+    D *= -1.0 / (2.0 * r2)
+    return np.exp(D, out=D)
+
+
+def _grad_and_tau(Zb, Xpad, Cpad, Kxz, Kzz, r2, gradient: bool = True):
+    """Gradient (eq. 15) and the official preconditioner tau (spec 2.5) for P clients at once.
+
+    Zb (P, d, m) client dictionaries; Xpad (P, N, m) zero-padded client data; Cpad (P, N, d) = C_p^T,
+    zero on padding rows (so padding contributes nothing); Kxz (P, N, d); Kzz (P, d, d) or (1, d, d).
+    Returns G (P, d, m) = (1/r^2) W^T X_p + tau Z_p and tau (P, d, d) (symmetric); with
+    ``gradient=False`` the first output is ``W^T X_p`` instead of G (all the official step needs).
+    """
+    W = -Cpad * Kxz                                               # (P, N, d)   W_Z
+    WX = np.matmul(W.transpose(0, 2, 1), Xpad)                    # (P, d, m)   (X_p W_Z)^T
+    wsum = W.sum(axis=1)                                          # (P, d)      1^T W_Z
+    Q = 0.5 * np.matmul(Cpad.transpose(0, 2, 1), Cpad) * Kzz      # (P, d, d)   Q_Z
+    qsum = Q.sum(axis=2)                                          # (P, d)      1^T Q_Z (Q symmetric)
+    tau = 2.0 * Q
+    idx = np.arange(tau.shape[1])
+    tau[:, idx, idx] -= wsum + 2.0 * qsum
+    tau /= r2
+    if not gradient:
+        return WX, tau
+    G = WX / r2 + np.matmul(tau, Zb)
+    return G, tau
+
+
+def official_z_steps(Z, Xpad, Cpad, Kxz, Kzz, r2, chunk_bytes: int | None = None):
+    """The official code's preconditioned Z-step (spec 2.5) for P clients that all start from the
+    server's ``Z`` (d, m): ``Z_p = Z - G_p tau_p^{-1}``, computed as the frozen-weight stationary point
+    ``-tau_p^{-1} W_p^T X_p / r^2`` (identical; skips the ``tau Z`` product). Inputs as in
+    :func:`_grad_and_tau` (zero-padded, (P, N_max, .)); ``Kzz`` (d, d). Clients are processed as one
+    batch, split into chunks only to bound the (chunk, d, d) temporaries to ``chunk_bytes``."""
+    P, Nmax, m = Xpad.shape
+    d = Z.shape[0]
+    budget = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    chunk = max(1, int(budget // (8 * (3 * d * d + 2 * Nmax * (d + m) + 2 * d * m))))
+    out = np.empty((P, d, m))
+    for c0 in range(0, P, chunk):
+        sl = slice(c0, min(P, c0 + chunk))
+        Zb = np.broadcast_to(Z, (sl.stop - sl.start, d, m))
+        WX, tau = _grad_and_tau(Zb, Xpad[sl], Cpad[sl], Kxz[sl], Kzz[None], r2, gradient=False)
+        out[sl] = _solve_tau(tau, WX) * (-1.0 / r2)
+    return out
+
+
+def _batched_objective(Zb, Xpad, Cpad, sizes, r2, lam):
+    """``f_p(Z_p, C_p)`` (eq. 8) for all clients: (P,)."""
+    Kxz = _batched_kernel(Xpad, Zb, r2)
+    Kzz = _batched_kernel(Zb, Zb, r2)
+    CC = np.matmul(Cpad.transpose(0, 2, 1), Cpad)
+    return (0.5 * sizes - np.einsum("pnd,pnd->p", Cpad, Kxz) + 0.5 * np.einsum("pij,pij->p", CC, Kzz)
+            + 0.5 * lam * np.einsum("pnd,pnd->p", Cpad, Cpad))
+
+
+def _solve_tau(tau, G):
+    """``tau^{-1} G`` for every client (batched); clients whose tau is singular fall back to a
+    least-squares solve (a rare failure path, so a loop over those clients is fine)."""
+    try:
+        Y = np.linalg.solve(tau, G)
+        if np.all(np.isfinite(Y)):
+            return Y
+    except np.linalg.LinAlgError:
+        pass
+    Y = np.empty_like(G)
+    for p in range(tau.shape[0]):
+        Y[p] = np.linalg.lstsq(tau[p], G[p], rcond=None)[0]
+    return Y
+
+
+def _project_spectral(Z, tau_z):
+    """Scale each (d, m) dictionary so that its spectral norm is <= tau_z (Thm 3.9 assumption)."""
+    if tau_z is None:
+        return Z
+    single = Z.ndim == 2
+    Zb = Z[None] if single else Z
+    norms = np.linalg.norm(Zb, ord=2, axis=(1, 2))
+    Zb = Zb * np.minimum(1.0, tau_z / np.maximum(norms, 1e-300))[:, None, None]
+    return Zb[0] if single else Zb
+
+
+def _clip_columns(C, tau_c):
+    if tau_c is None:
+        return C
+    norms = np.linalg.norm(C, axis=0)
+    return C * np.minimum(1.0, tau_c / np.maximum(norms, 1e-300))[None, :]
+
+
+# --------------------------------------------------------------------------- privacy helpers
+def clip_rows(X: np.ndarray, tau: float) -> np.ndarray:
+    """Rows of X scaled down to L2 norm <= tau (the tau_X bound of Prop. 3.7 / Thm 3.9)."""
+    norms = np.linalg.norm(X, axis=1)
+    return X * np.minimum(1.0, tau / np.maximum(norms, 1e-300))[:, None]
+
+
+def factor_sensitivities(*, d: int, r: float, lam: float, tau_x: float, tau_z: float, tau_c: float,
+                         z_lr: float, upsilon: float | None = None) -> dict[str, float]:
+    """L2 sensitivities of Theorem 3.9 (spec 3.4), replace-one neighbours:
+
+    * one local gradient Z step: ``Delta_Z = (2 sqrt(d) tau_C tau_X eta / r^2) (1 + (tau_X + tau_Z)(tau_X + Upsilon) / r^2)``;
+    * the released C: ``Delta_C = 2 sqrt(d) tau_X (tau_X + Upsilon) / (lam r^2)``,
+    with ``Upsilon = max ||z_j - x||_2 <= tau_Z + tau_X`` (the l2 version, spec 7.2 #20) when not given.
+    """
+    for name, v in (("d", d), ("r", r), ("lam", lam), ("tau_x", tau_x), ("tau_z", tau_z), ("tau_c", tau_c), ("z_lr", z_lr)):
+        if v is None or not v > 0:
+            raise ValueError(f"{name} must be > 0 for the Theorem 3.9 sensitivities, got {v!r}")
+    ups = tau_z + tau_x if upsilon is None else float(upsilon)
+    r2 = r * r
+    dz = 2.0 * math.sqrt(d) * tau_c * tau_x * z_lr / r2 * (1.0 + (tau_x + tau_z) * (tau_x + ups) / r2)
+    dc = 2.0 * math.sqrt(d) * tau_x * (tau_x + ups) / (lam * r2)
+    return {"z": dz, "c": dc, "upsilon": ups}
+
+
+# --------------------------------------------------------------------------- metrics / baselines
+def nmi_paper(y, pred) -> float:
+    """The paper-compatible NMI (spec 2.13): the official ``getNMI`` after ``bestMap``.
+
+    True labels are compacted to 0..C-1; predicted clusters are mapped to true label values by the
+    best one-to-one matching (Hungarian); then every sample labelled 0 (true or mapped) is left out of
+    the mutual information and of both entropies, while the counts and N stay those of all samples:
+    ``NMI = -2 sum_{i,j>=1} N_ij ln(N N_ij / (N_i. N_.j)) / (sum_{i>=1} N_i. ln(N_i./N) + sum_{j>=1} N_.j ln(N_.j/N))``.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    y = np.asarray(y).ravel()
+    pred = np.asarray(pred).ravel()
+    if y.shape != pred.shape:
+        raise ValueError(f"y and pred differ in length: {y.shape[0]} vs {pred.shape[0]}")
+    _, a = np.unique(y, return_inverse=True)
+    _, b = np.unique(pred, return_inverse=True)
+    na, nb = a.max() + 1, b.max() + 1
+    T = np.zeros((nb, na), dtype=np.int64)
+    np.add.at(T, (b, a), 1)
+    rows, cols = linear_sum_assignment(T, maximize=True)
+    mapping = np.arange(nb) + na  # unmatched clusters get fresh (nonzero) values
+    mapping[rows] = cols
+    bm = mapping[b]
+    N = float(len(a))
+    nv = max(na, bm.max() + 1)
+    J = np.zeros((nv, nv))
+    np.add.at(J, (a, bm), 1.0)
+    Ni, Nj = J.sum(1), J.sum(0)
+    J, Ni, Nj = J[1:, 1:], Ni[1:], Nj[1:]  # drop the value 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mi = np.where(J > 0, J * np.log(N * J / np.outer(Ni, Nj)), 0.0).sum()
+        h = np.where(Ni > 0, Ni * np.log(Ni / N), 0.0).sum() + np.where(Nj > 0, Nj * np.log(Nj / N), 0.0).sum()
+    if h == 0:
+        return 1.0 if mi == 0 else float("nan")
+    return float(-2.0 * mi / h)
+
+
+def centralized_kmeans(X, k: int, *, seed: int = 0, n_init: int = 5, y=None) -> ClusteringResult:
+    """Baseline (a): centralized k-means (k-means++, ``n_init`` restarts; the code uses 5)."""
+    X, _, _ = check_inputs(X, np.zeros(np.asarray(X).shape[0], dtype=np.int64), k)
+    km = KMeans(n_clusters=k, n_init=n_init, random_state=torch_seed(stream(seed, "init")) % (2**31 - 1))
+    labels = km.fit_predict(X).astype(np.int64)
+    info = _scores(y, labels) if y is not None else {}
+    return ClusteringResult(labels=labels, centroids=km.cluster_centers_, info=info)
+
+
+def attack_on_c(C: np.ndarray, k: int, *, seed: int = 0, n_init: int = 5) -> np.ndarray:
+    """Baseline (d), "attack on C" (App. D.4, Table 6): k-means on the columns of the uploaded C (d, n)."""
+    km = KMeans(n_clusters=k, n_init=n_init, random_state=torch_seed(stream(seed, "attack")) % (2**31 - 1))
+    return km.fit_predict(np.asarray(C, dtype=np.float64).T).astype(np.int64)
+
+
+def _scores(y, labels) -> dict[str, float]:
+    from fedclust.metrics import clustering_scores
+
+    out = clustering_scores(y, labels)
+    out["NMI_paper"] = nmi_paper(y, labels)
+    return out
+
+
+# --------------------------------------------------------------------------- Stage II
+def reconstruct_and_cluster(Z: np.ndarray, C: np.ndarray, k: int, r: float, *, seed: int = 0, knn: int | None = None,
+                            include_self: bool = True, n_init: int = 50, solver: str = "arpack",
+                            X_ref: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
+    """Stage II: ``K_hat = C^T K(Z,Z) C`` in row blocks -> global min-max -> kNN (self included) ->
+    max-symmetrize -> NJW. Returns ``(labels, reconstruction_error)``; the error
+    ``||K_hat - K(X_ref, X_ref)||_F / ||K||_F`` is accumulated in the same pass when ``X_ref`` is given."""
+    n = C.shape[1]
+    B = spectral.gaussian_kernel(Z, Z, r) @ C  # (d, n)
+    acc = [0.0, 0.0]
+
+    def rows(s, e):
+        Kh = C[:, s:e].T @ B
+        if X_ref is not None:
+            K = spectral.gaussian_kernel(X_ref[s:e], X_ref, r)
+            acc[0] += float(np.sum((Kh - K) ** 2))
+            acc[1] += float(np.sum(K * K))
+        return Kh
+
+    knn = spectral.knn_k(n) if knn is None else knn
+    W = spectral.knn_graph(rows, n, knn, include_self=include_self, minmax=True)
+    labels = spectral.njw(W, k, seed=seed, n_init=n_init, solver=solver)
+    err = math.sqrt(acc[0] / acc[1]) if X_ref is not None else None
+    return labels, err
+
+
+def reconstruction_error(Z: np.ndarray, C: np.ndarray, X: np.ndarray, r: float) -> float:
+    """``||C^T K(Z,Z) C - K(X,X)||_F / ||K(X,X)||_F``, computed in row blocks (O(block * n) memory)."""
+    B = spectral.gaussian_kernel(Z, Z, r) @ C
+    num = den = 0.0
+    for s, e in spectral._row_blocks(X.shape[0], X.shape[0]):
+        K = spectral.gaussian_kernel(X[s:e], X, r)
+        num += float(np.sum((C[:, s:e].T @ B - K) ** 2))
+        den += float(np.sum(K * K))
+    return math.sqrt(num / den)
+
+
+# --------------------------------------------------------------------------- FedSC
+def _nonneg(name, v):
+    if v is None:
+        return None
+    if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _pos(name, v, allow_none=True):
+    if v is None and allow_none:
+        return None
+    if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    return float(v)
+
+
+def _one_of(a_name, a, b_name, b):
+    if a and b:
+        raise ValueError(f"give at most one of {a_name} and {b_name} (both are > 0)")
+
+
+def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = None, d_tol: float = 0.99,
+        d_max: int | None = None,
+        r: float | None = None, r_rule: str = "global", lam: float = 1e-3, z_step: str = "official",
+        local_steps: int = 1, z_lr: float | None = None, participation: float = 1.0,
+        data_noise_std: float = 0.0, data_noise_beta: float = 0.0, clip_tau: float | None = None,
+        z_noise_std: float = 0.0, z_noise_alpha: float = 0.0, c_noise_std: float = 0.0, c_noise_alpha: float = 0.0,
+        tau_z: float | None = None, tau_c: float | None = None,
+        knn: int | None = None, include_self: bool = True, n_init: int = 50, eigen_solver: str = "arpack",
+        code_compat_pairing: bool = False, track_reconstruction: bool | None = None,
+        attack: bool = False, return_factors: bool = False, y=None,
+        progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
+    """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
+
+    Parameters (defaults = spec 5.4 RESOLUTIONs):
+
+    * ``rounds`` S = 20; ``d``: dictionary size, None = eigenvalue rule with ``d_tol`` = 0.99 (eq. 43)
+      on the clustered (noisy) data; ``d_max`` caps the rule's d (not in the paper: the rule gives
+      d = 2705 on the MNIST test set, where Stage I then costs O(P d^3 + n d^2) per round); ``r``: kernel width, None = ``r_rule`` "global" (eq. 40, code) or
+      "federated" (eq. 42); ``lam`` = 1e-3 (code; the paper says 1e-2).
+    * ``z_step``: "official" (alias "fixed_point"; one preconditioned step, spec 2.5) or "gradient"
+      (alias "gd"; ``local_steps`` gradient steps with step ``z_lr``, or 1/L by backtracking when None).
+    * ``participation``: fraction of clients that upload each round (P_bar = round(participation * P) >= 1).
+    * perturbed data: ``data_noise_std`` (sigma) or ``data_noise_beta`` (sigma = beta * std(X), spec 2.9);
+      ``clip_tau``: clip every row to norm <= tau_X first (Prop. 3.7; makes the release accountable).
+    * perturbed factors: ``z_noise_std`` or ``z_noise_alpha`` (std = alpha * std(Z_p) per client and
+      round), ``c_noise_std`` or ``c_noise_alpha`` (std = alpha * std(C_p) per client, once).
+      ``tau_z``/``tau_c``: enforce ``||Z||_sp <= tau_z`` (projection) and ``||c_i|| <= tau_c`` (clipping),
+      the assumptions of Thm 3.9; needed (with ``clip_tau``, ``z_step="gradient"``, fixed ``z_lr`` and
+      ``local_steps=1``) for a Z release to carry a DP event.
+    * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``.
+    * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
+      the final Z (spec 2.6). ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
+      (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
+    * ``attack``: also run the "attack on C" and put its labels in ``info["attack_on_c_labels"]``;
+      ``return_factors``: put ``Z`` (d, m) and ``C`` (d, n) (as uploaded, noise included) in ``info``.
+    * ``y``: true labels, only used to put ACC/NMI/ARI/NMI_paper in ``info``. ``progress(round, values)``.
+
+    Returns a :class:`ClusteringResult`: ``labels`` (Stage II), ``history`` with per-round
+    ``"objective"`` (sum_p f_p at the server Z after the C-step) and ``"reconstruction_error"``,
+    ``dp_events`` (GaussianRelease list for the accountable releases), ``uploaded_reals`` and ``info``
+    (``d, r, knn_k, lam, rounds, n_clients, participants, noise stds, reconstruction_error`` ...).
+    The reconstruction error is relative to ``K(X~, X~)``, the kernel of the data actually clustered;
+    ``info["reconstruction_error"]`` is that of the C used in Stage II (after any C noise), the history
+    that of the noise-free C of each round.
+    """
+    X, client, P = check_inputs(X, client, k)
+    n, m = X.shape
+    if not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    if d is not None and (not isinstance(d, (int, np.integer)) or d < 1):
+        raise ValueError(f"d (dictionary size) must be an int >= 1 or None, got {d!r}")
+    if d_max is not None and (not isinstance(d_max, (int, np.integer)) or d_max < 1):
+        raise ValueError(f"d_max must be an int >= 1 or None, got {d_max!r}")
+    if z_step not in Z_STEPS:
+        raise ValueError(f"z_step must be one of {sorted(Z_STEPS)}, got {z_step!r}")
+    z_step = Z_STEPS[z_step]
+    if r_rule not in ("global", "federated"):
+        raise ValueError(f"r_rule must be 'global' or 'federated', got {r_rule!r}")
+    if not isinstance(local_steps, (int, np.integer)) or local_steps < 1:
+        raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
+    if z_step == "official" and local_steps != 1:
+        raise ValueError("local_steps must be 1 with z_step='official' (one fixed-point step per round)")
+    if not (isinstance(participation, (int, float)) and 0.0 < participation <= 1.0):
+        raise ValueError(f"participation must be in (0, 1], got {participation!r}")
+    lam = _nonneg("lam", lam)
+    r = _pos("r", r)
+    z_lr = _pos("z_lr", z_lr)
+    clip_tau, tau_z, tau_c = _pos("clip_tau", clip_tau), _pos("tau_z", tau_z), _pos("tau_c", tau_c)
+    data_noise_std, data_noise_beta = _nonneg("data_noise_std", data_noise_std), _nonneg("data_noise_beta", data_noise_beta)
+    z_noise_std, z_noise_alpha = _nonneg("z_noise_std", z_noise_std), _nonneg("z_noise_alpha", z_noise_alpha)
+    c_noise_std, c_noise_alpha = _nonneg("c_noise_std", c_noise_std), _nonneg("c_noise_alpha", c_noise_alpha)
+    _one_of("data_noise_std", data_noise_std, "data_noise_beta", data_noise_beta)
+    _one_of("z_noise_std", z_noise_std, "z_noise_alpha", z_noise_alpha)
+    _one_of("c_noise_std", c_noise_std, "c_noise_alpha", c_noise_alpha)
+    dp_factors = clip_tau is not None and z_noise_std > 0
+    if dp_factors and not (z_step == "gradient" and z_lr is not None and local_steps == 1
+                           and tau_z is not None and tau_c is not None):
+        raise ValueError(
+            "z_noise_std with clip_tau asks for Theorem 3.9 privacy, which needs z_step='gradient', a fixed "
+            "z_lr > 0, local_steps=1, tau_z > 0 and tau_c > 0 (the code's matrix-preconditioned step is not covered)")
+    if clip_tau is not None and c_noise_std > 0 and lam <= 0:
+        raise ValueError("lam must be > 0 when c_noise_std and clip_tau ask for the Theorem 3.9 C sensitivity")
+    sizes = np.bincount(client, minlength=P)
+    if np.any(sizes == 0):
+        raise ValueError(f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}")
+
+    info: dict = {"n_clients": P}
+    events: list[GaussianRelease] = []
+    notes: list[str] = []
+
+    # ---- perturbed data (eq. 22), before anything else (r and d are estimated on X~) ----
+    if clip_tau is not None:
+        X = clip_rows(X, clip_tau)
+    sigma_x = data_noise_std or data_noise_beta * float(X.std())
+    if sigma_x > 0:
+        X = X + sigma_x * stream(seed, "noise").standard_normal(X.shape)
+        if clip_tau is not None:
+            events.append(GaussianRelease(
+                noise_multipliers=(sigma_x / (2.0 * clip_tau),), count=1, neighbouring="replace_one",
+                unit="sample", label="fedsc_perturbed_data",
+                extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau,
+                       "std_rule": "absolute" if data_noise_std else "beta*std(X) (data-dependent)"}))
+        else:
+            notes.append("perturbed data without clip_tau: no sensitivity bound, no DP event")
+    info["data_noise_std"] = sigma_x
+
+    # ---- r, d, k (computed centrally on the clustered data, as in the paper's experiments) ----
+    data_rng = stream(seed, "data")
+    if r is None:
+        r = (spectral.mean_pairwise_distance(X, rng=data_rng) if r_rule == "global"
+             else spectral.federated_mean_distance(X, client, rng=data_rng))
+    if d is None:
+        d = spectral.eigen_rank(X, r, tol=d_tol, rng=data_rng)
+        info["d_rule"] = int(d)
+        if d_max is not None:
+            d = min(d, d_max)
+    knn = spectral.knn_k(n) if knn is None else knn
+    r2 = r * r
+    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": lam, "rounds": int(rounds), "z_step": z_step})
+    logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
+
+    # ---- zero-padded client layout (P, N_max, .) for the batched Z-steps ----
+    order = np.argsort(client, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    Nmax = int(sizes.max())
+    slot = np.arange(n) - np.repeat(starts, sizes)           # position of each sorted sample in its client
+    pad_idx = np.zeros((P, Nmax), dtype=np.int64)
+    pad_mask = np.zeros((P, Nmax), dtype=bool)
+    pad_idx[client[order], slot] = order
+    pad_mask[client[order], slot] = True
+    Xpad = X[pad_idx] * pad_mask[:, :, None]
+
+    def padded(A_rows, who):  # (n, q) per-sample rows -> (len(who), N_max, q), zero padding
+        return A_rows[pad_idx[who]] * pad_mask[who][:, :, None]
+
+    n_part = max(1, int(round(participation * P)))
+    samp_rng, init_rng = stream(seed, "sampling"), stream(seed, "init")
+    zn_rng, cn_rng = stream(seed, "noise/z"), stream(seed, "noise/c")
+
+    def choose():
+        return np.arange(P) if n_part == P else np.sort(samp_rng.choice(P, size=n_part, replace=False))
+
+    track = (n <= TRACK_EVERY_ROUND_MAX_N) if track_reconstruction is None else bool(track_reconstruction)
+    Kxx_sq = None
+    if track:
+        if n <= TRACK_EVERY_ROUND_MAX_N:
+            Kxx_full = spectral.gaussian_kernel(X, X, r)
+            Kxx_sq = float(np.sum(Kxx_full ** 2))
+
+    # ---- Stage I (Algorithm 1 / the official loop of spec 2.6) ----
+    part = choose()
+    Zp = init_rng.standard_normal((n_part, d, m))            # Z_p^0 ~ N(0, 1) for the first participants
+    C = np.zeros((d, n))
+    C_prev = C
+    Z = None
+    L_est = np.full(P, np.nan)
+    hist = {"objective": [], "reconstruction_error": []}
+    z_stds = []
+    for s in range(rounds):
+        # uploads of round s (the Z_p of round 0 are the random init; all later ones depend on data)
+        if z_noise_std > 0 or z_noise_alpha > 0:
+            std = (np.full(len(part), z_noise_std) if z_noise_std > 0
+                   else z_noise_alpha * Zp.reshape(len(part), -1).std(axis=1))
+            z_stds.append(float(std.mean()))
+            Zp = Zp + std[:, None, None] * zn_rng.standard_normal(Zp.shape)
+        Z = _project_spectral(Zp.mean(axis=0), tau_z)     # eq. (11)
+        Kzz = spectral.gaussian_kernel(Z, Z, r)
+        Kzx = spectral.gaussian_kernel(Z, X, r)              # (d, n), shared by all clients
+        C_prev = C
+        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam), tau_c)   # eq. (14), all clients at once
+        KzzC = Kzz @ C
+        obj = 0.5 * n - float(np.sum(C * Kzx)) + 0.5 * float(np.sum(C * KzzC)) + 0.5 * lam * float(np.sum(C * C))
+        hist["objective"].append(obj)
+        vals = {"objective": obj}
+        if track and Kxx_sq is not None:
+            err = math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq)
+            hist["reconstruction_error"].append(err)
+            vals["reconstruction_error"] = err
+        elif track:
+            err = reconstruction_error(Z, C, X, r)
+            hist["reconstruction_error"].append(err)
+            vals["reconstruction_error"] = err
+        logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
+        if progress is not None:
+            progress(s + 1, vals)
+        if s == rounds - 1:
+            break  # the last local step would be discarded (spec 2.6): skip it
+        # local updates of the clients that upload next round (eq. 10 / spec 2.5), batched over clients
+        part = choose()
+        Cpad = padded(C.T, part)
+        if z_step == "official":
+            Zp = official_z_steps(Z, Xpad[part], Cpad, padded(Kzx.T, part), Kzz, r2)
+        else:
+            Zb = np.broadcast_to(Z, (len(part), d, m)).copy()
+            Zp, L_est[part] = _gradient_steps(Zb, Xpad[part], Cpad, sizes[part], r2, lam, local_steps, z_lr, L_est[part])
+        Zp = _project_spectral(Zp, tau_z)
+
+    # ---- final pairing (spec 2.6 RESOLUTION: C recomputed from the final Z) ----
+    if code_compat_pairing and rounds > 1:
+        C = C_prev
+    info["participants_per_round"] = n_part
+    # perturbed factors: noise on each C_p once (std absolute or alpha * std(C_p), per client)
+    sigma_c = 0.0
+    if c_noise_std > 0 or c_noise_alpha > 0:
+        if c_noise_std > 0:
+            std_cols = np.full(n, c_noise_std)
+        else:
+            s1 = np.bincount(client, weights=C.sum(axis=0), minlength=P)
+            s2 = np.bincount(client, weights=(C * C).sum(axis=0), minlength=P)
+            mean = s1 / (d * sizes)
+            std_p = c_noise_alpha * np.sqrt(np.maximum(s2 / (d * sizes) - mean ** 2, 0.0))
+            std_cols = std_p[client]
+        sigma_c = float(std_cols.mean())
+        C = C + std_cols[None, :] * cn_rng.standard_normal(C.shape)
+    info["z_noise_std"] = float(np.mean(z_stds)) if z_stds else 0.0
+    info["c_noise_std"] = sigma_c
+
+    # ---- DP events for the factor releases (Thm 3.9) ----
+    if clip_tau is not None and (z_noise_std > 0 or c_noise_std > 0):
+        ups_c = float(np.linalg.norm(Z, axis=1).max()) + clip_tau   # Z is public to the server
+        if z_noise_std > 0:
+            sens = factor_sensitivities(d=d, r=r, lam=max(lam, 1e-300), tau_x=clip_tau, tau_z=tau_z, tau_c=tau_c, z_lr=z_lr)
+            events.append(GaussianRelease(
+                noise_multipliers=(z_noise_std / sens["z"],), count=max(rounds - 1, 0), neighbouring="replace_one",
+                unit="sample", label="fedsc_perturbed_Z",
+                extra={"sensitivity": sens["z"], "std": z_noise_std, "rounds_with_data": rounds - 1,
+                       "participation": participation, "theorem": "3.9 (Z)"}))
+        if c_noise_std > 0:
+            dc = 2.0 * math.sqrt(d) * clip_tau * (clip_tau + ups_c) / (lam * r2)
+            events.append(GaussianRelease(
+                noise_multipliers=(c_noise_std / dc,), count=1, neighbouring="replace_one", unit="sample",
+                label="fedsc_perturbed_C", extra={"sensitivity": dc, "std": c_noise_std, "upsilon": ups_c,
+                                                   "theorem": "3.9 (C)"}))
+    elif z_noise_std > 0 or c_noise_std > 0 or z_noise_alpha > 0 or c_noise_alpha > 0:
+        notes.append("perturbed factors without clip_tau or with alpha*std noise: no DP event")
+    if events:
+        notes.append("r and d are estimated centrally on the data (not private; spec 3.6)")
+
+    # ---- Stage II ----
+    labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
+                                          n_init=n_init, solver=eigen_solver, X_ref=X)
+    info["reconstruction_error"] = err
+    if not hist["reconstruction_error"]:
+        hist["reconstruction_error"].append(err)
+    uploaded = rounds * n_part * d * m + d * n
+    if attack:
+        info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
+    if return_factors:
+        info["Z"], info["C"] = Z, C
+    if y is not None:
+        info.update(_scores(y, labels))
+        if attack:
+            info["attack_on_c_ACC"] = _scores(y, info["attack_on_c_labels"])["ACC"]
+    if notes:
+        info["dp_note"] = "; ".join(notes)
+    return ClusteringResult(labels=labels, centroids=None, history=hist, dp_events=events,
+                            uploaded_reals=int(uploaded), info=info)
+
+
+def _gradient_steps(Zb, Xp, Cpad, sizes, r2, lam, steps, z_lr, L_prev):
+    """``steps`` plain gradient steps (eq. 16) for all clients at once. With ``z_lr`` the step is fixed
+    (the Theorem 3.9 setting); otherwise eta = 1/L with a per-client backtracking (Armijo) estimate of L,
+    vectorized: the loop runs over halvings, not over clients."""
+    L = np.where(np.isfinite(L_prev), L_prev * 0.5, np.nan)
+    for _ in range(steps):
+        Kxz = _batched_kernel(Xp, Zb, r2)
+        Kzz = _batched_kernel(Zb, Zb, r2)
+        G, tau = _grad_and_tau(Zb, Xp, Cpad, Kxz, Kzz, r2)
+        if z_lr is not None:
+            Zb = Zb - z_lr * G
+            continue
+        if np.any(~np.isfinite(L)):  # first estimate: the norm of the frozen-weight Hessian, |tau|_2
+            L0 = np.linalg.norm(tau, ord=2, axis=(1, 2))
+            L = np.where(np.isfinite(L), L, np.maximum(L0, 1e-12))
+        f0 = _batched_objective(Zb, Xp, Cpad, sizes, r2, lam)
+        g2 = np.einsum("pij,pij->p", G, G)
+        todo = np.ones(len(L), dtype=bool)
+        Znew = Zb.copy()
+        for _bt in range(60):
+            Znew[todo] = Zb[todo] - G[todo] / L[todo][:, None, None]
+            f1 = _batched_objective(Znew[todo], Xp[todo], Cpad[todo], sizes[todo], r2, lam)
+            ok = f1 <= f0[todo] - 0.5 * g2[todo] / L[todo]
+            idx = np.flatnonzero(todo)
+            todo[idx[ok]] = False
+            L[idx[~ok]] *= 2.0
+            if not todo.any():
+                break
+        Zb = Znew
+    return Zb, L

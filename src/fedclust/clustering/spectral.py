@@ -1,0 +1,244 @@
+"""Spectral-clustering building blocks shared by FedSC, vanilla SC and DSC.
+
+Spec: ``specs/001_fed_spectral.md`` (FedSC, Qiao, Ding & Fan, NeurIPS 2023), sections 1.2, 2.7, 2.8
+and 2.12(b). Everything here works with rows = samples.
+
+* Gaussian kernel ``K(a, b) = exp(-||a - b||^2 / (2 r^2))`` (paper footnote 2).
+* The width rule ``r = mean of all n^2 pairwise distances`` (eq. 40, c = 1; diagonal zeros included),
+  its federated version (eq. 42), and the dictionary-size rule ``d = inf{k : cumsum(s)/sum(s) >= tol}``
+  over the eigenvalues of ``K_xx`` (eq. 43). Both use an 8000-sample subsample when n >= 8000 (as the
+  official code does).
+* The kNN graph of eq. (25) as the official code builds it: keep the ``k = max(ceil(ln n), 1)`` largest
+  entries of every row *including the diagonal*, optional global min-max rescaling first (FedSC's
+  K_hat), then ``W = max(S, S^T)``. The similarity is consumed in row blocks, so the dense n x n matrix
+  never exists; memory is O(block * n + n k).
+* Ng-Jordan-Weiss spectral clustering [Ng, Jordan & Weiss 2001]: ``L_sym = I - D^{-1/2} W D^{-1/2}``;
+  the eigenvectors of its smallest eigenvalues are the top eigenvectors of the sparse normalized
+  affinity ``A = D^{-1/2} W D^{-1/2}``, found with :func:`scipy.sparse.linalg.eigsh`; rows normalized
+  to unit length; k-means with 50 restarts.
+* :func:`spectral_clustering`: the centralized "vanilla SC" baseline (spec 2.12(b)): the same r,
+  the same graph construction (no min-max: K_xx is already in (0, 1]) and the same NJW.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from sklearn.cluster import KMeans
+
+from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.rng import stream, torch_seed
+
+logger = logging.getLogger(__name__)
+
+#: The official code switches to a random subsample for the r and d rules from this n on.
+SUBSAMPLE = 8000
+#: Bytes of float64 similarity values held at once when a similarity is consumed in row blocks.
+BLOCK_BYTES = 64 * 2**20
+
+
+# --------------------------------------------------------------------------- kernel
+def sq_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``A`` (a, m) and ``B`` (b, m), clipped at 0."""
+    aa = np.einsum("ij,ij->i", A, A)
+    bb = np.einsum("ij,ij->i", B, B)
+    D = A @ B.T
+    D *= -2.0
+    D += aa[:, None]
+    D += bb[None, :]
+    np.maximum(D, 0.0, out=D)
+    return D
+
+
+def gaussian_kernel(A: np.ndarray, B: np.ndarray, r: float) -> np.ndarray:
+    """``K[i, j] = exp(-||a_i - b_j||^2 / (2 r^2))`` for the rows of ``A`` and ``B``."""
+    D = sq_distances(A, B)
+    D *= -1.0 / (2.0 * r * r)
+    return np.exp(D, out=D)
+
+
+def _check_r(r) -> float:
+    if not (isinstance(r, (int, float, np.floating, np.integer)) and math.isfinite(r) and r > 0):
+        raise ValueError(f"r (kernel width) must be a finite number > 0, got {r!r}")
+    return float(r)
+
+
+def _subsample(X: np.ndarray, max_samples: int, rng: np.random.Generator | None) -> np.ndarray:
+    n = X.shape[0]
+    if max_samples is None or n < max_samples:
+        return X
+    rng = rng if rng is not None else np.random.default_rng(0)
+    return X[np.sort(rng.choice(n, size=max_samples, replace=False))]
+
+
+def _row_blocks(n_rows: int, n_cols: int, block_bytes: int = BLOCK_BYTES):
+    step = max(1, min(n_rows, block_bytes // (8 * max(n_cols, 1))))
+    for s in range(0, n_rows, step):
+        yield s, min(n_rows, s + step)
+
+
+def mean_pairwise_distance(X, *, max_samples: int | None = SUBSAMPLE, rng: np.random.Generator | None = None) -> float:
+    """Kernel width rule, eq. (40) with c = 1: the mean of all n^2 Euclidean distances
+    (diagonal zeros included). Uses a random ``max_samples`` subsample when n >= ``max_samples``."""
+    X = _subsample(np.asarray(X, dtype=np.float64), max_samples, rng)
+    n = X.shape[0]
+    if n == 0:
+        raise ValueError("X must hold at least one sample")
+    total = 0.0
+    for s, e in _row_blocks(n, n):
+        total += float(np.sqrt(sq_distances(X[s:e], X)).sum())
+    return total / (n * n)
+
+
+def federated_mean_distance(X, client, *, max_samples: int | None = SUBSAMPLE,
+                            rng: np.random.Generator | None = None) -> float:
+    """Federated kernel width, eq. (42) with c = 1: the average over clients of each client's own
+    mean pairwise distance (no cross-client pair is ever formed). Empty clients are skipped."""
+    X = np.asarray(X, dtype=np.float64)
+    client = np.asarray(client)
+    # One small distance computation per client (different sizes); runs once, not per round.
+    vals = [mean_pairwise_distance(X[client == p], max_samples=max_samples, rng=rng)
+            for p in np.unique(client[client >= 0])]
+    return float(np.mean(vals))
+
+
+def eigen_rank(X, r: float, *, tol: float = 0.99, max_samples: int | None = SUBSAMPLE,
+               rng: np.random.Generator | None = None) -> int:
+    """Dictionary size rule, eq. (43): the smallest d with ``cumsum(s)[d-1] / sum(s) >= tol``, where
+    ``s`` are the eigenvalues of ``K_xx`` in decreasing order (the code's normalized variant)."""
+    r = _check_r(r)
+    if not 0.0 < tol <= 1.0:
+        raise ValueError(f"tol must be in (0, 1], got {tol!r}")
+    X = _subsample(np.asarray(X, dtype=np.float64), max_samples, rng)
+    K = gaussian_kernel(X, X, r)
+    s = scipy.linalg.eigh(K, eigvals_only=True, overwrite_a=True, check_finite=False, driver="evd")[::-1]
+    del K
+    s = np.maximum(s, 0.0)  # K is PSD; tiny negative values are round-off
+    c = np.cumsum(s) / s.sum()
+    return int(min(np.searchsorted(c, tol - 1e-12) + 1, len(s)))
+
+
+def knn_k(n: int) -> int:
+    """``k = max(ceil(ln n), 1)`` [von Luxburg 2007], the kNN size used by FedSC and vanilla SC."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return max(int(math.ceil(math.log(n))), 1)
+
+
+# --------------------------------------------------------------------------- kNN graph
+def knn_graph(rows: Callable[[int, int], np.ndarray], n: int, k: int, *, include_self: bool = True,
+              minmax: bool = False, block_rows: int | None = None) -> sp.csr_matrix:
+    """Symmetric kNN affinity from a similarity given in row blocks (eq. 25, spec 2.7 steps 2-3).
+
+    ``rows(start, stop)`` returns the (stop - start, n) similarity rows ``start:stop``. For every row the
+    ``k`` largest entries are kept with their values (the diagonal counts as an entry when
+    ``include_self``; otherwise it is skipped). With ``minmax`` the kept values are rescaled by the
+    *global* min and max over all n^2 entries, ``(v - min) / (max - min)``, as FedSC's code does; a
+    positive affine map does not change which entries are largest, so one pass suffices. Finally
+    ``W = max(S, S^T)``. Only one row block is ever held in memory.
+    """
+    if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise ValueError(f"k (neighbours) must be an int in [1, n={n}], got {k!r}")
+    if not include_self and k > n - 1:
+        raise ValueError(f"k (neighbours) must be <= n-1={n - 1} when include_self=False, got {k}")
+    step = block_rows or max(1, BLOCK_BYTES // (8 * n))
+    idx = np.empty((n, k), dtype=np.int64)
+    val = np.empty((n, k), dtype=np.float64)
+    lo, hi = np.inf, -np.inf
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        B = np.array(rows(s, e), dtype=np.float64, copy=True)
+        if B.shape != (e - s, n):
+            raise ValueError(f"rows({s}, {e}) must return shape {(e - s, n)}, got {B.shape}")
+        if minmax:
+            lo, hi = min(lo, float(B.min())), max(hi, float(B.max()))
+        if not include_self:
+            B[np.arange(e - s), np.arange(s, e)] = -np.inf
+        top = np.argpartition(-B, k - 1, axis=1)[:, :k]
+        idx[s:e] = top
+        val[s:e] = np.take_along_axis(B, top, axis=1)
+    if minmax:
+        val = (val - lo) / (hi - lo) if hi > lo else np.ones_like(val)
+    S = sp.csr_matrix((val.ravel(), idx.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
+    W = S.maximum(S.T).tocsr()
+    W.eliminate_zeros()
+    return W
+
+
+def kernel_knn_graph(X: np.ndarray, r: float, k: int | None = None, *, include_self: bool = True) -> sp.csr_matrix:
+    """kNN graph of the Gaussian kernel matrix ``K(X, X)`` (vanilla SC; no min-max, spec 2.12(b))."""
+    X = np.asarray(X, dtype=np.float64)
+    r = _check_r(r)
+    k = knn_k(X.shape[0]) if k is None else k
+    return knn_graph(lambda s, e: gaussian_kernel(X[s:e], X, r), X.shape[0], k, include_self=include_self)
+
+
+# --------------------------------------------------------------------------- NJW
+def spectral_embedding(W, n_components: int, *, solver: str = "arpack", rng: np.random.Generator | None = None) -> np.ndarray:
+    """Rows of the ``n_components`` eigenvectors of the smallest eigenvalues of
+    ``L_sym = I - D^{-1/2} W D^{-1/2}``, each row normalized to unit length (NJW steps 1-3).
+
+    ``solver="arpack"``: :func:`scipy.sparse.linalg.eigsh` on the sparse ``A = D^{-1/2} W D^{-1/2}``
+    (largest algebraic eigenvalues of A = smallest of L_sym); ``"dense"``: :func:`scipy.linalg.eigh`
+    (small n only). Degrees use ``1/sqrt(d_i + eps)`` like the official code.
+    """
+    if solver not in ("arpack", "dense"):
+        raise ValueError(f"solver must be 'arpack' or 'dense', got {solver!r}")
+    W = sp.csr_matrix(W, dtype=np.float64)
+    n = W.shape[0]
+    if W.shape != (n, n):
+        raise ValueError(f"W must be square, got shape {W.shape}")
+    if not 1 <= n_components <= n:
+        raise ValueError(f"n_components must be in [1, n={n}], got {n_components}")
+    deg = np.asarray(W.sum(axis=1)).ravel()
+    dinv = 1.0 / np.sqrt(deg + np.finfo(float).eps)
+    A = sp.diags(dinv) @ W @ sp.diags(dinv)
+    A = (A + A.T) * 0.5  # exact symmetry for the symmetric solvers
+    if solver == "dense" or n_components >= n - 1 or n <= 3 * n_components + 20:
+        _, U = scipy.linalg.eigh(A.toarray(), subset_by_index=[n - n_components, n - 1])
+    else:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        v0 = rng.uniform(0.5, 1.5, size=n)  # seeded start vector: reproducible eigsh
+        ncv = min(n, max(4 * n_components + 1, 40))
+        _, U = spla.eigsh(A.tocsr(), k=n_components, which="LA", v0=v0, ncv=ncv, tol=0.0, maxiter=n * 20)
+    U = U / (np.linalg.norm(U, axis=1, keepdims=True) + np.finfo(float).eps)
+    return U
+
+
+def njw(W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 1000,
+        solver: str = "arpack") -> np.ndarray:
+    """Ng-Jordan-Weiss spectral clustering of the affinity ``W`` (sparse or dense, symmetric, >= 0):
+    the normalized spectral embedding (:func:`spectral_embedding`) clustered by k-means with
+    ``n_init`` restarts. Returns the (n,) labels. Randomness: stream ``"init"`` of ``seed``."""
+    if not isinstance(n_init, (int, np.integer)) or n_init < 1:
+        raise ValueError(f"n_init must be a positive int, got {n_init!r}")
+    rng = stream(seed, "init")
+    U = spectral_embedding(W, n_clusters, solver=solver, rng=rng)
+    km = KMeans(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter,
+                random_state=torch_seed(rng) % (2**31 - 1))
+    return km.fit_predict(U).astype(np.int64)
+
+
+def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn: int | None = None,
+                        include_self: bool = True, n_init: int = 50, solver: str = "arpack",
+                        y=None) -> ClusteringResult:
+    """Centralized vanilla SC (spec 2.12(b)): Gaussian ``K_xx`` with the FedSC width ``r`` (eq. 40
+    when None), kNN graph (``k = ceil(ln n)``, self included, max-symmetrized, no min-max) and NJW.
+    ``y`` is only used to put ACC/NMI in ``info``."""
+    X, _, _ = check_inputs(X, np.zeros(np.asarray(X).shape[0], dtype=np.int64), k)
+    r = mean_pairwise_distance(X, rng=stream(seed, "data")) if r is None else _check_r(r)
+    knn = knn_k(X.shape[0]) if knn is None else knn
+    W = kernel_knn_graph(X, r, knn, include_self=include_self)
+    labels = njw(W, k, seed=seed, n_init=n_init, solver=solver)
+    info = {"r": r, "knn_k": int(knn)}
+    if y is not None:
+        from fedclust.metrics import clustering_scores
+
+        info.update(clustering_scores(y, labels))
+    return ClusteringResult(labels=labels, info=info)

@@ -1,0 +1,1 @@
+"""FedSC: federated spectral clustering by secure similarity reconstruction."""

@@ -1,0 +1,151 @@
+"""Kernel, r and d rules, kNN graph and NJW (fedclust.clustering.spectral; spec 001, sections 2.7-2.8)."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from fedclust.clustering import spectral
+from fedclust.metrics import clustering_accuracy
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    # Small matrices: one BLAS/OpenMP thread avoids oversubscription on shared CI cores.
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def circles(shared_data):
+    p = shared_data / "fedsc" / "Concentric_Circles.mat"
+    if not p.exists():
+        pytest.skip(f"FedSC concentric circles file not found at {p}")
+    import scipy.io
+
+    m = scipy.io.loadmat(p)
+    return m["X"].T.astype(float), m["Label"].ravel()
+
+
+def test_gaussian_kernel_and_mean_distance_by_hand():
+    X = np.array([[0.0, 0.0], [3.0, 4.0], [0.0, 1.0]])
+    r = 2.0
+    K = spectral.gaussian_kernel(X, X, r)
+    assert K[0, 1] == pytest.approx(math.exp(-25 / 8))
+    assert K[0, 2] == pytest.approx(math.exp(-1 / 8))
+    assert np.allclose(np.diag(K), 1.0)
+    # eq. (40): mean over all n^2 pairs, diagonal zeros included
+    dists = [0, 5, 1, 5, 0, math.sqrt(9 + 9), 1, math.sqrt(18), 0]
+    assert spectral.mean_pairwise_distance(X) == pytest.approx(sum(dists) / 9)
+    # eq. (42): average of the per-client means
+    client = np.array([0, 0, 1])
+    assert spectral.federated_mean_distance(X, client) == pytest.approx((10 / 4 + 0.0) / 2)
+
+
+def test_eigen_rank_counts_distinct_far_apart_points():
+    # 3 distinct points, far apart relative to r, each repeated 10 times: K = blockdiag(ones(10)) -> rank 3
+    base = np.array([[0.0, 0.0], [100.0, 0.0], [0.0, 100.0]])
+    X = np.repeat(base, 10, axis=0)
+    assert spectral.eigen_rank(X, r=1.0, tol=0.99) == 3
+    assert spectral.eigen_rank(X, r=1.0, tol=0.3) == 1
+    # a tiny kernel width makes every sample its own atom: d = n
+    Y = np.random.default_rng(0).normal(size=(20, 3))
+    assert spectral.eigen_rank(Y, r=1e-3, tol=0.99) == 20
+
+
+def test_knn_k_rule():
+    assert [spectral.knn_k(n) for n in (1, 150, 400, 1000, 1372, 1440, 9298)] == [1, 6, 6, 7, 8, 8, 10]
+
+
+def _dense_knn_reference(S, k, minmax, include_self):
+    S = S.astype(float).copy()
+    if minmax:
+        S = (S - S.min()) / (S.max() - S.min())
+    n = S.shape[0]
+    out = np.zeros_like(S)
+    for i in range(n):
+        row = S[i].copy()
+        if not include_self:
+            row[i] = -np.inf
+        top = np.argsort(-row, kind="stable")[:k]
+        out[i, top] = S[i, top]
+    return np.maximum(out, out.T)
+
+
+@pytest.mark.parametrize("minmax,include_self,block", [(False, True, None), (True, True, 3), (True, False, 1)])
+def test_knn_graph_matches_dense_reference(minmax, include_self, block):
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(17, 17))
+    S = A + A.T  # symmetric, with negative entries (like K_hat before min-max)
+    k = 4
+    W = spectral.knn_graph(lambda s, e: S[s:e], 17, k, include_self=include_self, minmax=minmax, block_rows=block)
+    ref = _dense_knn_reference(S, k, minmax, include_self)
+    assert sp.issparse(W)
+    assert np.allclose(W.toarray(), ref)
+    assert np.allclose(W.toarray(), W.toarray().T)
+    if minmax:
+        assert W.min() >= 0.0 and W.max() <= 1.0 + 1e-12
+        if include_self:  # the global max (a diagonal entry here) is kept and rescaled to 1
+            assert W.max() == pytest.approx(1.0)
+
+
+def test_knn_graph_validates_k():
+    with pytest.raises(ValueError, match="k"):
+        spectral.knn_graph(lambda s, e: np.zeros((e - s, 5)), 5, 0)
+    with pytest.raises(ValueError, match="k"):
+        spectral.knn_graph(lambda s, e: np.zeros((e - s, 5)), 5, 5, include_self=False)
+
+
+def _block_affinity(sizes, noise, seed):
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    y = np.repeat(np.arange(len(sizes)), sizes)
+    W = rng.uniform(0.3, 1.0, size=(n, n)) * (y[:, None] == y[None, :])
+    W += noise * rng.uniform(size=(n, n)) * (y[:, None] != y[None, :])
+    W = (W + W.T) / 2
+    perm = rng.permutation(n)
+    return sp.csr_matrix(W[perm][:, perm]), y[perm]
+
+
+@pytest.mark.parametrize("solver", ["arpack", "dense"])
+@pytest.mark.parametrize("noise", [0.0, 0.02])
+def test_njw_recovers_blocks(solver, noise):
+    W, y = _block_affinity([30, 50, 40, 80, 25], noise, seed=1)
+    labels = spectral.njw(W, 5, seed=0, solver=solver)
+    assert clustering_accuracy(y, labels) == 1.0
+
+
+def test_spectral_embedding_rows_are_unit_and_span_top_eigvecs():
+    W, y = _block_affinity([20, 30, 25], 0.0, seed=2)
+    U = spectral.spectral_embedding(W, 3, solver="arpack", rng=np.random.default_rng(0))
+    assert np.allclose(np.linalg.norm(U, axis=1), 1.0)
+    # rows of the same block coincide (piecewise-constant embedding of a disconnected graph)
+    for c in range(3):
+        rows = U[y == c]
+        assert np.allclose(rows, rows[0], atol=1e-6)
+
+
+def test_vanilla_sc_clusters_clean_circles_perfectly(circles):
+    X, y = circles
+    res = spectral.spectral_clustering(X, 2, seed=0, y=y)
+    assert res.info["ACC"] == 1.0
+    assert res.info["knn_k"] == 8
+
+
+def test_spectral_clustering_same_seed_same_labels():
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 0.3, size=(40, 2)) for c in ((0, 0), (3, 0), (0, 3))])
+    a = spectral.spectral_clustering(X, 3, seed=5).labels
+    b = spectral.spectral_clustering(X, 3, seed=5).labels
+    assert np.array_equal(a, b)
+
+
+def test_parameter_validation():
+    with pytest.raises(ValueError, match="r"):
+        spectral.eigen_rank(np.zeros((3, 2)), r=0.0)
+    with pytest.raises(ValueError, match="tol"):
+        spectral.eigen_rank(np.zeros((3, 2)), r=1.0, tol=1.5)
+    with pytest.raises(ValueError, match="n_components"):
+        spectral.spectral_embedding(sp.eye(4), 5)
