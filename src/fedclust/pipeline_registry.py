@@ -10,6 +10,7 @@ from __future__ import annotations
 from kedro.pipeline import Pipeline
 
 from fedclust.pipelines import data_processing, partitioning
+from fedclust.pipelines.grids import GRID_PIPELINES
 from fedclust.pipelines.methods import METHOD_PIPELINES
 
 
@@ -25,5 +26,7 @@ def register_pipelines() -> dict[str, Pipeline]:
         pipelines[name] = front + method
         if in_tour:
             tour = tour + method
+    for name, factory in GRID_PIPELINES.items():
+        pipelines[name] = factory()
     pipelines["__default__"] = tour
     return pipelines
