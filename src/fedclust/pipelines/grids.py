@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from kedro.pipeline import Pipeline, node
 
@@ -51,7 +52,39 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     return fig
 
 
-def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric: str = "ACC") -> Pipeline:
+def plot_curves(records: list[dict], keys, metrics=("objective", "ACC"), max_curves: int = 12):
+    """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if not r.get("history"):
+            continue
+        label = tuple((k, (r.get("params") or {}).get(k, (r.get("tags") or {}).get(k))) for k in keys)
+        groups.setdefault(label, []).append(r["history"])
+    shown = [m for m in metrics if any(m in h for hs in groups.values() for h in hs)]
+    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5.0 * max(len(shown), 1), 3.6), squeeze=False)
+    for ax, metric in zip(axes[0], shown):
+        for label, hists in list(groups.items())[:max_curves]:
+            series = [h[metric] for h in hists if metric in h and len(h[metric])]
+            if not series:
+                continue
+            n = min(len(s_) for s_ in series)
+            mean = np.mean([s_[:n] for s_ in series], axis=0)
+            ax.plot(range(1, n + 1), mean, label=", ".join(f"{k}={v}" for k, v in label if v is not None))
+        ax.set_xlabel("round")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        if metric == "objective":
+            ax.set_yscale("log")
+    if shown:
+        axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    if len(groups) > max_curves:
+        fig.suptitle(f"first {max_curves} of {len(groups)} curves (all are in MLflow)", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric: str = "ACC",
+                  curve_keys=("method",)) -> Pipeline:
     """A ``<name>`` pipeline around ``run(config, data_paths) -> records`` and ``tables(records)``."""
 
     def run_grid(config: dict, data_paths: dict) -> tuple[list[dict], list[dict]]:
@@ -61,14 +94,14 @@ def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric
     def tabulate(records: list[dict]):
         tabs = tables(records)
         csv, md = _tables_to_outputs(tabs, title)
-        return csv, md, plot_sweeps(tabs, metric)
+        return csv, md, plot_sweeps(tabs, metric), plot_curves(records, curve_keys)
 
     run_grid.__name__ = "run_grid"
     tabulate.__name__ = "tabulate"
     return Pipeline(
         [
             node(run_grid, ["params:config", "params:data_paths"], ["records", "child_runs"], name="run_grid", tags=["training", "grid"]),
-            node(tabulate, "records", ["summary_csv", "summary_md", "sweep_plot"], name="tabulate", tags=["reporting", "grid"]),
+            node(tabulate, "records", ["summary_csv", "summary_md", "sweep_plot", "curves_plot"], name="tabulate", tags=["reporting", "grid"]),
         ],
         namespace=name,
         parameters={"params:data_paths"},
@@ -81,7 +114,16 @@ def _fedsc_grid():
     return grid_pipeline("fedsc_grid", fedsc.run, fedsc.tables, "FedSC grid: ACC/NMI mean ± std over trials")
 
 
+def _dp_fedc_grid():
+    from fedclust.grids import dp_fedc
+
+    return grid_pipeline("dp_fedc_grid", dp_fedc.run, dp_fedc.tables,
+                         "DP-FedC grid: Table I layout and the eps_bar / K / split sweep (mean ± std over seeds)",
+                         curve_keys=dp_fedc.CURVE_KEYS)
+
+
 #: name -> pipeline factory
 GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "fedsc_grid": _fedsc_grid,
+    "dp_fedc_grid": _dp_fedc_grid,
 }

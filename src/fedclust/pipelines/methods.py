@@ -100,8 +100,27 @@ def _fedsc():
     return clustering_pipeline("fedsc", calibrate, train)
 
 
+def _dp_fedc():
+    from fedclust.pipelines.dp_fedc.nodes import calibrate, train
+
+    return clustering_pipeline("dp_fedc", calibrate, train)
+
+
+def _kmeans_baseline(method: str):
+    def factory():
+        from fedclust.pipelines.kmeans_baselines.nodes import nodes_for
+
+        return clustering_pipeline(method, *nodes_for(method))
+
+    return factory
+
+
 #: name -> (pipeline factory, part of the default quick tour?)
 METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fkm": (_fkm, True),
     "fedsc": (_fedsc, True),
+    "dp_fedc": (_dp_fedc, True),
+    "fzkm": (_kmeans_baseline("fzkm"), False),
+    "dk_pp": (_kmeans_baseline("dk_pp"), False),
+    "dkm": (_kmeans_baseline("dkm"), False),
 }

@@ -6,8 +6,7 @@ import logging
 import math
 from fedclust.clustering import fkm
 from fedclust.pipelines.methods import n_clusters, require_all_assigned, run_timed
-from fedclust.pipelines.privacy.nodes import check_privacy_params
-from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.pipelines.privacy.nodes import calibrate_per_round_noise
 
 logger = logging.getLogger(__name__)
 
@@ -16,19 +15,15 @@ def calibrate(privacy: dict, train: dict, partition, dataset) -> dict:
     """Noise multiplier for the per-cluster sums and counts from the target (epsilon, delta).
 
     Sample-level DP, add/remove neighbours, no amplification claimed for client sampling (a
-    sample's client may upload in every round), composed over ``rounds`` releases.
+    sample's client may upload in every round), composed over ``rounds`` releases. The upload
+    ``(sums, counts)`` has L2 sensitivity sqrt(clip^2 + 1).
     """
-    eps, delta = check_privacy_params(privacy)
-    clip = float(train.get("clip", 1.0))
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "clip": clip, "epsilon_target": eps}
-    if eps is None:
-        return {**base, "private": False, "noise_multiplier": 0.0, "noise_std": 0.0}
-    z = calibrate_noise_multiplier(
-        eps, delta, steps=int(train["rounds"]), sampling="none", accountant=privacy.get("accountant", "rdp")
-    )
-    sens = math.sqrt(clip**2 + 1.0)
-    logger.info("fkm: epsilon=%s delta=%s -> noise multiplier %.4g (std %.4g)", eps, delta, z, z * sens)
-    return {**base, "private": True, "noise_multiplier": float(z), "sensitivity": sens, "noise_std": float(z * sens)}
+    noise = calibrate_per_round_noise(privacy, train)
+    if noise["private"]:
+        noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
+        noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
+        logger.info("fkm: epsilon=%s -> noise multiplier %.4g (std %.4g)", noise["epsilon_target"], noise["noise_multiplier"], noise["noise_std"])
+    return noise
 
 
 def train(dataset, partition, noise: dict, train: dict, seed: int):

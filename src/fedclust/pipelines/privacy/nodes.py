@@ -26,6 +26,30 @@ def check_privacy_params(privacy: dict) -> tuple[float | None, float]:
     return eps, delta
 
 
+def calibrate_per_round_noise(privacy: dict, train: dict, *, mechanisms_per_round: int = 1, rounds_key: str = "rounds") -> dict:
+    """Noise multiplier z for a method that releases ``mechanisms_per_round`` Gaussians (each of
+    noise std z x its sensitivity) in each of ``train[rounds_key]`` rounds, so that the whole run is
+    (epsilon, delta)-DP by the accountant (sample-level, add/remove, no amplification claimed).
+
+    Used by FKM and the k-means-family baselines: the same budget gives every method of a
+    comparison the same guarantee.
+    """
+    from fedclust.privacy.accountants import calibrate_noise_multiplier
+
+    eps, delta = check_privacy_params(privacy)
+    clip = train.get("clip")
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "clip": clip, "epsilon_target": eps}
+    if eps is None:
+        return {**base, "private": False, "noise_multiplier": 0.0}
+    if clip is None or float(clip) <= 0:
+        raise ValueError("train.clip (L2 bound on every sample) must be > 0 for a private run")
+    z = calibrate_noise_multiplier(
+        eps, delta, steps=int(train[rounds_key]), sampling="none", n_mechanisms=int(mechanisms_per_round),
+        accountant=privacy.get("accountant", "rdp"),
+    )
+    return {**base, "private": True, "noise_multiplier": float(z), "mechanisms_per_round": int(mechanisms_per_round)}
+
+
 def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dict:
     """The privacy report of a finished run (written to data/08_reporting/<method>/privacy.json)."""
     _, delta = check_privacy_params(privacy)
@@ -37,7 +61,7 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
         unit=calibration.get("unit", "sample"),
         paper_epsilon=calibration.get("paper_epsilon"),
         paper_formula=calibration.get("paper_formula"),
-        notes=tuple(calibration.get("notes", ())),
+        notes=tuple(calibration.get("notes", ())) + tuple(result.info.get("privacy_notes", ())),
         accountant=privacy.get("accountant", "rdp"),
     )
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}

@@ -1,0 +1,236 @@
+"""DP-FedC and its Table I baselines on the MNIST test set (spec 000; issue 4).
+
+Run from the project root::
+
+    .venv/bin/python benchmarks/bench_dp_fedc.py            # full: 5 seeds, R = 100
+    .venv/bin/python benchmarks/bench_dp_fedc.py --quick    # 1 seed, R = 4 (< 1 minute)
+
+Prints
+1. the Table I layout (IID, N = 100, K = 30, Q1 = 10, Q2 = 5, R = 100): FKM, FZKM, DK++, DKM and
+   DP-FedC x {no DP, eps_bar = 20}, final ACC mean +- std over the seeds. Every method gets the same
+   initial centres W^0 per seed. The baselines get the same per-round (eps, delta) as DP-FedC (the
+   per-round eps that Theorem 3 gives DP-FedC) with the classical Gaussian mechanism on their uploads,
+   samples clipped to the largest row norm (spec A11). The baselines are OUR reimplementations;
+2. the paper's qualitative claims (Figs. 3-4 setting, Q2^t = floor(10/t)+1): ACC ordering
+   no DP > eps_bar=20 > eps_bar=2, IID >= non-IID (two digits per client), larger K better;
+3. wall time of one vectorized DP-FedC round against a per-client Python loop of the same round
+   (same inputs, results equal to 1e-10), and of a full 100-round run.
+
+Data: ``../shared/data/mnist`` (the 10,000-image MNIST test set, pixels / 255), or ``--data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
+from fedclust.clustering._common import SegmentLayout, initial_centroids, sample_clients
+from fedclust.data.files import load_mnist_folder
+from fedclust.data.synthetic import gaussian_mixture
+from fedclust.metrics import clustering_accuracy
+from fedclust.partition.iid import iid
+from fedclust.partition.shards import shards
+from fedclust.privacy.mechanisms import classical_sigma
+from fedclust.privacy.paper.dp_fedc import round_epsilon
+from fedclust.rng import stream
+
+N_CLIENTS, K_DEFAULT, DELTA, B = 100, 30, 1e-4, 50
+
+
+def ms(a):
+    a = np.asarray(a, dtype=float)
+    return f"{100 * a.mean():5.1f} ± {100 * a.std():4.1f}"
+
+
+def load(path):
+    p = Path(path)
+    if not p.is_dir():
+        raise SystemExit(f"MNIST folder {p} not found (expected t10k-images-idx3-ubyte.gz and labels)")
+    ds = load_mnist_folder(p, "test")
+    return ds.X.astype(np.float64) / 255.0, ds.y
+
+
+def partition(y, split, seed):
+    if split == "iid":
+        return iid(y.size, N_CLIENTS, seed=seed).client
+    return shards(y, N_CLIENTS, labels_per_client=2, seed=seed).client
+
+
+def table1(X, y, seeds, R, G):
+    """Table I: methods x {no DP, eps_bar = 20}, IID, K = 30, Q2 = 5."""
+    k = 10
+    K = K_DEFAULT
+    # DP-FedC's per-round eps (Theorem 3 with q = min(Q2 b / n_i, 0.99), p = K/N), shared by all
+    q = min(5 * B / (X.shape[0] / N_CLIENTS), 0.99)
+    eps_round = round_epsilon(20.0, q, K / N_CLIENTS, R)
+    with warnings.catch_warnings():  # eps >= 1 in --quick (few rounds): classical formula still used
+        warnings.simplefilter("ignore")
+        z = classical_sigma(eps_round, DELTA, 1.0)
+    clip = float(np.linalg.norm(X, axis=1).max())
+    rows = {}
+    times = {}
+
+    for name, mod in [("FKM", fkm), ("FZKM", fzkm), ("DK++", dk_pp), ("DKM", dkm), ("DP-FedC", dp_fedc)]:
+        for dp in (False, True):
+            accs, t0 = [], time.perf_counter()
+            for seed in seeds:
+                client = partition(y, "iid", seed)
+                W0 = initial_centroids(X, k, seed)
+                common = dict(rounds=R, clients_per_round=K, seed=seed, init_centroids=W0)
+                if mod is dp_fedc:
+                    r = dp_fedc.run(X, client, k, q2=5, G=G if dp else None, eps_bar=20.0 if dp else None, **common)
+                elif mod is fkm:
+                    r = fkm.run(X, client, k, noise_multiplier=z if dp else 0.0, clip=clip if dp else None, **common)
+                else:
+                    extra = {"seeding_rounds": min(5, R - 2)} if mod is dk_pp else {}
+                    r = mod.run(X, client, k, noise_multiplier=z if dp else 0.0, clip=clip if dp else None,
+                                **common, **extra)
+                accs.append(clustering_accuracy(y, r.labels))
+            rows[(name, dp)] = accs
+            times[(name, dp)] = (time.perf_counter() - t0) / len(seeds)
+    print(f"\n## 1. Table I layout (MNIST test set, IID, N={N_CLIENTS}, K={K}, Q1=10, Q2=5, R={R}, "
+          f"{len(seeds)} seed(s); ACC %, mean ± std)")
+    print(f"per-round eps given to every method at eps_bar=20: {eps_round:.4g} (delta={DELTA}); baseline "
+          f"noise multiplier z={z:.3g}, sample clip={clip:.3g}; DP-FedC gradient clip G={G}")
+    print("(FKM, FZKM, DK++, DKM are our reimplementations, not the paper's code)\n")
+    print("| method | without DP | eps_bar = 20 | drop | s/run (no DP, DP) |")
+    print("|---|---|---|---|---|")
+    for name in ["FKM", "FZKM", "DK++", "DKM", "DP-FedC"]:
+        a, b = np.array(rows[(name, False)]), np.array(rows[(name, True)])
+        print(f"| {name} | {ms(a)} | {ms(b)} | {100 * (a.mean() - b.mean()):5.1f} | "
+              f"{times[(name, False)]:.1f}, {times[(name, True)]:.1f} |")
+    return rows
+
+
+def claims(X, y, seeds, R, G, Ks):
+    """DP-FedC in the Figs. 3-4 setting (Q2^t = floor(10/t)+1)."""
+    k = 10
+    res = {}
+
+    def go(split, K, eb):
+        key = (split, K, eb)
+        if key not in res:
+            accs = []
+            for seed in seeds:
+                client = partition(y, split, seed)
+                r = dp_fedc.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, q2="diminishing",
+                                G=G if eb else None, eps_bar=eb, init_centroids=initial_centroids(X, k, seed))
+                accs.append(clustering_accuracy(y, r.labels))
+            res[key] = np.array(accs)
+        return res[key]
+
+    print(f"\n## 2. Qualitative claims (DP-FedC, Q1=10, Q2^t=floor(10/t)+1, R={R}, G={G}, "
+          f"{len(seeds)} seed(s); final ACC %)\n")
+    print("| split | K | no DP | eps_bar=20 | eps_bar=2 |")
+    print("|---|---|---|---|---|")
+    for split in ("iid", "noniid"):
+        print(f"| {split} | {K_DEFAULT} | {ms(go(split, K_DEFAULT, None))} | {ms(go(split, K_DEFAULT, 20.0))} | "
+              f"{ms(go(split, K_DEFAULT, 2.0))} |")
+    print("\n| split | eps_bar | " + " | ".join(f"K={K}" for K in Ks) + " |")
+    print("|---|---|" + "---|" * len(Ks))
+    for split in ("iid", "noniid"):
+        print(f"| {split} | 20 | " + " | ".join(ms(go(split, K, 20.0)) for K in Ks) + " |")
+    print()
+    for split in ("iid", "noniid"):
+        a, b, c = (go(split, K_DEFAULT, e).mean() for e in (None, 20.0, 2.0))
+        print(f"- [{'x' if a > b > c else ' '}] {split}: ACC no DP > eps_bar=20 > eps_bar=2 "
+              f"({100 * a:.1f} > {100 * b:.1f} > {100 * c:.1f})")
+    for eb in (None, 20.0, 2.0):
+        a, b = go("iid", K_DEFAULT, eb).mean(), go("noniid", K_DEFAULT, eb).mean()
+        print(f"- [{'x' if a >= b else ' '}] eps_bar={eb if eb else 'inf'}: IID >= non-IID "
+              f"({100 * a:.1f} vs {100 * b:.1f})")
+    for split in ("iid", "noniid"):
+        v = [go(split, K, 20.0).mean() for K in Ks]
+        ok = all(v[i] <= v[i + 1] for i in range(len(v) - 1))
+        print(f"- [{'x' if ok else ' '}] {split}, eps_bar=20: larger K better "
+              f"({' <= '.join(f'{100 * a:.1f}' for a in v)})")
+
+
+def timing(X, y, G, R_full, reps, quick=False):
+    """One vectorized round vs the per-client loop of the same round, and a full run."""
+    k, K, seed = 10, K_DEFAULT, 0
+    client = partition(y, "iid", seed)
+    H = stream(seed, "init_h").random((X.shape[0], k))
+    rng = np.random.default_rng(0)
+    out = []
+    # a low-dimensional mixture (m = 10) where per-client work is tiny and Python overhead dominates
+    small = gaussian_mixture(10000, 10, 10, separation=6.0, seed=0)
+    Xsmall = small.X.astype(np.float64) + 10.0
+    configs = [("mnist", 100, 5)] if quick else [("mnist", 100, 5), ("mnist", 100, 11), ("mnist", 1000, 5),
+                                                 ("mixture m=10", 1000, 5)]
+    for data, N, Q2 in configs:
+        XX = X if data == "mnist" else Xsmall
+        cl = client if N == N_CLIENTS else iid(y.size, N, seed=seed).client
+        C = initial_centroids(XX, k, seed)
+        rho, mu_h = dp_fedc.penalty_params(XX, N)
+        lay = SegmentLayout(cl, N)
+        Xs = np.ascontiguousarray(XX[lay.order])
+        Kr = K if N == N_CLIENTS else 300
+        S = sample_clients(rng, N, Kr)
+        local, mask, bi = dp_fedc.draw_minibatches(rng, lay.sizes[S], Q2, B)
+        noise = rng.standard_normal((Kr, k, XX.shape[1]))
+        rin = dp_fedc.RoundInput(S, local + lay.offsets[S][:, None, None], mask, bi, Q2, noise,
+                                 lambda eta, q2: 0.01 * q2 / eta)
+        kw = dict(Q1=10, rho=rho, mu_h=mu_h, mu_w=0.0, h_rule="stable", alpha_1=1.0, eta_rule="per_client",
+                  alpha_2=5.0, G=G, literal_2rho=False, all_clients_update_H=True)
+        with dp_fedc._blas_threads(1):
+            tv, tl = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                H1, C1, _ = dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
+                tv.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                H2, C2, _ = dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
+                tl.append(time.perf_counter() - t0)
+        err = max(np.abs(H1 - H2).max(), np.abs(C1 - C2).max())
+        out.append((data, N, Kr, Q2, np.median(tv), np.median(tl), err))
+    print(f"\n## 3. Wall time of one round (n=10000, k=10, Q1=10, b={B}, DP noise on, 1 BLAS thread, "
+          f"median of {reps})\n")
+    print("| data | N clients (n_i) | K | Q2 | vectorized (ms) | per-client loop (ms) | speed-up | max abs diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    for data, N, Kr, Q2, a, b, e in out:
+        print(f"| {data} | {N} ({y.size // N}) | {Kr} | {Q2} | {1e3 * a:.1f} | {1e3 * b:.1f} | {b / a:.1f}x | "
+              f"{e:.1e} |")
+    for q2, eb in ((5, 20.0),) if quick else ((5, 20.0), ("diminishing", 20.0), (5, None)):  # N=100, K=30
+        t0 = time.perf_counter()
+        r = dp_fedc.run(X, client, k, rounds=R_full, clients_per_round=K, seed=seed, q2=q2, G=G if eb else None, eps_bar=eb,
+                        y=y)
+        dt = time.perf_counter() - t0
+        print(f"- full run, R={R_full}, Q2={q2}, eps_bar={eb if eb else 'inf'} (ACC/NMI logged every round): "
+              f"{dt:.1f} s (final ACC {100 * r.history['ACC'][-1]:.1f} %)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 seed, R = 4, K in {10, 30}, short timings (< 1 minute)")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"))
+    ap.add_argument("--G", type=float, default=0.03,
+                    help="DP-FedC gradient clip bound for the private runs (non-private runs are unclipped)")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: table,claims,timing")
+    a = ap.parse_args()
+    X, y = load(a.data)
+    seeds = [0] if a.quick else [0, 1, 2, 3, 4]
+    R = 4 if a.quick else 100
+    skip = set(a.skip.split(","))
+    t0 = time.perf_counter()
+    from sklearn.cluster import KMeans
+
+    km = KMeans(10, n_init=1 if a.quick else 10, random_state=0).fit(X)
+    print(f"# DP-FedC benchmark ({'quick' if a.quick else 'full'}): MNIST test set {X.shape}, "
+          f"centralized sklearn KMeans(n_init={km.n_init}) ACC {100 * clustering_accuracy(y, km.labels_):.1f} %")
+    if "table" not in skip:
+        table1(X, y, seeds, R, a.G)
+    if "claims" not in skip:
+        claims(X, y, seeds, R, a.G, [10, 30] if a.quick else [10, 30, 100])
+    if "timing" not in skip:
+        timing(X, y, a.G, 10 if a.quick else 100, 1 if a.quick else 5, a.quick)
+    print(f"\ntotal benchmark time {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""Helpers shared by DP-FedC (spec 000) and its Table I baselines (FZKM, DK++, DKM).
+
+Everything here is plain numpy and vectorized over clients: client sampling, the client-sorted
+"segment" layout of the data, nearest-centroid assignment, weighted Lloyd on a small point set,
+(weighted) k-means++ seeding, per-round metric logging and the Gaussian-noise calibration of the
+baselines (spec 000, A11).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedclust.metrics import clustering_scores
+from fedclust.rng import stream
+
+MECHANISMS = ("classical", "analytic")
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter checks
+# ----------------------------------------------------------------------------------------------
+def check_int(name: str, value, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int in [{low}, {high if high is not None else 'inf'}], got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+    return int(value)
+
+
+def check_float(name: str, value, low: float = 0.0, *, strict: bool = True, allow_inf: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number {'>' if strict else '>='} {low}, got {value!r}") from None
+    if math.isnan(v) or (math.isinf(v) and not allow_inf) or (v <= low if strict else v < low):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
+    return v
+
+
+def check_clients_per_round(clients_per_round, n_clients: int) -> int:
+    if clients_per_round is None:
+        return n_clients
+    return check_int("clients_per_round", clients_per_round, 1, n_clients)
+
+
+def check_all_clients_nonempty(sizes: np.ndarray) -> None:
+    if (sizes == 0).any():
+        empty = np.flatnonzero(sizes == 0)[:5].tolist()
+        raise ValueError(
+            f"client: every client id 0..{sizes.size - 1} must hold at least one sample; "
+            f"clients {empty} hold none (renumber the clients)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# layout, initialisation, sampling
+# ----------------------------------------------------------------------------------------------
+class SegmentLayout:
+    """Samples sorted by client so that client i owns the contiguous rows ``offsets[i]:offsets[i+1]``.
+
+    ``order[j]`` is the original index of sorted row j; ``inverse`` maps back.
+    """
+
+    def __init__(self, client: np.ndarray, n_clients: int):
+        self.order = np.argsort(client, kind="stable")
+        self.inverse = np.empty_like(self.order)
+        self.inverse[self.order] = np.arange(self.order.size)
+        self.sizes = np.bincount(client, minlength=n_clients).astype(np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self.client_sorted = client[self.order]
+        self.n_clients = n_clients
+
+    def rows_of(self, clients: np.ndarray) -> np.ndarray:
+        """Sorted-row indices of all samples of ``clients`` (concatenated, in client order)."""
+        sz = self.sizes[clients]
+        start = np.repeat(self.offsets[clients], sz)
+        within = np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz)
+        return start + within
+
+
+def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None) -> np.ndarray:
+    """The shared W^0 (spec 000, A9): ``init_centroids`` if given, else k distinct random data rows
+    drawn from stream ``"init"`` (the same rows as :func:`fedclust.clustering.fkm.init_from_data`)."""
+    m = X.shape[1]
+    if init_centroids is None:
+        idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
+        return X[idx].astype(np.float64, copy=True)
+    C = np.array(init_centroids, dtype=np.float64)
+    if C.shape != (k, m):
+        raise ValueError(f"init_centroids must have shape (k={k}, m={m}), got {C.shape}")
+    if not np.isfinite(C).all():
+        raise ValueError("init_centroids contains NaN or infinite values")
+    return C
+
+
+def sample_clients(rng: np.random.Generator, n_clients: int, K: int) -> np.ndarray:
+    """PCP: K of N clients uniformly without replacement (sorted), from stream ``"sampling"``."""
+    return np.sort(rng.choice(n_clients, size=K, replace=False))
+
+
+def clip_data(X: np.ndarray, clip: float | None) -> np.ndarray:
+    """Every row scaled to L2 norm <= clip (no-op when clip is None)."""
+    if clip is None:
+        return X
+    from fedclust.privacy.mechanisms import clip_rows
+
+    return clip_rows(X, clip)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# k-means building blocks
+# ----------------------------------------------------------------------------------------------
+def sq_dists(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(n, k) squared Euclidean distances, clamped at 0."""
+    d2 = (X * X).sum(1)[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :]
+    return np.maximum(d2, 0.0, out=d2)
+
+
+def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest-centroid index of every row and its squared distance."""
+    d2 = sq_dists(X, C)
+    lab = d2.argmin(1)
+    return lab, d2[np.arange(X.shape[0]), lab]
+
+
+def weighted_kmeanspp(P: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding on points ``P`` with non-negative weights ``w`` (D^2 weighting times w)."""
+    w = np.maximum(np.asarray(w, dtype=np.float64), 0.0)
+    if w.sum() <= 0:
+        w = np.ones_like(w)
+    first = rng.choice(P.shape[0], p=w / w.sum())
+    C = [P[first]]
+    d2 = ((P - P[first]) ** 2).sum(1)
+    for _ in range(1, k):
+        pr = w * d2
+        s = pr.sum()
+        j = rng.choice(P.shape[0], p=pr / s) if s > 0 else rng.choice(P.shape[0], p=w / w.sum())
+        C.append(P[j])
+        d2 = np.minimum(d2, ((P - P[j]) ** 2).sum(1))
+    return np.array(C)
+
+
+def weighted_lloyd(P: np.ndarray, w: np.ndarray, C0: np.ndarray, iters: int = 20) -> np.ndarray:
+    """Weighted Lloyd iterations on a small point set, warm-started at ``C0``; a centre that gets
+    no (positive) weight keeps its previous position."""
+    C = np.array(C0, dtype=np.float64, copy=True)
+    k = C.shape[0]
+    w = np.maximum(np.asarray(w, dtype=np.float64), 0.0)
+    for _ in range(iters):
+        lab, _ = nearest(P, C)
+        onehot = (lab[None, :] == np.arange(k)[:, None]) * w[None, :]  # (k, |P|) weighted
+        mass = onehot.sum(1)
+        sums = onehot @ P
+        ok = mass > 0
+        newC = C.copy()
+        newC[ok] = sums[ok] / mass[ok, None]
+        if np.allclose(newC, C, rtol=0, atol=1e-12):
+            C = newC
+            break
+        C = newC
+    return C
+
+
+def kmeans_cost(X: np.ndarray, C: np.ndarray) -> float:
+    """Mean squared distance to the nearest centroid (the objective the baselines report)."""
+    return float(nearest(X, C)[1].sum() / X.shape[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# logging and DP calibration
+# ----------------------------------------------------------------------------------------------
+def new_history(y, extra=()) -> dict[str, list[float]]:
+    h: dict[str, list[float]] = {"objective": []}
+    if y is not None:
+        h["ACC"], h["NMI"] = [], []
+    for name in extra:
+        h[name] = []
+    return h
+
+
+def log_scores(history: dict, y, labels: np.ndarray) -> None:
+    if y is not None:
+        sc = clustering_scores(y, labels)
+        history["ACC"].append(sc["ACC"])
+        history["NMI"].append(sc["NMI"])
+
+
+def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, mechanism: str) -> float:
+    """The noise multiplier z (noise std / L2 sensitivity) of a baseline's per-round release.
+
+    Either given directly (``noise_multiplier``) or calibrated from a per-round ``(epsilon, delta)``
+    with the classical or the analytic Gaussian mechanism (spec 000, A11). 0 = no DP.
+    """
+    z = check_float("noise_multiplier", noise_multiplier, 0.0, strict=False)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if epsilon is None or (isinstance(epsilon, float) and math.isinf(epsilon)):
+        return z
+    if z > 0:
+        raise ValueError("give either noise_multiplier or epsilon, not both")
+    eps = check_float("epsilon", epsilon, 0.0)
+    check_float("delta", delta, 0.0)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    from fedclust.privacy import mechanisms as mech
+
+    fn = mech.classical_sigma if mechanism == "classical" else mech.analytic_sigma
+    return float(fn(eps, delta, 1.0))
+
+
+def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
+    """The L2 bound on every sample used by a private baseline.
+
+    ``clip`` if given; otherwise (private runs only) the largest row norm of X, which the caller
+    then treats as a public bound (e.g. sqrt(m) for features in [0, 1]); recorded in ``info``.
+    """
+    if clip is not None:
+        return check_float("clip", clip, 0.0)
+    if not private:
+        return None
+    return float(np.linalg.norm(X, axis=1).max())
+
+
+# ----------------------------------------------------------------------------------------------
+# segment / padded layouts of the sampled clients
+# ----------------------------------------------------------------------------------------------
+def segment_sums(values: np.ndarray, seg: np.ndarray, n_seg: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """``out[s] = sum_{j: seg[j] = s} w_j values[j]`` for (len, ...) values, as one sparse product."""
+    from scipy.sparse import csr_matrix
+
+    w = np.ones(seg.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    M = csr_matrix((w, (seg, np.arange(seg.size))), shape=(n_seg, seg.size))
+    v = values.reshape(values.shape[0], -1)
+    return np.asarray(M @ v).reshape((n_seg,) + values.shape[1:])
+
+
+def padded_rows(lay: SegmentLayout, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(K, n_max) sorted-row indices of the clients' samples (padding repeats the first row) and
+    the (K, n_max) validity mask."""
+    sz = lay.sizes[clients]
+    nmax = int(sz.max())
+    pos = np.arange(nmax)[None, :]
+    mask = pos < sz[:, None]
+    rows = lay.offsets[clients][:, None] + np.where(mask, pos, 0)
+    return rows, mask
+
+
+def noisy(x: np.ndarray, std: float, rng: np.random.Generator | None) -> np.ndarray:
+    """x + N(0, std^2) per entry (x itself when std == 0)."""
+    if std <= 0 or rng is None:
+        return x
+    return x + rng.normal(0.0, std, size=x.shape)
+
+
+def lloyd_round(Xc: np.ndarray, lay: SegmentLayout, S: np.ndarray, C: np.ndarray, std_sum: float,
+                std_cnt: float, rng_noise) -> np.ndarray:
+    """One federated Lloyd round (the FKM step, spec 000 2.4) over the sampled clients ``S``:
+    per-(client, cluster) sums and counts, Gaussian noise on both, server mean; a cluster with
+    total (noisy) count < 1 keeps its centre. Vectorized over clients (one segment sum)."""
+    k, m = C.shape
+    K = S.size
+    rows = lay.rows_of(S)
+    slot = np.repeat(np.arange(K), lay.sizes[S])
+    Xr = Xc[rows]
+    lab, _ = nearest(Xr, C)
+    seg = slot * k + lab
+    sums = noisy(segment_sums(Xr, seg, K * k), std_sum, rng_noise)
+    cnts = noisy(np.bincount(seg, minlength=K * k).astype(np.float64), std_cnt, rng_noise)
+    tot = sums.reshape(K, k, m).sum(0)
+    cnt = cnts.reshape(K, k).sum(0)
+    ok = cnt >= 1.0
+    C = C.copy()
+    C[ok] = tot[ok] / cnt[ok, None]
+    return C
+
+
+def weighted_cost(P: np.ndarray, w: np.ndarray, C: np.ndarray) -> float:
+    return float((np.maximum(w, 0.0) * nearest(P, C)[1]).sum())
+
+
+def server_kmeans(P: np.ndarray, w: np.ndarray, C_prev: np.ndarray | None, rng: np.random.Generator,
+                  iters: int = 20, n_init: int = 2, k: int | None = None) -> np.ndarray:
+    """Weighted k-means on a small point set P (the server's step of FZKM / DK++ / DKM): the best
+    (lowest weighted cost) of Lloyd warm-started at ``C_prev`` and ``n_init`` weighted k-means++
+    restarts (``k`` is needed only when ``C_prev`` is None)."""
+    k = C_prev.shape[0] if C_prev is not None else int(k)
+    starts = [C_prev] if C_prev is not None else []
+    starts += [weighted_kmeanspp(P, w, k, rng) for _ in range(n_init)]
+    best, best_cost = None, np.inf
+    for C0 in starts:
+        C = weighted_lloyd(P, w, C0, iters)
+        c = weighted_cost(P, w, C)
+        if c < best_cost:
+            best, best_cost = C, c
+    return best
+
+
+def blas_limit(n: int | None):
+    """Context limiting BLAS threads to ``n`` (no-op for None). The federated rounds are many small
+    products, which multi-threaded OpenBLAS runs several times slower on a busy CPU."""
+    from contextlib import nullcontext
+
+    if n is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=check_int("blas_threads", n, 1), user_api="blas")
+
+
+def with_blas_limit(fn):
+    """Decorator: adds a keyword ``blas_threads`` (default 1; None = leave BLAS alone) to ``run``."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, blas_threads: int | None = 1, **kwargs):
+        with blas_limit(blas_threads):
+            return fn(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,584 @@
+"""DP-FedC: differentially private federated clustering over non-IID data.
+
+Paper: Y. Li, S. Wang, C.-Y. Chi, T. Q. S. Quek, "Differentially Private Federated Clustering Over
+Non-IID Data", IEEE Internet of Things Journal (2023), DOI 10.1109/JIOT.2023.3312852.
+Specified (with resolutions of the paper's ambiguities) in ``specs/000_dp_fedc.md``.
+
+Model (eqs. 13-14, with the spec's resolution A3 for the penalty): with W (m x k) the shared
+centroids and H_i (k x n_i) >= 0 the local soft assignments of client i,
+
+    F(W, H) = (1/N) sum_i F_i(W, H_i)                                                    (13)
+    F_i = ||X_i - W H_i||_F^2 + (rho/2)(||1_k' H_i||^2 - ||H_i||_F^2)
+          + (mu_h/2)||H_i||_F^2 + (mu_w/2)||W||_F^2                                        (14)
+
+Clients have EQUAL weight 1/N and the server takes the UNWEIGHTED mean of the uploads (16)/(20).
+
+One round t (Algorithm 1):
+
+1. the server samples K of the N clients uniformly without replacement (PCP);
+2. every client (``all_clients_update_H=True``, the paper) takes Q1 projected gradient steps on H_i
+   with W = the broadcast global W (eq. 17), step 1/gamma (rules below);
+3. every sampled client takes Q2^t minibatch SGD steps on its copy of W (eq. 18) with H fixed,
+   Q2^t = floor(Qhat/t) + 1 or a constant; minibatches of b_i = min(b, n_i) samples taken from
+   reshuffled epochs of the local data (spec 2.1.6); the minibatch gradient is scaled by n_i/b_i
+   (unbiased, A2); each minibatch gradient is clipped to Frobenius norm G (A4);
+4. each sampled client adds i.i.d. N(0, sigma_{i,t}^2) noise to every entry of W_i (eq. 19), sigma
+   from eq. (29) with the sensitivity 2 G Q2^t / eta_i^t of eq. (28) and the per-round epsilon from
+   Theorem 3 / eq. (32) (``fedclust.privacy.paper.dp_fedc``);
+5. the server sets W to the plain mean of the K noisy uploads (eq. 20).
+
+Step sizes (spec 2.1.4, A1/A2). With lam = lambda_max(W'W) of the broadcast W and the exact
+Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (A3 penalty):
+
+* ``h_step="stable"`` (default): gamma = alpha_1 * L_H, alpha_1 = 1.0 -> guaranteed descent;
+* ``h_step="fast"``: gamma = alpha_1 * L_H / 2, alpha_1 = 1.1 (step ~ 1/lam, still < 2/L_H: descent);
+* ``h_step="paper_literal"``: gamma = lam / 2 (Sec. VI-A read literally; step ~ 4/L_H, may diverge).
+
+W step: eta_i = alpha_2 * lambda_max(H_i H_i') per client (``eta_rule="per_client"``, A2) or the RMS
+over all clients (``eta_rule="rms"``, the L_W^t of Assumption 1), alpha_2 = 5.
+
+Labels: argmax over each column of H_i (each row of our (n, k) H); an all-zero column falls back to
+the nearest centroid of the final W (A17).
+
+Implementation: rows are samples (X is (n, m)), so we store C = W' (k x m) and H as one (n, k) array
+in the client-sorted "segment" layout (client i owns a contiguous block of rows). Because every
+client receives the same broadcast W, the H step of ALL clients is a single (n, k) update (its
+step size is common to all clients), and W'X_i for all clients is one (n, m) x (m, k) product that is
+shared by the objective of round t and the H step of round t+1. The W steps of the K sampled
+clients run as stacked (K, k, m) arrays with batched matmuls; the per-client H_i H_i' (for eta_i)
+come from one segment sum (``np.add.reduceat``) and one batched ``eigvalsh``. No Python loop over
+clients inside a round (``round_loop`` is a per-client loop reference used only by tests and the
+benchmark). numpy float64 is used: the per-round work is a few BLAS-3 products, and on this 2-core
+CPU (1 BLAS thread, MNIST sizes) numpy was faster than torch float64 for both hot products
+(X C': 26 vs 42 ms; the minibatch gather + batched product: 42 vs 111 ms); float64 also keeps the
+vectorized/loop equality at 1e-10. Note that at MNIST sizes (n_i = 100, m = 784) the round is
+dominated by the BLAS work (X C' over all n samples, needed by every client's H step), which a
+per-client loop pays too, so vectorizing mainly removes the per-client Python overhead (see
+benchmarks/bench_dp_fedc.py for measured times).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedclust.clustering._common import (
+    SegmentLayout,
+    check_all_clients_nonempty,
+    check_clients_per_round,
+    check_float,
+    check_int,
+    initial_centroids,
+    log_scores,
+    nearest,
+    new_history,
+    sample_clients,
+)
+from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.rng import stream
+
+logger = logging.getLogger(__name__)
+
+H_STEPS = ("stable", "fast", "paper_literal")
+ETA_RULES = ("per_client", "rms")
+H_INITS = ("uniform", "nearest")
+
+
+# ----------------------------------------------------------------------------------------------
+# objective and per-step building blocks (plain arrays in, arrays out)
+# ----------------------------------------------------------------------------------------------
+def penalty_params(X: np.ndarray, n_clients: int, rho_factor: float = 1e-7, mu_h_factor: float = 1e-10):
+    """rho = rho_factor ||X||_F^2 / N and mu_h = mu_h_factor ||X||_F^2 / N (Sec. VI-A, spec 5.3)."""
+    e = float(np.square(X).sum()) / n_clients
+    return rho_factor * e, mu_h_factor * e
+
+
+def sample_objective(X: np.ndarray, XC: np.ndarray, CC: np.ndarray, H: np.ndarray, rho: float,
+                     mu_h: float, x_sq: np.ndarray | None = None) -> np.ndarray:
+    """Per-sample terms f_j of F_i (eq. 14 without the W term); F_i = sum_{j in i} f_j + mu_w/2 ||W||^2.
+
+    ``XC`` = X C' (n, k) (i.e. (W'X)'), ``CC`` = C C' = W'W (k, k), ``H`` (n, k) rows = columns of H_i,
+    ``x_sq`` = the squared row norms of X (computed when not given).
+    """
+    fit = (np.square(X).sum(1) if x_sq is None else x_sq) - 2.0 * (XC * H).sum(1) + ((H @ CC) * H).sum(1)
+    hh = np.square(H).sum(1)
+    pen = 0.5 * rho * (np.square(H.sum(1)) - hh)
+    return fit + pen + 0.5 * mu_h * hh
+
+
+def objective(X, client, C, H, *, n_clients: int | None = None, rho: float, mu_h: float,
+              mu_w: float = 0.0) -> float:
+    """F(W, H) of eq. (13): (1/N) sum_i F_i with equal client weights (rows of X, H in any order)."""
+    X = np.asarray(X, dtype=np.float64)
+    N = int(np.max(client)) + 1 if n_clients is None else n_clients
+    f = sample_objective(X, X @ C.T, C @ C.T, H, rho, mu_h)
+    return float(f.sum() / N + 0.5 * mu_w * np.square(C).sum())
+
+
+def local_objectives(X, client, C, H, *, n_clients: int, rho: float, mu_h: float, mu_w: float = 0.0):
+    """(N,) vector of F_i(W, H_i), eq. (14)."""
+    X = np.asarray(X, dtype=np.float64)
+    f = sample_objective(X, X @ C.T, C @ C.T, H, rho, mu_h)
+    return np.bincount(client, weights=f, minlength=n_clients) + 0.5 * mu_w * np.square(C).sum()
+
+
+def h_gamma(CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1: float,
+            literal_2rho: bool = False) -> float:
+    """The inverse H step gamma (update H - grad/gamma) for the broadcast W (CC = W'W)."""
+    lam = float(np.linalg.eigvalsh(CC)[-1])
+    # Hessian of F_i in H_i (per column): 2 W'W + a_rho U_k - rho I + mu_h I, a_rho = rho (2 rho literal)
+    a_rho = 2.0 * rho if literal_2rho else rho
+    L_true = 2.0 * lam + max(a_rho * k - rho, 0.0) + mu_h
+    if rule == "stable":
+        return alpha_1 * L_true
+    if rule == "fast":
+        return alpha_1 * L_true / 2.0
+    return 0.5 * lam  # paper_literal
+
+
+def h_grad(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, rho: float, mu_h: float,
+           literal_2rho: bool = False) -> np.ndarray:
+    """grad_{H_i} F_i for all clients at once, rows = samples: (2 W'W H - 2 W'X + rho U H - rho H
+    + mu_h H)' (spec 1.5; ``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
+    a_rho = 2.0 * rho if literal_2rho else rho
+    return 2.0 * (H @ CC) - 2.0 * XC + a_rho * H.sum(1, keepdims=True) + (mu_h - rho) * H
+
+
+def h_steps(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, gamma: float, Q1: int, rho: float,
+            mu_h: float, literal_2rho: bool = False) -> np.ndarray:
+    """Q1 projected gradient steps (eq. 17) on H (n, k), every row/client in one update.
+
+    ``H - grad/gamma`` is affine in H: ``H M + c`` with ``M = I - (2 W'W + a_rho 1 1' + (mu_h - rho) I)
+    / gamma`` (k x k) and ``c = 2 (W'X)' / gamma``, so each step is one (n, k) x (k, k) product, one
+    add and one max (the same numbers as :func:`h_grad`, up to rounding).
+    """
+    k = CC.shape[0]
+    a_rho = 2.0 * rho if literal_2rho else rho
+    M = np.eye(k) - (2.0 * CC + a_rho * np.ones((k, k)) + (mu_h - rho) * np.eye(k)) / gamma
+    c = (2.0 / gamma) * XC
+    for _ in range(Q1):
+        H = H @ M
+        H += c
+        np.maximum(H, 0.0, out=H)
+    return H
+
+
+def client_gram(H: np.ndarray, offsets: np.ndarray, clients: np.ndarray) -> np.ndarray:
+    """(len(clients), k, k) stack of H_i H_i' (paper orientation) via one segment sum.
+
+    ``offsets`` are the client-sorted row offsets; every listed client must own >= 1 row.
+    """
+    Hs = H[_rows(offsets, clients)]
+    P = Hs[:, :, None] * Hs[:, None, :]
+    sz = offsets[clients + 1] - offsets[clients]
+    return np.add.reduceat(P, np.concatenate([[0], np.cumsum(sz)[:-1]]), axis=0)
+
+
+def q2_schedule(t: int, q2, Qhat: int) -> int:
+    """Q2^t = floor(Qhat/t) + 1 (``q2="diminishing"``) or the constant ``q2``."""
+    return Qhat // t + 1 if q2 == "diminishing" else int(q2)
+
+
+def draw_minibatches(rng: np.random.Generator, sizes: np.ndarray, Q2: int, b: int):
+    """Minibatches of the sampled clients (sizes ``sizes``): (K, Q2, b_max) local sample positions,
+    a (K, b_max) mask of valid slots and the (K,) minibatch sizes b_i.
+
+    Client i uses b_i = min(b, n_i) samples per step; its Q2 b_i samples are consecutive chunks of
+    reshuffled epochs (random permutations of its n_i samples, concatenated; spec 2.1.6). All clients
+    are drawn at once: random keys (K, epochs, n_max) with +inf on padding, argsorted.
+    """
+    K = sizes.size
+    bi = np.minimum(b, sizes)
+    bmax = int(bi.max())
+    nmax = int(sizes.max())
+    need = Q2 * bi
+    E = int(np.max(-(-need // sizes)))
+    keys = rng.random((K, E, nmax))
+    valid = np.arange(nmax)[None, None, :] < sizes[:, None, None]
+    keys[~np.broadcast_to(valid, keys.shape)] = np.inf
+    perm = np.argsort(keys, axis=2).reshape(K, E * nmax)
+    vflat = np.broadcast_to(valid, (K, E, nmax)).reshape(K, E * nmax)
+    # move every client's valid positions to the front, keeping epoch order
+    take = np.argsort(~vflat, axis=1, kind="stable")[:, : Q2 * bmax]
+    seq = np.take_along_axis(perm, take, axis=1)  # (K, Q2*bmax); the first Q2*b_i are client i's
+    p = np.arange(bmax)
+    mask = p[None, :] < bi[:, None]
+    pos = np.arange(Q2)[None, :, None] * bi[:, None, None] + np.minimum(p[None, None, :], bi[:, None, None] - 1)
+    local = np.take_along_axis(seq, pos.reshape(K, -1), axis=1).reshape(K, Q2, bmax)
+    return local, mask, bi  # local positions within each client (the caller adds the offsets)
+
+
+@dataclass
+class RoundInput:
+    """Everything one round needs besides the state (shared by the vectorized and the loop versions)."""
+
+    sampled: np.ndarray  # (K,) client ids
+    mb_rows: np.ndarray  # (K, Q2, b_max) sorted-row indices of the minibatches
+    mb_mask: np.ndarray  # (K, b_max) valid minibatch slots
+    b_i: np.ndarray  # (K,) minibatch size per sampled client
+    Q2: int
+    noise: np.ndarray | None  # (K, k, m) standard normal draws, or None (no DP)
+    sigma_fn: object = None  # callable (eta (K,), Q2) -> sigma (K,), when noise is not None
+
+
+def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
+                     alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, XC=None):
+    """One DP-FedC round on the client-sorted data; returns (H, C_new, stats).
+
+    ``XC`` = Xs @ C.T may be passed in when the caller already has it (the objective of the
+    previous round uses the same product).
+    """
+    from fedclust.privacy.mechanisms import clip_rows
+
+    k = C.shape[0]
+    CC = C @ C.T
+    gamma = h_gamma(CC, k, rho, mu_h, h_rule, alpha_1, literal_2rho)
+    # (a) Q1 projected gradient steps on H (eq. 17): one (n, k) update for all clients
+    if all_clients_update_H:
+        if XC is None:
+            XC = Xs @ C.T
+        H = h_steps(H, XC, CC, gamma, Q1, rho, mu_h, literal_2rho)
+    else:
+        rows = _rows(offsets, rin.sampled)
+        H = H.copy()
+        H[rows] = h_steps(H[rows], Xs[rows] @ C.T if XC is None else XC[rows], CC, gamma, Q1, rho,
+                          mu_h, literal_2rho)
+
+    # (b) Q2 SGD steps on W (eq. 18) for the K sampled clients, stacked as (K, k, m)
+    S = rin.sampled
+    K = S.size
+    if eta_rule == "per_client":
+        lam = np.linalg.eigvalsh(client_gram(H, offsets, S))[:, -1]
+    else:
+        lam_all = np.linalg.eigvalsh(client_gram(H, offsets, np.arange(sizes.size)))[:, -1]
+        lam = np.full(K, math.sqrt(np.mean(lam_all**2)))
+    eta = np.maximum(alpha_2 * lam, 1e-12)
+    scale = (sizes[S] / rin.b_i)[:, None, None]  # unbiased n_i / b_i
+    W = np.broadcast_to(C, (K,) + C.shape).copy()
+    n_clipped = 0
+    gnorm = []
+    for r in range(rin.Q2):  # loop over local steps (sequential by nature), not over clients
+        rows = rin.mb_rows[:, r, :]
+        Ht = (H[rows] * rin.mb_mask[..., None]).swapaxes(1, 2)  # (K, k, b): H_B of every client
+        grad = scale * (2.0 * ((Ht @ Ht.swapaxes(1, 2)) @ W) - 2.0 * (Ht @ Xs[rows]))
+        if mu_w:
+            grad += mu_w * W
+        gnorm.append(np.linalg.norm(grad.reshape(K, -1), axis=1))
+        if G is not None:
+            grad, nc = clip_rows(grad, G)
+            n_clipped += nc
+        W -= grad / eta[:, None, None]
+    # (c) Gaussian noise on the uploads (eq. 19) and the plain mean (eq. 20)
+    sigma = np.zeros(K)
+    nts = 0.0
+    if rin.noise is not None:
+        sigma = rin.sigma_fn(eta, rin.Q2)
+        xi = sigma[:, None, None] * rin.noise
+        W += xi
+    C_new = W.mean(0)
+    if rin.noise is not None:
+        nts = float(np.linalg.norm(xi.mean(0)) / max(np.linalg.norm(C_new), 1e-300))
+    stats = {"gamma": gamma, "eta": eta, "sigma": sigma, "clipped_fraction": n_clipped / (K * rin.Q2),
+             "noise_to_signal": nts, "grad_norm_median": float(np.median(np.concatenate(gnorm)))}
+    return H, C_new, stats
+
+
+def _rows(offsets, clients):
+    starts, ends = offsets[clients], offsets[clients + 1]
+    sz = ends - starts
+    return np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
+
+
+def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
+               alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H):
+    """Reference: the same round as :func:`round_vectorized`, written as a Python loop over clients
+    (each client computes its own W'W, W'X_i, H steps, H_i H_i', W steps, noise). Tests check that
+    both agree to 1e-10; the benchmark times both."""
+    from fedclust.privacy.mechanisms import clip_by_norm
+
+    k = C.shape[0]
+    N = sizes.size
+    H = H.copy()
+    updating = range(N) if all_clients_update_H else rin.sampled
+    for i in updating:
+        a, e = offsets[i], offsets[i + 1]
+        CC = C @ C.T
+        gamma = h_gamma(CC, k, rho, mu_h, h_rule, alpha_1, literal_2rho)
+        H[a:e] = h_steps(H[a:e], Xs[a:e] @ C.T, CC, gamma, Q1, rho, mu_h, literal_2rho)
+    if eta_rule == "rms":
+        lam_all = np.array([np.linalg.eigvalsh(H[offsets[i]:offsets[i + 1]].T @ H[offsets[i]:offsets[i + 1]])[-1]
+                            for i in range(N)])
+        lam_rms = math.sqrt(np.mean(lam_all**2))
+    uploads, etas, sigmas, n_clipped = [], [], [], 0
+    for s, i in enumerate(rin.sampled):
+        a, e = offsets[i], offsets[i + 1]
+        Hi = H[a:e]
+        lam = np.linalg.eigvalsh(Hi.T @ Hi)[-1] if eta_rule == "per_client" else lam_rms
+        eta = max(alpha_2 * lam, 1e-12)
+        bi = int(rin.b_i[s])
+        W = C.copy()
+        for r in range(rin.Q2):
+            rows = rin.mb_rows[s, r, :bi]
+            Hb, Xb = H[rows], Xs[rows]
+            g = (sizes[i] / bi) * (2.0 * (Hb.T @ Hb) @ W - 2.0 * Hb.T @ Xb)
+            if mu_w:
+                g = g + mu_w * W
+            if G is not None:
+                g, was = clip_by_norm(g, G)
+                n_clipped += int(was)
+            W = W - g / eta
+        etas.append(eta)
+        if rin.noise is not None:
+            sig = float(rin.sigma_fn(np.array([eta]), rin.Q2)[0])
+            W = W + sig * rin.noise[s]
+            sigmas.append(sig)
+        uploads.append(W)
+    C_new = sum(uploads) / len(uploads)
+    return H, C_new, {"eta": np.array(etas), "sigma": np.array(sigmas), "n_clipped": n_clipped}
+
+
+# ----------------------------------------------------------------------------------------------
+# labels
+# ----------------------------------------------------------------------------------------------
+def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, int]:
+    """argmax of every column of H (row of our H); all-zero columns -> nearest centroid (A17)."""
+    lab = H.argmax(1)
+    zero = ~(H > 0).any(1)
+    nz = int(zero.sum())
+    if nz:
+        lab[zero] = nearest(X[zero], C)[0]
+    return lab, nz
+
+
+def _blas_threads(n):
+    """Context limiting BLAS threads to n (no-op for None)."""
+    if n is None:
+        return nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=int(n), user_api="blas")
+
+
+# ----------------------------------------------------------------------------------------------
+# the algorithm
+# ----------------------------------------------------------------------------------------------
+def run(
+    X,
+    client,
+    k: int,
+    *,
+    rounds: int = 100,
+    clients_per_round: int | None = 30,
+    seed: int = 0,
+    Q1: int = 10,
+    q2="diminishing",
+    Qhat: int = 10,
+    b: int = 50,
+    rho_factor: float = 1e-7,
+    mu_h_factor: float = 1e-10,
+    mu_w: float = 0.0,
+    h_step: str = "stable",
+    alpha_1: float | None = None,
+    eta_rule: str = "per_client",
+    alpha_2: float = 5.0,
+    eps_bar: float | None = None,
+    delta: float = 1e-4,
+    G: float | None = None,
+    c0: float = 1.0,
+    q_cap: float = 0.99,
+    all_clients_update_H: bool = True,
+    literal_2rho: bool = False,
+    h_init: str = "uniform",
+    init_centroids=None,
+    y=None,
+    progress=None,
+    blas_threads: int | None = 1,
+) -> ClusteringResult:
+    """Run DP-FedC (Algorithm 1) for ``rounds`` rounds.
+
+    Parameters
+    ----------
+    X, client, k: data (n, m) rows = samples, client id of every sample (every id 0..N-1 must own at
+        least one sample), number of clusters.
+    rounds: R >= 1. clients_per_round: K in [1, N] (None = all clients).
+    seed: one seed; streams "init" (W^0), "init_h" (H^0), "sampling" (clients), "minibatch",
+        "noise" (DP): a DP and a non-DP run with the same seed share every draw but the noise.
+    Q1: H steps per round (>= 1). q2: "diminishing" (Q2^t = floor(Qhat/t)+1) or a constant int >= 1.
+    b: minibatch size (>= 1); a client with n_i < b uses b_i = n_i.
+    rho_factor, mu_h_factor: rho = rho_factor ||X||_F^2/N, mu_h = mu_h_factor ||X||_F^2/N. mu_w >= 0.
+    h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
+    eta_rule: "per_client" | "rms"; alpha_2 > 0 (5 in the paper).
+    eps_bar: total privacy budget over R rounds (Theorem 3); None or inf = no DP.
+    delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
+        no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
+    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i (A6).
+    all_clients_update_H: the paper's behaviour (True) or only the sampled clients (False).
+    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho (A3).
+    h_init: "uniform" (H^0 ~ U[0,1]) or "nearest" (one-hot nearest centroid of W^0).
+    init_centroids: (k, m) shared W^0 (transposed); default k random data rows (stream "init").
+    y: true labels, only to log per-round ACC / NMI. progress: ``progress(round, history)``.
+    blas_threads: BLAS threads during the rounds (default 1: the round is many small products, which
+        multi-threaded OpenBLAS runs up to 10x slower on a busy CPU); None leaves the setting alone.
+
+    Returns a :class:`ClusteringResult`; ``history`` has per round "objective" (F of eq. 13 at
+    (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled clients),
+    "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal" (||mean
+    noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the spec's A4
+    suggestion for choosing G from a non-private warm-up run).
+    """
+    X, client, N = check_inputs(X, client, k)
+    n, m = X.shape
+    R = check_int("rounds", rounds, 1)
+    K = check_clients_per_round(clients_per_round, N)
+    Q1 = check_int("Q1", Q1, 1)
+    if q2 != "diminishing":
+        q2 = check_int("q2 (constant Q2, or 'diminishing')", q2, 1)
+    Qhat = check_int("Qhat", Qhat, 0)
+    b = check_int("b", b, 1)
+    rho_factor = check_float("rho_factor", rho_factor, 0.0, strict=False)
+    mu_h_factor = check_float("mu_h_factor", mu_h_factor, 0.0, strict=False)
+    mu_w = check_float("mu_w", mu_w, 0.0, strict=False)
+    if h_step not in H_STEPS:
+        raise ValueError(f"h_step must be one of {H_STEPS}, got {h_step!r}")
+    if alpha_1 is None:
+        alpha_1 = 1.1 if h_step == "fast" else 1.0
+    alpha_1 = check_float("alpha_1", alpha_1, 0.0)
+    if eta_rule not in ETA_RULES:
+        raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}")
+    alpha_2 = check_float("alpha_2", alpha_2, 0.0)
+    if h_init not in H_INITS:
+        raise ValueError(f"h_init must be one of {H_INITS}, got {h_init!r}")
+    private = eps_bar is not None and not math.isinf(float(eps_bar))
+    if private:
+        eps_bar = check_float("eps_bar", eps_bar, 0.0)
+        if G is None:
+            raise ValueError("G (gradient clip bound) must be given (> 0) when eps_bar is finite")
+    if G is not None:
+        G = check_float("G", G, 0.0)
+    delta = check_float("delta", delta, 0.0)
+    if not delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    c0 = check_float("c0", c0, 0.0)
+    if blas_threads is not None:
+        blas_threads = check_int("blas_threads", blas_threads, 1)
+    q_cap = check_float("q_cap", q_cap, 0.0)
+    if q_cap >= 1:
+        raise ValueError(f"q_cap must be in (0, 1), got {q_cap}")
+
+    lay = SegmentLayout(client, N)
+    check_all_clients_nonempty(lay.sizes)
+    Xs = np.ascontiguousarray(X[lay.order])
+    sizes, offsets = lay.sizes, lay.offsets
+    rho, mu_h = penalty_params(X, N, rho_factor, mu_h_factor)
+    C = initial_centroids(X, k, seed, init_centroids)
+    if h_init == "uniform":
+        H = stream(seed, "init_h").random((n, k))
+    else:
+        H = np.zeros((n, k))
+        H[np.arange(n), nearest(Xs, C)[0]] = 1.0
+
+    # ---- privacy calibration (eqs. 28, 29, 32), per spec A5-A8 ----
+    bi_all = np.minimum(b, sizes)
+    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1))
+    q_acc = float(np.max(np.minimum(q2_max * bi_all / sizes, q_cap)))  # q = max_{i,t} q_{i,t} (A7)
+    p = K / N
+    eps_round = math.inf
+    notes: list[str] = []
+    if private:
+        from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
+
+        eps_round = float(round_epsilon(eps_bar, q_acc, p, R, c0=c0))
+        logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
+                    eps_bar, eps_round, q_acc, p, R, c0)
+
+    rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
+    hist = new_history(y, ("Q2", "gamma", "eta", "sigma", "q_eff", "eps_round", "clipped_fraction",
+                           "noise_to_signal", "grad_norm_median"))
+    kw = dict(Q1=Q1, rho=rho, mu_h=mu_h, mu_w=mu_w, h_rule=h_step, alpha_1=alpha_1, eta_rule=eta_rule,
+              alpha_2=alpha_2, G=G, literal_2rho=literal_2rho, all_clients_update_H=all_clients_update_H)
+    x_sq = np.square(Xs).sum(1)
+    XC = Xs @ C.T
+    uploaded = 0
+    z_rounds: dict[tuple, int] = {}  # (z, sample_size) -> rounds, for the representative client
+    rep = int(np.argmin(sizes))  # client with the largest data sampling ratio
+    sampled_log = np.empty((R, K), dtype=np.int64)
+    n_zero_cols = 0
+    with _blas_threads(blas_threads):
+        for t in range(1, R + 1):
+            Q2 = q2_schedule(t, q2, Qhat)
+            S = sample_clients(rng_s, N, K)
+            sampled_log[t - 1] = S
+            local, mask, b_i = draw_minibatches(rng_mb, sizes[S], Q2, b)
+            mb_rows = local + offsets[S][:, None, None]
+            q_it = np.minimum(Q2 * b_i / sizes[S], q_cap)
+            noise = sigma_fn = None
+            if private:
+                noise = rng_noise.standard_normal((K, k, m))
+
+                def sigma_fn(eta, Q2_, q_it=q_it):
+                    out = np.empty(eta.size)
+                    for j in range(eta.size):  # scalar formula per sampled client (K calls, no heavy work)
+                        out[j], note = sigma_round(G, Q2_, float(eta[j]), eps_round, delta, float(q_it[j]))
+                        if note and note not in notes:
+                            notes.append(note)
+                    return out
+
+            rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
+            H, C, st = round_vectorized(Xs, sizes, offsets, H, C, rin, XC=XC, **kw)
+            uploaded += K * k * m
+
+            # objective F(W^{t+1}, H^t) (A10) and labels; XC is reused by the next round's H step
+            XC = Xs @ C.T
+            f = sample_objective(Xs, XC, C @ C.T, H, rho, mu_h, x_sq)
+            hist["objective"].append(float(f.sum() / N + 0.5 * mu_w * np.square(C).sum()))
+            if y is not None:
+                lab_sorted, _ = labels_from_H(H, Xs, C)
+                log_scores(hist, y, lab_sorted[lay.inverse])
+            hist["Q2"].append(Q2)
+            hist["gamma"].append(float(st["gamma"]))
+            hist["eta"].append(float(np.mean(st["eta"])))
+            hist["sigma"].append(float(np.mean(st["sigma"])))
+            hist["q_eff"].append(float(np.mean(q_it)))
+            hist["eps_round"].append(eps_round)
+            hist["clipped_fraction"].append(float(st["clipped_fraction"]))
+            hist["noise_to_signal"].append(float(st["noise_to_signal"]))
+            hist["grad_norm_median"].append(st["grad_norm_median"])
+            if private:
+                # noise multiplier of the representative client this round: sigma / s (eqs. 28-29)
+                q_rep = min(Q2 * bi_all[rep] / sizes[rep], q_cap)
+                key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q_rep))[0],
+                       sensitivity(1.0, Q2, 1.0), int(min(Q2 * bi_all[rep], sizes[rep])))
+                z_rounds[key] = z_rounds.get(key, 0) + 1
+            logger.info("dp_fedc round %d/%d F=%.6g%s", t, R, hist["objective"][-1],
+                        f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
+            if progress is not None:
+                progress(t, hist)
+
+    lab_sorted, n_zero_cols = labels_from_H(H, Xs, C)
+    labels = lab_sorted[lay.inverse]
+    H_out = H[lay.inverse]
+
+    events = []
+    for (sig, sens, batch), cnt in z_rounds.items():
+        # Sample-level DP of one client's data per round: Q2^t b_i samples drawn without replacement
+        # from its n_i (batch = n_i, i.e. no amplification, when Q2^t b_i >= n_i), the Q2^t clipped
+        # SGD steps (replace-one sensitivity 2 G Q2^t / eta, eq. 28) and one Gaussian noise
+        # (multiplier sigma / s, eq. 29). The client sampling p = K/N is a second amplification that
+        # the events ignore (conservative): every one of the R rounds is counted as a release.
+        # Clients differ only through n_i; the events describe the client with the smallest n_i.
+        events.append(release(sig, sens, rounds=cnt, n_i=int(sizes[rep]), batch=batch,
+                              label=f"dp_fedc noisy W upload (client {rep}, n_i={int(sizes[rep])})"))
+    info = {
+        "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "eps_bar": eps_bar if private else math.inf,
+        "eps_round": eps_round, "delta": delta, "q_accounting": q_acc, "p": p, "c0": c0,
+        "clients_per_round": K, "n_clients": N, "h_step": h_step, "alpha_1": alpha_1,
+        "eta_rule": eta_rule, "alpha_2": alpha_2, "zero_columns": n_zero_cols,
+        "privacy_notes": notes, "eps_round_gt_1": bool(private and eps_round > 1.0),
+        "dp_event_client": rep, "H": H_out, "sampled_clients": sampled_log,
+    }
+    return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
+                            uploaded_reals=int(uploaded), info=info)

@@ -1,0 +1,1 @@
+"""DP-FedC: differentially private federated clustering over non-IID data."""

@@ -1,0 +1,243 @@
+"""DP-FedC (spec 000): H-step descent, gradients, eq. (29) by hand, accuracy against k-means,
+determinism, shared draws between DP and non-DP runs, and the vectorized round against a loop."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans, kmeans_plusplus
+
+from fedclust.clustering import dp_fedc as D
+from fedclust.clustering._common import SegmentLayout
+from fedclust.data.synthetic import gaussian_mixture
+from fedclust.metrics import clustering_accuracy
+from fedclust.partition.iid import iid
+
+
+def _problem(seed=0, n=300, m=12, k=4, N=6):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, m)) + 0.5
+    client = rng.integers(0, N, n)
+    client[:N] = np.arange(N)  # every client non-empty
+    C = rng.random((k, m)) + 0.5
+    H = rng.random((n, k))
+    return X, client, C, H, N
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    # NMF-type data (positive, as MNIST / TCGA): well-separated clusters shifted away from 0.
+    ds = gaussian_mixture(800, 8, 4, separation=8.0, seed=3)
+    return ds.X.astype(np.float64) + 10.0, ds.y, iid(800, 8, seed=3).client
+
+
+@pytest.mark.parametrize("rule", ["stable", "fast"])
+def test_h_steps_decrease_every_local_objective(rule):
+    X, client, C, H, N = _problem()
+    k = C.shape[0]
+    rho, mu_h = 0.3, 0.01  # rho large enough for the penalty to matter (and the H-problem nonconvex)
+    CC, XC = C @ C.T, X @ C.T
+    gamma = D.h_gamma(CC, k, rho, mu_h, rule, 1.1 if rule == "fast" else 1.0)
+    F = D.local_objectives(X, client, C, H, n_clients=N, rho=rho, mu_h=mu_h)
+    for _ in range(15):
+        H = D.h_steps(H, XC, CC, gamma, 1, rho, mu_h)
+        F_new = D.local_objectives(X, client, C, H, n_clients=N, rho=rho, mu_h=mu_h)
+        assert np.all(F_new <= F + 1e-9 * np.abs(F)), (F_new - F).max()
+        F = F_new
+    assert (H >= 0).all()
+
+
+def test_paper_literal_step_is_about_four_times_the_stable_one():
+    X, client, C, H, N = _problem()
+    CC = C @ C.T
+    lam = np.linalg.eigvalsh(CC)[-1]
+    g_stable = D.h_gamma(CC, 4, 0.0, 0.0, "stable", 1.0)
+    g_lit = D.h_gamma(CC, 4, 0.0, 0.0, "paper_literal", 1.0)
+    assert g_stable == pytest.approx(2 * lam)
+    assert g_lit == pytest.approx(0.5 * lam)  # step 2/lam = 4/L_true (spec A1)
+
+
+@pytest.mark.parametrize("literal", [False, True])
+def test_h_gradient_is_the_autograd_gradient_of_eq14(literal):
+    X, client, C, H, N = _problem(seed=1)
+    rho, mu_h, k = 0.2, 0.05, C.shape[0]
+    Ht = torch.tensor(H, requires_grad=True)
+    Xt, Ct = torch.tensor(X), torch.tensor(C)
+    fit = ((Xt - Ht @ Ct) ** 2).sum()
+    a = 2.0 * rho if literal else rho  # literal: the paper's 2 rho 1 1' H of eq. (80)
+    pen = 0.5 * a * (Ht.sum(1) ** 2).sum() - 0.5 * rho * (Ht**2).sum() + 0.5 * mu_h * (Ht**2).sum()
+    (fit + pen).backward()
+    g = D.h_grad(H, X @ C.T, C @ C.T, rho, mu_h, literal_2rho=literal)
+    np.testing.assert_allclose(g, Ht.grad.numpy(), rtol=1e-10, atol=1e-9)
+    # and the fused step equals the literal projected step
+    gamma = D.h_gamma(C @ C.T, k, rho, mu_h, "stable", 1.0, literal)
+    np.testing.assert_allclose(D.h_steps(H, X @ C.T, C @ C.T, gamma, 1, rho, mu_h, literal),
+                               np.maximum(H - g / gamma, 0.0), atol=1e-12)
+
+
+def test_objective_is_equal_weight_mean_of_local_objectives():
+    X, client, C, H, N = _problem(seed=2)
+    Fi = D.local_objectives(X, client, C, H, n_clients=N, rho=0.1, mu_h=0.01, mu_w=0.3)
+    F = D.objective(X, client, C, H, n_clients=N, rho=0.1, mu_h=0.01, mu_w=0.3)
+    assert F == pytest.approx(Fi.mean())
+    # client 0 by hand, paper orientation (W = C', H_i = H[rows].T)
+    r = client == 0
+    W, Hi = C.T, H[r].T
+    by_hand = (np.sum((X[r].T - W @ Hi) ** 2) + 0.05 * (np.sum(Hi.sum(0) ** 2) - np.sum(Hi**2))
+               + 0.005 * np.sum(Hi**2) + 0.15 * np.sum(W**2))
+    assert Fi[0] == pytest.approx(by_hand)
+
+
+def _vec_and_loop(X, client, C, H, N, **over):
+    lay = SegmentLayout(client, N)
+    Xs, Hs = X[lay.order], H[lay.order]
+    rng = np.random.default_rng(5)
+    K, Q2 = 3, 3
+    S = np.sort(rng.choice(N, K, replace=False))
+    local, mask, bi = D.draw_minibatches(rng, lay.sizes[S], Q2, 40)
+    noise = rng.standard_normal((K,) + C.shape)
+    rin = D.RoundInput(S, local + lay.offsets[S][:, None, None], mask, bi, Q2, noise,
+                       lambda eta, q2: 0.05 * q2 / eta)
+    kw = dict(Q1=4, rho=0.1, mu_h=0.01, mu_w=0.02, h_rule="stable", alpha_1=1.0, eta_rule="per_client",
+              alpha_2=5.0, G=None, literal_2rho=False, all_clients_update_H=True)
+    kw.update(over)
+    H1, C1, s1 = D.round_vectorized(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
+    H2, C2, s2 = D.round_loop(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
+    return (H1, C1, s1), (H2, C2, s2), Hs
+
+
+@pytest.mark.parametrize("over", [
+    {}, {"G": 2.0}, {"all_clients_update_H": False}, {"eta_rule": "rms"}, {"h_rule": "fast", "alpha_1": 1.1},
+    {"literal_2rho": True},
+])
+def test_vectorized_round_equals_per_client_loop(over):
+    X, client, C, H, N = _problem(seed=4, n=260)  # unequal client sizes, some n_i < b
+    (H1, C1, s1), (H2, C2, s2), H0 = _vec_and_loop(X, client, C, H, N, **over)
+    np.testing.assert_allclose(H1, H2, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(C1, C2, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(s1["eta"], s2["eta"], rtol=1e-12)
+    np.testing.assert_allclose(s1["sigma"], s2["sigma"], rtol=1e-12)
+    if over.get("G"):
+        assert s1["clipped_fraction"] * 9 == s2["n_clipped"] > 0
+    if over.get("all_clients_update_H") is False:
+        assert (np.abs(H1 - H0).sum(1) > 0).sum() < H0.shape[0]  # non-sampled clients kept their H
+
+
+def test_minibatches_are_reshuffled_epochs():
+    rng = np.random.default_rng(0)
+    sizes = np.array([7, 50, 120, 3])
+    local, mask, bi = D.draw_minibatches(rng, sizes, 4, 10)
+    assert bi.tolist() == [7, 10, 10, 3]
+    assert mask.sum(1).tolist() == bi.tolist()
+    for i, n_i in enumerate(sizes):
+        seq = local[i, :, : bi[i]].ravel()
+        assert seq.min() >= 0 and seq.max() < n_i
+        for e in range(0, seq.size, n_i):  # every full epoch is a permutation, no repeats inside
+            chunk = seq[e:e + n_i]
+            assert np.unique(chunk).size == chunk.size
+            if chunk.size == n_i:
+                assert sorted(chunk) == list(range(n_i))
+
+
+def test_reaches_sklearn_kmeans_accuracy_without_noise_and_full_participation(mixture):
+    X, y, client = mixture
+    # both methods are local searches: give both the same (k-means++) initial centres
+    W0, _ = kmeans_plusplus(X, 4, random_state=0)
+    km = KMeans(4, init=W0, n_init=1).fit(X)
+    acc_km = clustering_accuracy(y, km.labels_)
+    assert acc_km > 0.95
+    r = D.run(X, client, 4, rounds=40, clients_per_round=None, seed=0, q2=5, y=y, init_centroids=W0)
+    assert r.history["ACC"][-1] >= acc_km - 0.02
+    assert clustering_accuracy(y, r.labels) >= acc_km - 0.02
+    assert r.uploaded_reals == 40 * 8 * 4 * 8  # R K k m
+    assert r.dp_events == []
+
+
+def test_same_seed_same_result_and_dp_shares_the_draws(mixture):
+    X, y, client = mixture
+    kw = dict(rounds=6, clients_per_round=3, q2="diminishing", G=50.0, y=y)
+    a = D.run(X, client, 4, seed=7, eps_bar=20.0, **kw)
+    b = D.run(X, client, 4, seed=7, eps_bar=20.0, **kw)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    assert a.history == b.history
+    nodp = D.run(X, client, 4, seed=7, eps_bar=None, **kw)
+    other = D.run(X, client, 4, seed=8, eps_bar=20.0, **kw)
+    np.testing.assert_array_equal(a.info["sampled_clients"], nodp.info["sampled_clients"])
+    assert not np.array_equal(a.info["sampled_clients"], other.info["sampled_clients"])
+    assert not np.allclose(a.centroids, nodp.centroids)  # the noise is the only difference...
+    one = dict(kw, rounds=1)
+    a1 = D.run(X, client, 4, seed=7, eps_bar=20.0, **one)
+    n1 = D.run(X, client, 4, seed=7, eps_bar=None, **one)
+    # ...after one round the H's are identical (the H step uses W^0) and W differs by the mean noise
+    np.testing.assert_array_equal(a1.info["H"], n1.info["H"])
+    xi = (a1.centroids - n1.centroids) * 3  # K = 3 uploads; sum of the noises
+    assert np.std(xi) / math.sqrt(3) == pytest.approx(a1.history["sigma"][0], rel=0.3)
+
+
+def _hand_eps(eps_bar, q, p, R, c0=1.0):
+    return eps_bar * math.sqrt(1 - q) / (c0 * q * q * math.sqrt(p * R))  # eq. (32) inverted
+
+
+@pytest.mark.parametrize("q2, b, amplified", [(1, 25, True), (5, 50, False)])
+def test_sigma_matches_eq29_by_hand(q2, b, amplified):
+    rng = np.random.default_rng(0)
+    X = rng.random((400, 30)) + 1.0
+    client = np.repeat(np.arange(4), 100)
+    G, delta, eps_bar, R = 7.0, 1e-4, 10.0, 3
+    r = D.run(X, client, 3, rounds=R, clients_per_round=1, seed=1, q2=q2, b=b, eps_bar=eps_bar, G=G,
+              delta=delta)
+    q = min(q2 * b / 100, 0.99)
+    eps = _hand_eps(eps_bar, q, 0.25, R)
+    assert r.info["eps_round"] == pytest.approx(eps)
+    for t in range(R):
+        eta = r.history["eta"][t]  # one sampled client: its own eta
+        if amplified:  # eq. (29): q = 0.25 < 1/2
+            sigma = math.sqrt(32 * G**2 * q2**2 * q**2 * math.log(1.25 * q / delta) / (eta**2 * eps**2))
+        else:  # q >= 1/2: un-amplified sigma^2 = 8 G^2 Q2^2 ln(1.25/delta) / (eta^2 eps^2) (A6)
+            sigma = math.sqrt(8 * G**2 * q2**2 * math.log(1.25 / delta) / (eta**2 * eps**2))
+        assert r.history["sigma"][t] == pytest.approx(sigma, rel=1e-12)
+    (ev,) = r.dp_events
+    sens_factor = 2.0  # s = 2 G Q2 / eta (eq. 28): z = sigma / s
+    z = (math.sqrt(32 * q**2 * math.log(1.25 * q / delta)) if amplified
+         else math.sqrt(8 * math.log(1.25 / delta))) / (sens_factor * eps)
+    assert ev.noise_multipliers[0] == pytest.approx(z, rel=1e-12)
+    assert ev.count == R and ev.sampling == "without_replacement" and ev.population == 100
+    assert ev.sample_size == min(q2 * b, 100) and ev.neighbouring == "replace_one"
+    assert bool(r.info["privacy_notes"]) == (not amplified or eps / (2 * q) > 1)
+
+
+def test_noise_scales_inversely_with_eps_bar(mixture):
+    X, y, client = mixture
+    kw = dict(rounds=1, clients_per_round=2, seed=0, G=10.0)
+    s20 = D.run(X, client, 4, eps_bar=20.0, **kw).history["sigma"][0]
+    s2 = D.run(X, client, 4, eps_bar=2.0, **kw).history["sigma"][0]
+    assert s2 == pytest.approx(10 * s20, rel=1e-12)
+
+
+def test_labels_fall_back_to_nearest_centroid_for_zero_columns():
+    X = np.array([[0.0, 0.0], [10.0, 10.0], [9.0, 9.0]])
+    C = np.array([[0.0, 0.0], [10.0, 10.0]])
+    H = np.array([[0.0, 0.0], [0.0, 0.0], [0.7, 0.2]])
+    lab, nz = D.labels_from_H(H, X, C)
+    assert lab.tolist() == [0, 1, 0] and nz == 2
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"h_step": "huge"}, "h_step"), ({"eps_bar": 2.0}, "G"), ({"q2": 0}, "q2"),
+    ({"clients_per_round": 99}, "clients_per_round"), ({"eps_bar": -1.0, "G": 1.0}, "eps_bar"),
+    ({"q_cap": 1.0}, "q_cap"), ({"delta": 1.5}, "delta"), ({"b": 0}, "b"), ({"eta_rule": "x"}, "eta_rule"),
+])
+def test_bad_parameters_raise(bad, match):
+    X, client, C, H, N = _problem()
+    with pytest.raises(ValueError, match=match):
+        D.run(X, client, 4, rounds=2, **{"clients_per_round": 2, **bad})
+
+
+def test_empty_client_is_rejected():
+    X, client, C, H, N = _problem()
+    client = client.copy()
+    client[client == 2] = 1
+    with pytest.raises(ValueError, match="client"):
+        D.run(X, client, 4, rounds=1, clients_per_round=2)
