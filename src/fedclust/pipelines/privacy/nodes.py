@@ -50,6 +50,20 @@ def calibrate_per_round_noise(privacy: dict, train: dict, *, mechanisms_per_roun
     return {**base, "private": True, "noise_multiplier": float(z), "mechanisms_per_round": int(mechanisms_per_round)}
 
 
+def condense_notes(notes, limit: int = 8) -> list[str]:
+    """Unique notes in order; notes that differ only in their numbers are kept once, with a count."""
+    import re
+
+    seen: dict[str, list] = {}
+    for note in notes:
+        key = re.sub(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?", "#", str(note))
+        seen.setdefault(key, [note, 0])[1] += 1
+    out = [note if count == 1 else f"{note} [and {count - 1} more like it]" for note, count in seen.values()]
+    if len(out) > limit:
+        out = out[:limit] + [f"... {len(out) - limit} more notes"]
+    return out
+
+
 def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dict:
     """The privacy report of a finished run (written to data/08_reporting/<method>/privacy.json)."""
     _, delta = check_privacy_params(privacy)
@@ -61,8 +75,9 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
         unit=calibration.get("unit", "sample"),
         paper_epsilon=calibration.get("paper_epsilon"),
         paper_formula=calibration.get("paper_formula"),
-        notes=tuple(calibration.get("notes", ())) + tuple(result.info.get("privacy_notes", ())),
+        notes=tuple(condense_notes(tuple(calibration.get("notes", ())) + tuple(result.info.get("privacy_notes", ())))),
         accountant=privacy.get("accountant", "rdp"),
     )
+    rep["notes"] = condense_notes(rep.get("notes", []))
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}
     return rep
