@@ -58,6 +58,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
 def _fmt(mean: float, std: float, digits: int) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "n/a"
+    if abs(mean) >= 1000:  # counts such as uploaded reals: significant digits, not decimals
+        return f"{mean:.4g}" if (isinstance(std, float) and math.isnan(std)) or std == 0 else f"{mean:.4g} ± {std:.2g}"
     if isinstance(std, float) and math.isnan(std):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {std:.{digits}f}"

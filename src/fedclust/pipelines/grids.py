@@ -53,6 +53,16 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
 
 
 def plot_curves(records: list[dict], keys, metrics=("objective", "ACC"), max_curves: int = 12):
+    """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``.
+
+    When the histories hold ``comm_reals`` (cumulative uploaded reals), a last panel shows the
+    objective against communication.
+    """
+    fig = _plot_curves(records, keys, metrics, max_curves)
+    return fig
+
+
+def _plot_curves(records, keys, metrics, max_curves):
     """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
@@ -61,7 +71,21 @@ def plot_curves(records: list[dict], keys, metrics=("objective", "ACC"), max_cur
         label = tuple((k, (r.get("params") or {}).get(k, (r.get("tags") or {}).get(k))) for k in keys)
         groups.setdefault(label, []).append(r["history"])
     shown = [m for m in metrics if any(m in h for hs in groups.values() for h in hs)]
-    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5.0 * max(len(shown), 1), 3.6), squeeze=False)
+    comm = any("comm_reals" in h and "objective" in h for hs in groups.values() for h in hs)
+    n_panels = max(len(shown) + int(comm), 1)
+    fig, axes = plt.subplots(1, n_panels, figsize=(5.0 * n_panels, 3.6), squeeze=False)
+    if comm:
+        ax = axes[0][-1]
+        for label, hists in list(groups.items())[:max_curves]:
+            h = next((h for h in hists if "comm_reals" in h and "objective" in h), None)
+            if h:
+                n = min(len(h["comm_reals"]), len(h["objective"]))
+                ax.plot(h["comm_reals"][:n], h["objective"][:n], label=", ".join(f"{k}={v}" for k, v in label if v is not None))
+        ax.set_xlabel("uploaded reals (first seed)")
+        ax.set_ylabel("objective")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
     for ax, metric in zip(axes[0], shown):
         for label, hists in list(groups.items())[:max_curves]:
             series = [h[metric] for h in hists if metric in h and len(h[metric])]
@@ -122,8 +146,16 @@ def _dp_fedc_grid():
                          curve_keys=dp_fedc.CURVE_KEYS)
 
 
+def _fedc_mf_grid():
+    from fedclust.grids import fedc_mf
+
+    return grid_pipeline("fedc_mf_grid", fedc_mf.run, fedc_mf.tables,
+                         "FedCAvg / FedCGds grid (mean ± std over common initializations)", curve_keys=fedc_mf.CURVE_KEYS)
+
+
 #: name -> pipeline factory
 GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "fedsc_grid": _fedsc_grid,
     "dp_fedc_grid": _dp_fedc_grid,
+    "fedc_mf_grid": _fedc_mf_grid,
 }

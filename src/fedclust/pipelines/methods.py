@@ -115,6 +115,15 @@ def _kmeans_baseline(method: str):
     return factory
 
 
+def _fedc_mf(method: str):
+    def factory():
+        from fedclust.pipelines.fedc_mf.nodes import nodes_for
+
+        return clustering_pipeline(method, *nodes_for(method))
+
+    return factory
+
+
 #: name -> (pipeline factory, part of the default quick tour?)
 METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fkm": (_fkm, True),
@@ -123,4 +132,6 @@ METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fzkm": (_kmeans_baseline("fzkm"), False),
     "dk_pp": (_kmeans_baseline("dk_pp"), False),
     "dkm": (_kmeans_baseline("dkm"), False),
+    "fedc_avg": (_fedc_mf("fedc_avg"), True),
+    "fedc_gds": (_fedc_mf("fedc_gds"), True),
 }

@@ -1,0 +1,1 @@
+"""FedCAvg and FedCGds: matrix-factorization federated clustering (spec 003)."""
