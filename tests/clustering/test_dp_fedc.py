@@ -241,3 +241,18 @@ def test_empty_client_is_rejected():
     client[client == 2] = 1
     with pytest.raises(ValueError, match="client"):
         D.run(X, client, 4, rounds=1, clients_per_round=2)
+
+
+def test_planned_releases_are_the_releases_of_the_run_and_budget_matching_round_trips():
+    from fedclust.clustering.dp_fedc import eps_bar_for_budget, planned_releases
+    from fedclust.privacy.accountants import epsilon
+
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.normal(size=(120, 5))) + 1.0
+    client = np.repeat(np.arange(6), 20)
+    res = D.run(X, client, 3, rounds=6, clients_per_round=3, seed=0, eps_bar=20.0, G=0.1, b=5)
+    planned = planned_releases(np.bincount(client), rounds=6, clients_per_round=3, b=5, eps_bar=20.0)
+    assert [e.to_dict() for e in planned] == [e.to_dict() for e in res.dp_events]
+    eb = eps_bar_for_budget(1.5, 1e-4, np.bincount(client), rounds=6, clients_per_round=3, b=5)
+    spent = epsilon(planned_releases(np.bincount(client), rounds=6, clients_per_round=3, b=5, eps_bar=eb), 1e-4)
+    assert spent == pytest.approx(1.5, rel=0.01)

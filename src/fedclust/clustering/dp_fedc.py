@@ -366,6 +366,66 @@ def _blas_threads(n):
 # ----------------------------------------------------------------------------------------------
 # the algorithm
 # ----------------------------------------------------------------------------------------------
+def planned_releases(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
+                     eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> list:
+    """The DP releases a private run makes, known before it starts (they depend only on the client
+    sizes and the schedule; the noise multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta).
+
+    Sample-level DP of one client's data per round: Q2^t b_i samples drawn without replacement from
+    its n_i (no amplification when Q2^t b_i >= n_i), the Q2^t clipped SGD steps (replace-one
+    sensitivity 2 G Q2^t / eta, eq. 28) and one Gaussian noise (multiplier sigma / s, eq. 29). The
+    client sampling p = K/N is a second amplification that the events ignore (conservative): every
+    one of the R rounds is counted. Clients differ only through n_i; the events describe the client
+    with the smallest n_i (the largest sampling ratio).
+    """
+    from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
+
+    sizes = np.asarray(sizes)
+    R, N, K = int(rounds), sizes.size, int(clients_per_round)
+    bi_all = np.minimum(b, sizes)
+    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1))
+    q_acc = float(np.max(np.minimum(q2_max * bi_all / sizes, q_cap)))
+    eps_round = float(round_epsilon(eps_bar, q_acc, K / N, R, c0=c0))
+    rep = int(np.argmin(sizes))
+    counts: dict[tuple, int] = {}
+    for t in range(1, R + 1):
+        Q2 = q2_schedule(t, q2, Qhat)
+        q_rep = min(Q2 * bi_all[rep] / sizes[rep], q_cap)
+        key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q_rep))[0], sensitivity(1.0, Q2, 1.0),
+               int(min(Q2 * bi_all[rep], sizes[rep])))
+        counts[key] = counts.get(key, 0) + 1
+    return [release(sig, sens, rounds=cnt, n_i=int(sizes[rep]), batch=batch,
+                    label=f"dp_fedc noisy W upload (client {rep}, n_i={int(sizes[rep])})")
+            for (sig, sens, batch), cnt in counts.items()]
+
+
+def eps_bar_for_budget(target_epsilon: float, delta: float, sizes, *, accountant: str = "rdp", rtol: float = 1e-3,
+                       **schedule) -> float:
+    """The paper budget eps_bar whose releases the accountant rates at ``target_epsilon``.
+
+    Lets a comparison give DP-FedC the same *accounted* budget as every other method (the paper's
+    own calibration, eps_bar = target, is kept for reproductions). Bisection on log eps_bar: the
+    accounted epsilon increases with eps_bar (less noise).
+    """
+    from fedclust.privacy.accountants import epsilon as accounted
+
+    def acc(eb):
+        return accounted(planned_releases(sizes, eps_bar=eb, delta=delta, **schedule), delta, accountant=accountant)
+
+    lo, hi = 1e-6, 1e6
+    if acc(hi) < target_epsilon:
+        return hi
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if acc(mid) > target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+        if hi / lo < 1 + rtol:
+            break
+    return lo
+
+
 def run(
     X,
     client,
@@ -489,7 +549,7 @@ def run(
     eps_round = math.inf
     notes: list[str] = []
     if private:
-        from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
+        from fedclust.privacy.paper.dp_fedc import round_epsilon, sigma_round
 
         eps_round = float(round_epsilon(eps_bar, q_acc, p, R, c0=c0))
         logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
@@ -503,7 +563,6 @@ def run(
     x_sq = np.square(Xs).sum(1)
     XC = Xs @ C.T
     uploaded = 0
-    z_rounds: dict[tuple, int] = {}  # (z, sample_size) -> rounds, for the representative client
     rep = int(np.argmin(sizes))  # client with the largest data sampling ratio
     sampled_log = np.empty((R, K), dtype=np.int64)
     n_zero_cols = 0
@@ -547,12 +606,6 @@ def run(
             hist["clipped_fraction"].append(float(st["clipped_fraction"]))
             hist["noise_to_signal"].append(float(st["noise_to_signal"]))
             hist["grad_norm_median"].append(st["grad_norm_median"])
-            if private:
-                # noise multiplier of the representative client this round: sigma / s (eqs. 28-29)
-                q_rep = min(Q2 * bi_all[rep] / sizes[rep], q_cap)
-                key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q_rep))[0],
-                       sensitivity(1.0, Q2, 1.0), int(min(Q2 * bi_all[rep], sizes[rep])))
-                z_rounds[key] = z_rounds.get(key, 0) + 1
             logger.info("dp_fedc round %d/%d F=%.6g%s", t, R, hist["objective"][-1],
                         f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
             if progress is not None:
@@ -562,16 +615,8 @@ def run(
     labels = lab_sorted[lay.inverse]
     H_out = H[lay.inverse]
 
-    events = []
-    for (sig, sens, batch), cnt in z_rounds.items():
-        # Sample-level DP of one client's data per round: Q2^t b_i samples drawn without replacement
-        # from its n_i (batch = n_i, i.e. no amplification, when Q2^t b_i >= n_i), the Q2^t clipped
-        # SGD steps (replace-one sensitivity 2 G Q2^t / eta, eq. 28) and one Gaussian noise
-        # (multiplier sigma / s, eq. 29). The client sampling p = K/N is a second amplification that
-        # the events ignore (conservative): every one of the R rounds is counted as a release.
-        # Clients differ only through n_i; the events describe the client with the smallest n_i.
-        events.append(release(sig, sens, rounds=cnt, n_i=int(sizes[rep]), batch=batch,
-                              label=f"dp_fedc noisy W upload (client {rep}, n_i={int(sizes[rep])})"))
+    events = planned_releases(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b, eps_bar=eps_bar,
+                              delta=delta, c0=c0, q_cap=q_cap) if private else []
     info = {
         "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "eps_bar": eps_bar if private else math.inf,
         "eps_round": eps_round, "delta": delta, "q_accounting": q_acc, "p": p, "c0": c0,
