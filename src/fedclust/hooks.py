@@ -36,7 +36,7 @@ class RunTagsHook:
         part = params.get("partition", {}) or {}
         priv = params.get("privacy", {}) or {}
         namespaces = sorted({n.namespace.split(".")[0] for n in pipeline.nodes if n.namespace})
-        methods = [m for m in namespaces if m not in ("data_processing", "partitioning")]
+        methods = [m for m in namespaces if m not in ("data_processing", "partitioning", "clustered_fl")]
         self._tags = {
             "pipeline": self._pipeline_name,
             "method": ",".join(methods) if methods else self._pipeline_name,

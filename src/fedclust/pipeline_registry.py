@@ -11,7 +11,8 @@ from kedro.pipeline import Pipeline
 
 from fedclust.pipelines import data_processing, partitioning
 from fedclust.pipelines.grids import GRID_PIPELINES
-from fedclust.pipelines.methods import METHOD_PIPELINES
+from fedclust.pipelines.clustered_fl.pipeline import rotation_pipeline
+from fedclust.pipelines.methods import CLUSTERED_FL_PIPELINES, METHOD_PIPELINES
 
 
 def register_pipelines() -> dict[str, Pipeline]:
@@ -24,6 +25,14 @@ def register_pipelines() -> dict[str, Pipeline]:
     for name, (factory, in_tour) in METHOD_PIPELINES.items():
         method = factory()
         pipelines[name] = front + method
+        if in_tour:
+            tour = tour + method
+    rotated = data_processing.create_pipeline() + rotation_pipeline()
+    pipelines["rotation"] = rotated
+    tour = tour + rotation_pipeline()
+    for name, (factory, in_tour) in CLUSTERED_FL_PIPELINES.items():
+        method = factory()
+        pipelines[name] = rotated + method
         if in_tour:
             tour = tour + method
     for name, factory in GRID_PIPELINES.items():

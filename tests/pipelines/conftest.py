@@ -19,6 +19,12 @@ def kedro_project(tmp_path, project_root, monkeypatch):
     shutil.copy(project_root / ".telemetry", tmp_path / ".telemetry")
     shutil.copytree(project_root / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
     (tmp_path / "conf" / "local").mkdir()
+    # An absolute store per project copy: MLflow caches one SQL engine per tracking URI, so the
+    # relative "sqlite:///mlflow.db" would keep pointing at the first test's database.
+    mlflow_yml = (project_root / "conf" / "base" / "mlflow.yml").read_text()
+    (tmp_path / "conf" / "local" / "mlflow.yml").write_text(
+        mlflow_yml.replace("sqlite:///mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    )
     (tmp_path / "src").mkdir()  # Kedro checks that it exists; the package itself is installed
     for layer in ("01_raw", "02_intermediate", "05_model_input", "07_model_output", "08_reporting"):
         (tmp_path / "data" / layer).mkdir(parents=True)

@@ -52,7 +52,7 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     return fig
 
 
-def plot_curves(records: list[dict], keys, metrics=("objective", "ACC"), max_curves: int = 12):
+def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_accuracy", "train_loss"), max_curves: int = 12):
     """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``.
 
     When the histories hold ``comm_reals`` (cumulative uploaded reals), a last panel shows the
@@ -153,9 +153,44 @@ def _fedc_mf_grid():
                          "FedCAvg / FedCGds grid (mean ± std over common initializations)", curve_keys=fedc_mf.CURVE_KEYS)
 
 
+def _benchmark():
+    from fedclust.grids import benchmark
+
+    def figures(records: list[dict], config: dict, data_paths: dict):
+        return (
+            benchmark.privacy_utility_figure(records),
+            benchmark.communication_figure(records),
+            benchmark.embedding_figure(records, data_paths),
+            benchmark.partition_heatmaps(config, data_paths),
+        )
+
+    figures.__name__ = "benchmark_figures"
+    base = grid_pipeline("benchmark", benchmark.run, benchmark.tables,
+                         "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
+                         curve_keys=benchmark.CURVE_KEYS)
+    extra = Pipeline(
+        [node(figures, ["records", "params:config", "params:data_paths"],
+              ["privacy_utility_plot", "communication_plot", "embedding_plot", "partition_plot"],
+              name="figures", tags=["reporting", "grid"])],
+        namespace="benchmark",
+        parameters={"params:data_paths"},
+    )
+    return base + extra
+
+
+def _cfl_grid():
+    from fedclust.grids import cfl
+
+    return grid_pipeline("cfl_grid", cfl.run, cfl.tables,
+                         "CFL-MGD / IFCA / FedAvg on rotated data (Table 2 layout: test accuracy, mean ± std over seeds)",
+                         metric="test_accuracy", curve_keys=cfl.CURVE_KEYS)
+
+
 #: name -> pipeline factory
 GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "fedsc_grid": _fedsc_grid,
     "dp_fedc_grid": _dp_fedc_grid,
     "fedc_mf_grid": _fedc_mf_grid,
+    "cfl_grid": _cfl_grid,
+    "benchmark": _benchmark,
 }

@@ -124,6 +124,16 @@ def _fedc_mf(method: str):
     return factory
 
 
+def _clustered_fl(method: str):
+    def factory():
+        from fedclust.pipelines.clustered_fl.methods import nodes_for
+        from fedclust.pipelines.clustered_fl.pipeline import clustered_fl_pipeline
+
+        return clustered_fl_pipeline(method, *nodes_for(method))
+
+    return factory
+
+
 #: name -> (pipeline factory, part of the default quick tour?)
 METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fkm": (_fkm, True),
@@ -134,4 +144,11 @@ METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "dkm": (_kmeans_baseline("dkm"), False),
     "fedc_avg": (_fedc_mf("fedc_avg"), True),
     "fedc_gds": (_fedc_mf("fedc_gds"), True),
+}
+
+#: clustered-FL methods: they run on the rotated clients of the shared rotation stage
+CLUSTERED_FL_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
+    "ifca": (_clustered_fl("ifca"), True),
+    "cfl_mgd": (_clustered_fl("cfl_mgd"), True),
+    "fedavg": (_clustered_fl("fedavg"), True),
 }

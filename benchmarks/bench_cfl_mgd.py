@@ -1,0 +1,141 @@
+"""Benchmark B: CFL-MGD vs IFCA vs FedAvg on rotated MNIST built from the MNIST test set.
+
+Workload (issue 9, spec 004 sections 4.1-4.3, scaled to the 10,000-image MNIST test set that is
+available offline): P = 4 rotations (0/90/180/270), 320 clients (80 per rotation) with 100 training
+images each and 25 held-out test images each with the same rotation (``fedclust.partition.rotation``,
+reuse=True: every rotation group draws its own permutation of the 8,000-image training pool), MLP
+784-200-10, participation 0.1 (32 clients per round), H = 10 full-batch local steps, lr 0.1, no decay,
+beta 0.9 for CFL-MGD (Option II) and 0 for IFCA and FedAvg, 300 rounds, random independent init.
+
+Prints per method: final test accuracy (every client picks its lowest-loss model on its own test
+images; pooled), client-clustering ACC/NMI of all clients, wall time, and the FLOP rate of local
+training next to the rate of a plain ``torch.mm`` (and ``torch.bmm``) of the same shapes.
+
+    .venv/bin/python benchmarks/bench_cfl_mgd.py [--quick] [--rounds 300] [--threads 0] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from fedclust.clustered_fl import MLP, FederatedTensors, cfl_mgd, fedavg, ifca  # noqa: E402
+from fedclust.data.files import load_mnist_folder  # noqa: E402
+from fedclust.partition.rotation import rotation  # noqa: E402
+
+MNIST_DIR = ROOT / ".." / "shared" / "data" / "mnist"
+
+
+def build_data(n_clients: int, n: int, n_test: int, seed: int, max_images: int | None = None) -> FederatedTensors:
+    ds = load_mnist_folder(MNIST_DIR, split="test")
+    images, y = ds.images / 255.0, ds.y
+    if max_images is not None:
+        images, y = images[:max_images], y[:max_images]
+    rd = rotation(images, y, n_groups=4, n_clients=n_clients, samples_per_client=n, test_per_client=n_test,
+                  seed=seed)
+    return FederatedTensors.from_rotated(rd)
+
+
+def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) -> float:
+    """GFLOP/s of a plain torch.mm (M x K) @ (K x N), or torch.bmm with `batch` blocks of M/batch rows."""
+    if batch is None:
+        a, b = torch.randn(M, K), torch.randn(K, N)
+        f = lambda: torch.mm(a, b)  # noqa: E731
+    else:
+        a, b = torch.randn(batch, M // batch, K), torch.randn(batch, K, N)
+        f = lambda: torch.bmm(a, b)  # noqa: E731
+    f()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2.0 * M * K * N / best / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="40 rounds on 160 clients (< 1 minute)")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads; 0 = auto: 2 on an idle 2-core machine, 1 when other processes keep it "
+                         "busy (OpenMP threads then stall on each other)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--beta", type=float, default=0.9)
+    ap.add_argument("--eval-every", type=int, default=10)
+    args = ap.parse_args(argv)
+    threads = args.threads
+    if threads <= 0:
+        cpus = os.cpu_count() or 1
+        threads = 1 if os.getloadavg()[0] > cpus - 0.5 else min(2, cpus)
+    torch.set_num_threads(threads)
+    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists():
+        print(f"MNIST test set not found under {MNIST_DIR}; nothing to do")
+        return 0
+    n_clients, rounds = (160, 40) if args.quick else (320, 300)
+    if args.rounds is not None:
+        rounds = args.rounds
+    n, n_test, H, q = 100, 25, 10, 0.1
+    max_images = 5000 if args.quick else None
+    data = build_data(n_clients, n, n_test, args.seed, max_images)
+    S = int(round(q * n_clients))
+    print(f"rotated MNIST (from the test set): {n_clients} clients x {n} train / {n_test} test images, P=4, "
+          f"MLP 784-200-10, q={q} ({S} clients/round), H={H} full-batch steps, lr={args.lr}, rounds={rounds}, "
+          f"threads={torch.get_num_threads()}, seed={args.seed}\n")
+    common = dict(lr=args.lr, local_steps=H, rounds=rounds, participation=q, seed=args.seed,
+                  eval_every=args.eval_every)
+    methods = {
+        f"CFL-MGD (II, beta={args.beta})": lambda m: cfl_mgd.run(data, m, 4, option="II", beta=args.beta, **common),
+        "IFCA": lambda m: ifca.run(data, m, 4, **common),
+        "FedAvg": lambda m: fedavg.run(data, m, **common),
+    }
+    rows = []
+    flops = MLP(784, 200, 10).flops_per_sample()["train_step"]
+    for name, fn in methods.items():
+        ref0 = mm_rate(S * n, 784, 200)  # the machine is shared: measure the reference around each run
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = fn(MLP(784, 200, 10))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        ref = 0.5 * (ref0 + mm_rate(S * n, 784, 200))
+        fin = res.info["final"]
+        tl = res.info["timing"]["local"]
+        rate = res.info["local_samples"] * flops / tl / 1e9
+        h = res.history
+        acc50 = h["test_accuracy"][min(len(h["test_accuracy"]), max(1, 50 // args.eval_every)) - 1]
+        rows.append((name, fin["test_accuracy"], acc50, fin["client_ACC"], fin["client_NMI"], fin["train_loss"],
+                     wall, wall / rounds, tl, rate, ref, cpu))
+        print(f"  done: {name}: test acc {fin['test_accuracy']:.4f}, client ACC {fin['client_ACC']:.3f}, "
+              f"{wall:.1f} s", flush=True)
+    mm = mm_rate(S * n, 784, 200)
+    bmm = mm_rate(S * n, 784, 200, batch=S)
+    print("| method | test acc | test acc @ round ~50 | client ACC | client NMI | train loss | wall (s) | CPU (s) | "
+          "s/round | local train (s) | local GFLOP/s | torch.mm GFLOP/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]:.4f} | {r[2]:.4f} | {r[3]:.4f} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | "
+              f"{r[11]:.1f} | {r[7]:.3f} | {r[8]:.1f} | {r[9]:.1f} | {r[10]:.1f} | {r[9] / r[10]:.2f} |")
+    print(f"\ntorch.mm column: plain torch.mm ({S * n}x784 @ 784x200, the first layer of one local step of all "
+          f"sampled clients) measured before and after each run; now: torch.mm {mm:.1f} GFLOP/s, torch.bmm "
+          f"({S}x{n}x784 @ {S}x784x200) {bmm:.1f} GFLOP/s")
+    worst = min(r[9] / r[10] for r in rows)
+    print(f"local training reaches >= {worst:.2f} of the torch.mm rate (every method; target >= 0.5)")
+    order_ok = rows[0][1] >= rows[1][1] > rows[2][1]
+    print(f"ordering CFL-MGD >= IFCA > FedAvg (test accuracy): {'yes' if order_ok else 'NO'}; "
+          f"300-round projection of the slowest method: {max(r[7] for r in rows) * 300:.0f} s wall, "
+          f"{max(r[11] / rounds for r in rows) * 300:.0f} s CPU (target < 300 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

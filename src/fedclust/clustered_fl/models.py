@@ -1,0 +1,467 @@
+"""Models for the clustered-FL engine, written for *batched* evaluation.
+
+The engine never holds an ``nn.Module`` per client. A model here is a :class:`BatchedModel`: a
+description of the parameters (names and shapes, the names of ``nn.Module.state_dict``) plus two
+batched forward functions over *stacked* parameters (one leading axis for the copies):
+
+* :meth:`BatchedModel.forward_paired` ``(params (B, ...), X (B, n, d)) -> (B, n, out)``: copy ``b``
+  of the parameters on the inputs of client ``b`` (local training: every sampled client trains its
+  own copy of the model it chose);
+* :meth:`BatchedModel.forward_shared` ``(params (k, ...), X (N, d)) -> (k, N, out)``: all ``k``
+  cluster models on the same inputs (cluster assignment and evaluation: every client evaluates every
+  cluster model).
+
+Per-client gradients come from one backward pass of the *sum* of the per-client losses: the copies
+share nothing, so the gradient of the sum with respect to copy ``b`` is the gradient of client ``b``'s
+own loss.
+
+Models:
+
+* :class:`MLP`: ``d_in -> hidden -> ... -> n_classes`` with ReLU (784-200-10 is the rotated-MNIST MLP
+  of spec 004, section 4.2). Two implementations of the same function: ``impl="bmm"`` (hand-batched
+  with ``torch.baddbmm``; ``forward_shared`` turns the first layer of all k models into one ``torch.mm``)
+  and ``impl="vmap"`` (``torch.func.functional_call`` + ``torch.func.vmap`` over an ``nn.Sequential``).
+  ``benchmarks/bench_cfl_engine.py`` measures both; ``bmm`` is the default because it was faster.
+* :class:`ModuleModel`: any ``nn.Module`` factory, batched with ``functional_call`` + ``vmap``.
+* :func:`ifca_cnn`: the 2-conv + 2-FC CIFAR network of spec 004, section 4.2 (IFCA's TF CIFAR-10
+  tutorial network: conv5x5-64, max-pool 3/2, LRN, conv5x5-64, LRN, max-pool 3/2, FC 384, FC 192,
+  linear 10, with its truncated-normal init and the L2 weight decay 0.004 * 1/2 ||W||^2 on the two FC
+  weight matrices, returned by :meth:`BatchedModel.penalty`).
+* :class:`LinearRegression`: ``y = <x, w> (+ b)`` with the squared loss ``1/2 (y_hat - y)^2`` (the
+  mixed-linear-regression sanity check of spec 004, section 3.6; "extra, not in paper").
+
+Inputs are always flattened rows (``d`` features); models that need images reshape internally.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+__all__ = [
+    "BatchedModel", "MLP", "ModuleModel", "IFCACNN", "ifca_cnn", "LinearRegression",
+    "stack_module_params", "n_parameters", "LOSSES",
+]
+
+#: loss kinds: per-sample cross-entropy on logits, or 1/2 squared error on a scalar output
+LOSSES = ("cross_entropy", "squared")
+
+
+def _torch_seeds(seed, k: int) -> list[int]:
+    """k independent torch seeds from an int seed or a numpy Generator (stream "init")."""
+    if isinstance(seed, np.random.Generator):
+        rng = seed
+    else:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0 or a numpy Generator, got {seed!r}")
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x1F17]))
+    return [int(s) for s in rng.integers(0, 2**62, size=k)]
+
+
+def stack_module_params(factory: Callable[[], nn.Module], k: int, seed, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """Build ``k`` modules with independent random initializations and stack their parameters.
+
+    Each module is built under its own torch seed (drawn from ``seed``), so the k models are
+    independent draws of the module's own initializer; the global torch RNG is left untouched.
+    """
+    if k < 1:
+        raise ValueError(f"k (number of models) must be >= 1, got {k}")
+    states = []
+    for s in _torch_seeds(seed, k):  # k model inits: a loop over models, not over clients
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s)
+            mod = factory()
+        states.append({n: p.detach().to(dtype) for n, p in mod.named_parameters()})
+    return {n: torch.stack([st[n] for st in states]).contiguous() for n in states[0]}
+
+
+class BatchedModel:
+    """Base class: parameter layout + batched forward functions (see the module docstring)."""
+
+    loss: str = "cross_entropy"
+    n_outputs: int = 1
+    n_inputs: int = 1
+
+    def init(self, k: int, seed, dtype=torch.float32) -> dict[str, torch.Tensor]:
+        """``k`` independently initialized copies, stacked: ``{name: (k, *shape)}``."""
+        raise NotImplementedError
+
+    def forward_paired(self, params: dict[str, torch.Tensor], X: torch.Tensor) -> torch.Tensor:
+        """``params`` (B, ...) and ``X`` (B, n, d) -> outputs (B, n, n_outputs)."""
+        raise NotImplementedError
+
+    def forward_shared(self, params: dict[str, torch.Tensor], X: torch.Tensor) -> torch.Tensor:
+        """``params`` (k, ...) and ``X`` (N, d) -> outputs (k, N, n_outputs)."""
+        raise NotImplementedError
+
+    def penalty(self, params: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Per-copy regularization added to the training loss, (B,), or None."""
+        return None
+
+    def flops_per_sample(self) -> dict[str, float] | None:
+        """Multiply-add FLOPs (2 per MAC) per sample: ``{"forward", "train_step"}`` (None if unknown).
+
+        ``train_step`` counts the forward pass plus the backward pass that the engine needs (no gradient
+        with respect to the inputs).
+        """
+        return None
+
+    def module(self) -> nn.Module | None:
+        """A fresh ``nn.Module`` with the same parameter names (for state dicts and loop references)."""
+        return None
+
+    def per_client_loss(self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor,
+                        mask: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """(B,) training loss of copy b on client b's batch: mean over the ``mask``ed samples (``n`` of
+        them) plus :meth:`penalty`."""
+        ls = self.sample_losses(self.forward_paired(params, X), y)
+        loss = (ls * mask).sum(-1) / n.clamp(min=1).to(ls.dtype)
+        pen = self.penalty(params)
+        return loss if pen is None else loss + pen
+
+    def fused_step_(self, w: dict[str, torch.Tensor], u: dict[str, torch.Tensor] | None, X: torch.Tensor,
+                    y: torch.Tensor, mask: torch.Tensor, n: torch.Tensor, lr: float, beta: float) -> bool:
+        """Optional fast path: one in-place heavy-ball step ``u <- beta*u + g; w <- w - lr*u`` (plain
+        ``w <- w - lr*g`` when ``u`` is None). Return False when not implemented (the default)."""
+        return False
+
+    def loss_and_grad(self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor,
+                      mask: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-client losses (B,) and per-client gradients {name: (B, ...)} (contiguous).
+
+        Default: one ``autograd.grad`` of the summed per-client losses (copies share nothing, so the
+        gradient w.r.t. copy b is client b's own gradient). Subclasses may hand-write it.
+        """
+        w = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        loss = self.per_client_loss(w, X, y, mask, n)
+        grads = torch.autograd.grad(loss.sum(), list(w.values()))
+        return loss.detach(), {k: g.contiguous() for k, g in zip(w, grads)}
+
+    # ---- losses -------------------------------------------------------------------------------
+    def sample_losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample losses: ``out`` (..., n_outputs), ``y`` (...) -> (...)."""
+        if self.loss == "cross_entropy":
+            flat = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
+            return flat.reshape(y.shape)
+        return 0.5 * (out.squeeze(-1) - y) ** 2
+
+    @staticmethod
+    def correct(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample 0/1 correctness of the argmax prediction (classification only)."""
+        return (out.argmax(-1) == y)
+
+
+# ------------------------------------------------------------------------------------------------
+class MLP(BatchedModel):
+    """ReLU MLP ``d_in -> hidden... -> n_classes`` with PyTorch's default ``nn.Linear`` init.
+
+    Parameter names follow ``nn.Sequential(Linear, ReLU, Linear, ...)``: ``"0.weight"``, ``"0.bias"``,
+    ``"2.weight"``, ... (weights stored as ``(out, in)`` like ``nn.Linear``).
+    """
+
+    def __init__(self, d_in: int = 784, hidden: int | Sequence[int] = 200, n_classes: int = 10,
+                 impl: str = "bmm"):
+        if isinstance(hidden, (int, np.integer)):
+            hidden = (int(hidden),)
+        hidden = tuple(int(h) for h in hidden)
+        for name, v in (("d_in", d_in), ("n_classes", n_classes)):
+            if int(v) < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if any(h < 1 for h in hidden):
+            raise ValueError(f"hidden sizes must be >= 1, got {hidden}")
+        if impl not in ("bmm", "vmap"):
+            raise ValueError(f"impl must be 'bmm' or 'vmap', got {impl!r}")
+        self.d_in, self.hidden, self.n_classes, self.impl = int(d_in), hidden, int(n_classes), impl
+        self.n_inputs, self.n_outputs = self.d_in, self.n_classes
+        self.loss = "cross_entropy"
+        self.sizes = (self.d_in, *hidden, self.n_classes)
+        self._layers = [str(2 * i) for i in range(len(self.sizes) - 1)]
+        self._vmod = self.module()
+
+    def module(self) -> nn.Module:
+        layers: list[nn.Module] = []
+        for i in range(len(self.sizes) - 1):
+            layers.append(nn.Linear(self.sizes[i], self.sizes[i + 1]))
+            if i < len(self.sizes) - 2:
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers)
+
+    def init(self, k, seed, dtype=torch.float32):
+        return stack_module_params(self.module, k, seed, dtype)
+
+    def forward_paired(self, params, X):
+        if self.impl == "vmap":
+            return vmap(lambda p, x: functional_call(self._vmod, p, (x,)))(params, X)
+        h = X
+        last = len(self._layers) - 1
+        for i, name in enumerate(self._layers):
+            W, b = params[name + ".weight"], params[name + ".bias"]
+            h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
+            if i < last:
+                h = torch.relu(h)
+        return h
+
+    def forward_shared(self, params, X):
+        if self.impl == "vmap":
+            return vmap(lambda p: functional_call(self._vmod, p, (X,)))(params)
+        W0, b0 = params["0.weight"], params["0.bias"]
+        k, h0 = W0.shape[0], W0.shape[1]
+        # first layer of all k models as ONE mm: X (N, d) @ [W0_1; ...; W0_k]^T (d, k*h0)
+        h = (X @ W0.reshape(k * h0, -1).t()).reshape(X.shape[0], k, h0).transpose(0, 1) + b0.unsqueeze(1)
+        last = len(self._layers) - 1
+        if last == 0:
+            return h
+        h = torch.relu(h)
+        for i, name in enumerate(self._layers[1:], start=1):
+            W, b = params[name + ".weight"], params[name + ".bias"]
+            h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
+            if i < last:
+                h = torch.relu(h)
+        return h
+
+    def _forward_backward(self, params, X, y, mask, n):
+        """Forward pass and the output-layer error of the hand-written backward (impl="bmm")."""
+        hs = [X]
+        h = X
+        last = len(self._layers) - 1
+        for i, name in enumerate(self._layers):
+            h = torch.baddbmm(params[name + ".bias"].unsqueeze(1), h, params[name + ".weight"].transpose(1, 2))
+            if i < last:
+                h = torch.relu(h)
+                hs.append(h)
+        logp = torch.log_softmax(h, dim=-1)
+        nl = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        scale = mask / n.clamp(min=1).to(X.dtype).unsqueeze(1)  # (B, n_max)
+        loss = (nl * scale).sum(-1)
+        dA = logp.exp_()  # softmax
+        dA.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(nl, -1.0).unsqueeze(-1))
+        dA.mul_(scale.unsqueeze(-1))  # d loss_b / d logits
+        return hs, loss, dA
+
+    def loss_and_grad(self, params, X, y, mask, n):
+        """Hand-written backward for ``impl="bmm"`` (cross-entropy + ReLU layers).
+
+        Weight gradients come out directly in the ``(out, in)`` layout of the weights as
+        ``bmm(dA^T, h_prev)``, contiguous, and no gradient is formed for the inputs (autograd's
+        gradient of ``W.transpose`` is a strided view that makes the in-place updates slow).
+        """
+        if self.impl != "bmm":
+            return super().loss_and_grad(params, X, y, mask, n)
+        with torch.no_grad():
+            hs, loss, dA = self._forward_backward(params, X, y, mask, n)
+            grads: dict[str, torch.Tensor] = {}
+            for i in range(len(self._layers) - 1, -1, -1):
+                name = self._layers[i]
+                h_prev = hs[i]
+                grads[name + ".weight"] = torch.bmm(dA.transpose(1, 2), h_prev)
+                grads[name + ".bias"] = dA.sum(1)
+                if i > 0:
+                    dA = torch.bmm(dA, params[name + ".weight"]).mul_(h_prev > 0)
+        return loss, {k: grads[k] for k in params}
+
+    def fused_step_(self, w, u, X, y, mask, n, lr: float, beta: float) -> bool:
+        """One heavy-ball step IN PLACE with the weight update fused into the gradient GEMM.
+
+        ``u <- beta*u + dA^T h`` is one ``baddbmm_`` on the momentum (``beta=0``/``u is None``: ``w <- w -
+        lr * dA^T h`` is one ``baddbmm_`` on the weights), so the gradient is never stored and the
+        memory-bound update passes drop from three to one (or zero). Same arithmetic as
+        :meth:`loss_and_grad` + ``u = beta*u + g; w -= lr*u``. Returns False (nothing done) for
+        ``impl="vmap"``.
+        """
+        if self.impl != "bmm":
+            return False
+        with torch.no_grad():
+            hs, _, dA = self._forward_backward(w, X, y, mask, n)
+            for i in range(len(self._layers) - 1, -1, -1):
+                name = self._layers[i]
+                Wn, bn = name + ".weight", name + ".bias"
+                h_prev = hs[i]
+                dA_prev = torch.bmm(dA, w[Wn]).mul_(h_prev > 0) if i > 0 else None  # before W changes
+                gb = dA.sum(1)
+                if u is None:
+                    w[Wn].baddbmm_(dA.transpose(1, 2), h_prev, beta=1.0, alpha=-lr)
+                    w[bn].sub_(gb, alpha=lr)
+                else:
+                    u[Wn].baddbmm_(dA.transpose(1, 2), h_prev, beta=beta, alpha=1.0)
+                    w[Wn].sub_(u[Wn], alpha=lr)
+                    torch.add(gb, u[bn], alpha=beta, out=u[bn])
+                    w[bn].sub_(u[bn], alpha=lr)
+                dA = dA_prev
+        return True
+
+    def flops_per_sample(self):
+        macs = [a * b for a, b in zip(self.sizes[:-1], self.sizes[1:])]
+        fwd = 2.0 * sum(macs)
+        # backward: weight gradients of every layer (2*MACs) + input gradients of every layer but the first
+        bwd = 2.0 * sum(macs) + 2.0 * sum(macs[1:])
+        return {"forward": fwd, "train_step": fwd + bwd}
+
+
+# ------------------------------------------------------------------------------------------------
+class ModuleModel(BatchedModel):
+    """Any ``nn.Module`` (built by ``factory``) batched with ``functional_call`` + ``vmap``.
+
+    ``input_shape`` reshapes the flattened rows before the module (e.g. ``(3, 24, 24)``);
+    ``penalty_fn(params_of_one_copy) -> scalar`` is vmapped over copies when given.
+    """
+
+    def __init__(self, factory: Callable[[], nn.Module], n_inputs: int, n_outputs: int,
+                 loss: str = "cross_entropy", input_shape: Sequence[int] | None = None,
+                 penalty_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+                 flops: dict[str, float] | None = None):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        self.factory, self.loss = factory, loss
+        self.n_inputs, self.n_outputs = int(n_inputs), int(n_outputs)
+        self.input_shape = tuple(input_shape) if input_shape is not None else None
+        if self.input_shape is not None and int(np.prod(self.input_shape)) != self.n_inputs:
+            raise ValueError(f"input_shape {self.input_shape} does not have n_inputs={n_inputs} entries")
+        self._mod = factory()
+        self._penalty_fn = penalty_fn
+        self._flops = flops
+
+    def module(self):
+        return self.factory()
+
+    def init(self, k, seed, dtype=torch.float32):
+        return stack_module_params(self.factory, k, seed, dtype)
+
+    def _call(self, p, x):
+        if self.input_shape is not None:
+            x = x.reshape(x.shape[0], *self.input_shape)
+        return functional_call(self._mod, p, (x,))
+
+    def forward_paired(self, params, X):
+        return vmap(self._call)(params, X)
+
+    def forward_shared(self, params, X):
+        return vmap(lambda p: self._call(p, X))(params)
+
+    def penalty(self, params):
+        if self._penalty_fn is None:
+            return None
+        return vmap(self._penalty_fn)(params)
+
+    def flops_per_sample(self):
+        return self._flops
+
+
+# ------------------------------------------------------------------------------------------------
+def _trunc_normal_(t: torch.Tensor, std: float) -> torch.Tensor:
+    # TF's truncated_normal: redraw outside 2 std
+    return nn.init.trunc_normal_(t, mean=0.0, std=std, a=-2 * std, b=2 * std)
+
+
+class IFCACNN(nn.Module):
+    """The 2-conv + 2-FC CNN of spec 004, section 4.2 (TF CIFAR-10 tutorial network used by IFCA).
+
+    conv5x5(C->64, SAME) + ReLU -> maxpool 3/2 -> LRN -> conv5x5(64->64, SAME) + ReLU -> LRN ->
+    maxpool 3/2 -> FC 384 + ReLU -> FC 192 + ReLU -> linear n_classes. For 24x24 inputs the flattened
+    feature has 6*6*64 = 2304 entries. Max-pool "SAME" is mapped to ``padding=1`` (spec 004, 4.2).
+    ``nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0)`` equals TF's
+    ``lrn(depth_radius=4, bias=1, alpha=0.001/9, beta=0.75)``.
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 24, n_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 64, 5, padding=2)
+        self.conv2 = nn.Conv2d(64, 64, 5, padding=2)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.lrn = nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0)
+        s = image_size
+        s = (s + 2 - 3) // 2 + 1
+        s = (s + 2 - 3) // 2 + 1
+        self.flat = 64 * s * s
+        self.fc1 = nn.Linear(self.flat, 384)
+        self.fc2 = nn.Linear(384, 192)
+        self.fc3 = nn.Linear(192, n_classes)
+        with torch.no_grad():
+            _trunc_normal_(self.conv1.weight, 0.05); self.conv1.bias.zero_()
+            _trunc_normal_(self.conv2.weight, 0.05); self.conv2.bias.fill_(0.1)
+            _trunc_normal_(self.fc1.weight, 0.04); self.fc1.bias.fill_(0.1)
+            _trunc_normal_(self.fc2.weight, 0.04); self.fc2.bias.fill_(0.1)
+            _trunc_normal_(self.fc3.weight, 1.0 / 192); self.fc3.bias.zero_()
+
+    def forward(self, x):
+        x = self.lrn(self.pool(torch.relu(self.conv1(x))))
+        x = self.pool(self.lrn(torch.relu(self.conv2(x))))
+        x = x.flatten(-3)
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def ifca_cnn(in_channels: int = 3, image_size: int = 24, n_classes: int = 10,
+             weight_decay: float = 0.004) -> ModuleModel:
+    """The spec's CIFAR CNN as a :class:`ModuleModel` (vmap over copies), with the L2 penalty
+    ``weight_decay * 1/2 (||W_fc1||^2 + ||W_fc2||^2)`` added to the training loss (not to the
+    loss used for cluster assignment)."""
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+
+    def factory():
+        return IFCACNN(in_channels, image_size, n_classes)
+
+    def penalty(p):
+        return 0.5 * weight_decay * ((p["fc1.weight"] ** 2).sum() + (p["fc2.weight"] ** 2).sum())
+
+    return ModuleModel(factory, n_inputs=in_channels * image_size * image_size, n_outputs=n_classes,
+                       loss="cross_entropy", input_shape=(in_channels, image_size, image_size),
+                       penalty_fn=penalty if weight_decay > 0 else None)
+
+
+# ------------------------------------------------------------------------------------------------
+class LinearRegression(BatchedModel):
+    """``y_hat = <x, w> (+ b)``, loss ``1/2 (y_hat - y)^2``; parameter names of ``nn.Linear(d, 1)``.
+
+    ``init_std``: weights drawn i.i.d. N(0, init_std^2) (bias 0); None = ``nn.Linear``'s default.
+    """
+
+    def __init__(self, d: int, bias: bool = False, init_std: float | None = 1.0):
+        if int(d) < 1:
+            raise ValueError(f"d must be >= 1, got {d}")
+        if init_std is not None and not init_std > 0:
+            raise ValueError(f"init_std must be > 0 or None, got {init_std}")
+        self.d, self.bias, self.init_std = int(d), bool(bias), init_std
+        self.n_inputs, self.n_outputs, self.loss = self.d, 1, "squared"
+
+    def module(self):
+        return nn.Linear(self.d, 1, bias=self.bias)
+
+    def _factory(self):
+        m = self.module()
+        if self.init_std is not None:
+            with torch.no_grad():
+                m.weight.normal_(0.0, self.init_std)
+                if self.bias:
+                    m.bias.zero_()
+        return m
+
+    def init(self, k, seed, dtype=torch.float32):
+        return stack_module_params(self._factory, k, seed, dtype)
+
+    def forward_paired(self, params, X):
+        out = torch.bmm(X, params["weight"].transpose(1, 2))
+        if self.bias:
+            out = out + params["bias"].unsqueeze(1)
+        return out
+
+    def forward_shared(self, params, X):
+        out = torch.matmul(params["weight"], X.t()).transpose(1, 2)  # (k, N, 1)
+        if self.bias:
+            out = out + params["bias"].unsqueeze(1)
+        return out
+
+    def flops_per_sample(self):
+        return {"forward": 2.0 * self.d, "train_step": 4.0 * self.d}
+
+
+def n_parameters(params: dict[str, torch.Tensor]) -> int:
+    """Number of reals in ONE copy of stacked parameters."""
+    return int(sum(math.prod(v.shape[1:]) for v in params.values()))

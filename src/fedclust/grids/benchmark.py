@@ -1,0 +1,272 @@
+"""One benchmark across all federated data clustering methods (issue 8).
+
+Every method sees the same data, the same partition, the same privacy budget and the same seeds.
+Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. Per cell: ACC, NMI,
+ARI, wall time, uploaded reals and the accountant's epsilon for the noise actually added.
+
+Privacy, the same *accounted* budget for every private method (RDP, sample-level, the run's delta):
+
+* FKM, FZKM, DK++, DKM: noise multiplier calibrated over all rounds by the accountant;
+* DP-FedC: its paper budget eps_bar is chosen by bisection so that the accountant rates its
+  releases at the target (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`);
+* FedSC: perturbed data (rows clipped to ``fedsc_clip``), one Gaussian release calibrated by the
+  accountant;
+* FedCAvg, FedCGds and the centralized references (k-means, spectral clustering) have no private
+  variant: under a finite budget they are reported with status ``not applicable``, never skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from fedclust.clustering import dk_pp, dkm, dp_fedc, fedc_mf, fedsc, fkm, fzkm, spectral
+from fedclust.clustering.fkm import init_from_data
+from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.grids._data import load
+from fedclust.metrics import clustering_scores
+from fedclust.partition import make_partition
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import epsilon as accounted
+
+ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fedc_avg", "fedc_gds", "fedsc", "kmeans", "sc")
+PRIVATE = {"fkm": 1, "fzkm": 1, "dk_pp": 2, "dkm": 4, "dp_fedc": None, "fedsc": None}  # Gaussians per round
+CENTRALIZED = ("kmeans", "sc")
+METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s"]
+CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
+
+
+def _eps_text(e) -> str:
+    return "inf" if e is None or (isinstance(e, float) and math.isinf(e)) else f"{float(e):g}"
+
+
+def _partition_label(p: dict) -> str:
+    opts = {k: v for k, v in p.items() if k != "scheme"}
+    return p["scheme"] + ("(" + ",".join(f"{k}={v}" for k, v in opts.items()) + ")" if opts else "")
+
+
+def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
+    R = int(cfg.get("rounds", 20))
+    N = int(client.max()) + 1
+    K = min(int(cfg.get("clients_per_round") or N), N)
+    clip = float(cfg.get("clip", 8.0))
+    if method in ("fkm", "fzkm", "dk_pp", "dkm"):
+        mod = {"fkm": fkm, "fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method]
+        z = 0.0
+        if eps is not None:
+            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=PRIVATE[method])
+        extra = {"seeding_rounds": min(5, R - 2)} if method == "dk_pp" else {}
+        return mod.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0,
+                       noise_multiplier=z, clip=clip if z > 0 else None, **extra)
+    if method == "dp_fedc":
+        kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
+        if eps is None:
+            return dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, **kw)
+        sizes = np.bincount(client, minlength=N)
+        eb = dp_fedc.eps_bar_for_budget(eps, delta, sizes, **kw)
+        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta,
+                          G=float(cfg.get("dp_fedc_G", 0.03)), **kw)
+        res.info["eps_bar"] = eb
+        return res
+    if method == "fedc_avg":
+        return fedc_mf.run_fedcavg(X, client, k, rounds=R, Q1=10, q_hat=10, seed=seed)
+    if method == "fedc_gds":
+        return fedc_mf.run_fedcgds(X, client, k, rounds=R, Q1=10, Q2=100, clients_per_round=K, seed=seed)
+    if method == "fedsc":
+        kw = dict(rounds=int(cfg.get("fedsc_rounds", 20)), d_max=int(cfg.get("fedsc_d_max", 300)), n_init=10)
+        if eps is None:
+            return fedsc.run(X, client, k, seed=seed, **kw)
+        tau = float(cfg.get("fedsc_clip", 4.0))
+        z = calibrate_noise_multiplier(eps, delta, steps=1)  # one release of the clipped data
+        return fedsc.run(X, client, k, seed=seed, clip_tau=tau, data_noise_std=z * 2.0 * tau, **kw)
+    if method == "kmeans":
+        return fedsc.centralized_kmeans(X, k, seed=seed, n_init=10)
+    if method == "sc":
+        return spectral.spectral_clustering(X, k, seed=seed, n_init=10)
+    raise ValueError(f"unknown method {method!r}; valid: {ALL_METHODS}")
+
+
+def run(config: dict, data_paths: dict | None = None) -> list[dict]:
+    methods = list(config.get("methods", ALL_METHODS))
+    bad = [m for m in methods if m not in ALL_METHODS]
+    if bad:
+        raise ValueError(f"benchmark.config.methods: unknown {bad}; valid: {list(ALL_METHODS)}")
+    delta = float(config.get("delta", 1e-5))
+    n_clients = int(config.get("n_clients", 10))
+    cells = [
+        (ds, part, seed, eps)
+        for ds in config.get("datasets", ["digits"])
+        for part in config.get("partitions", [{"scheme": "iid"}])
+        for seed in range(int(config.get("seeds", 2)))
+        for eps in config.get("epsilons", [None, 2.0])
+    ]
+    data_cache: dict = {}
+    part_cache: dict = {}
+
+    def run_cell(cell):
+        ds_name, part, seed, eps = cell
+        if ds_name not in data_cache:
+            data_cache[ds_name] = load(ds_name, data_paths)
+        data = data_cache[ds_name]
+        X, y = data.X.astype(np.float64), data.y
+        k = data.n_classes
+        plabel = _partition_label(part)
+        key = (ds_name, plabel, seed)
+        if key not in part_cache:
+            opts = {kk: v for kk, v in part.items() if kk != "scheme"}
+            part_cache[key] = make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
+                                             seed=seed, **opts).client
+        client = part_cache[key]
+        W0 = init_from_data(X, k, seed)  # the same initial centroids for every method of a seed
+        out = []
+        for method in methods:
+            tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": _eps_text(eps)}
+            params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": _eps_text(eps), "delta": delta,
+                      "n_clients": n_clients, "method": method}
+            name = f"{ds_name}/{plabel}/eps={_eps_text(eps)}/{method}/seed={seed}"
+            if eps is not None and method not in PRIVATE:
+                why = "centralized reference" if method in CENTRALIZED else "the method has no private variant"
+                out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
+                            "metrics": {}, "history": {}, "note": why})
+                continue
+            t0 = time.perf_counter()
+            res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
+            wall = time.perf_counter() - t0
+            metrics = clustering_scores(y, res.labels)
+            metrics["wall_time_s"] = wall
+            metrics["uploaded_reals"] = float(res.uploaded_reals)
+            metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+            if "eps_bar" in res.info:
+                metrics["dp_fedc_eps_bar"] = float(res.info["eps_bar"])
+            hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
+            rec = {"name": name, "tags": {**tags, "status": "ok"}, "params": {**params, "status": "ok"},
+                   "metrics": metrics, "history": hist}
+            if seed == 0 and eps is None:
+                rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
+            out.append(rec)
+        return {"name": f"{ds_name}/{plabel}/seed={seed}/eps={_eps_text(eps)}", "children": out}
+
+    nested = run_cells(cells, run_cell, label="benchmark")
+    records = [c for r in nested for c in r["children"]]
+    for r in records:  # wall time is per method; drop the cell-level one
+        r["metrics"].pop("cell_wall_time_s", None)
+    return records
+
+
+def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
+    frame = records_frame(records)
+    frame["status"] = frame["status"].fillna("ok")
+    out = {"summary": summarize(frame, ["dataset", "partition", "epsilon", "method"], METRICS)}
+    na = frame["status"] == "not applicable"
+    out["summary"]["status"] = [
+        "not applicable" if na[(frame["dataset"] == d) & (frame["partition"] == p) & (frame["epsilon"] == e) & (frame["method"] == m)].all() else "ok"
+        for d, p, e, m in zip(out["summary"]["dataset"], out["summary"]["partition"], out["summary"]["epsilon"], out["summary"]["method"])
+    ]
+    return out
+
+
+def privacy_utility_figure(records: list[dict]):
+    """ACC against epsilon per method, one panel per (dataset, partition); inf drawn at the right."""
+    import matplotlib.pyplot as plt
+
+    frame = records_frame([r for r in records if r["metrics"].get("ACC") is not None])
+    panels = list(frame.groupby(["dataset", "partition"], sort=False))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.6), squeeze=False)
+    eps_vals = sorted({e for e in frame["epsilon"] if e != "inf"}, key=float)
+    xticks = eps_vals + ["inf"]
+    for ax, ((ds, part), g) in zip(axes[0], panels):
+        for method, gm in g.groupby("method", sort=False):
+            stats = gm.groupby("epsilon")["ACC"].agg(["mean", "std"])
+            xs = [x for x in xticks if x in stats.index]
+            if not xs:
+                continue
+            ax.errorbar([xticks.index(x) for x in xs], stats.loc[xs, "mean"], yerr=stats.loc[xs, "std"].fillna(0),
+                        marker="o", capsize=3, label=method)
+        ax.set_xticks(range(len(xticks)), xticks)
+        ax.set_xlabel("epsilon (accounted budget)")
+        ax.set_ylabel("ACC")
+        ax.set_title(f"{ds}, {part}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("privacy-utility: ACC vs epsilon (non-private methods only at inf)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def communication_figure(records: list[dict]):
+    """Final ACC against uploaded reals (log scale), one marker per method, non-private runs."""
+    import matplotlib.pyplot as plt
+
+    frame = records_frame([r for r in records if r["tags"]["epsilon"] == "inf" and r["metrics"].get("uploaded_reals")])
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for method, g in frame.groupby("method", sort=False):
+        ax.scatter(g["uploaded_reals"], g["ACC"], label=method, alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("uploaded reals (whole run)")
+    ax.set_ylabel("ACC")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.set_title("communication: ACC vs uploaded reals (no DP)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def embedding_figure(records: list[dict], data_paths: dict | None = None):
+    """A 2-D PCA embedding of every data set, colored by each method's predicted clusters (seed 0,
+    no DP, first partition), with the true classes in the first column."""
+    import matplotlib.pyplot as plt
+    from sklearn.decomposition import PCA
+
+    with_labels = [r for r in records if "labels" in r]
+    datasets = list(dict.fromkeys(r["tags"]["dataset"] for r in with_labels))
+    if not datasets:
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.text(0.5, 0.5, "no non-private seed-0 run", ha="center")
+        return fig
+    first_part = {d: next(r["tags"]["partition"] for r in with_labels if r["tags"]["dataset"] == d) for d in datasets}
+    methods = list(dict.fromkeys(r["tags"]["method"] for r in with_labels))
+    fig, axes = plt.subplots(len(datasets), len(methods) + 1, figsize=(2.4 * (len(methods) + 1), 2.4 * len(datasets)), squeeze=False)
+    for i, d in enumerate(datasets):
+        data = load(d, data_paths)
+        Z = PCA(2, random_state=0).fit_transform(data.X)
+        axes[i][0].scatter(Z[:, 0], Z[:, 1], c=data.y, s=2, cmap="tab20")
+        axes[i][0].set_title(f"{d}: true classes", fontsize=8)
+        for j, m in enumerate(methods, 1):
+            rec = next((r for r in with_labels if r["tags"]["dataset"] == d and r["tags"]["method"] == m
+                        and r["tags"]["partition"] == first_part[d]), None)
+            ax = axes[i][j]
+            if rec is not None:
+                ax.scatter(Z[:, 0], Z[:, 1], c=rec["labels"], s=2, cmap="tab20")
+                ax.set_title(f"{m} (ACC {rec['metrics']['ACC']:.2f})", fontsize=8)
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle("PCA embedding colored by predicted cluster (seed 0, no DP)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def partition_heatmaps(config: dict, data_paths: dict | None = None):
+    """The label-by-client heatmap of every partition scheme of the first data set (seed 0)."""
+    import matplotlib.pyplot as plt
+
+    from fedclust.partition.report import label_matrix
+
+    ds = config.get("datasets", ["digits"])[0]
+    data = load(ds, data_paths)
+    parts = config.get("partitions", [{"scheme": "iid"}])
+    fig, axes = plt.subplots(1, len(parts), figsize=(3.6 * len(parts), 3.2), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        opts = {k: v for k, v in part.items() if k != "scheme"}
+        p = make_partition(part["scheme"], X=data.X, y=data.y, images=data.images, n_clients=int(config.get("n_clients", 10)), seed=0, **opts)
+        im = ax.imshow(label_matrix(p, data.y), aspect="auto", cmap="viridis")
+        ax.set_title(_partition_label(part), fontsize=8)
+        ax.set_xlabel("label")
+        ax.set_ylabel("client")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f"samples per client and label ({ds})", fontsize=10)
+    fig.tight_layout()
+    return fig
