@@ -20,9 +20,17 @@ from kedro.pipeline import Pipeline, node
 from fedclust.experiments import to_markdown
 
 
+def _flat(tab: pd.DataFrame) -> pd.DataFrame:
+    """String column names (a pivot's (setting, epsilon) tuples become 'setting / epsilon')."""
+    tab = tab.copy()
+    tab.columns = [" / ".join(str(x) for x in c if str(x)) if isinstance(c, tuple) else str(c) for c in tab.columns]
+    return tab
+
+
 def _tables_to_outputs(tables: dict[str, pd.DataFrame], title: str) -> tuple[pd.DataFrame, str]:
     frames, md = [], [f"# {title}\n"]
     for name, tab in tables.items():
+        tab = _flat(tab)
         frames.append(tab.assign(table=name))
         shown = tab[[c for c in tab.columns if not c.endswith(("_mean", "_std"))]]
         md.append(to_markdown(shown, name))
@@ -32,14 +40,17 @@ def _tables_to_outputs(tables: dict[str, pd.DataFrame], title: str) -> tuple[pd.
 
 def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     """One panel per table: ``metric`` (mean ± std) against the table's swept key, one line per method."""
-    tabs = {k: t for k, t in tables.items() if f"{metric}_mean" in t.columns}
+    tabs = {k: _flat(t) for k, t in tables.items() if f"{metric}_mean" in _flat(t).columns}
     n = max(len(tabs), 1)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
     for ax, (name, tab) in zip(axes[0], tabs.items()):
-        keys = [c for c in tab.columns if c not in ("method", "n", "dataset", "table") and not c.endswith(("_mean", "_std"))
+        keys = [c for c in tab.columns if c not in ("method", "label", "n", "dataset", "table") and not c.endswith(("_mean", "_std"))
                 and c not in ("ACC", "NMI", "NMI_paper", "ARI", "wall_time_s", "test_accuracy", "client_ACC", "client_NMI", "objective")]
         x = keys[0] if keys else None
-        for (method, *rest), g in tab.groupby(["method"] + (["dataset"] if "dataset" in tab.columns else []), sort=False):
+        series = next((c for c in ("method", "label") if c in tab.columns), None)
+        if series is None:
+            continue
+        for (method, *rest), g in tab.groupby([series] + (["dataset"] if "dataset" in tab.columns else []), sort=False):
             label = method if not rest else f"{method} ({rest[0]})"
             xs = g[x].astype(str) if x else range(len(g))
             ax.errorbar(list(xs), g[f"{metric}_mean"], yerr=g[f"{metric}_std"].fillna(0), marker="o", capsize=3, label=label)
@@ -52,7 +63,8 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     return fig
 
 
-def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_accuracy", "train_loss"), max_curves: int = 12):
+def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
+                max_curves: int = 12):
     """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``.
 
     When the histories hold ``comm_reals`` (cumulative uploaded reals), a last panel shows the
@@ -186,11 +198,20 @@ def _cfl_grid():
                          metric="test_accuracy", curve_keys=cfl.CURVE_KEYS)
 
 
+def _rr_grid():
+    from fedclust.grids import rr
+
+    return grid_pipeline("rr_grid", rr.run, rr.tables,
+                         "RR-Cluster grid: Table 1 (test accuracy) and Table 4 (clustering accuracy) layouts",
+                         metric="test_accuracy", curve_keys=rr.CURVE_KEYS)
+
+
 #: name -> pipeline factory
 GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "fedsc_grid": _fedsc_grid,
     "dp_fedc_grid": _dp_fedc_grid,
     "fedc_mf_grid": _fedc_mf_grid,
     "cfl_grid": _cfl_grid,
+    "rr_grid": _rr_grid,
     "benchmark": _benchmark,
 }

@@ -146,9 +146,17 @@ METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "fedc_gds": (_fedc_mf("fedc_gds"), True),
 }
 
+def _rr_cluster():
+    from fedclust.pipelines.clustered_fl.pipeline import clustered_fl_pipeline
+    from fedclust.pipelines.clustered_fl.rr import calibrate, train
+
+    return clustered_fl_pipeline("rr_cluster", calibrate, train)
+
+
 #: clustered-FL methods: they run on the rotated clients of the shared rotation stage
 CLUSTERED_FL_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
     "ifca": (_clustered_fl("ifca"), True),
     "cfl_mgd": (_clustered_fl("cfl_mgd"), True),
     "fedavg": (_clustered_fl("fedavg"), True),
+    "rr_cluster": (_rr_cluster, True),
 }

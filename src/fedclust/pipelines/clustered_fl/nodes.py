@@ -79,7 +79,8 @@ def history_to_mlflow(result) -> dict:
     for key, hist in result.history.items():
         if key == "round":
             continue
-        vals = [{"value": float(v), "step": int(r)} for r, v in zip(rounds, hist)
+        steps = rounds if len(hist) == len(rounds) else range(1, len(hist) + 1)  # per-round vs per-evaluation lists
+        vals = [{"value": float(v), "step": int(r)} for r, v in zip(steps, hist)
                 if isinstance(v, (int, float)) and math.isfinite(float(v))]
         if vals:
             out[f"round.{key}"] = vals

@@ -1,0 +1,261 @@
+"""RR-Cluster's DP baselines (spec 002, sections 2.4-2.6): client-level DP, trusted server, the same
+fixed-size client sampling, rounds and (eps, delta) as RR-Cluster.
+
+Clustering baselines (Alg. 1/2 without the rebalancing lines, B = 0, "directly privatized"; the
+identifiers are privatized exactly as in RR-Cluster):
+
+* :func:`dp_ifca` (Ghosh et al. 2020, IFCA), :func:`dp_fesem` (Long et al. 2023, FeSEM),
+  :func:`dp_fedcam` (Ma et al. 2023, FedCAM; three Gaussians): :func:`fedclust.clustered_fl.rr_cluster.run`
+  with ``B = 0`` and, by default, the standard sensitivity ``C_theta`` (``sensitivity_factor = 1``,
+  RESOLUTION 2.4 / A2). An empty cluster skips its update (A9).
+
+Single-model baselines (no identifier; the whole budget on one Gaussian, ``rho_s = 0``):
+
+* :func:`dp_fedavg` (McMahan et al. 2018, DP-FedAvg): ``w <- w + gamma (sum_i clip(Delta_i) +
+  N(0, C_theta^2 sigma^2 I)) / |M^t|``;
+* :func:`dp_fedprox` (FedProx, Li et al. 2020, privatized like DP-FedAvg): local objective
+  ``F_i(w) + (mu/2) ||w - w^t||^2`` (:class:`ProximalModel`);
+* :func:`dp_fedper` (Arivazhagan et al. 2019, FedPer): the last layer is each client's personal head,
+  trained locally and never released; the base layers are DP-FedAvg. Test client i uses the shared base
+  with training client i's head (:class:`FedPerEngine`).
+
+All return a :class:`~fedclust.clustered_fl.engine.ClusteredFLResult` with the DP releases in
+``dp_events``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fedclust.clustered_fl import rr_cluster
+from fedclust.clustered_fl.engine import (
+    ClientUpdates, ClusteredFLEngine, ClusteredFLResult, FederatedTensors, ServerState, client_model_losses,
+    local_train,
+)
+from fedclust.clustered_fl.models import BatchedModel
+
+__all__ = ["dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox", "dp_fedper", "ProximalModel",
+           "FedPerEngine", "last_layer_keys"]
+
+
+def _clustered(base, data, model, k, kwargs):
+    if kwargs.get("B", 0) != 0:
+        raise ValueError(f"dp_{base} has no rebalancing (B = 0); use rr_cluster.run(base={base!r}, B=...)")
+    kwargs.pop("B", None)
+    kwargs.setdefault("sensitivity_factor", 1)
+    return rr_cluster.run(data, model, k, base=base, B=0, **kwargs)
+
+
+def dp_ifca(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
+    """DP-IFCA = Algorithm 2 without rebalancing; keyword arguments as :func:`rr_cluster.run`."""
+    return _clustered("ifca", data, model, k, kwargs)
+
+
+def dp_fesem(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
+    """DP-FeSEM (distance E-step, client-side last assignment); keyword arguments as :func:`rr_cluster.run`."""
+    return _clustered("fesem", data, model, k, kwargs)
+
+
+def dp_fedcam(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
+    """DP-FedCAM (additive global + cluster models, three Gaussians; ``sigma_g`` for the global part)."""
+    return _clustered("fedcam", data, model, k, kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+class ProximalModel(BatchedModel):
+    """``base`` with FedProx's proximal term ``(mu/2) ||w - anchor||^2`` added to the TRAINING loss and
+    gradient (not to the losses used for assignment or evaluation). ``anchor`` {name: (1 or B, ...)} is
+    set by the engine before local training (the round's global model)."""
+
+    def __init__(self, base: BatchedModel, mu: float):
+        if not mu >= 0:
+            raise ValueError(f"mu must be >= 0, got {mu!r}")
+        self.base, self.mu = base, float(mu)
+        self.loss, self.n_inputs, self.n_outputs = base.loss, base.n_inputs, base.n_outputs
+        self.anchor = None
+
+    def init(self, k, seed, dtype=torch.float32):
+        return self.base.init(k, seed, dtype)
+
+    def forward_paired(self, params, X):
+        return self.base.forward_paired(params, X)
+
+    def forward_shared(self, params, X):
+        return self.base.forward_shared(params, X)
+
+    def penalty(self, params):
+        return self.base.penalty(params)
+
+    def module(self):
+        return self.base.module()
+
+    def loss_and_grad(self, params, X, y, mask, n):
+        loss, grads = self.base.loss_and_grad(params, X, y, mask, n)
+        if self.mu > 0 and self.anchor is not None:
+            loss = loss.clone()
+            for name, w in params.items():
+                diff = w - self.anchor[name]
+                grads[name] = grads[name] + self.mu * diff
+                loss = loss + 0.5 * self.mu * diff.reshape(diff.shape[0], -1).pow(2).sum(1)
+        return loss, grads
+
+
+class _ProxEngine(ClusteredFLEngine):
+    def client_round(self, state, clients, lr):
+        self.model.anchor = state.params  # k = 1: (1, ...) broadcasts over the sampled clients
+        try:
+            return super().client_round(state, clients, lr)
+        finally:
+            self.model.anchor = None
+
+
+def _single(data, model, kind, *, sigma, clip, lr, local_steps, batch_size, rounds, participation,
+            clients_per_round, seed, server_lr, engine_cls, aggregator_kwargs=None, **engine_kwargs):
+    for bad in ("k", "B", "sigma_s", "base"):
+        if bad in engine_kwargs:
+            raise ValueError(f"{kind} does not take {bad!r} (one model, no identifier, no rebalancing)")
+    engine_kwargs.setdefault("method", kind)
+    eng = rr_cluster.build_engine(data, model, 1, base="ifca", B=0, sigma_s=None, sigma_theta=sigma, clip=clip,
+                                  sensitivity_factor=1, server_lr=server_lr, participation=participation,
+                                  clients_per_round=clients_per_round, engine_cls=engine_cls, lr=lr,
+                                  local_steps=local_steps, batch_size=batch_size, rounds=rounds, seed=seed,
+                                  aggregator_kwargs=aggregator_kwargs, **engine_kwargs)
+    eng.aggregator.label = kind
+    return rr_cluster.finalize(eng, eng.run())
+
+
+def dp_fedavg(data: FederatedTensors, model: BatchedModel, *, sigma: float = 0.0, clip: float | None = None,
+              lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None, rounds: int = 100,
+              participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
+              server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+    """DP-FedAvg: one model, clip C_theta = ``clip``, noise ``N(0, C_theta^2 sigma^2)`` on the sum, divided
+    by |M^t| (sigma = 0: FedAvg with optional clipping)."""
+    return _single(data, model, "dp_fedavg", sigma=sigma, clip=clip, lr=lr, local_steps=local_steps,
+                   batch_size=batch_size, rounds=rounds, participation=participation,
+                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=None,
+                   **engine_kwargs)
+
+
+def dp_fedprox(data: FederatedTensors, model: BatchedModel, *, mu: float = 0.01, sigma: float = 0.0,
+               clip: float | None = None, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
+               rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
+               server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+    """DP-FedProx: DP-FedAvg with the local objective ``F_i(w) + (mu/2)||w - w^t||^2`` (mu in {0.01, 0.1})."""
+    return _single(data, ProximalModel(model, mu), "dp_fedprox", sigma=sigma, clip=clip, lr=lr,
+                   local_steps=local_steps, batch_size=batch_size, rounds=rounds, participation=participation,
+                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=_ProxEngine,
+                   **engine_kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+def last_layer_keys(params: dict) -> tuple[str, ...]:
+    """Names of the parameters of the last layer (the module prefix of the last parameter name)."""
+    names = list(params)
+    prefix = names[-1].rsplit(".", 1)[0] if "." in names[-1] else names[-1]
+    return tuple(n for n in names if (n.rsplit(".", 1)[0] if "." in n else n) == prefix)
+
+
+class FedPerEngine(ClusteredFLEngine):
+    """FedPer on the engine (k = 1): every client keeps its own copy of the ``head_keys`` parameters
+    (initialised from the initial global head); local training updates base and head jointly from
+    (global base, own head); only the base deltas go to the server (the head deltas are zero in the
+    :class:`ClientUpdates`, and the aggregator freezes the head keys). Test accuracy is personalized:
+    test client i uses training client i's head (needs as many test clients as training clients)."""
+
+    def __init__(self, *args, head_keys=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.k != 1:
+            raise ValueError("FedPer has one shared base model (k must be 1)")
+        if self.data.X_test is not None and self.data.n_test_clients != self.data.n_clients:
+            raise ValueError("FedPer's personalized test needs one test client per training client")
+        self.head_keys = head_keys
+        self.heads = None
+
+    def init_state(self):
+        state = super().init_state()
+        if self.head_keys is None:
+            self.head_keys = last_layer_keys(state.params)
+        missing = [n for n in self.head_keys if n not in state.params]
+        if missing:
+            raise ValueError(f"head_keys {missing} are not parameters of the model")
+        if set(self.head_keys) >= set(state.params):
+            raise ValueError("head_keys cover every parameter: FedPer needs at least one shared (base) layer")
+        N = self.data.n_clients
+        self.heads = {n: state.params[n].expand(N, *state.params[n].shape[1:]).clone() for n in self.head_keys}
+        return state
+
+    def client_round(self, state, clients, lr):
+        d = self.data
+        idx = torch.as_tensor(clients, dtype=torch.long)
+        X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        S = len(clients)
+        t0 = time.perf_counter()
+        start = {}
+        for name, v in state.params.items():
+            start[name] = self.heads[name][idx] if name in self.head_keys else v.expand(S, *v.shape[1:])
+        losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
+        params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
+                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=self.rngs["minibatch"])
+        for name in self.head_keys:  # the head stays on the client
+            self.heads[name][idx] = params[name]
+            params[name] = start[name]
+        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+        self.n_local_samples += int(per_step.sum()) * self.local_steps
+        self.timing["local"] += time.perf_counter() - t0
+        return ClientUpdates(clients=clients, chosen=torch.zeros(S, dtype=torch.long), losses=losses,
+                             start_params=start, params=params, momentum=None, n_samples=n)
+
+    @torch.no_grad()
+    def personalized_accuracy(self, state) -> float:
+        """Pooled test accuracy, test client i with the shared base and client i's head."""
+        d = self.data
+        if d.X_test is None:
+            return float("nan")
+        N = d.n_clients
+        per = {name: (self.heads[name] if name in self.head_keys else v.expand(N, *v.shape[1:]))
+               for name, v in state.params.items()}
+        correct = 0
+        step = max(1, self.max_rows // max(d.X_test.shape[1], 1))
+        for a in range(0, N, step):  # memory chunks of many clients
+            b = min(N, a + step)
+            out = self.model.forward_paired({k: v[a:b] for k, v in per.items()}, d.X_test[a:b])
+            ok = self.model.correct(out, d.y_test[a:b])
+            mask = torch.arange(d.X_test.shape[1]).unsqueeze(0) < d.n_test[a:b].unsqueeze(1)
+            correct += int((ok & mask).sum())
+        return correct / max(int(d.n_test.sum()), 1)
+
+    def _record(self, history, t, lr, state, updates, agg):
+        rec = super()._record(history, t, lr, state, updates, agg)
+        acc = self.personalized_accuracy(state)
+        history.setdefault("global_head_test_accuracy", []).append(rec["test_accuracy"])
+        history["test_accuracy"][-1] = rec["test_accuracy"] = acc
+        return rec
+
+    def run(self):
+        res = super().run()
+        acc = self.personalized_accuracy(ServerState(res.params, res.momentum, self.rounds))
+        res.info["final"]["global_head_test_accuracy"] = res.info["final"].get("test_accuracy")
+        res.info["final"]["test_accuracy"] = acc
+        res.info["head_keys"] = list(self.head_keys)
+        return res
+
+
+def dp_fedper(data: FederatedTensors, model: BatchedModel, *, head_keys=None, sigma: float = 0.0,
+              clip: float | None = None, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
+              rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
+              server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+    """DP-FedPer: DP-FedAvg on the base layers, personal last layer (``head_keys``; default the last
+    layer). Clipping and noise cover the base layers only (the head is never released)."""
+    if head_keys is None:
+        head_keys = last_layer_keys(model.init(1, 0))
+
+    class _Eng(FedPerEngine):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, head_keys=tuple(head_keys), **kw)
+
+    return _single(data, model, "dp_fedper", sigma=sigma, clip=clip, lr=lr, local_steps=local_steps,
+                   batch_size=batch_size, rounds=rounds, participation=participation,
+                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=_Eng,
+                   aggregator_kwargs={"frozen_keys": tuple(head_keys)}, **engine_kwargs)

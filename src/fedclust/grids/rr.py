@@ -1,0 +1,106 @@
+"""The RR-Cluster experiment grid (spec 002, section 5.5; issue 7).
+
+Settings ``balanced`` (4 rotation groups, 0/90/180/270) and ``imbalanced`` (2:1:1, 0/90/180),
+each client's images used once (``reuse=False``, RR-Cluster's construction). For every setting,
+epsilon (null = no DP), method and seed: test accuracy, client-clustering ACC, moved updates per
+round, and the accounted epsilon. RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the
+baselines once. Tables: the spec's Table 1 layout (method x setting/epsilon) and Table 4 layout
+(clustering accuracy, epsilon x B).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from fedclust.clustered_fl import FederatedTensors, rr_cluster
+from fedclust.clustered_fl import dp_baselines as dpb
+from fedclust.clustered_fl.models import MLP
+from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.grids._data import load
+from fedclust.partition import rotation
+from fedclust.privacy.accountants import epsilon as accounted
+
+METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "epsilon_accountant", "wall_time_s"]
+CURVE_KEYS = ("setting", "method", "epsilon")
+SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
+
+
+def _eps_text(e) -> str:
+    return "inf" if e is None else f"{float(e):g}"
+
+
+def run(config: dict, data_paths: dict | None = None) -> list[dict]:
+    data = load(config.get("dataset", "digits"), data_paths)
+    M = int(config.get("n_clients", 200))
+    q = float(config.get("participation", 0.25))
+    T = int(config.get("rounds", 30))
+    delta = float(config.get("delta", 1e-3))
+    train = dict(lr=float(config.get("lr", 0.1)), local_steps=int(config.get("local_steps", 5)), rounds=T,
+                 participation=q, eval_every=int(config.get("eval_every", 5)))
+    hidden = config.get("hidden", [])
+    clip = float(config.get("clip", 0.3))
+    cells = []
+    for setting in config.get("settings", ["balanced", "imbalanced"]):
+        for eps in config.get("epsilons", [None, 8.0, 4.0, 2.0]):
+            for seed in range(int(config.get("seeds", 2))):
+                for method in config.get("methods", ["dp_ifca", "rr_cluster", "dp_fedavg"]):
+                    for B in (config.get("Bs", [4, 8]) if method == "rr_cluster" else [0]):
+                        cells.append((setting, eps, seed, method, int(B)))
+    cache: dict = {}
+
+    def run_cell(cell):
+        setting, eps, seed, method, B = cell
+        if (setting, seed) not in cache:
+            rd = rotation(data.images, data.y, n_clients=M, samples_per_client=int(config.get("samples_per_client", 8)),
+                          test_per_client=int(config.get("test_per_client", 2)), seed=seed, reuse=False, **SETTINGS[setting])
+            cache[(setting, seed)] = (rd, FederatedTensors.from_rotated(rd))
+        rd, tensors = cache[(setting, seed)]
+        k = len(rd.angles)
+        model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
+        private = eps is not None
+        kw = dict(train, seed=seed)
+        if method in ("dp_fedavg", "dp_fedprox", "dp_fedper"):
+            sigma = rr_cluster.calibrate(eps, delta, q, T, M, 0.0)[1] if private else 0.0
+            fn = {"dp_fedavg": dpb.dp_fedavg, "dp_fedprox": dpb.dp_fedprox, "dp_fedper": dpb.dp_fedper}[method]
+            extra = {"mu": float(config.get("mu", 0.1))} if method == "dp_fedprox" else {}
+            res = fn(tensors, model, sigma=sigma, clip=clip if private else None, **extra, **kw)
+        else:
+            base = {"dp_ifca": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam", "rr_cluster": config.get("base", "ifca")}[method]
+            sg = None
+            if not private:
+                ss = st = 0.0
+            elif base == "fedcam":
+                ss, sg, st = rr_cluster.calibrate_fedcam(eps, delta, q, T, M)
+            else:
+                ss, st = rr_cluster.calibrate(eps, delta, q, T, M, float(config.get("rho_s", 0.5)))
+            res = rr_cluster.run(tensors, model, k, base=base, B=B if method == "rr_cluster" else 0, sigma_s=ss,
+                                 sigma_theta=st, sigma_g=sg, clip=clip if private else None, C_s=float(config.get("C_s", 0.1)), **kw)
+        final = res.info["final"]
+        moved = res.history.get("n_moved") or [0.0]
+        label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
+        metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
+        metrics["mean_moved"] = float(sum(moved) / len(moved))
+        metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+        hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
+        return {
+            "name": f"{setting}/eps={_eps_text(eps)}/{label}/seed={seed}",
+            "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": _eps_text(eps)},
+            "params": {"setting": setting, "epsilon": _eps_text(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
+                       "participation": q, "rounds": T, "clip": clip},
+            "metrics": metrics,
+            "history": hist,
+        }
+
+    return run_cells(cells, run_cell, label="rr_grid")
+
+
+def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
+    frame = records_frame(records)
+    summary = summarize(frame, ["setting", "epsilon", "label"], METRICS)
+    table1 = summary.pivot_table(index="label", columns=["setting", "epsilon"], values="test_accuracy", aggfunc="first", sort=False).reset_index()
+    rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]
+    table4 = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False).reset_index()
+    moved = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False).reset_index()
+    return {"table1_test_accuracy": table1, "table4_client_ACC": table4, "moved_updates_per_round": moved, "all_metrics": summary}
