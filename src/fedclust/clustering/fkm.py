@@ -19,9 +19,10 @@ One round t:
 4. The server sets ``C_l = sum_i s_il / max(sum_i c_il, 1)`` (eq. 10) and keeps the old ``C_l`` when
    cluster l received no (noisy) mass.
 
-All clients of a round are processed together: assignments for every sample of the sampled clients
-in one distance computation, and per-(client, cluster) sums as one segment sum; there is no Python
-loop over clients.
+All clients of a round are processed together: assignments for every sample in one distance
+computation (reused by the next round), and the sum of the clients' per-cluster sums as one sparse
+segment sum; the sum of the clients' independent noises is drawn in one go (the server only uses
+the sum of the uploads). There is no Python loop over clients.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ from fedclust.rng import stream
 logger = logging.getLogger(__name__)
 
 
-def nearest_centroid(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the nearest centroid of every row of X, and the squared distance to it."""
-    d2 = (X * X).sum(1)[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :]
+def nearest_centroid(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the nearest centroid of every row of X, and the squared distance to it.
+
+    ``x_sq`` (the squared row norms of X) can be passed to skip recomputing them every round.
+    """
+    if x_sq is None:
+        x_sq = np.einsum("ij,ij->i", X, X)
+    d2 = x_sq[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :]
     np.maximum(d2, 0.0, out=d2)
     lab = d2.argmin(1)
     return lab, d2[np.arange(X.shape[0]), lab]
@@ -57,24 +63,28 @@ def init_from_data(X: np.ndarray, k: int, seed: int) -> np.ndarray:
 def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) -> np.ndarray:
     """One server update from the uploads of the ``chosen`` clients (steps 2-4 of the round).
 
-    ``labels`` is the nearest-centroid assignment of every sample under the broadcast ``C``; the
-    per-(client, cluster) sums of the chosen clients' (clipped) samples are one sparse segment sum.
+    ``labels`` is the nearest-centroid assignment of every sample under the broadcast ``C``. The
+    server only ever uses the *sum* of the K uploads, so the per-cluster totals are computed in one
+    sparse segment sum over the chosen clients' samples, and the sum of the K clients' independent
+    noises N(0, noise_std^2) on every entry is drawn as one N(0, K noise_std^2): the same
+    distribution as aggregating K noisy uploads, at the cost of one (k, m) draw instead of K.
     """
     k, m = C.shape
     K = len(chosen)
-    slot = np.full(n_clients, -1, dtype=np.int64)
-    slot[chosen] = np.arange(K)
-    s_of_sample = slot[client]
-    idx = np.flatnonzero(s_of_sample >= 0)
-    seg = s_of_sample[idx] * k + labels[idx]
-    onehot = sparse.csr_matrix((np.ones(idx.size), (seg, np.arange(idx.size))), shape=(K * k, idx.size))
-    sums = np.asarray(onehot @ Xc[idx])  # (K*k, m): every client's per-cluster sums
-    counts = np.bincount(seg, minlength=K * k).astype(np.float64)
+    if K == n_clients:  # full participation: no selection copy
+        lab, Xsel = labels, Xc
+    else:
+        in_round = np.zeros(n_clients, dtype=bool)
+        in_round[chosen] = True
+        idx = np.flatnonzero(in_round[client])
+        lab, Xsel = labels[idx], Xc[idx]
+    onehot = sparse.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(k, lab.size))
+    tot = np.asarray(onehot @ Xsel)  # (k, m) sum over the chosen clients of their per-cluster sums
+    cnt = np.bincount(lab, minlength=k).astype(np.float64)
     if noise_std > 0:
-        sums += rng.normal(0.0, noise_std, size=sums.shape)
-        counts += rng.normal(0.0, noise_std, size=counts.shape)
-    tot = sums.reshape(K, k, m).sum(0)
-    cnt = counts.reshape(K, k).sum(0)
+        agg_std = noise_std * np.sqrt(K)
+        tot += rng.normal(0.0, agg_std, size=tot.shape)
+        cnt += rng.normal(0.0, agg_std, size=cnt.shape)
     C = C.copy()
     ok = cnt >= 1.0  # an (almost) empty cluster keeps its old centroid
     C[ok] = tot[ok] / cnt[ok, None]
@@ -144,12 +154,13 @@ def run(
     # Clients assign their raw samples to the nearest broadcast centroid (eq. 9); the assignment of
     # every sample under the current C is computed once per round and serves both the evaluation of
     # round t and the local step of round t+1.
-    lab_all, _ = nearest_centroid(X, C)
+    x_sq = np.einsum("ij,ij->i", X, X)
+    lab_all, _ = nearest_centroid(X, C, x_sq)
     for t in range(1, rounds + 1):
         chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
         C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, std, r_noise)
         uploaded += K * k * (m + 1)
-        lab_all, d2 = nearest_centroid(X, C)
+        lab_all, d2 = nearest_centroid(X, C, x_sq)
         history["objective"].append(float(d2.sum() / n))
         if y is not None:
             sc = clustering_scores(y, lab_all)
