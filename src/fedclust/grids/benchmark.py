@@ -156,7 +156,92 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
     return records
 
 
+CFL_METHODS = ("cfl_mgd", "ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg")
+CFL_PRIVATE = ("rr_cluster", "dp_ifca", "dp_fedavg")
+CFL_METRICS = ["test_accuracy", "client_ACC", "client_NMI", "epsilon_accountant", "wall_time_s"]
+
+
+def run_clustered_fl(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """The clustered-FL half: every method on the same rotated clients, budgets and seeds.
+
+    Non-private methods (CFL-MGD, IFCA, FedAvg) run at epsilon = inf and are reported as not
+    applicable under a finite budget; RR-Cluster and the DP baselines are calibrated to it
+    (client-level, the run's delta) through :mod:`fedclust.grids.rr`.
+    """
+    from fedclust.grids import cfl, rr
+
+    cfg = dict(config.get("clustered_fl") or {})
+    if not cfg:
+        return []
+    methods = list(cfg.get("methods", CFL_METHODS))
+    bad = [m for m in methods if m not in CFL_METHODS]
+    if bad:
+        raise ValueError(f"benchmark.config.clustered_fl.methods: unknown {bad}; valid: {list(CFL_METHODS)}")
+    rotation = {"n_groups": int(cfg.get("n_groups", 4)), "n_clients": int(cfg.get("n_clients", 100)),
+                "samples_per_client": int(cfg.get("samples_per_client", 14)), "test_per_client": int(cfg.get("test_per_client", 3))}
+    train = {"rounds": int(cfg.get("rounds", 30)), "lr": float(cfg.get("lr", 0.1)), "local_steps": int(cfg.get("local_steps", 5)),
+             "participation": float(cfg.get("participation", 0.25)), "eval_every": 5}
+    epsilons = cfg.get("epsilons", [None, 8.0])
+    out: list[dict] = []
+    public = [m for m in methods if m not in CFL_PRIVATE]
+    for ds in cfg.get("datasets", ["digits"]):
+        if public:
+            recs = cfl.run({"datasets": [ds], "methods": public, "seeds": int(config.get("seeds", 2)), "rotation": rotation,
+                            "train": {**train, "beta": 0.9, "model": {"type": "mlp", "hidden": int(cfg.get("hidden", 32))}}},
+                           data_paths)
+            for r in recs:
+                r["tags"]["epsilon"] = "inf"
+                r["metrics"]["epsilon_accountant"] = math.inf  # non-private
+            out += recs
+            for eps in [e for e in epsilons if e is not None]:
+                for m in public:
+                    for seed in range(int(config.get("seeds", 2))):
+                        out.append({"name": f"{ds}/{m}/eps={_eps_text(eps)}/seed={seed}",
+                                    "tags": {"method": m, "dataset": ds, "partition": f"rotation({rotation['n_groups']} groups)",
+                                             "epsilon": _eps_text(eps), "status": "not applicable"},
+                                    "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
+                                    "metrics": {}, "history": {}, "note": "the method has no private variant"})
+        private = [m for m in methods if m in CFL_PRIVATE]
+        if private:
+            recs = rr.run({"dataset": ds, "settings": ["balanced"], "n_clients": rotation["n_clients"],
+                           "samples_per_client": rotation["samples_per_client"], "test_per_client": rotation["test_per_client"],
+                           "participation": train["participation"], "rounds": train["rounds"], "lr": train["lr"],
+                           "local_steps": train["local_steps"], "hidden": [], "clip": float(cfg.get("clip", 0.3)),
+                           "delta": float(config.get("delta", 1e-5)), "epsilons": epsilons,
+                           "seeds": int(config.get("seeds", 2)), "methods": private, "Bs": [int(cfg.get("B", 4))]},
+                          data_paths)
+            for r in recs:
+                r["tags"]["partition"] = f"rotation({rotation['n_groups']} groups)"
+            out += recs
+    for r in out:
+        r["tags"].setdefault("status", "ok")
+        r["tags"]["family"] = "clustered_fl"
+    return out
+
+
+def run_all(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """Both halves: federated data clustering (:func:`run`) and clustered FL (:func:`run_clustered_fl`)."""
+    records = run(config, data_paths)
+    for r in records:
+        r["tags"]["family"] = "data_clustering"
+    return records + run_clustered_fl(config, data_paths)
+
+
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
+    data_recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
+    cfl_recs = [r for r in records if r["tags"].get("family") == "clustered_fl"]
+    out = _data_tables(data_recs) if data_recs else {}
+    if cfl_recs:
+        frame = records_frame(cfl_recs)
+        frame["status"] = frame["status"].fillna("ok")
+        summ = summarize(frame, ["dataset", "epsilon", "method"], CFL_METRICS)
+        summ["status"] = ["not applicable" if (frame[(frame["dataset"] == d) & (frame["epsilon"] == e) & (frame["method"] == m)]["status"] == "not applicable").all() else "ok"
+                          for d, e, m in zip(summ["dataset"], summ["epsilon"], summ["method"])]
+        out["clustered_fl"] = summ
+    return out
+
+
+def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     frame["status"] = frame["status"].fillna("ok")
     out = {"summary": summarize(frame, ["dataset", "partition", "epsilon", "method"], METRICS)}
@@ -173,6 +258,10 @@ def privacy_utility_figure(records: list[dict]):
     import matplotlib.pyplot as plt
 
     frame = records_frame([r for r in records if r["metrics"].get("ACC") is not None])
+    if frame.empty:
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.text(0.5, 0.5, "no clustering run", ha="center")
+        return fig
     panels = list(frame.groupby(["dataset", "partition"], sort=False))
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.6), squeeze=False)
     eps_vals = sorted({e for e in frame["epsilon"] if e != "inf"}, key=float)
@@ -202,6 +291,9 @@ def communication_figure(records: list[dict]):
 
     frame = records_frame([r for r in records if r["tags"]["epsilon"] == "inf" and r["metrics"].get("uploaded_reals")])
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    if frame.empty:
+        ax.text(0.5, 0.5, "no non-private run with uploads", ha="center")
+        return fig
     for method, g in frame.groupby("method", sort=False):
         ax.scatter(g["uploaded_reals"], g["ACC"], label=method, alpha=0.7)
     ax.set_xscale("log")

@@ -177,7 +177,7 @@ def _benchmark():
         )
 
     figures.__name__ = "benchmark_figures"
-    base = grid_pipeline("benchmark", benchmark.run, benchmark.tables,
+    base = grid_pipeline("benchmark", benchmark.run_all, benchmark.tables,
                          "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
                          curve_keys=benchmark.CURVE_KEYS)
     extra = Pipeline(

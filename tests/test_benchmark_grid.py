@@ -1,0 +1,57 @@
+"""The cross-method benchmark: same budget for every private method, not-applicable cells kept."""
+
+import math
+
+import pytest
+
+from fedclust.grids import benchmark
+
+
+@pytest.fixture(scope="module")
+def records():
+    cfg = {
+        "datasets": ["iris"], "partitions": [{"scheme": "iid"}], "n_clients": 5, "epsilons": [None, 4.0],
+        "seeds": 1, "rounds": 4, "methods": ["fkm", "dk_pp", "dp_fedc", "fedc_gds", "kmeans"],
+        "clustered_fl": {"datasets": ["digits"], "methods": ["ifca", "dp_ifca"], "epsilons": [None, 8.0],
+                         "n_clients": 80, "rounds": 5, "B": 2},
+    }
+    return benchmark.run_all(cfg)
+
+
+def _find(records, method, eps):
+    return [r for r in records if r["tags"]["method"] == method and r["tags"]["epsilon"] == eps]
+
+
+def test_every_private_data_clustering_method_spends_the_same_accounted_budget(records):
+    for method in ("fkm", "dp_fedc"):
+        (rec,) = _find(records, method, "4")
+        assert rec["metrics"]["epsilon_accountant"] == pytest.approx(4.0, rel=0.01), method
+    (dkpp,) = _find(records, "dk_pp", "4")  # calibrated conservatively (2 Gaussians in every round)
+    assert 0 < dkpp["metrics"]["epsilon_accountant"] <= 4.0 * 1.01
+    (public,) = _find(records, "fkm", "inf")
+    assert math.isinf(public["metrics"]["epsilon_accountant"])
+
+
+def test_methods_without_a_private_variant_are_reported_not_applicable_never_skipped(records):
+    for method in ("fedc_gds", "kmeans"):
+        (rec,) = _find(records, method, "4")
+        assert rec["tags"]["status"] == "not applicable" and rec["metrics"] == {}
+    (ifca_private,) = _find(records, "ifca", "8")
+    assert ifca_private["tags"]["status"] == "not applicable"
+    summary = benchmark.tables(records)["summary"]
+    row = summary[(summary["method"] == "kmeans") & (summary["epsilon"] == "4")].iloc[0]
+    assert row["status"] == "not applicable" and row["ACC"] == "n/a"
+
+
+def test_clustered_fl_half_reports_test_accuracy_and_client_clustering(records):
+    cfl = benchmark.tables(records)["clustered_fl"]
+    ok = cfl[cfl["status"] == "ok"]
+    assert set(ok["method"]) == {"ifca", "dp_ifca"}
+    assert (ok["test_accuracy_mean"] > 0.1).all()  # better than chance on 10 classes
+    private = ok[ok["epsilon"] == "8"]
+    assert (private["epsilon_accountant_mean"] < 8.0 * 1.01).all()
+
+
+def test_unknown_method_is_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match="valid"):
+        benchmark.run({"methods": ["nope"]})
