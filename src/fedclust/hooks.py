@@ -37,6 +37,13 @@ class RunTagsHook:
         priv = params.get("privacy", {}) or {}
         namespaces = sorted({n.namespace.split(".")[0] for n in pipeline.nodes if n.namespace})
         methods = [m for m in namespaces if m not in ("data_processing", "partitioning", "clustered_fl")]
+        grids = [m for m in methods if m.endswith("_grid") or m == "benchmark"]
+        if grids and len(grids) == len(methods):
+            # a grid: every cell is a nested run with its own method/dataset/partition/epsilon tags;
+            # the global dataset/partition/privacy parameters are not what it ran on
+            self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid",
+                          "seed": str(params.get("seed", ""))}
+            return
         self._tags = {
             "pipeline": self._pipeline_name,
             "method": ",".join(methods) if methods else self._pipeline_name,

@@ -1,0 +1,78 @@
+"""Fixtures for the user-interface tests: a small benchmark run in a throw-away project copy.
+
+Same approach as ``tests/pipelines/conftest.py`` (``pyproject.toml`` and ``conf/`` copied, an empty
+``src/``, an absolute SQLite store in ``conf/local/mlflow.yml``), but module-scoped: one tiny
+``benchmark`` run serves every test of a module (the notebook, the MLflow server, the browser).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+# Runs in seconds: one data set, one partition, no DP and one budget, one seed. Each half of the
+# benchmark holds methods without a private variant, so the run has "not applicable" cells.
+TINY_BENCHMARK = {
+    "benchmark": {
+        "config": {
+            "datasets": ["iris"],
+            "partitions": [{"scheme": "iid"}],
+            "n_clients": 5,
+            "epsilons": [None, 4.0],
+            "seeds": 1,
+            "rounds": 4,
+            "methods": ["fkm", "fedc_gds", "kmeans"],
+            "clustered_fl": {"datasets": ["digits"], "methods": ["fedavg", "rr_cluster"], "epsilons": [None, 8.0],
+                             "n_clients": 40, "participation": 0.5, "B": 1, "rounds": 5},
+        }
+    }
+}
+TINY_METHODS = ("fkm", "fedc_gds", "kmeans", "fedavg", "rr_cluster")
+
+
+@pytest.fixture(scope="session")
+def benchmark_methods() -> tuple[str, ...]:
+    """The methods of ``TINY_BENCHMARK``."""
+    return TINY_METHODS
+
+
+def make_project_copy(project_root: Path, dest: Path) -> Path:
+    """A project copy at ``dest`` whose MLflow store is ``dest/mlflow.db`` (absolute URI)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(project_root / "pyproject.toml", dest / "pyproject.toml")
+    if (project_root / ".telemetry").exists():
+        shutil.copy(project_root / ".telemetry", dest / ".telemetry")
+    shutil.copytree(project_root / "conf", dest / "conf", ignore=shutil.ignore_patterns("local"))
+    (dest / "conf" / "local").mkdir()
+    # Absolute store: MLflow caches one SQL engine per tracking URI, so a relative one would keep
+    # pointing at the first database opened in this process.
+    mlflow_yml = (project_root / "conf" / "base" / "mlflow.yml").read_text()
+    (dest / "conf" / "local" / "mlflow.yml").write_text(
+        mlflow_yml.replace("sqlite:///mlflow.db", f"sqlite:///{dest / 'mlflow.db'}")
+    )
+    (dest / "src").mkdir()  # Kedro checks that it exists; the package itself is installed
+    for layer in ("01_raw", "02_intermediate", "05_model_input", "07_model_output", "08_reporting"):
+        (dest / "data" / layer).mkdir(parents=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def benchmark_project(tmp_path_factory, project_root) -> Path:
+    """A project copy in which ``kedro run --pipeline=benchmark`` (tiny params) has run."""
+    import mlflow
+    from kedro.framework.session import KedroSession
+    from kedro.framework.startup import bootstrap_project
+
+    project = make_project_copy(project_root, tmp_path_factory.mktemp("ui_project"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(project)
+        bootstrap_project(project)
+        with KedroSession.create(project_path=project, runtime_params=TINY_BENCHMARK) as session:
+            session.run(pipeline_name="benchmark")
+        while mlflow.active_run() is not None:  # never leak a run into the next test
+            mlflow.end_run()
+    summary = project / "data" / "08_reporting" / "benchmark" / "summary.csv"
+    assert summary.is_file(), "the benchmark run wrote no summary.csv"
+    return project

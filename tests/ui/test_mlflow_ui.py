@@ -1,0 +1,211 @@
+"""The MLflow UI, used like a person uses it, on the store of a small benchmark run.
+
+``mlflow server`` is started on a free loopback port against the project copy's SQLite store; the
+REST API must find the experiment, the tagged runs, their metrics and their artifacts; headless
+Chromium (Debian's ``chromium``, installed here when missing and possible) opens the compare page of
+two runs, and a screenshot is saved under ``data/08_reporting/`` (of the copy, and of the checkout
+as ``mlflow_compare.png``, a git-ignored output for people to look at).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SERVER_START_TIMEOUT_S = 60
+BROWSER_TIMEOUT_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def _api(base: str, endpoint: str, **query) -> dict:
+    return json.loads(_get(f"{base}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"))
+
+
+def _post(base: str, endpoint: str, body: dict) -> dict:
+    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(benchmark_project, tmp_path_factory):
+    """Base URL of ``mlflow server`` on the copy's store; the server is always stopped afterwards."""
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow_cli) if mlflow_cli.exists() else "mlflow"]
+    port = _free_port()
+    cmd += ["server", "--backend-store-uri", f"sqlite:///{benchmark_project / 'mlflow.db'}",
+            "--default-artifact-root", str(benchmark_project / "mlruns"),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    log = tmp_path_factory.mktemp("mlflow_server") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=benchmark_project, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if _get(f"{base}/health", timeout=2).strip() == b"OK":
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not answer /health in {SERVER_START_TIMEOUT_S} s:\n"
+                                   f"{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)  # the server and its worker(s): its own process group
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def found(mlflow_server) -> dict:
+    """What a user finds through the REST API: the experiment, the parent run and the fkm cells."""
+    exp = _api(mlflow_server, "experiments/get-by-name", experiment_name="fedclust")["experiment"]
+    fkm = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
+                                                "filter": "tags.method = 'fkm'", "max_results": 100})
+    return {"experiment": exp, "fkm_runs": fkm.get("runs", [])}
+
+
+def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
+    exp = found["experiment"]
+    assert exp["name"] == "fedclust" and exp["lifecycle_stage"] == "active"
+
+    runs = found["fkm_runs"]
+    cells = {}
+    for run in runs:
+        tags = {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+        metrics = {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+        assert tags["method"] == "fkm" and tags["dataset"] == "iris" and tags["partition"] == "iid"
+        cells[tags["epsilon"]] = (metrics, tags["mlflow.parentRunId"])
+    # One seed, eps in {inf, 4}: two nested cells, each with its metrics, under one parent run.
+    assert sorted(cells) == ["4", "inf"]
+    for metrics, _ in cells.values():
+        assert {"ACC", "NMI", "ARI"} <= metrics.keys()
+        assert 0.0 <= metrics["ACC"] <= 1.0
+    # With no privacy, FKM on iris clusters far better than chance (1/3); at eps = 4 it cannot.
+    assert cells["inf"][0]["ACC"] > 0.6
+    assert cells["4"][0]["ACC"] < cells["inf"][0]["ACC"]
+    parents = {p for _, p in cells.values()}
+    assert len(parents) == 1
+
+    # Not-applicable cells are runs too, tagged so, without metrics.
+    na = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
+                                               "filter": "tags.status = 'not applicable'"})["runs"]
+    na_cells = sorted({t["key"]: t["value"] for t in r["data"]["tags"]}["method"] for r in na)
+    assert na_cells == ["fedavg", "fedc_gds", "kmeans"]
+    assert all(not r["data"].get("metrics") for r in na)
+
+    # The parent (the `kedro run`) holds the summary table and the plots as artifacts.
+    parent = parents.pop()
+    listed = _api(mlflow_server, "artifacts/list", run_id=parent, path="benchmark")
+    files = {f["path"]: f for f in listed.get("files", [])}
+    assert "benchmark/summary.csv" in files and int(files["benchmark/summary.csv"]["file_size"]) > 100
+    assert "benchmark/privacy_utility.png" in files
+    csv = _get(f"{mlflow_server}/get-artifact?" + urllib.parse.urlencode({"path": "benchmark/summary.csv",
+                                                                             "run_uuid": parent})).decode()
+    assert csv.splitlines()[0].startswith("dataset,partition,epsilon,method")
+    assert sum(",fkm," in line for line in csv.splitlines()) == 2
+
+
+def _chromium() -> str:
+    """Path of Debian's chromium; installed with apt-get when missing and possible, else skip."""
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    if not shutil.which("apt-get"):
+        pytest.skip("chromium is not installed and apt-get is not available to install it")
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it with apt-get needs root "
+                    "(run: sudo apt-get install chromium)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    steps = [["apt-get", "update"],
+             ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"]]
+    for step in steps:
+        try:
+            res = subprocess.run(step, env=env, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"chromium is not installed and `{' '.join(step)}` did not finish in 600 s")
+        if res.returncode != 0:
+            pytest.skip(f"chromium is not installed and `{' '.join(step)}` failed "
+                        f"({res.returncode}): {res.stderr.strip()[-500:]}")
+    path = shutil.which("chromium")
+    if not path:
+        pytest.skip("apt-get installed chromium but no `chromium` command is on PATH")
+    return path
+
+
+def _browser(chromium: str, profile: Path, url: str, *mode: str) -> subprocess.CompletedProcess:
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", "--window-size=1400,900", "--virtual-time-budget=15000", *mode, url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+
+
+def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark_project, project_root, tmp_path):
+    chromium = _chromium()
+    runs = sorted(found["fkm_runs"], key=lambda r: r["info"]["run_name"])
+    assert len(runs) == 2
+    ids = [r["info"]["run_id"] for r in runs]
+    names = [r["info"]["run_name"] for r in runs]
+    # The MLflow 3 UI routes with a hash router: #/compare-runs?runs=[ids]&experiments=[ids] (the
+    # URL the experiment page's "Compare" button opens).
+    query = (f"runs={urllib.parse.quote(json.dumps(ids))}"
+             f"&experiments={urllib.parse.quote(json.dumps([found['experiment']['experiment_id']]))}")
+    url = f"{mlflow_server}/#/compare-runs?{query}"
+
+    # What the page shows, as text: the rendered DOM after the app has fetched the runs.
+    dom = _browser(chromium, tmp_path / "profile-dom", url, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "Comparing 2 Runs from 1 Experiment" in dom.stdout
+    for name in names:
+        assert name in dom.stdout
+    assert "ACC" in dom.stdout  # the metrics section lists the cells' metrics
+
+    shot = benchmark_project / "data" / "08_reporting" / "mlflow_compare.png"
+    res = _browser(chromium, tmp_path / "profile-shot", url, f"--screenshot={shot}")
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    assert shot.stat().st_size > 10_000
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == (900, 1400)
+    assert pixels[..., :3].std() > 0.02, "the screenshot is a uniform colour"
+    assert len({tuple(p) for p in (pixels[::7, ::7, :3] * 255).astype(int).reshape(-1, 3)}) > 20
+
+    # A copy in the checkout, for a person to look at (data/ is git-ignored).
+    out = project_root / "data" / "08_reporting"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, out / "mlflow_compare.png")
