@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,29 @@ def mnist_dir() -> Path:
     if not (d / "t10k-images-idx3-ubyte.gz").exists():
         pytest.skip(f"MNIST test set not found under {d}")
     return d
+
+
+def make_project_copy(project_root: Path, dest: Path) -> Path:
+    """A project copy at ``dest`` whose MLflow store is ``dest/mlflow.db`` (absolute URI)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(project_root / "pyproject.toml", dest / "pyproject.toml")
+    if (project_root / ".telemetry").exists():
+        shutil.copy(project_root / ".telemetry", dest / ".telemetry")
+    shutil.copytree(project_root / "conf", dest / "conf", ignore=shutil.ignore_patterns("local"))
+    (dest / "conf" / "local").mkdir()
+    # Absolute store: MLflow caches one SQL engine per tracking URI, so a relative one would keep
+    # pointing at the first database opened in this process.
+    mlflow_yml = (project_root / "conf" / "base" / "mlflow.yml").read_text()
+    (dest / "conf" / "local" / "mlflow.yml").write_text(
+        mlflow_yml.replace("sqlite:///mlflow.db", f"sqlite:///{dest / 'mlflow.db'}")
+    )
+    (dest / "src").mkdir()  # Kedro checks that it exists; the package itself is installed
+    for layer in ("01_raw", "02_intermediate", "05_model_input", "07_model_output", "08_reporting"):
+        (dest / "data" / layer).mkdir(parents=True)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def project_copy():
+    """``project_copy(dest)``: a throw-away copy of the project (see :func:`make_project_copy`)."""
+    return lambda dest: make_project_copy(PROJECT_ROOT, dest)

@@ -7,29 +7,16 @@ write their data, ``mlflow.db`` and ``mlruns/`` inside the copy, never into the 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture()
-def kedro_project(tmp_path, project_root, monkeypatch):
-    shutil.copy(project_root / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copy(project_root / ".telemetry", tmp_path / ".telemetry")
-    shutil.copytree(project_root / "conf", tmp_path / "conf", ignore=shutil.ignore_patterns("local"))
-    (tmp_path / "conf" / "local").mkdir()
-    # An absolute store per project copy: MLflow caches one SQL engine per tracking URI, so the
-    # relative "sqlite:///mlflow.db" would keep pointing at the first test's database.
-    mlflow_yml = (project_root / "conf" / "base" / "mlflow.yml").read_text()
-    (tmp_path / "conf" / "local" / "mlflow.yml").write_text(
-        mlflow_yml.replace("sqlite:///mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    )
-    (tmp_path / "src").mkdir()  # Kedro checks that it exists; the package itself is installed
-    for layer in ("01_raw", "02_intermediate", "05_model_input", "07_model_output", "08_reporting"):
-        (tmp_path / "data" / layer).mkdir(parents=True)
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
+def kedro_project(tmp_path, project_copy, monkeypatch):
+    project = project_copy(tmp_path)
+    monkeypatch.chdir(project)
+    yield project
     import mlflow
 
     while mlflow.active_run() is not None:  # never leak a run into the next test

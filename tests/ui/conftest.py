@@ -7,7 +7,6 @@ Same approach as ``tests/pipelines/conftest.py`` (``pyproject.toml`` and ``conf/
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -38,34 +37,14 @@ def benchmark_methods() -> tuple[str, ...]:
     return TINY_METHODS
 
 
-def make_project_copy(project_root: Path, dest: Path) -> Path:
-    """A project copy at ``dest`` whose MLflow store is ``dest/mlflow.db`` (absolute URI)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(project_root / "pyproject.toml", dest / "pyproject.toml")
-    if (project_root / ".telemetry").exists():
-        shutil.copy(project_root / ".telemetry", dest / ".telemetry")
-    shutil.copytree(project_root / "conf", dest / "conf", ignore=shutil.ignore_patterns("local"))
-    (dest / "conf" / "local").mkdir()
-    # Absolute store: MLflow caches one SQL engine per tracking URI, so a relative one would keep
-    # pointing at the first database opened in this process.
-    mlflow_yml = (project_root / "conf" / "base" / "mlflow.yml").read_text()
-    (dest / "conf" / "local" / "mlflow.yml").write_text(
-        mlflow_yml.replace("sqlite:///mlflow.db", f"sqlite:///{dest / 'mlflow.db'}")
-    )
-    (dest / "src").mkdir()  # Kedro checks that it exists; the package itself is installed
-    for layer in ("01_raw", "02_intermediate", "05_model_input", "07_model_output", "08_reporting"):
-        (dest / "data" / layer).mkdir(parents=True)
-    return dest
-
-
 @pytest.fixture(scope="module")
-def benchmark_project(tmp_path_factory, project_root) -> Path:
+def benchmark_project(tmp_path_factory, project_copy) -> Path:
     """A project copy in which ``kedro run --pipeline=benchmark`` (tiny params) has run."""
     import mlflow
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
-    project = make_project_copy(project_root, tmp_path_factory.mktemp("ui_project"))
+    project = project_copy(tmp_path_factory.mktemp("ui_project"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(project)
         bootstrap_project(project)
