@@ -23,6 +23,13 @@ import pandas as pd
 logger = logging.getLogger(__name__)
 
 
+def eps_label(e) -> str:
+    """How a privacy budget is written in tags and tables: "inf" for none (null, inf or NaN)."""
+    if e is None or (isinstance(e, float) and (math.isinf(e) or math.isnan(e))):
+        return "inf"
+    return f"{float(e):g}"
+
+
 def run_cells(cells: Iterable[dict], run_cell: Callable[[dict], dict], label: str = "grid") -> list[dict]:
     """Run ``run_cell`` on every cell, with progress logging and wall time per cell.
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fedc_mf, fedsc, fkm, fzkm, spectral
 from fedclust.clustering.fkm import init_from_data
-from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.metrics import clustering_scores
 from fedclust.partition import make_partition
@@ -37,10 +37,6 @@ PRIVATE = {"fkm": 1, "fzkm": 1, "dk_pp": 2, "dkm": 4, "dp_fedc": None, "fedsc": 
 CENTRALIZED = ("kmeans", "sc")
 METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s"]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
-
-
-def _eps_text(e) -> str:
-    return "inf" if e is None or (isinstance(e, float) and math.isinf(e)) else f"{float(e):g}"
 
 
 def _partition_label(p: dict) -> str:
@@ -123,10 +119,10 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         W0 = init_from_data(X, k, seed)  # the same initial centroids for every method of a seed
         out = []
         for method in methods:
-            tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": _eps_text(eps)}
-            params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": _eps_text(eps), "delta": delta,
+            tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
+            params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
                       "n_clients": n_clients, "method": method}
-            name = f"{ds_name}/{plabel}/eps={_eps_text(eps)}/{method}/seed={seed}"
+            name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
             if eps is not None and method not in PRIVATE:
                 why = "centralized reference" if method in CENTRALIZED else "the method has no private variant"
                 out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
@@ -147,7 +143,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             if seed == 0 and eps is None:
                 rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
             out.append(rec)
-        return {"name": f"{ds_name}/{plabel}/seed={seed}/eps={_eps_text(eps)}", "children": out}
+        return {"name": f"{ds_name}/{plabel}/seed={seed}/eps={eps_label(eps)}", "children": out}
 
     nested = run_cells(cells, run_cell, label="benchmark")
     records = [c for r in nested for c in r["children"]]
@@ -196,9 +192,9 @@ def run_clustered_fl(config: dict, data_paths: dict | None = None) -> list[dict]
             for eps in [e for e in epsilons if e is not None]:
                 for m in public:
                     for seed in range(int(config.get("seeds", 2))):
-                        out.append({"name": f"{ds}/{m}/eps={_eps_text(eps)}/seed={seed}",
+                        out.append({"name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
                                     "tags": {"method": m, "dataset": ds, "partition": f"rotation({rotation['n_groups']} groups)",
-                                             "epsilon": _eps_text(eps), "status": "not applicable"},
+                                             "epsilon": eps_label(eps), "status": "not applicable"},
                                     "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
                                     "metrics": {}, "history": {}, "note": "the method has no private variant"})
         private = [m for m in methods if m in CFL_PRIVATE]

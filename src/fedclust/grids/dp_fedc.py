@@ -23,7 +23,7 @@ import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
 from fedclust.clustering.fkm import init_from_data
-from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.metrics import clustering_scores
 from fedclust.partition import iid, kmeans_split, shards
@@ -43,12 +43,6 @@ def _split(data, split: str, n_clients: int, seed: int) -> np.ndarray:
             return shards(data.y, n_clients, labels_per_client=2, seed=seed).client
         return kmeans_split(data.X, n_clients, seed=seed).client
     raise ValueError(f"split must be 'iid' or 'noniid', got {split!r}")
-
-
-def _eps_text(e) -> str:
-    if e is None or (isinstance(e, float) and math.isnan(e)):
-        return "inf"
-    return f"{float(e):g}"
 
 
 def run(config: dict, data_paths: dict | None = None) -> list[dict]:
@@ -112,8 +106,8 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         params = {k_: v for k_, v in c.items() if k_ != "method"}
         params.update(dataset=data.name, n_clients=N, rounds=R, k=k)
         return {
-            "name": f"{c['part']}/{c['method']}/{c['split']}/K={K}/eps={_eps_text(eb)}/seed={c['seed']}",
-            "tags": {"method": c["method"], "dataset": data.name, "partition": c["split"], "epsilon": _eps_text(eb),
+            "name": f"{c['part']}/{c['method']}/{c['split']}/K={K}/eps={eps_label(eb)}/seed={c['seed']}",
+            "tags": {"method": c["method"], "dataset": data.name, "partition": c["split"], "epsilon": eps_label(eb),
                      "part": c["part"]},
             "params": params,
             "metrics": metrics,
@@ -129,7 +123,7 @@ CURVE_KEYS = ("part", "method", "split", "K", "eps_bar")
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
-    frame["eps_bar"] = frame["eps_bar"].map(_eps_text)
+    frame["eps_bar"] = frame["eps_bar"].map(eps_label)
     out = {}
     t1 = frame[frame["part"] == "table1"]
     if not t1.empty:

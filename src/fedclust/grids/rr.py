@@ -17,7 +17,7 @@ import pandas as pd
 from fedclust.clustered_fl import FederatedTensors, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
 from fedclust.clustered_fl.models import MLP
-from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
@@ -25,10 +25,6 @@ from fedclust.privacy.accountants import epsilon as accounted
 METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "epsilon_accountant", "wall_time_s"]
 CURVE_KEYS = ("setting", "method", "epsilon")
 SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
-
-
-def _eps_text(e) -> str:
-    return "inf" if e is None else f"{float(e):g}"
 
 
 def run(config: dict, data_paths: dict | None = None) -> list[dict]:
@@ -85,9 +81,9 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
         hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
         return {
-            "name": f"{setting}/eps={_eps_text(eps)}/{label}/seed={seed}",
-            "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": _eps_text(eps)},
-            "params": {"setting": setting, "epsilon": _eps_text(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
+            "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
+            "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps)},
+            "params": {"setting": setting, "epsilon": eps_label(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
                        "participation": q, "rounds": T, "clip": clip},
             "metrics": metrics,
             "history": hist,

@@ -70,12 +70,6 @@ def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_ac
     When the histories hold ``comm_reals`` (cumulative uploaded reals), a last panel shows the
     objective against communication.
     """
-    fig = _plot_curves(records, keys, metrics, max_curves)
-    return fig
-
-
-def _plot_curves(records, keys, metrics, max_curves):
-    """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         if not r.get("history"):

@@ -52,40 +52,41 @@ def _bind(func: Callable, **kwargs) -> Callable:
     return bound
 
 
-def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
-    """The standard pipeline of a federated data clustering method."""
+def method_pipeline(method: str, calibrate: Callable, train: Callable, *, data: list[str], evaluate: Callable,
+                    evaluate_inputs: list[str]) -> Pipeline:
+    """The pipeline of one method in the namespace ``method``; ``data`` are the shared inputs
+    (``dataset``, ``partition`` for data clustering; ``rotated_data`` for clustered FL), given to
+    ``calibrate(privacy, train, *data)`` and ``train(*data, noise, train, seed)``."""
     return Pipeline(
         [
-            node(
-                calibrate,
-                inputs=["params:privacy", "params:train", "partition", "dataset"],
-                outputs="noise",
-                name="calibrate",
-                tags=["privacy", "calibration"],
-            ),
-            node(
-                train,
-                inputs=["dataset", "partition", "noise", "params:train", "params:seed"],
-                outputs="result",
-                name="train",
-                tags=["training"],
-            ),
-            node(evaluate_clustering, inputs=["result", "dataset"], outputs="metrics", name="evaluate", tags=["evaluation"]),
-            node(
-                _bind(report_privacy, method=method),
-                inputs=["result", "noise", "params:privacy"],
-                outputs="privacy",
-                name="report_privacy",
-                tags=["privacy", "reporting"],
-            ),
-            node(to_mlflow_metrics, inputs=["metrics", "privacy"], outputs="mlflow_metrics", name="log_metrics", tags=["reporting"]),
-            node(history_to_mlflow, inputs="result", outputs="mlflow_history", name="log_history", tags=["reporting"]),
-            node(_bind(plot_history, method=method), inputs="result", outputs="history_plot", name="plot_history", tags=["reporting"]),
+            node(calibrate, ["params:privacy", "params:train", *data], "noise", name="calibrate",
+                 tags=["privacy", "calibration"]),
+            node(train, [*data, "noise", "params:train", "params:seed"], "result", name="train", tags=["training"]),
+            node(evaluate, evaluate_inputs, "metrics", name="evaluate", tags=["evaluation"]),
+            node(_bind(report_privacy, method=method), ["result", "noise", "params:privacy"], "privacy",
+                 name="report_privacy", tags=["privacy", "reporting"]),
+            node(to_mlflow_metrics, ["metrics", "privacy"], "mlflow_metrics", name="log_metrics", tags=["reporting"]),
+            node(history_to_mlflow, "result", "mlflow_history", name="log_history", tags=["reporting"]),
+            node(_bind(plot_history, method=method), "result", "history_plot", name="plot_history", tags=["reporting"]),
         ],
         namespace=method,
-        inputs={"dataset", "partition"},
+        inputs=set(data),
         parameters={"params:privacy", "params:seed"},
     )
+
+
+def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
+    """A federated data clustering method on the shared dataset and partition."""
+    return method_pipeline(method, calibrate, train, data=["dataset", "partition"], evaluate=evaluate_clustering,
+                           evaluate_inputs=["result", "dataset"])
+
+
+def clustered_fl_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
+    """A clustered-FL method on the shared rotated clients."""
+    from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
+
+    return method_pipeline(method, calibrate, train, data=["rotated_data"], evaluate=evaluate_clustered,
+                           evaluate_inputs=["result"])
 
 
 def _fkm():
@@ -127,7 +128,6 @@ def _fedc_mf(method: str):
 def _clustered_fl(method: str):
     def factory():
         from fedclust.pipelines.clustered_fl.methods import nodes_for
-        from fedclust.pipelines.clustered_fl.pipeline import clustered_fl_pipeline
 
         return clustered_fl_pipeline(method, *nodes_for(method))
 
@@ -147,7 +147,6 @@ METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
 }
 
 def _rr_cluster():
-    from fedclust.pipelines.clustered_fl.pipeline import clustered_fl_pipeline
     from fedclust.pipelines.clustered_fl.rr import calibrate, train
 
     return clustered_fl_pipeline("rr_cluster", calibrate, train)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from functools import partial, update_wrapper
 
 from fedclust.clustered_fl import cfl_mgd, fedavg, ifca
 from fedclust.pipelines.clustered_fl.nodes import tensors_and_model
-from fedclust.pipelines.privacy.nodes import check_privacy_params
-
-logger = logging.getLogger(__name__)
+from fedclust.pipelines.privacy.nodes import non_private_calibration
 
 _ENGINE_KEYS = ("rounds", "lr", "lr_decay", "local_steps", "batch_size", "participation", "clients_per_round",
                 "eval_every", "init_min_fraction", "init_max_restarts")
@@ -18,13 +15,7 @@ _SPECIFIC = {"cfl_mgd": ("option", "beta", "ga_normalization"), "ifca": ("aggreg
 
 
 def calibrate(privacy: dict, train: dict, rotated, *, method: str) -> dict:
-    eps, delta = check_privacy_params(privacy)
-    notes = []
-    if eps is not None:
-        msg = f"{method} is not a private method: the run is not private whatever privacy.epsilon says"
-        logger.warning(msg)
-        notes.append(msg)
-    return {"mechanism": "none", "unit": "client", "delta": delta, "epsilon_target": eps, "private": False, "notes": notes}
+    return non_private_calibration(privacy, method, "client")
 
 
 def train(rotated, noise: dict, train: dict, seed: int, *, method: str):

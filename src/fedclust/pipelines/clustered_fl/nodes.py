@@ -68,39 +68,3 @@ def evaluate_clustered(result) -> dict:
         if key in result.info:
             out[key] = float(result.info[key])
     return out
-
-
-def history_to_mlflow(result) -> dict:
-    """Per-round histories with the engine's own round numbers as steps (evaluation may be sparse)."""
-    import math
-
-    rounds = result.history.get("round") or list(range(1, len(next(iter(result.history.values()), [])) + 1))
-    out = {}
-    for key, hist in result.history.items():
-        if key == "round":
-            continue
-        steps = rounds if len(hist) == len(rounds) else range(1, len(hist) + 1)  # per-round vs per-evaluation lists
-        vals = [{"value": float(v), "step": int(r)} for r, v in zip(steps, hist)
-                if isinstance(v, (int, float)) and math.isfinite(float(v))]
-        if vals:
-            out[f"round.{key}"] = vals
-    return out
-
-
-def plot_history(result, method: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rounds = result.history.get("round", [])
-    keys = [k for k in ("train_loss", "test_accuracy", "client_ACC", "client_NMI") if result.history.get(k)]
-    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(3.6 * max(len(keys), 1), 3.0), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        ax.plot(rounds[: len(result.history[key])], result.history[key])
-        ax.set_xlabel("round")
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{method}: per-round metrics")
-    fig.tight_layout()
-    return fig

@@ -18,7 +18,7 @@ _RUN_KEYS = (
 )
 
 
-def calibrate(privacy: dict, train: dict, partition, dataset) -> dict:
+def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
     eps_bar, delta = check_privacy_params(privacy)
     base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps_bar}
     if eps_bar is None:

@@ -37,14 +37,29 @@ def to_mlflow_metrics(metrics: dict, privacy: dict) -> dict:
     return out
 
 
-def history_to_mlflow(result: ClusteringResult) -> dict:
+def history_steps(history: dict, hist: list) -> list[int]:
+    """The round of every entry of ``hist``: the result's own ``round`` list where the history is
+    recorded at evaluation rounds only (clustered FL), else 1, 2, ... (one entry per round)."""
+    rounds = history.get("round") or []
+    return [int(r) for r in rounds] if len(rounds) == len(hist) else list(range(1, len(hist) + 1))
+
+
+def numeric_histories(history: dict) -> dict[str, list]:
+    """The per-round metric histories worth logging or plotting (numbers only; not round/lr)."""
+    return {
+        k: v for k, v in history.items()
+        if k not in ("round", "lr") and len(v) and all(isinstance(x, (int, float)) for x in v)
+    }
+
+
+def history_to_mlflow(result) -> dict:
     """Per-round histories as MLflow metric histories (step = round)."""
     out = {}
-    for key, hist in result.history.items():
+    for key, hist in numeric_histories(result.history).items():
         vals = [
-            {"value": float(v), "step": i + 1}
-            for i, v in enumerate(hist)
-            if isinstance(v, (int, float)) and math.isfinite(float(v))
+            {"value": float(v), "step": step}
+            for step, v in zip(history_steps(result.history, hist), hist)
+            if math.isfinite(float(v))
         ]
         if vals:
             out[f"round.{key}"] = vals

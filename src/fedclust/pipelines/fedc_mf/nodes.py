@@ -4,14 +4,11 @@ budget shows it as "not private" rather than silently skipping it."""
 
 from __future__ import annotations
 
-import logging
 from functools import partial, update_wrapper
 
 from fedclust.clustering import fedc_mf
 from fedclust.pipelines.methods import n_clusters, require_all_assigned, run_timed
-from fedclust.pipelines.privacy.nodes import check_privacy_params
-
-logger = logging.getLogger(__name__)
+from fedclust.pipelines.privacy.nodes import non_private_calibration
 
 _KEYS = {
     "fedc_avg": ("rounds", "Q1", "Q2", "q_hat", "gamma", "step_rule", "lw", "d_schedule", "rho", "nu", "continuation",
@@ -22,14 +19,8 @@ _KEYS = {
 _RUN = {"fedc_avg": fedc_mf.run_fedcavg, "fedc_gds": fedc_mf.run_fedcgds}
 
 
-def _calibrate(privacy: dict, train: dict, partition, dataset, *, method: str) -> dict:
-    eps, delta = check_privacy_params(privacy)
-    notes = []
-    if eps is not None:
-        msg = f"{method} has no differentially private variant: the run is not private whatever privacy.epsilon says"
-        logger.warning(msg)
-        notes.append(msg)
-    return {"mechanism": "none", "unit": "sample", "delta": delta, "epsilon_target": eps, "private": False, "notes": notes}
+def _calibrate(privacy: dict, train: dict, dataset, partition, *, method: str) -> dict:
+    return non_private_calibration(privacy, method, "sample")
 
 
 def _train(dataset, partition, noise: dict, train: dict, seed: int, *, method: str):

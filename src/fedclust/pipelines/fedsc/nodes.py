@@ -38,7 +38,7 @@ def _kernel_rules(dataset, train: dict, seed: int) -> tuple[float, int]:
     return float(r), int(d)
 
 
-def calibrate(privacy: dict, train: dict, partition, dataset) -> dict:
+def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
     eps, delta = check_privacy_params(privacy)
     sweep = {k: float(train.get(k) or 0.0) for k in _SWEEP_KEYS}
     base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps, **sweep}

@@ -11,7 +11,7 @@ from fedclust.pipelines.privacy.nodes import calibrate_per_round_noise
 logger = logging.getLogger(__name__)
 
 
-def calibrate(privacy: dict, train: dict, partition, dataset) -> dict:
+def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
     """Noise multiplier for the per-cluster sums and counts from the target (epsilon, delta).
 
     Sample-level DP, add/remove neighbours, no amplification claimed for client sampling (a

@@ -25,7 +25,7 @@ _SPECIFIC = {
 }
 
 
-def _calibrate(privacy: dict, train: dict, partition, dataset, *, method: str) -> dict:
+def _calibrate(privacy: dict, train: dict, dataset, partition, *, method: str) -> dict:
     return calibrate_per_round_noise(privacy, train, mechanisms_per_round=MECHANISMS_PER_ROUND[method])
 
 

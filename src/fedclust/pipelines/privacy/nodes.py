@@ -26,6 +26,19 @@ def check_privacy_params(privacy: dict) -> tuple[float | None, float]:
     return eps, delta
 
 
+def non_private_calibration(privacy: dict, method: str, unit: str) -> dict:
+    """Calibration record of a method without a private variant. With a budget set, the run is
+    still not private: the report says epsilon = inf and a note says why (never silently)."""
+    import logging
+
+    eps, delta = check_privacy_params(privacy)
+    notes = []
+    if eps is not None:
+        notes.append(f"{method} has no differentially private variant: the run is not private whatever privacy.epsilon says")
+        logging.getLogger(__name__).warning(notes[-1])
+    return {"mechanism": "none", "unit": unit, "delta": delta, "epsilon_target": eps, "private": False, "notes": notes}
+
+
 def calibrate_per_round_noise(privacy: dict, train: dict, *, mechanisms_per_round: int = 1, rounds_key: str = "rounds") -> dict:
     """Noise multiplier z for a method that releases ``mechanisms_per_round`` Gaussians (each of
     noise std z x its sensitivity) in each of ``train[rounds_key]`` rounds, so that the whole run is

@@ -7,17 +7,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from fedclust.clustering.base import ClusteringResult
+from fedclust.pipelines.evaluation.nodes import history_steps, numeric_histories
 
 
-def plot_history(result: ClusteringResult, method: str):
-    """One panel per per-round metric (objective, ACC, NMI, ...), metric against round."""
-    keys = [k for k, v in result.history.items() if len(v) and all(isinstance(x, (int, float)) for x in v)]
-    n = max(len(keys), 1)
+def plot_history(result, method: str):
+    """One panel per per-round metric (objective, ACC, test_accuracy, ...), metric against round."""
+    hists = numeric_histories(result.history)
+    n = max(len(hists), 1)
     fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.0), squeeze=False)
-    for ax, key in zip(axes[0], keys):
-        hist = result.history[key]
-        ax.plot(range(1, len(hist) + 1), hist, marker="." if len(hist) < 40 else None)
+    for ax, (key, hist) in zip(axes[0], hists.items()):
+        ax.plot(history_steps(result.history, hist), hist, marker="." if len(hist) < 40 else None)
         ax.set_xlabel("round")
         ax.set_title(key)
         ax.grid(alpha=0.3)
