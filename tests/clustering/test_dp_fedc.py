@@ -102,14 +102,15 @@ def _vec_and_loop(X, client, C, H, N, **over):
     kw = dict(Q1=4, rho=0.1, mu_h=0.01, mu_w=0.02, h_rule="stable", alpha_1=1.0, eta_rule="per_client",
               alpha_2=5.0, G=None, literal_2rho=False, all_clients_update_H=True)
     kw.update(over)
+    form = kw.pop("h_grad_form", "hoisted")
     H1, C1, s1 = D.round_vectorized(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
-    H2, C2, s2 = D.round_loop(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
+    H2, C2, s2 = D.round_loop(Xs, lay.sizes, lay.offsets, Hs, C, rin, h_grad_form=form, **kw)
     return (H1, C1, s1), (H2, C2, s2), Hs
 
 
 @pytest.mark.parametrize("over", [
     {}, {"G": 2.0}, {"all_clients_update_H": False}, {"eta_rule": "rms"}, {"h_rule": "fast", "alpha_1": 1.1},
-    {"literal_2rho": True},
+    {"literal_2rho": True}, {"h_grad_form": "textbook"}, {"h_grad_form": "textbook", "literal_2rho": True},
 ])
 def test_vectorized_round_equals_per_client_loop(over):
     X, client, C, H, N = _problem(seed=4, n=260)  # unequal client sizes, some n_i < b
@@ -256,3 +257,19 @@ def test_planned_releases_are_the_releases_of_the_run_and_budget_matching_round_
     eb = eps_bar_for_budget(1.5, 1e-4, np.bincount(client), rounds=6, clients_per_round=3, b=5)
     spent = epsilon(planned_releases(np.bincount(client), rounds=6, clients_per_round=3, b=5, eps_bar=eb), 1e-4)
     assert spent == pytest.approx(1.5, rel=0.01)
+
+
+def test_larger_rho_pushes_H_towards_one_hot_columns():
+    """The rho penalty of eq. (12) is zero exactly for one-hot h_j; ||h||^2 / (1'h)^2 = 1 then. With the
+    paper's tiny rho_factor (1e-7) H is a dense nonnegative code; rho_factor = 1e-2 makes it nearly one-hot."""
+    from sklearn.datasets import load_digits
+
+    X, _ = load_digits(return_X_y=True)
+    X = X / 16.0
+    client = np.arange(X.shape[0]) % 20
+    ratio = {}
+    for rf in (1e-7, 1e-2):
+        r = D.run(X, client, 10, rounds=15, clients_per_round=None, seed=0, rho_factor=rf)
+        H = r.info["H"]
+        ratio[rf] = float(np.mean(np.square(H).sum(1) / np.maximum(H.sum(1) ** 2, 1e-300)))
+    assert ratio[1e-7] < 0.35 < 0.55 < ratio[1e-2]

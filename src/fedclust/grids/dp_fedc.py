@@ -55,6 +55,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
     delta = float(config.get("delta", 1e-4))
     G = float(config.get("G", 0.03))
     b = int(config.get("b", 50))
+    rho_factor = float(config.get("rho_factor", 1e-7))  # the paper's; larger = H closer to one-hot
     clip = float(config.get("clip") or np.linalg.norm(X, axis=1).max())
     parts = set(config.get("parts", ["table1", "sweep"]))
     cells = []
@@ -83,7 +84,8 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
         eb = c["eps_bar"]
         if c["method"] == "dp_fedc":
-            res = dp_fedc.run(X, client, k, q2=c["q2"], b=b, delta=delta, G=G if eb else None, eps_bar=eb, **common)
+            res = dp_fedc.run(X, client, k, q2=c["q2"], b=b, delta=delta, G=G if eb else None, eps_bar=eb,
+                              rho_factor=rho_factor, **common)
         else:
             z = 0.0
             if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline (spec A11)
