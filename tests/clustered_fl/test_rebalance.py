@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from fedclust.clustered_fl.rebalance import check_threshold, random_rebalance
+from scipy.stats import norm
+
+from fedclust.clustered_fl.rebalance import (
+    check_threshold, identifier_keep_probability, min_expected_cluster_size, random_rebalance,
+)
+from fedclust.clustered_fl.rr_cluster import privatize_identifiers
 
 
 def _random_groups(rng, m, k, skew):
@@ -107,3 +112,48 @@ def test_threshold_validation_names_b():
     assert check_threshold(2, 10, 4) == 2
     with pytest.raises(ValueError, match="cluster ids"):
         random_rebalance(np.array([0, 3]), 3, 0, np.random.default_rng(0))
+
+
+def test_identifier_keep_probability_closed_form_and_monte_carlo():
+    # k = 2: keep iff sigma (Z_1 - Z_0) < 1, i.e. Phi(1 / (sigma sqrt 2))
+    for s in (0.3, 1.0, 2.5):
+        assert identifier_keep_probability(s, 2) == pytest.approx(norm.cdf(1 / (s * np.sqrt(2))), abs=1e-6)
+    assert identifier_keep_probability(0.0, 4) == 1.0
+    assert identifier_keep_probability(1e4, 4) == pytest.approx(0.25, abs=1e-3)
+    # k = 4 against the privatized identifiers actually used by RR-Cluster (C_s cancels in the argmax)
+    import torch
+
+    rng = np.random.default_rng(1)
+    chosen = torch.as_tensor(rng.integers(0, 4, 100_000))
+    for s in (0.5, 1.2):
+        noisy, _ = privatize_identifiers(chosen, 4, s, 0.1, rng)
+        mc = float((noisy == chosen).float().mean())
+        assert identifier_keep_probability(s, 4) == pytest.approx(mc, abs=0.006), (s, mc)
+    with pytest.raises(ValueError, match="sigma_s"):
+        identifier_keep_probability(-1.0, 4)
+    with pytest.raises(ValueError, match="k"):
+        identifier_keep_probability(1.0, 0)
+
+
+def test_identifier_noise_fills_every_cluster_so_rr_is_inert():
+    """Worst case for RR: all m clients pick cluster 0. With sigma_s = 2 (k = 4, m = 100) the noise alone
+    puts about min_expected_cluster_size = 20 updates into each other cluster, so B = 8 almost never
+    moves anything, while B = 25 (= m/k) moves in every round."""
+    import torch
+
+    m, k, s = 100, 4, 2.0
+    floor = min_expected_cluster_size(m, k, s)
+    assert floor == pytest.approx(m * (1 - identifier_keep_probability(s, k)) / 3)
+    assert 19 < floor < 21
+    rng = np.random.default_rng(2)
+    chosen = torch.zeros(m, dtype=torch.long)
+    sizes, moved8, moved25 = [], [], []
+    for _ in range(300):
+        noisy, _ = privatize_identifiers(chosen, k, s, 0.1, rng)
+        g = noisy.numpy()
+        sizes.append(np.bincount(g, minlength=k)[1:])
+        moved8.append(random_rebalance(g, k, 8, rng).n_moved)
+        moved25.append(random_rebalance(g, k, 25, rng).n_moved)
+    assert np.mean(sizes) == pytest.approx(floor, abs=0.6)
+    assert np.mean(np.asarray(moved8) > 0) < 0.02
+    assert np.mean(np.asarray(moved25) > 0) > 0.95

@@ -256,3 +256,21 @@ def test_calibration_release_and_spent_epsilon():
     assert len(res.history["n_moved"]) == 5 and res.info["sensitivity_factor"] == 2
     nonpriv = rr_cluster.run(data, model, 4, B=2, participation=0.2, rounds=2, eval_every=0)
     assert nonpriv.dp_events == []
+
+
+def test_grid_separates_sensitivity_price_from_rebalancing():
+    """The RR grid's dp_ifca_2c is DP-IFCA at RR's 2 C_theta noise: when the identifier noise keeps every
+    cluster >= B (nothing moves), RR-Cluster must equal it exactly; both spend the same epsilon as dp_ifca."""
+    from fedclust.grids import rr as rr_grid
+
+    recs = rr_grid.run({"dataset": "digits", "n_clients": 60, "participation": 0.25, "rounds": 3, "epsilons": [2.0],
+                        "seeds": 1, "methods": ["dp_ifca", "dp_ifca_2c", "rr_cluster"], "Bs": [1],
+                        "settings": ["balanced"], "samples_per_client": 5, "test_per_client": 1, "eval_every": 0})
+    by = {r["params"]["label"]: r["metrics"] for r in recs}
+    assert set(by) == {"dp_ifca", "dp_ifca_2c", "rr_cluster(B=1)"}
+    assert by["rr_cluster(B=1)"]["mean_moved"] == 0.0 and by["rr_cluster(B=1)"]["min_noisy_cluster"] >= 1
+    for m in ("test_accuracy", "client_ACC", "min_noisy_cluster"):
+        assert by["rr_cluster(B=1)"][m] == by["dp_ifca_2c"][m]
+    assert by["dp_ifca"]["epsilon_accountant"] == pytest.approx(by["dp_ifca_2c"]["epsilon_accountant"])
+    tables = rr_grid.tables(recs)
+    assert {"dp_ifca", "dp_ifca_2c", "rr_cluster(B=1)"} <= set(tables["table4_client_ACC"].columns)

@@ -20,6 +20,15 @@ stream ("rebalance") shares every other random draw with the run without RR.
 
 The moves are a loop over slots (server-side, at most ``k B`` tiny steps per round); each step is a
 vectorized selection over the round's updates.
+
+When does RR act at all? (diagnostic helpers, not in the paper.) With Gaussian identifier noise the
+noisy argmax keeps a client's own cluster with probability ``p = identifier_keep_probability(sigma_s, k)
+= int phi(z) Phi(z + 1/sigma_s)^(k-1) dz`` and sends it to each other cluster with ``(1-p)/(k-1)``, so
+every cluster expects at least ``min_expected_cluster_size(m, k, sigma_s) = m (1-p)/(k-1)`` of the m
+updates, whatever the clients chose. RR moves updates only in rounds where a noisy cluster is below B.
+Against the standard-sensitivity baseline (noise ``C sigma/|S_j|``) RR's noise ``2 C sigma/max(|S_j|, B)``
+is smaller only for clusters with ``|S_j| < B/2 <= m/(2k)``, which needs ``p > (k+1)/(2k)`` (k=4:
+p > 0.625, i.e. sigma_s below about 0.8).
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RebalanceResult", "random_rebalance", "check_threshold"]
+__all__ = ["RebalanceResult", "random_rebalance", "check_threshold", "identifier_keep_probability",
+           "min_expected_cluster_size"]
 
 
 @dataclass
@@ -90,3 +100,34 @@ def random_rebalance(groups, k: int, B: int, rng: np.random.Generator) -> Rebala
         g[i] = j_dst
         moved[i] = True
     return RebalanceResult(g, moved, g0.astype(np.int64).copy(), sizes0, sizes)
+
+
+def identifier_keep_probability(sigma_s: float, k: int) -> float:
+    """P(argmax_j (e_c + sigma_s Z)_j = c), Z ~ N(0, I_k): the chance that the noisy one-hot identifier
+    (Alg. 2; C_s cancels in the argmax) keeps the client's own cluster c.
+
+    Coordinate c is ``1 + sigma Z_c`` and the others ``sigma Z_j``, so given ``Z_c = z`` all others lose
+    with probability ``Phi(z + 1/sigma)^(k-1)``; the expectation over z is a Gauss-Hermite quadrature
+    (200 nodes). ``sigma_s = 0`` gives 1; ``sigma_s -> inf`` tends to 1/k."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not (sigma_s >= 0) or np.isinf(sigma_s):
+        raise ValueError(f"sigma_s must be >= 0 and finite, got {sigma_s!r}")
+    if k == 1 or sigma_s == 0:
+        return 1.0
+    from scipy.special import log_ndtr
+
+    z, w = np.polynomial.hermite_e.hermegauss(200)  # weight exp(-z^2/2)
+    vals = np.exp((k - 1) * log_ndtr(z + 1.0 / sigma_s))
+    return float(np.clip((w * vals).sum() / np.sqrt(2 * np.pi), 0.0, 1.0))
+
+
+def min_expected_cluster_size(m: int, k: int, sigma_s: float) -> float:
+    """Expected number of the m noisy identifiers that land in a cluster NO client chose:
+    ``m (1 - p)/(k - 1)`` with ``p = identifier_keep_probability(sigma_s, k)``. Every cluster expects at
+    least this many updates, so RR with ``B`` well below it moves (almost) nothing."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m must be an integer >= 0, got {m!r}")
+    if k == 1:
+        return float(m)
+    return m * (1.0 - identifier_keep_probability(sigma_s, k)) / (k - 1)

@@ -3,8 +3,12 @@
 Settings ``balanced`` (4 rotation groups, 0/90/180/270) and ``imbalanced`` (2:1:1, 0/90/180),
 each client's images used once (``reuse=False``, RR-Cluster's construction). For every setting,
 epsilon (null = no DP), method and seed: test accuracy, client-clustering ACC, moved updates per
-round, and the accounted epsilon. RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the
-baselines once. Tables: the spec's Table 1 layout (method x setting/epsilon) and Table 4 layout
+round, the smallest noisy cluster before RR (mean over rounds), and the accounted epsilon.
+RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the baselines once. Method ``dp_ifca_2c`` is
+DP-IFCA with the paper's 2 C_theta sensitivity (the noise RR-Cluster pays): the difference dp_ifca -
+dp_ifca_2c is the price of the sensitivity factor, dp_ifca_2c - rr_cluster the effect of the
+rebalancing itself (0 when the identifier noise already keeps every cluster >= B, see
+``fedclust.clustered_fl.rebalance.min_expected_cluster_size``). Tables: the spec's Table 1 layout (method x setting/epsilon) and Table 4 layout
 (clustering accuracy, epsilon x B).
 """
 
@@ -22,7 +26,8 @@ from fedclust.grids._data import load
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
 
-METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "epsilon_accountant", "wall_time_s"]
+METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "min_noisy_cluster", "epsilon_accountant",
+           "wall_time_s"]
 CURVE_KEYS = ("setting", "method", "epsilon")
 SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
 
@@ -63,7 +68,8 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             extra = {"mu": float(config.get("mu", 0.1))} if method == "dp_fedprox" else {}
             res = fn(tensors, model, sigma=sigma, clip=clip if private else None, **extra, **kw)
         else:
-            base = {"dp_ifca": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam", "rr_cluster": config.get("base", "ifca")}[method]
+            base = {"dp_ifca": "ifca", "dp_ifca_2c": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam",
+                    "rr_cluster": config.get("base", "ifca")}[method]
             sg = None
             if not private:
                 ss = st = 0.0
@@ -72,12 +78,16 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             else:
                 ss, st = rr_cluster.calibrate(eps, delta, q, T, M, float(config.get("rho_s", 0.5)))
             res = rr_cluster.run(tensors, model, k, base=base, B=B if method == "rr_cluster" else 0, sigma_s=ss,
-                                 sigma_theta=st, sigma_g=sg, clip=clip if private else None, C_s=float(config.get("C_s", 0.1)), **kw)
+                                 sigma_theta=st, sigma_g=sg, clip=clip if private else None, C_s=float(config.get("C_s", 0.1)),
+                                 sensitivity_factor=2 if method == "dp_ifca_2c" else None, **kw)
         final = res.info["final"]
         moved = res.history.get("n_moved") or [0.0]
         label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
         metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
         metrics["mean_moved"] = float(sum(moved) / len(moved))
+        before = res.history.get("sizes_before_rr") or []
+        if before:
+            metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
         metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
         hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
         return {
@@ -96,7 +106,7 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     summary = summarize(frame, ["setting", "epsilon", "label"], METRICS)
     table1 = summary.pivot_table(index="label", columns=["setting", "epsilon"], values="test_accuracy", aggfunc="first", sort=False).reset_index()
-    rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]
+    rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]  # dp_ifca and dp_ifca_2c
     table4 = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False).reset_index()
     moved = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False).reset_index()
     return {"table1_test_accuracy": table1, "table4_client_ACC": table4, "moved_updates_per_round": moved, "all_metrics": summary}
