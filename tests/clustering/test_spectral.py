@@ -19,15 +19,20 @@ def _one_blas_thread():
         yield
 
 
-@pytest.fixture(scope="module")
-def circles(shared_data):
-    p = shared_data / "fedsc" / "Concentric_Circles.mat"
+def _fedsc_mat(shared_data, name):
+    """(X rows = samples, labels) of one of the FedSC .mat files; skip when it is missing."""
+    p = shared_data / "fedsc" / name
     if not p.exists():
-        pytest.skip(f"FedSC concentric circles file not found at {p}")
+        pytest.skip(f"FedSC data file not found at {p}")
     import scipy.io
 
     m = scipy.io.loadmat(p)
     return m["X"].T.astype(float), m["Label"].ravel()
+
+
+@pytest.fixture(scope="module")
+def circles(shared_data):
+    return _fedsc_mat(shared_data, "Concentric_Circles.mat")
 
 
 def test_gaussian_kernel_and_mean_distance_by_hand():
@@ -205,13 +210,7 @@ def test_embedding_with_more_components_than_wanted_uses_the_largest_components(
 
 @pytest.fixture(scope="module")
 def coil20(shared_data):
-    p = shared_data / "fedsc" / "COIL20_tsne.mat"
-    if not p.exists():
-        pytest.skip(f"FedSC COIL20 file not found at {p}")
-    import scipy.io
-
-    m = scipy.io.loadmat(p)
-    return m["X"].T.astype(float), m["Label"].ravel()
+    return _fedsc_mat(shared_data, "COIL20_tsne.mat")
 
 
 def test_coil20_arpack_embedding_equals_dense_and_sc_is_stable(coil20):
