@@ -82,6 +82,20 @@ Params = dict[str, torch.Tensor]
 # ================================================================================================
 # Data
 # ================================================================================================
+def _flat_rows(split: str, X, y, client, n_clients, group):
+    """Rows = samples (images flattened), labels and client ids of one split (``"train"``/``"test"``),
+    checked to have one entry per row; ``n_clients`` defaults to ``len(group)`` or ``max(client)+1``."""
+    X = np.asarray(X)
+    X = X.reshape(X.shape[0], -1)
+    y = np.asarray(y)
+    client = np.asarray(client).astype(np.int64)
+    if y.shape != (X.shape[0],) or client.shape != (X.shape[0],):
+        raise ValueError(f"y_{split} and client_{split} must have one entry per row of X_{split}")
+    if n_clients is None:
+        n_clients = len(group) if group is not None else int(client.max()) + 1
+    return X, y, client, int(n_clients)
+
+
 def _pad_by_client(X: np.ndarray, y: np.ndarray, client: np.ndarray, n_clients: int):
     """Group rows by client into padded arrays (no loop over clients)."""
     keep = client >= 0
@@ -173,14 +187,8 @@ class FederatedTensors:
         labels; float ``y`` are regression targets. ``n_clients`` defaults to ``len(group)`` or
         ``max(client_train)+1``.
         """
-        X_train = np.asarray(X_train)
-        X_train = X_train.reshape(X_train.shape[0], -1)
-        y_train = np.asarray(y_train)
-        client_train = np.asarray(client_train).astype(np.int64)
-        if y_train.shape != (X_train.shape[0],) or client_train.shape != (X_train.shape[0],):
-            raise ValueError("y_train and client_train must have one entry per row of X_train")
-        if n_clients is None:
-            n_clients = len(group) if group is not None else int(client_train.max()) + 1
+        X_train, y_train, client_train, n_clients = _flat_rows("train", X_train, y_train, client_train, n_clients,
+                                                               group)
         if client_train.max(initial=-1) >= n_clients:
             raise ValueError(f"client_train has ids up to {client_train.max()} but there are only n_clients="
                              f"{n_clients} clients (the length of group when given)")
@@ -191,15 +199,9 @@ class FederatedTensors:
         if X_test is not None:
             if y_test is None or client_test is None:
                 raise ValueError("X_test needs y_test and client_test")
-            X_test = np.asarray(X_test)
-            X_test = X_test.reshape(X_test.shape[0], -1)
-            y_test = np.asarray(y_test)
-            client_test = np.asarray(client_test).astype(np.int64)
-            if y_test.shape != (X_test.shape[0],) or client_test.shape != (X_test.shape[0],):
-                raise ValueError("y_test and client_test must have one entry per row of X_test")
-            if n_test_clients is None:
-                n_test_clients = len(test_group) if test_group is not None else int(client_test.max()) + 1
-            Xq, yq, cq = _pad_by_client(X_test, y_test, client_test, int(n_test_clients))
+            X_test, y_test, client_test, n_test_clients = _flat_rows("test", X_test, y_test, client_test,
+                                                                     n_test_clients, test_group)
+            Xq, yq, cq = _pad_by_client(X_test, y_test, client_test, n_test_clients)
             kw = dict(X_test=torch.as_tensor(Xq, dtype=dtype), y_test=torch.as_tensor(yq, dtype=ydt),
                       n_test=torch.as_tensor(cq))
         return cls(X_train=torch.as_tensor(Xp, dtype=dtype), y_train=torch.as_tensor(yp, dtype=ydt),

@@ -112,9 +112,13 @@ def clip_data(X: np.ndarray, clip: float | None) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # k-means building blocks
 # ----------------------------------------------------------------------------------------------
-def sq_dists(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """(n, k) squared Euclidean distances, clamped at 0."""
-    d2 = (X * X).sum(1)[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :]
+def sq_dists(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = None) -> np.ndarray:
+    """(..., n, k) squared Euclidean distances between the rows of X (..., n, m) and of C (..., k, m),
+    clamped at 0; leading axes batch (e.g. one set of centres per client). ``x_sq`` = the squared row
+    norms of X (..., n), when the caller already has them."""
+    if x_sq is None:
+        x_sq = (X * X).sum(-1)
+    d2 = x_sq[..., :, None] - 2.0 * X @ C.swapaxes(-1, -2) + (C * C).sum(-1)[..., None, :]
     return np.maximum(d2, 0.0, out=d2)
 
 

@@ -54,6 +54,7 @@ from fedclust.clustering._common import (
     padded_rows,
     sample_clients,
     server_kmeans,
+    sq_dists,
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
@@ -61,12 +62,6 @@ from fedclust.privacy.events import GaussianRelease
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
-
-
-def _batched_d2(Xp: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """(K, n_max, k) squared distances of every client's points to its own centres B (K, k, m)."""
-    xsq = np.square(Xp).sum(-1)[..., None]
-    return np.maximum(xsq - 2.0 * Xp @ B.swapaxes(1, 2) + np.square(B).sum(-1)[:, None, :], 0.0)
 
 
 def _pick(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -97,7 +92,7 @@ def local_kmeans(Xp: np.ndarray, mask: np.ndarray, k: int, iters: int, rng: np.r
         B[:, j] = Xp[ar, _pick(w, rng)]
         d2min = np.minimum(d2min, d2_to(B[:, j]))
     for it in range(iters + 1):
-        d2 = _batched_d2(Xp, B)
+        d2 = sq_dists(Xp, B, xsq)  # (K, n_max, k): every client's points to its own centres
         lab = d2.argmin(-1)
         onehot = (lab[..., None] == np.arange(k)) * mask[..., None]  # (K, n_max, k)
         cnt = onehot.sum(1).astype(np.float64)

@@ -53,6 +53,7 @@ from fedclust.clustering._common import (
     padded_rows,
     sample_clients,
     server_kmeans,
+    sq_dists,
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
@@ -78,9 +79,9 @@ def local_fcm_stats(Xp: np.ndarray, mask: np.ndarray, C: np.ndarray, fuzzifier: 
     (K, n_max). Returns S (K, k, m) and M (K, k) of the last iteration."""
     K = Xp.shape[0]
     V = np.broadcast_to(C, (K,) + C.shape)
-    xsq = np.square(Xp).sum(-1)[..., None]  # (K, n_max, 1)
+    xsq = np.square(Xp).sum(-1)  # (K, n_max)
     for _ in range(iters):
-        d2 = np.maximum(xsq - 2.0 * Xp @ V.swapaxes(1, 2) + np.square(V).sum(-1)[:, None, :], 0.0)
+        d2 = sq_dists(Xp, V, xsq)  # (K, n_max, k)
         U = fcm_memberships(d2, fuzzifier) ** fuzzifier * mask[..., None]  # (K, n_max, k)
         S = U.swapaxes(1, 2) @ Xp  # (K, k, m)
         M = U.sum(1)  # (K, k)
