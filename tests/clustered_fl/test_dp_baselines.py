@@ -14,14 +14,6 @@ from fedclust.data.synthetic import mixed_regression_1d
 from fedclust.rng import stream
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _digits(n_clients=40, n=24, n_test=8, groups=4, seed=0, label_shift=False):
     from sklearn.datasets import load_digits
 

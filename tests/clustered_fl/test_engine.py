@@ -15,15 +15,6 @@ from fedclust.clustered_fl import (
 from fedclust.clustered_fl.engine import _Batcher
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny tensors: one thread avoids OpenMP oversubscription on the shared 2-core machine
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _padded_classification(B=5, n_max=9, d=12, n_classes=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(B, n_max, d, generator=g)

@@ -11,14 +11,6 @@ from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, cfl_m
 from fedclust.partition.rotation import rotation
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _mixed_regression(seed=0, P=4, per=20, n=40, d=10, sep=5.0, noise=0.1):
     """IFCA-style mixed linear regression (spec 004, 3.6, "extra, not in paper"): y = <x, w_p*> + noise."""
     rng = np.random.default_rng(seed)

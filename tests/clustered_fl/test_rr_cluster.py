@@ -18,14 +18,6 @@ from fedclust.privacy.paper import rr_cluster as paper
 from fedclust.rng import stream
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _digits_data(n_clients=24, n=12, n_test=4, seed=0):
     from sklearn.datasets import load_digits
 

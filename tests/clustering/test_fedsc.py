@@ -17,30 +17,10 @@ def _one_blas_thread():
         yield
 
 
-def _mat(shared_data, name):
-    p = shared_data / "fedsc" / name
-    if not p.exists():
-        pytest.skip(f"FedSC data file not found at {p}")
-    import scipy.io
-
-    m = scipy.io.loadmat(p)
-    return m["X"].T.astype(float), m["Label"].ravel()
-
-
 def _split(n, P, seed):
     client = np.arange(n) % P
     np.random.default_rng(seed).shuffle(client)
     return client
-
-
-@pytest.fixture(scope="module")
-def iris(shared_data):
-    return _mat(shared_data, "Iris_tsne.mat")
-
-
-@pytest.fixture(scope="module")
-def circles(shared_data):
-    return _mat(shared_data, "Concentric_Circles.mat")
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +105,6 @@ def test_iris_reconstruction_within_2_percent_after_20_rounds(iris):
     sc = spectral.spectral_clustering(X, 3, seed=0, r=res.info["r"])
     assert res.info["ACC"] >= clustering_accuracy(y, sc.labels) - 0.03
     assert res.uploaded_reals == 20 * 8 * 7 * 4 + 7 * 150
-
-
-@pytest.fixture(scope="module")
-def coil20(shared_data):
-    return _mat(shared_data, "COIL20_tsne.mat")
 
 
 @pytest.mark.parametrize("seed", [1, 4])

@@ -19,22 +19,6 @@ def _one_blas_thread():
         yield
 
 
-def _fedsc_mat(shared_data, name):
-    """(X rows = samples, labels) of one of the FedSC .mat files; skip when it is missing."""
-    p = shared_data / "fedsc" / name
-    if not p.exists():
-        pytest.skip(f"FedSC data file not found at {p}")
-    import scipy.io
-
-    m = scipy.io.loadmat(p)
-    return m["X"].T.astype(float), m["Label"].ravel()
-
-
-@pytest.fixture(scope="module")
-def circles(shared_data):
-    return _fedsc_mat(shared_data, "Concentric_Circles.mat")
-
-
 def test_gaussian_kernel_and_mean_distance_by_hand():
     X = np.array([[0.0, 0.0], [3.0, 4.0], [0.0, 1.0]])
     r = 2.0
@@ -206,11 +190,6 @@ def test_embedding_with_more_components_than_wanted_uses_the_largest_components(
     for c in range(3):  # constant, mutually orthogonal rows on the 3 largest components
         assert np.allclose(U[blob == c], U[blob == c][0], atol=1e-12)
     assert np.allclose(U[[0, 40, 75]] @ U[[0, 40, 75]].T, np.eye(3), atol=1e-12)
-
-
-@pytest.fixture(scope="module")
-def coil20(shared_data):
-    return _fedsc_mat(shared_data, "COIL20_tsne.mat")
 
 
 def test_coil20_arpack_embedding_equals_dense_and_sc_is_stable(coil20):
