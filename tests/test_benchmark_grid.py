@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from fedclust.grids import benchmark
@@ -11,7 +12,7 @@ from fedclust.grids import benchmark
 def records():
     cfg = {
         "datasets": ["iris"], "partitions": [{"scheme": "iid"}], "n_clients": 5, "epsilons": [None, 4.0],
-        "seeds": 1, "rounds": 4, "methods": ["fkm", "dk_pp", "dp_fedc", "fedc_gds", "kmeans"],
+        "seeds": 1, "rounds": 4, "methods": ["fkm", "dk_pp", "dkm", "dp_fedc", "fedc_gds", "kmeans"],
         "clustered_fl": {"datasets": ["digits"], "methods": ["ifca", "dp_ifca"], "epsilons": [None, 8.0],
                          "n_clients": 80, "rounds": 5, "B": 2},
     }
@@ -23,13 +24,39 @@ def _find(records, method, eps):
 
 
 def test_every_private_data_clustering_method_spends_the_same_accounted_budget(records):
-    for method in ("fkm", "dp_fedc"):
+    for method in ("fkm", "dk_pp", "dp_fedc"):  # DK++ in its DP variant (no k-means|| seeding)
         (rec,) = _find(records, method, "4")
         assert rec["metrics"]["epsilon_accountant"] == pytest.approx(4.0, rel=0.01), method
-    (dkpp,) = _find(records, "dk_pp", "4")  # calibrated conservatively (2 Gaussians in every round)
-    assert 0 < dkpp["metrics"]["epsilon_accountant"] <= 4.0 * 1.01
+    (dkpp,) = _find(records, "dk_pp", "4")
+    assert dkpp["params"]["seeding_rounds"] == 0
     (public,) = _find(records, "fkm", "inf")
     assert math.isinf(public["metrics"]["epsilon_accountant"])
+    (dkpp_public,) = _find(records, "dk_pp", "inf")
+    assert dkpp_public["params"]["seeding_rounds"] > 0
+
+
+def test_dkm_has_no_dp_variant_and_is_not_applicable_under_a_budget(records):
+    # Issue 13, point 5: the old benchmark gave DKM's coreset (private rows) a finite epsilon.
+    (rec,) = _find(records, "dkm", "4")
+    assert rec["tags"]["status"] == "not applicable" and "coreset" in rec["note"]
+    (public,) = _find(records, "dkm", "inf")
+    assert public["tags"]["status"] == "ok"
+
+
+def test_private_cells_start_from_a_public_init_and_name_it(records):
+    # Issue 13, point 1: the old benchmark passed k data rows as W^0 to every private method.
+    for rec in records:
+        if rec["tags"].get("family") != "data_clustering" or rec["tags"]["status"] != "ok":
+            continue
+        assert rec["params"]["init"] == ("data" if rec["tags"]["epsilon"] == "inf" else "uniform_box")
+    X = benchmark.load("iris", None).X.astype(float)
+    W_priv, init = benchmark.shared_init(X, 3, 0, 4.0, {"clip": 8.0})
+    W_priv2, _ = benchmark.shared_init(X[::-1] * 0.5, 3, 0, 4.0, {"clip": 8.0})
+    assert init == "uniform_box"
+    np.testing.assert_array_equal(W_priv, W_priv2)  # does not read the data
+    assert min(np.linalg.norm(X - w, axis=1).min() for w in W_priv) > 1e-6
+    W_pub, init_pub = benchmark.shared_init(X, 3, 0, None, {"clip": 8.0})
+    assert init_pub == "data" and all(np.linalg.norm(X - w, axis=1).min() == 0 for w in W_pub)
 
 
 def test_methods_without_a_private_variant_are_reported_not_applicable_never_skipped(records):

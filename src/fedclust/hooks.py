@@ -26,7 +26,10 @@ class RunTagsHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
-        self._pipeline_name = run_params.get("pipeline_name") or "__default__"
+        # Kedro >= 1.0 records the requested pipelines as a list under "pipeline_names"
+        names = run_params.get("pipeline_names") or (
+            [run_params["pipeline_name"]] if run_params.get("pipeline_name") else None)
+        self._pipeline_name = ",".join(names) if names else "__default__"
         self._tagged = False
         try:
             params = catalog.load("parameters")
@@ -53,6 +56,10 @@ class RunTagsHook:
             "epsilon": _fmt_eps(priv.get("epsilon")),
             "seed": str(params.get("seed", "")),
         }
+        if priv.get("epsilon") is not None:
+            from fedclust.privacy.report import SCOPE_TAG
+
+            self._tags["dp_scope"] = SCOPE_TAG
 
     def _tag_once(self) -> None:
         if self._tagged:

@@ -22,7 +22,9 @@ def test_fkm_pipeline_writes_metrics_privacy_and_mlflow(run_pipeline, mlflow_run
     client, runs = mlflow_runs()
     run = runs[0]
     assert run.data.tags["method"] == "fkm"
+    assert run.data.tags["pipeline"] == "fkm"  # Kedro 1.x passes pipeline_names, not pipeline_name
     assert run.data.tags["dataset"] == "digits"
+    assert "dp_scope" not in run.data.tags  # not private: no guarantee to scope
     assert run.data.params["fkm.train.rounds"] == "6"
     assert run.data.params["partition.scheme"] == "iid"
     assert run.data.metrics["fkm.ACC"] == pytest.approx(metrics["ACC"])
@@ -42,6 +44,8 @@ def test_private_fkm_run_spends_about_the_target_epsilon(run_pipeline, read_vers
     run_pipeline("fkm", params)
     privacy = read_versioned_json("data/08_reporting/fkm/privacy.json")
     assert privacy["epsilon_accountant"] == pytest.approx(4.0, rel=0.01)
+    # amendment A-1: the report says what epsilon covers and that the metrics are outside it
+    assert privacy["covered_by_guarantee"] and any("ACC" in o for o in privacy["outside_guarantee"])
     noise = read_versioned_json("data/05_model_input/fkm/noise.json")
     assert noise["private"] and noise["noise_multiplier"] > 0
 

@@ -80,13 +80,79 @@ class SegmentLayout:
         return start + within
 
 
-def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None) -> np.ndarray:
-    """The shared W^0 (spec 000, A9): ``init_centroids`` if given, else k distinct random data rows
-    drawn from stream ``"init"`` (the same rows as :func:`fedclust.clustering.fkm.init_from_data`)."""
+#: How the shared initial centroids W^0 are chosen (amendment A-1: initialisation is a release).
+#: ``"data"``: k distinct data rows (the papers' choice; not private); ``"uniform_box"``: uniform in
+#: the public data domain ``[low, high]^m`` (``domain``), then scaled into the clip ball when a clip
+#: is given; ``"uniform_ball"``: uniform in the L2 ball of radius ``clip`` (or ``radius``). The last
+#: two never look at the data, so they release nothing.
+INITS = ("data", "uniform_box", "uniform_ball")
+#: The public data domain assumed by ``"uniform_box"`` when none is given: the default min-max scaling.
+DEFAULT_DOMAIN = (0.0, 1.0)
+
+
+def default_init(private: bool) -> str:
+    """The initialisation a run uses when none is named: data rows only when it is not private."""
+    return "uniform_box" if private else "data"
+
+
+def check_init(init, private: bool) -> str:
+    """``init`` validated (None = :func:`default_init`)."""
+    if init is None:
+        return default_init(private)
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS} (or null for the default), got {init!r}")
+    return init
+
+
+def init_is_private_release(init: str, init_centroids=None) -> bool:
+    """True when the initialisation reads private data without a DP mechanism (``"data"``)."""
+    return init_centroids is None and init == "data"
+
+
+def public_centroids(k: int, m: int, seed: int, init: str, *, clip: float | None = None, domain=None,
+                     radius: float | None = None) -> np.ndarray:
+    """k data-independent initial centroids drawn from stream ``"init"`` (no data is read).
+
+    ``"uniform_box"``: uniform in ``[low, high]^m`` (``domain``, default ``DEFAULT_DOMAIN``); a point
+    whose norm exceeds ``clip`` is scaled onto the clip ball, so it lies in the clipped data domain.
+    ``"uniform_ball"``: uniform in the L2 ball of radius ``radius`` (default ``clip``).
+    """
+    rng = stream(seed, "init")
+    if init == "uniform_box":
+        low, high = DEFAULT_DOMAIN if domain is None else (float(domain[0]), float(domain[1]))
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"init_domain must be [low, high] with low < high, got {domain!r}")
+        C = rng.uniform(low, high, size=(k, m))
+        if clip is not None:
+            norms = np.linalg.norm(C, axis=1, keepdims=True)
+            C = C * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+        return C
+    if init == "uniform_ball":
+        r = radius if radius is not None else clip
+        if r is None or not r > 0:
+            raise ValueError("init='uniform_ball' needs a radius (or the clip bound) > 0")
+        g = rng.standard_normal((k, m))
+        g /= np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300)
+        return g * (r * rng.uniform(size=(k, 1)) ** (1.0 / m))
+    raise ValueError(f"public_centroids takes 'uniform_box' or 'uniform_ball', got {init!r}")
+
+
+def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None, *, init: str = "data",
+                      clip: float | None = None, domain=None) -> np.ndarray:
+    """The shared W^0 (spec 000, A9; amendment A-1).
+
+    ``init_centroids`` if given (the caller vouches that they are public); else by ``init``:
+    ``"data"``: k distinct random data rows drawn from stream ``"init"`` (the same rows as
+    :func:`fedclust.clustering.fkm.init_from_data`; not private: a private run that uses it must
+    report epsilon = inf, see :func:`init_is_private_release`); ``"uniform_box"`` /
+    ``"uniform_ball"``: :func:`public_centroids`.
+    """
     m = X.shape[1]
     if init_centroids is None:
-        idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
-        return X[idx].astype(np.float64, copy=True)
+        if init == "data":
+            idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
+            return X[idx].astype(np.float64, copy=True)
+        return public_centroids(k, m, seed, check_init(init, True), clip=clip, domain=domain)
     C = np.array(init_centroids, dtype=np.float64)
     if C.shape != (k, m):
         raise ValueError(f"init_centroids must have shape (k={k}, m={m}), got {C.shape}")
@@ -215,16 +281,20 @@ def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, me
 
 
 def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
-    """The L2 bound on every sample used by a private baseline.
+    """The L2 bound on every sample used by a baseline (None when not private and not given).
 
-    ``clip`` if given; otherwise (private runs only) the largest row norm of X, which the caller
-    then treats as a public bound (e.g. sqrt(m) for features in [0, 1]); recorded in ``info``.
+    A private run must name a public ``clip`` (amendment A-1): the largest row norm of X would be
+    a sensitivity read off the private data (one extreme sample would set its own noise scale), so
+    it is refused with a ValueError rather than guessed. ``X`` is kept in the signature for callers.
     """
     if clip is not None:
         return check_float("clip", clip, 0.0)
     if not private:
         return None
-    return float(np.linalg.norm(X, axis=1).max())
+    raise ValueError(
+        "clip must be a public L2 bound > 0 on every sample in a private run (e.g. sqrt(m) for "
+        "features in [0, 1]); it is not derived from the data, whose largest row norm is private"
+    )
 
 
 # ----------------------------------------------------------------------------------------------

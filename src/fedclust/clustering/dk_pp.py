@@ -17,13 +17,25 @@ The R communication rounds are spent as:
    k-means++ and weighted Lloyd (best of 3 restarts);
 3. the remaining rounds are federated Lloyd rounds (as FKM): per-cluster sums and counts.
 
-Optional DP (spec 000, A11): samples are clipped to L2 norm ``clip``; every uploaded quantity gets
-i.i.d. Gaussian noise with std z times its add/remove sensitivity: an uploaded sample point clip,
-a local cost 4 clip^2, a count 1, a Lloyd (sums, counts) pair sqrt(clip^2 + 1). NOTE: releasing
-(noisy) sampled points, whose selection depends on the data, is not covered by the Gaussian
-mechanism's proof; the calibration per uploaded item is what spec A11 asks for and is a heuristic
-for the seeding phase (``info["dp_exact"] = False``). Rounds are counted conservatively
-(every round, ignoring client sampling) in ``dp_events``.
+Optional DP (spec 000, A11): samples are clipped to a public L2 norm ``clip``; every uploaded
+quantity gets i.i.d. Gaussian noise with std z times its add/remove sensitivity: an uploaded sample
+point clip, a local cost 4 clip^2, a count 1, a Lloyd (sums, counts) pair sqrt(clip^2 + 1).
+
+What is DP (amendment A-1). The weighting round (counts of samples per *public* candidate,
+sensitivity 1) and the Lloyd rounds (sensitivity sqrt(clip^2 + 1)) are Gaussian mechanisms with
+noise multiplier z. The k-means|| seeding is NOT: which samples are uploaded depends on the data
+(a sample decides by itself whether it is released, and the number of released points gives it
+away), and the distances to noisy candidates outside the clip ball are unbounded. A private run
+with ``seeding_rounds > 0`` therefore records a ``non_dp_release`` naming the seeding and reports
+epsilon = inf; ``seeding_rounds = 0`` (the candidates are the public W^0 alone) is the DP variant
+(``info["dp_exact"]``). Rounds are counted conservatively (every round, ignoring client sampling)
+in ``dp_events``.
+
+Initialisation: W^0 is k random data rows only in non-private runs (``init="data"``); a private
+run starts from public centres (``init="uniform_box"`` in ``init_domain``, pulled into the clip
+ball), and ``init="data"`` in a private run reports epsilon = inf. The server's reclustering only
+sees the candidates (public or noisy) and the noisy counts; a Lloyd cluster with no (noisy) mass
+keeps its previous, already released centre, so no raw row reaches the output of a DP run.
 
 Vectorized over clients: distances, selections and segment sums of all sampled clients at once.
 """
@@ -43,7 +55,9 @@ from fedclust.clustering._common import (
     check_clients_per_round,
     check_int,
     clip_data,
+    check_init,
     data_clip,
+    init_is_private_release,
     initial_centroids,
     lloyd_round,
     log_scores,
@@ -55,7 +69,7 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -79,6 +93,8 @@ def run(
     mechanism: str = "classical",
     clip: float | None = None,
     init_centroids=None,
+    init: str | None = None,
+    init_domain=None,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -90,8 +106,11 @@ def run(
     rounds: R >= seeding_rounds + 1. clients_per_round: K in [1, N] (None = all).
     seeding_rounds: k-means|| rounds (>= 0; 5 in Bahmani et al.). oversampling: ell > 0 (default 2k).
     recluster_iters: weighted Lloyd iterations on the candidates (>= 1).
-    noise_multiplier / epsilon, delta, mechanism, clip: DP as in :mod:`fedclust.clustering.fzkm`.
-    init_centroids: (k, m) shared W^0, the initial candidate set (default k random data rows).
+    noise_multiplier / epsilon, delta, mechanism, clip: DP as in :mod:`fedclust.clustering.fzkm`
+        (a private run is DP only with ``seeding_rounds = 0``; otherwise it reports epsilon = inf).
+    init_centroids: (k, m) shared W^0, the initial candidate set (taken as public); overrides ``init``.
+    init, init_domain: how W^0 is drawn, as in :mod:`fedclust.clustering.fzkm` (None: data rows when
+        not private, ``"uniform_box"`` when private).
     y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
     blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
 
@@ -115,7 +134,8 @@ def run(
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
     Xc = clip_data(X, clip)[lay.order]
-    C0 = initial_centroids(X, k, seed, init_centroids)
+    init = check_init(init, private)
+    C0 = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
 
     rng_s = stream(seed, "sampling")
     rng_mb = stream(seed, "minibatch")  # data-level random choices (which samples are selected)
@@ -172,11 +192,13 @@ def run(
 
     labels, _ = nearest(X, C)
     events = []
+    if private and init_is_private_release(init, init_centroids):
+        events.append(non_dp_release("dk_pp initial candidates are k private data rows (init='data')"))
     if private:
         if seeding_rounds:
-            events.append(GaussianRelease(
-                noise_multipliers=(z, z), count=seeding_rounds, sampling="none", neighbouring="add_remove",
-                unit="sample", label="dk_pp seeding: local costs and noisy selected points (heuristic)"))
+            events.append(non_dp_release(
+                f"dk_pp k-means|| seeding ({seeding_rounds} rounds): the uploaded points are private samples "
+                "selected by their own distances, a data-dependent selection with no bounded sensitivity"))
         events.append(GaussianRelease(
             noise_multipliers=(z,), count=1, sampling="none", neighbouring="add_remove", unit="sample",
             label="dk_pp candidate counts"))
@@ -184,8 +206,11 @@ def run(
             events.append(GaussianRelease(
                 noise_multipliers=(z,), count=R - seeding_rounds - 1, sampling="none",
                 neighbouring="add_remove", unit="sample", label="dk_pp Lloyd sums and counts"))
+    dp_exact = seeding_rounds == 0 and not init_is_private_release(init, init_centroids)
     info = {"noise_multiplier": z, "clip": clip, "clients_per_round": K, "n_clients": N,
+            "noise_std": std_pair, "count_noise_std": z if private else 0.0,
             "n_candidates": int(cand.shape[0]), "oversampling": ell, "seeding_rounds": seeding_rounds,
-            "dp_exact": False if private else None}
+            "dp_exact": bool(dp_exact) if private else None,
+            "init": "given" if init_centroids is not None else init}
     return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)

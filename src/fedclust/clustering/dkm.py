@@ -21,11 +21,17 @@ Balcan et al.'s distributed coreset, run once per round over the K sampled clien
    k-means on their union (best of Lloyd warm-started at the previous centres and
    ``server_restarts`` weighted k-means++ restarts) to get the new global centres.
 
-Optional DP (spec 000, A11): samples are clipped to L2 norm ``clip``; every uploaded quantity gets
-i.i.d. Gaussian noise with std z times its add/remove sensitivity (a sampled point or a centre:
-clip; a count: 1; a local cost: 4 clip^2). NOTE: releasing data-dependent coreset points is not
-covered by the Gaussian mechanism's proof; this per-item calibration is a heuristic
-(``info["dp_exact"] = False``). Rounds are counted conservatively in ``dp_events``.
+Noisy variant (spec 000, A11): samples are clipped to a public L2 norm ``clip``; every uploaded
+quantity gets i.i.d. Gaussian noise with std z times its per-item add/remove sensitivity (a sampled
+point or a centre: clip; a count: 1; a local cost: 4 clip^2). This is NOT a DP mechanism (amendment
+A-1): the coreset points are private samples chosen by their own distances (a data-dependent
+selection; whether a sample is uploaded depends on itself), and a local k-means solution can jump
+with one sample. A noisy run therefore records a ``non_dp_release`` naming these steps and reports
+epsilon = inf; the noise multiplier stays available to reproduce the paper's protocol
+(``info["dp_exact"] = False``).
+
+Initialisation: W^0 is k random data rows only in non-private runs (``init="data"``); with noise it
+defaults to public centres (``init="uniform_box"`` in ``init_domain``, pulled into the clip ball).
 
 Vectorized over clients: local k-means++ and Lloyd run on the padded (K, n_max, m) data with batched matmuls,
 and the importance sampling of all clients is one ``searchsorted`` on a global cumulative sum.
@@ -45,7 +51,9 @@ from fedclust.clustering._common import (
     check_clients_per_round,
     check_int,
     clip_data,
+    check_init,
     data_clip,
+    init_is_private_release,
     initial_centroids,
     log_scores,
     nearest,
@@ -58,7 +66,7 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -123,6 +131,8 @@ def run(
     mechanism: str = "classical",
     clip: float | None = None,
     init_centroids=None,
+    init: str | None = None,
+    init_domain=None,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -135,8 +145,10 @@ def run(
     coreset_size: t_c, sampled points per round over all sampled clients (default 20 k).
     local_iters: local Lloyd iterations (>= 1). server_iters: weighted Lloyd iterations (>= 1).
     server_restarts: weighted k-means++ restarts on the server (>= 0).
-    noise_multiplier / epsilon, delta, mechanism, clip: DP as in :mod:`fedclust.clustering.fzkm`.
-    init_centroids: (k, m) shared initial centres (default k random data rows, stream "init").
+    noise_multiplier / epsilon, delta, mechanism, clip: noise as in :mod:`fedclust.clustering.fzkm`;
+        the run is not DP whatever the noise (epsilon = inf, see the module docstring).
+    init_centroids: (k, m) shared initial centres (taken as public); overrides ``init``.
+    init, init_domain: how W^0 is drawn, as in :mod:`fedclust.clustering.fzkm`.
     y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
     blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
     """
@@ -156,7 +168,8 @@ def run(
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
     Xc = clip_data(X, clip)[lay.order]
-    C = initial_centroids(X, k, seed, init_centroids)
+    init = check_init(init, private)
+    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
     std_cost = z * 4.0 * clip**2 if private else 0.0
@@ -214,11 +227,17 @@ def run(
 
     labels, _ = nearest(X, C)
     events = []
+    if private and init_is_private_release(init, init_centroids):
+        events.append(non_dp_release("dkm initial centres are k private data rows (init='data')"))
     if private:
+        events.append(non_dp_release(
+            "dkm coreset: uploaded points are private samples chosen by their own distances and the local "
+            "k-means centres have no bounded sensitivity (data-dependent selection)"))
         events.append(GaussianRelease(
             noise_multipliers=(z, z, z, z), count=R, sampling="none", neighbouring="add_remove",
-            unit="sample", label="dkm local costs, coreset points, centres, sizes (heuristic)"))
+            unit="sample", label="dkm local costs, coreset points, centres, sizes (noise per item; not DP as a whole)"))
     info = {"noise_multiplier": z, "clip": clip, "clients_per_round": K, "n_clients": N,
-            "coreset_size": t_c, "local_iters": local_iters, "dp_exact": False if private else None}
+            "coreset_size": t_c, "local_iters": local_iters, "dp_exact": False if private else None,
+            "init": "given" if init_centroids is not None else init}
     return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)

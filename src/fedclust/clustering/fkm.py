@@ -19,6 +19,14 @@ One round t:
 4. The server sets ``C_l = sum_i s_il / max(sum_i c_il, 1)`` (eq. 10) and keeps the old ``C_l`` when
    cluster l received no (noisy) mass.
 
+Initialisation (amendment A-1, issue 13). Because of the rule in step 4, W^0 can be published
+verbatim, so it must not be private data in a private run. A non-private run starts from k random
+data rows (the paper's choice, ``init="data"``); a private run by default from ``"uniform_box"``
+(uniform in the public feature domain ``init_domain``, pulled into the clip ball), which reads no
+data; after round 1 the old centroid is itself a released (noisy) value. A private run with
+``init="data"`` is kept as the labelled paper-literal variant: it records a ``non_dp_release`` and
+reports epsilon = inf.
+
 All clients of a round are processed together: assignments for every sample in one distance
 computation (reused by the next round), and the sum of the clients' per-cluster sums as one sparse
 segment sum; the sum of the clients' independent noises is drawn in one go (the server only uses
@@ -33,9 +41,10 @@ import math
 import numpy as np
 from scipy import sparse
 
+from fedclust.clustering._common import check_init, init_is_private_release, initial_centroids
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_scores
-from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -102,6 +111,8 @@ def run(
     noise_multiplier: float = 0.0,
     clip: float | None = None,
     init_centroids=None,
+    init: str | None = None,
+    init_domain=None,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -114,7 +125,11 @@ def run(
     clients_per_round: K, clients sampled per round without replacement (default: all).
     noise_multiplier: z >= 0; noise std = z * sqrt(clip^2 + 1) on every uploaded entry. 0 = no DP.
     clip: L2 bound on every sample (required when noise_multiplier > 0).
-    init_centroids: (k, m) shared initial centroids; default k random data rows (stream "init").
+    init_centroids: (k, m) shared initial centroids (taken as public); overrides ``init``.
+    init: how W^0 is drawn (:data:`fedclust.clustering._common.INITS`). None: k random data rows
+        (the paper's choice) when not private, ``"uniform_box"`` (data-independent) when private.
+        ``"data"`` in a private run releases private rows: the run then reports epsilon = inf.
+    init_domain: ``[low, high]`` public domain of every feature for ``"uniform_box"`` (default [0, 1]).
     y: true labels, only to log per-round ACC/NMI.
     progress: optional callable ``progress(round, history)`` after every round.
     """
@@ -131,12 +146,8 @@ def run(
     if private and (clip is None or clip <= 0):
         raise ValueError(f"clip must be > 0 when noise_multiplier > 0, got {clip}")
 
-    if init_centroids is None:
-        C = init_from_data(X, k, seed)
-    else:
-        C = np.array(init_centroids, dtype=np.float64)
-        if C.shape != (k, m):
-            raise ValueError(f"init_centroids must have shape (k={k}, m={m}), got {C.shape}")
+    init = check_init(init, private)
+    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
 
     Xc = X
     if clip is not None and clip > 0:
@@ -172,6 +183,8 @@ def run(
 
     labels = lab_all
     events = []
+    if private and init_is_private_release(init, init_centroids):
+        events.append(non_dp_release("initial centroids are k private data rows (init='data')", unit="sample"))
     if private:
         events.append(
             GaussianRelease(
@@ -189,5 +202,6 @@ def run(
         history=history,
         dp_events=events,
         uploaded_reals=int(uploaded),
-        info={"noise_std": std, "clip": clip, "clients_per_round": K, "n_clients": n_clients},
+        info={"noise_std": std, "clip": clip, "clients_per_round": K, "n_clients": n_clients,
+              "init": "given" if init_centroids is not None else init},
     )

@@ -14,14 +14,23 @@ One round t:
    C: memberships ``u_jl = 1 / sum_l' (d_jl / d_jl')^(2/(f-1))`` (fuzzifier f = 2), then the
    per-cluster statistics ``S_il = sum_j u_jl^f x_j`` and ``M_il = sum_j u_jl^f``; with
    ``local_iters > 1`` the next iteration uses the client's own centres S_il / M_il;
-3. optional DP (spec 000, A11): samples are clipped to L2 norm ``clip``; as sum_l u_jl^f <= 1, one
-   sample changes (S_i, M_i) by at most sqrt(clip^2 + 1) in L2 (add/remove), so i.i.d.
-   N(0, (z sqrt(clip^2+1))^2) noise is added to every uploaded entry. The bound is exact for
-   ``local_iters = 1`` (memberships from the public C); with more local iterations the memberships
-   depend on other local samples and the calibration is a heuristic (``info["dp_exact"]``);
+3. optional DP (spec 000, A11): samples are clipped to a public L2 norm ``clip``; with
+   ``local_iters = 1`` the memberships come from the public C and the sample itself, and as
+   sum_l u_jl^(2f) <= 1, one sample changes (S_i, M_i) by at most sqrt(clip^2 + 1) in L2
+   (add/remove), so i.i.d. N(0, (z sqrt(clip^2+1))^2) noise on every uploaded entry is a Gaussian
+   mechanism with noise multiplier z. With ``local_iters > 1`` the last memberships depend on the
+   client's other samples (through its own centres), so one sample can move every other sample's
+   contribution: the sensitivity is not bounded and the run is NOT DP; it records a
+   ``non_dp_release`` and reports epsilon = inf (amendment A-1; ``info["dp_exact"]``);
 4. the server forms the K*k local centres ``V_il = S_il / max(M_il, floor)`` with weights
    ``max(M_il, 0)`` and runs weighted k-means on them: the lowest-cost of Lloyd warm-started at the
    previous C and ``server_restarts`` weighted k-means++ restarts (``server_iters`` iterations each).
+
+Initialisation (amendment A-1): the shared W^0 is k random data rows only in non-private runs (the
+paper's choice, ``init="data"``); a private run starts from public centres (``init="uniform_box"``,
+uniform in the public domain ``init_domain`` and pulled into the clip ball), and a private run with
+``init="data"`` releases private rows and reports epsilon = inf. The server step only ever sees the
+noisy uploads and its own previous (public) centres, so no raw row can reach the output.
 
 Labels: nearest global centre (the argmax membership of FCM with these centres gives the same).
 Vectorized over clients: the sampled clients' data sit in one padded (K, n_max, m) array and every
@@ -44,7 +53,9 @@ from fedclust.clustering._common import (
     check_float,
     check_int,
     clip_data,
+    check_init,
     data_clip,
+    init_is_private_release,
     initial_centroids,
     log_scores,
     nearest,
@@ -57,7 +68,7 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -108,6 +119,8 @@ def run(
     mechanism: str = "classical",
     clip: float | None = None,
     init_centroids=None,
+    init: str | None = None,
+    init_domain=None,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -121,8 +134,11 @@ def run(
     noise_multiplier: z >= 0, noise std = z * sqrt(clip^2 + 1) per uploaded entry; or give the
         per-round ``epsilon`` (and ``delta``) to calibrate z with the ``mechanism`` ("classical" or
         "analytic") Gaussian mechanism at unit sensitivity. 0 / None = no DP.
-    clip: L2 bound on every sample for DP (default with DP: the largest row norm, treated as public).
-    init_centroids: (k, m) shared initial centres (default k random data rows, stream "init").
+    clip: public L2 bound on every sample, required for DP (never derived from the data).
+    init_centroids: (k, m) shared initial centres (taken as public); overrides ``init``.
+    init: how W^0 is drawn (:data:`fedclust.clustering._common.INITS`); None: ``"data"`` (k random
+        rows, the paper's choice) when not private, ``"uniform_box"`` when private. ``"data"`` in a
+        private run reports epsilon = inf. init_domain: ``[low, high]`` for ``"uniform_box"``.
     y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
     blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
     """
@@ -142,7 +158,8 @@ def run(
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
     Xc = clip_data(X, clip)[lay.order]
-    C = initial_centroids(X, k, seed, init_centroids)
+    init = check_init(init, private)
+    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
 
@@ -172,6 +189,12 @@ def run(
 
     labels, _ = nearest(X, C)
     events = []
+    if private and init_is_private_release(init, init_centroids):
+        events.append(non_dp_release("fzkm initial centres are k private data rows (init='data')"))
+    if private and local_iters > 1:
+        events.append(non_dp_release(
+            f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "
+            "client's own centres, so one sample moves the others' contributions (unbounded sensitivity)"))
     if private:
         events.append(GaussianRelease(
             noise_multipliers=(z,), count=R, sampling="none", neighbouring="add_remove", unit="sample",
@@ -179,6 +202,7 @@ def run(
         ))
     info = {"noise_multiplier": z, "noise_std": std, "clip": clip, "clients_per_round": K,
             "n_clients": N, "fuzzifier": fuzzifier, "local_iters": local_iters,
-            "dp_exact": bool(private and local_iters == 1)}
+            "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, init_centroids)),
+            "init": "given" if init_centroids is not None else init}
     return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)

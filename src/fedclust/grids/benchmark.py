@@ -6,11 +6,19 @@ ARI, wall time, uploaded reals and the accountant's epsilon for the noise actual
 
 Privacy, the same *accounted* budget for every private method (RDP, sample-level, the run's delta):
 
-* FKM, FZKM, DK++, DKM: noise multiplier calibrated over all rounds by the accountant;
+* FKM, FZKM (local_iters = 1), DK++ (its DP variant: ``seeding_rounds = 0``, the k-means||
+  seeding being a data-dependent selection): noise multiplier calibrated over all rounds by the
+  accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows,
+  amendment A-1), so under a finite budget it is ``not applicable``;
 * DP-FedC: its paper budget eps_bar is chosen by bisection so that the accountant rates its
   releases at the target (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`);
 * FedSC: perturbed data (rows clipped to ``fedsc_clip``), one Gaussian release calibrated by the
   accountant;
+* initial centroids W^0, shared by every method of a cell: in a non-private cell the paper's k
+  random data rows (``init = "data"``); in a private cell data-independent points, uniform in the
+  public domain ``init_domain`` (default [0, 1]) pulled into the clip ball (``init = "uniform_box"``),
+  since data rows as W^0 would be released unaccounted (issue 13, point 1). Every record names its
+  ``init`` in its params;
 * FedCAvg, FedCGds and the centralized references (k-means, spectral clustering) have no private
   variant: under a finite budget they are reported with status ``not applicable``, never skipped.
 """
@@ -24,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fedc_mf, fedsc, fkm, fzkm, spectral
+from fedclust.clustering._common import public_centroids
 from fedclust.clustering.fkm import init_from_data
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
@@ -33,7 +42,9 @@ from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 
 ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fedc_avg", "fedc_gds", "fedsc", "kmeans", "sc")
-PRIVATE = {"fkm": 1, "fzkm": 1, "dk_pp": 2, "dkm": 4, "dp_fedc": None, "fedsc": None}  # Gaussians per round
+PRIVATE = {"fkm": 1, "fzkm": 1, "dk_pp": 1, "dp_fedc": None, "fedsc": None}  # Gaussians per round
+#: Why a method without a DP variant is not run under a finite budget (default: no private variant).
+NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant (A-1)"}
 CENTRALIZED = ("kmeans", "sc")
 METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s"]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
@@ -54,7 +65,7 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
         z = 0.0
         if eps is not None:
             z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=PRIVATE[method])
-        extra = {"seeding_rounds": min(5, R - 2)} if method == "dk_pp" else {}
+        extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
         return mod.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0,
                        noise_multiplier=z, clip=clip if z > 0 else None, **extra)
     if method == "dp_fedc":
@@ -83,6 +94,26 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
     if method == "sc":
         return spectral.spectral_clustering(X, k, seed=seed, n_init=10)
     raise ValueError(f"unknown method {method!r}; valid: {ALL_METHODS}")
+
+
+def dk_pp_seeding_rounds(rounds: int, eps) -> int:
+    """DK++'s k-means|| rounds in a cell: the paper-style 5 (at most R - 2) without DP, 0 (its DP
+    variant) under a finite budget."""
+    return 0 if eps is not None else min(5, rounds - 2)
+
+
+def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np.ndarray, str]:
+    """``(W0, init)``: the initial centroids every method of a cell starts from, and their name.
+
+    Non-private cells: k random data rows (the papers' W^0). Private cells: ``"uniform_box"``, drawn
+    without reading the data (uniform in ``config["init_domain"]``, default [0, 1], then pulled into
+    the ball of radius ``config["clip"]``), so W^0 releases nothing.
+    """
+    if eps is None:
+        return init_from_data(X, k, seed), "data"
+    domain = config.get("init_domain")
+    return public_centroids(k, X.shape[1], seed, "uniform_box", clip=float(config.get("clip", 8.0)),
+                            domain=domain), "uniform_box"
 
 
 def run(config: dict, data_paths: dict | None = None) -> list[dict]:
@@ -116,15 +147,18 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             part_cache[key] = make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
                                              seed=seed, **opts).client
         client = part_cache[key]
-        W0 = init_from_data(X, k, seed)  # the same initial centroids for every method of a seed
+        W0, init = shared_init(X, k, seed, eps, config)  # the same initial centroids for every method of a cell
         out = []
         for method in methods:
             tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
             params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
-                      "n_clients": n_clients, "method": method}
+                      "n_clients": n_clients, "method": method, "init": init}
+            if method == "dk_pp":
+                params["seeding_rounds"] = dk_pp_seeding_rounds(int(config.get("rounds", 20)), eps)
             name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
             if eps is not None and method not in PRIVATE:
-                why = "centralized reference" if method in CENTRALIZED else "the method has no private variant"
+                why = ("centralized reference" if method in CENTRALIZED
+                       else NOT_DP.get(method, "the method has no private variant"))
                 out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
                             "metrics": {}, "history": {}, "note": why})
                 continue

@@ -200,6 +200,42 @@ def _rr_grid():
                          metric="test_accuracy", curve_keys=rr.CURVE_KEYS)
 
 
+def _privacy_audit():
+    from fedclust.grids import privacy_audit
+
+    def run_audits(config: dict) -> tuple[list[dict], list[dict]]:
+        records = privacy_audit.run(config)
+        return records, records
+
+    def tabulate_audits(records: list[dict]):
+        tabs = privacy_audit.tables(records)
+        csv, md = _tables_to_outputs(tabs, "Privacy audit: ε accounted (upper bound) vs ε audited (lower bound, "
+                                           "noise on and off), canary audits")
+        per_method = {f"{r['name']}/audit": r["audit"] for r in records}
+        return csv, md, privacy_audit.audit_figure(records), per_method
+
+    def check_verdicts(records: list[dict]) -> None:
+        bad = [r["name"] for r in records if not r["metrics"]["sound"]]
+        weak = [r["name"] for r in records if r["metrics"].get("powerful") == 0.0]
+        if bad or weak:
+            raise RuntimeError(
+                "privacy audit failed: "
+                + (f"audited epsilon above the accounted one for {bad} (a leak); " if bad else "")
+                + (f"no power (noise-off bound not above the accounted epsilon) for {weak}" if weak else "")
+                + "; see data/08_reporting/privacy_audit/summary.md"
+            )
+
+    return Pipeline(
+        [
+            node(run_audits, "params:config", ["records", "child_runs"], name="run_audits", tags=["privacy", "audit"]),
+            node(tabulate_audits, "records", ["summary_csv", "summary_md", "audit_plot", "audits"],
+                 name="tabulate_audits", tags=["reporting", "audit"]),
+            node(check_verdicts, "records", None, name="check_verdicts", tags=["privacy", "audit"]),
+        ],
+        namespace="privacy_audit",
+    )
+
+
 #: name -> pipeline factory
 GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "fedsc_grid": _fedsc_grid,
@@ -208,4 +244,5 @@ GRID_PIPELINES: dict[str, Callable[[], Pipeline]] = {
     "cfl_grid": _cfl_grid,
     "rr_grid": _rr_grid,
     "benchmark": _benchmark,
+    "privacy_audit": _privacy_audit,
 }

@@ -3,7 +3,8 @@
 :class:`MlflowChildRunsDataset` logs every record of an experiment grid
 (:mod:`fedclust.experiments`) as a nested MLflow run under the run that kedro-mlflow opened for
 the pipeline, with the record's tags, parameters, final metrics and per-round histories, so that
-the MLflow UI's compare view and search (``tags.method = 'dp_fedc'``) work cell by cell.
+the MLflow UI's compare view and search (``tags.method = 'dp_fedc'``) work cell by cell. A record's
+optional ``artifacts`` (file name -> JSON-ready dict) are logged as artifacts of its run.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class MlflowChildRunsDataset(AbstractDataset):
                 if metrics:
                     mlflow.log_metrics(metrics)
                 _log_histories(rec.get("history") or {})
+                for fname, content in (rec.get("artifacts") or {}).items():
+                    mlflow.log_dict(content, fname)
 
     def _load(self):
         raise DatasetError("MlflowChildRunsDataset is save-only: read the runs with the MLflow client or UI")

@@ -27,15 +27,15 @@ event. We therefore account a release with
 * ``neighbouring="replace_one"`` and ``"without_replacement"`` with the WBK19 bound as is (the noise
   multiplier must be relative to the replace-one sensitivity, e.g. ``2C`` for a sum of items clipped
   to ``C``);
-* ``neighbouring="add_remove"`` and ``"without_replacement"`` (what RR-Cluster claims) according to
-  ``wor_add_remove``:
+* ``neighbouring="add_remove"`` and ``"without_replacement"`` according to ``wor_add_remove``:
 
-  - ``"poisson"`` (default): as Poisson sampling with ``q = sample_size/population`` under
-    add/remove. This is the usual practice (and the spec's "Poisson RDP" reference column) but it is
-    an approximation, not a theorem, for fixed-size batches: :func:`accounting_notes` says so;
-  - ``"replace_one"``: a sound bound: a replace-one neighbour is a removal plus an addition, so the
-    replace-one sensitivity is at most twice the add/remove one; the WBK19 replace-one bound is
-    applied with half the noise multiplier.
+  - ``"replace_one"`` (default, amendment A-1): a sound bound. Under fixed-size sampling the
+    guarantee is stated for replace-one neighbours; a replacement is a removal plus an addition, so
+    the replace-one sensitivity is at most twice the add/remove one, and the WBK19 replace-one bound
+    is applied with half the noise multiplier;
+  - ``"poisson"``: as Poisson sampling with ``q = sample_size/population`` under add/remove. Common
+    practice, but **not a theorem** for fixed-size batches (amendment A-2 withdraws it): only for
+    reproducing a paper's number; :func:`accounting_notes` says so in every report that uses it.
 
 * ``"poisson"`` with ``neighbouring="replace_one"`` is not supported by ``dp-accounting`` and raises.
 
@@ -219,7 +219,7 @@ def epsilon(
     delta: float,
     accountant: str = "rdp",
     *,
-    wor_add_remove: str = "poisson",
+    wor_add_remove: str = "replace_one",
     orders=None,
     pld_discretization: float = 1e-3,
 ) -> float:
@@ -245,7 +245,7 @@ def epsilon(
     return _epsilon_cached(keys, d, accountant, ords, float(pld_discretization))
 
 
-def accounting_notes(releases, wor_add_remove: str = "poisson") -> list[str]:
+def accounting_notes(releases, wor_add_remove: str = "replace_one") -> list[str]:
     """Plain-language notes on how :func:`epsilon` accounted ``releases`` (for privacy reports)."""
     notes = []
     for r in _as_releases(releases):
@@ -263,8 +263,9 @@ def accounting_notes(releases, wor_add_remove: str = "poisson") -> list[str]:
             elif wor_add_remove == "poisson":
                 notes.append(
                     f"{name}: fixed-size sampling ({r.sample_size} of {r.population}) under add/remove neighbours "
-                    f"accounted as Poisson sampling with q={r.sample_size / r.population:.6g} (standard "
-                    "approximation; dp-accounting has no add/remove bound for fixed-size sampling)"
+                    f"accounted as Poisson sampling with q={r.sample_size / r.population:.6g}: an approximation, "
+                    "NOT a valid DP guarantee for fixed-size batches (amendment A-2); the sound figure uses "
+                    "wor_add_remove='replace_one'"
                 )
             else:
                 notes.append(
@@ -288,7 +289,7 @@ def calibrate_noise_multiplier(
     n_mechanisms: int = 1,
     weights=None,
     rtol: float = 1e-3,
-    wor_add_remove: str = "poisson",
+    wor_add_remove: str = "replace_one",
     max_noise_multiplier: float = 1e6,
 ) -> float:
     """Smallest noise multiplier ``z`` whose ``steps`` releases spend at most ``target_epsilon`` at ``delta``.

@@ -14,7 +14,28 @@ import numpy as np
 from fedclust.privacy import accountants
 from fedclust.privacy._validate import check_delta
 
-__all__ = ["privacy_report", "json_ready", "UNITS"]
+__all__ = ["privacy_report", "json_ready", "UNITS", "COVERED", "OUTSIDE", "SCOPE_TAG"]
+
+#: What a finite epsilon covers (amendment A-1): everything that leaves a client, as listed in
+#: ``releases``, and whatever is computed from those releases alone.
+COVERED = (
+    "every release listed under 'releases' (all that the server and the other clients see)",
+    "everything computed from those releases alone: the final centroids / cluster models and every "
+    "intermediate global state",
+    "each client's own outputs computed locally from the released values (its samples' labels, its "
+    "choice of cluster model)",
+)
+#: Experimenter-side measurements of a simulation: computed on raw data and true labels, not released
+#: by the protocol, and not covered by epsilon (amendment A-1, "evaluation is not a release").
+OUTSIDE = (
+    "evaluation metrics (metrics.json: ACC, NMI, ARI, test accuracy, objective) computed on raw data and true labels",
+    "per-round histories (MLflow round.* metrics, history.png) computed on raw data",
+    "diagnostics in the run's info (step sizes, noise stds, gradient norms, clip counts, timing)",
+    "partition statistics and data reports",
+)
+#: One-line MLflow tag value that says the same.
+SCOPE_TAG = ("epsilon covers the releases in privacy.json and the final model; metrics, round.* histories "
+             "and plots are experimenter-side evaluation on raw data, outside the guarantee")
 
 UNITS = {"sample": "sample-level", "client": "client-level", "sample-level": "sample-level", "client-level": "client-level"}
 
@@ -53,8 +74,9 @@ def privacy_report(
     paper_formula: str | None = None,
     notes=(),
     accountant: str = "rdp",
-    wor_add_remove: str = "poisson",
+    wor_add_remove: str = "replace_one",
     pld: bool = True,
+    outside=(),
 ) -> dict:
     """Account ``releases`` (a list of :class:`GaussianRelease` or their dicts) at ``delta``.
 
@@ -67,7 +89,9 @@ def privacy_report(
       ``epsilon_rdp``, ``epsilon_pld`` (None where dp-accounting has no PLD for the releases, with a note);
     * ``epsilon_paper`` and ``paper_formula`` (the paper's own claim, if given);
     * ``notes``: validity notes (given ones first, then how the accountant treated the releases);
-    * ``releases``: the releases as dicts, ``n_releases``.
+    * ``releases``: the releases as dicts, ``n_releases``;
+    * ``covered_by_guarantee`` and ``outside_guarantee``: which outputs epsilon covers and which are
+      experimenter-side evaluation (:data:`COVERED`, :data:`OUTSIDE`; ``outside`` adds method-specific ones).
 
     Infinite ε is stored as the string ``"inf"``.
     """
@@ -91,7 +115,11 @@ def privacy_report(
 
     eps = {"rdp": math.inf, "pld": math.inf}
     if not private:
-        reason = "no DP release was recorded" if not active else "a release adds no noise"
+        if not active:
+            reason = "no DP release was recorded"
+        else:
+            steps = [r.label or "unnamed release" for r in active if not r.is_private]
+            reason = "not a DP mechanism: " + "; ".join(dict.fromkeys(steps))
         all_notes.append(f"non-private run ({reason}): epsilon is infinite")
     else:
         eps["rdp"] = accountants.epsilon(active, d, "rdp", wor_add_remove=wor_add_remove)
@@ -125,5 +153,7 @@ def privacy_report(
         "notes": all_notes,
         "n_releases": len(rs),
         "releases": [r.to_dict() for r in rs],
+        "covered_by_guarantee": list(COVERED) if private else [],
+        "outside_guarantee": list(OUTSIDE) + [str(o) for o in outside] if private else ["every output: the run is not private"],
     }
     return json_ready(out)

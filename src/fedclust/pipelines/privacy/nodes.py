@@ -90,6 +90,7 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
         paper_formula=calibration.get("paper_formula"),
         notes=tuple(condense_notes(tuple(calibration.get("notes", ())) + tuple(result.info.get("privacy_notes", ())))),
         accountant=privacy.get("accountant", "rdp"),
+        outside=tuple(result.info.get("privacy_outside", ())),
     )
     rep["notes"] = condense_notes(rep.get("notes", []))
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}

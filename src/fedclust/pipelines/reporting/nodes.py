@@ -21,5 +21,8 @@ def plot_history(result, method: str):
         ax.set_title(key)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{method}: per-round metrics")
-    fig.tight_layout()
+    # amendment A-1: evaluation on raw data is not a release
+    fig.text(0.5, 0.005, "experimenter-side evaluation on raw data: outside the DP guarantee",
+             ha="center", va="bottom", fontsize=7, color="0.4")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig

@@ -1,0 +1,43 @@
+"""Canary audit cases of every DP method, one module per method family.
+
+Each family module defines ``CASES: dict[str, Callable[..., AuditCase]]``: a method name mapped to a
+factory that builds the method's :class:`~fedclust.privacy.audit.AuditCase` (tiny data, a canary,
+a distinguisher, and the accountant's ε of exactly the audited configuration). Every factory takes
+keyword arguments with defaults (at least ``epsilon`` and ``delta``), so ``factory()`` works.
+
+:func:`cases` merges the families; :func:`fedclust.privacy.audit.audit_case` runs one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from fedclust.privacy.audit import AuditCase
+
+#: The family modules, in report order.
+FAMILIES = ("kmeans", "dp_fedc", "fedsc", "clustered_fl")
+
+
+def cases() -> dict[str, Callable[..., AuditCase]]:
+    """Every registered audit case factory, by method name."""
+    out: dict[str, Callable[..., AuditCase]] = {}
+    for fam in FAMILIES:
+        mod = importlib.import_module(f"fedclust.privacy.audits.{fam}")
+        for name, factory in mod.CASES.items():
+            if name in out:
+                raise ValueError(f"audit case {name!r} is registered twice")
+            out[name] = factory
+    return out
+
+
+def get(name: str, **kwargs) -> AuditCase:
+    """The audit case of method ``name`` (kwargs go to its factory)."""
+    all_cases = cases()
+    if name not in all_cases:
+        import difflib
+
+        near = difflib.get_close_matches(name, all_cases, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise KeyError(f"no audit case for {name!r}{hint} (known: {sorted(all_cases)})")
+    return all_cases[name](**kwargs)

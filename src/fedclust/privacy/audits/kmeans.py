@@ -1,0 +1,147 @@
+"""Audit cases of the k-means family: FKM and the DP variants of the Table I baselines.
+
+The shared setting: 40 digits rows scaled to [0, 1] on 4 clients of 10, k = 4. The canary is one
+extra sample (sample-level DP, add/remove) on client 0, put on pixel 0, which is blank in every
+digit, far outside the clip ball: ``canary = 8 e_0``. Clipped, it adds ``clip e_0`` (FZKM: its
+memberships^f times that) to the cluster sums, and nothing else in the data touches coordinate 0, so
+the distinguisher is the largest coordinate 0 among the released centroids. The initial centroids
+are the run's public default (data-independent), so with the noise off the canary is seen in
+(almost) every run: the audit's power check. (Without the canary a centre that receives no mass
+keeps its public initial value, whose coordinate 0 is not 0: that is the noise-off false positives.)
+
+Cases (each the method's own ``run`` on this data, the accountant's ε of its own ``dp_events``):
+
+* ``fkm``: one federated Lloyd round;
+* ``fzkm``: one round with ``local_iters = 1`` (its only DP configuration);
+* ``dk_pp``: ``seeding_rounds = 0`` (its only DP configuration): the weighting round (counts per
+  public candidate) then one Lloyd round, two releases.
+
+DKM and the other configurations of FZKM / DK++ are not DP mechanisms; they report epsilon = inf
+(tests/clustering/test_baselines.py), so there is no finite claim to audit.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import lru_cache
+
+import numpy as np
+
+from fedclust.privacy.audit import AuditCase, seeded_scores
+
+N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
+CANARY_VALUE = 8.0
+
+
+@contextmanager
+def quiet_rounds():
+    """Silence the per-round INFO logs of the clustering methods during the (thousands of) audit
+    runs: under Kedro's console handler they cost more than the runs themselves."""
+    log = logging.getLogger("fedclust.clustering")
+    old = log.level
+    log.setLevel(max(logging.WARNING, old))
+    try:
+        yield
+    finally:
+        log.setLevel(old)
+
+
+@lru_cache(maxsize=1)
+def audit_data() -> tuple[np.ndarray, np.ndarray]:
+    """(X, client): 40 digits rows scaled to [0, 1] (pixel 0 is 0 in all of them), 4 clients of 10."""
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data[: N_PER_CLIENT * N_CLIENTS] / 16.0
+    assert not X[:, 0].any()
+    client = np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
+    return X, client
+
+
+def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, client, canary): the audit data with the canary appended to client 0 when asked."""
+    X, client = audit_data()
+    canary = np.zeros(X.shape[1])
+    canary[0] = CANARY_VALUE
+    if with_canary:
+        return np.vstack([X, canary]), np.append(client, 0), canary
+    return X, client, canary
+
+
+def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
+              n_runs: int = 1000) -> AuditCase:
+    from fedclust.clustering import fkm
+    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
+
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
+
+    def run(X, client, seed, noise):
+        # init named explicitly: the noise-off run must use the private run's public initialisation
+        return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=z if noise else 0.0,
+                       clip=clip, init="uniform_box")
+
+    probe = run(*with_canary(True)[:2], 0, True)
+    eps = account(probe.dp_events, delta)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, client, _ = with_canary(canary_in)
+        with quiet_rounds():
+            return seeded_scores(lambda s: run(X, client, s, noise).centroids[:, 0].max(), n, seed)
+
+    return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
+                                 "added to client 0; score = max_j C_j[0]",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds})
+
+
+def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, clip: float, n_runs: int,
+                   description: str, info: dict) -> AuditCase:
+    """An audit case whose score is max_j C_j[0] of ``run(X, client, seed, z)``; ``z`` calibrated so
+    that ``steps`` unit Gaussians spend ``epsilon``, ε accounted from the run's own ``dp_events``."""
+    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
+
+    z = calibrate_noise_multiplier(epsilon, delta, steps=steps)
+    probe = run(*with_canary(True)[:2], 0, z)
+    eps = account(probe.dp_events, delta)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, client, _ = with_canary(canary_in)
+        with quiet_rounds():
+            return seeded_scores(lambda s: run(X, client, s, z if noise else 0.0).centroids[:, 0].max(), n, seed)
+
+    return AuditCase(name=name, method=name, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     description=description, info={"noise_multiplier": z, "clip": clip, **info})
+
+
+def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
+               n_runs: int = 1000) -> AuditCase:
+    from fedclust.clustering import fzkm
+
+    def run(X, client, seed, z):
+        return fzkm.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
+                        local_iters=1, server_restarts=1, noise_multiplier=z, clip=clip, init="uniform_box",
+                        blas_threads=None)
+
+    return _centroid_case("fzkm", run, rounds, epsilon=epsilon, delta=delta, clip=clip, n_runs=n_runs,
+                          description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}; "
+                                      "canary 8*e_0 added to client 0; score = max_j C_j[0]",
+                          info={"rounds": rounds, "local_iters": 1})
+
+
+def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
+                n_runs: int = 1000) -> AuditCase:
+    from fedclust.clustering import dk_pp
+
+    def run(X, client, seed, z):
+        return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
+                         seeding_rounds=0, noise_multiplier=z, clip=clip, init="uniform_box",
+                        blas_threads=None)
+
+    return _centroid_case("dk_pp", run, rounds, epsilon=epsilon, delta=delta, clip=clip, n_runs=n_runs,
+                          description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
+                                      f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
+                                      "score = max_j C_j[0]",
+                          info={"rounds": rounds, "seeding_rounds": 0})
+
+
+CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case}

@@ -1,0 +1,127 @@
+"""Canary audits and noise-scale tests of the k-means family (issue 13, points 1 and 5).
+
+* every DP configuration (FKM; FZKM with local_iters = 1; DK++ with seeding_rounds = 0) passes its
+  audit (the empirical lower bound stays at or below the accountant's epsilon), and the same audit
+  with the noise off exceeds it (the audit has power);
+* the released noise has the std the method claims: z sqrt(clip^2 + 1) per client upload, so
+  sqrt(K) times that on the aggregate (a missing sqrt(K) or a wrong sensitivity fails);
+* the paper's data-row initialisation leaks: with it, a released centroid *is* the canary row in
+  some private runs, so an audit exceeds the Gaussian release's epsilon; that is why such a run
+  reports epsilon = inf.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedclust.clustering import dk_pp, fkm, fzkm
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import epsilon as accounted
+from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
+from fedclust.privacy.audits import cases, get
+from fedclust.privacy.audits.kmeans import K_CLUSTERS, with_canary
+
+DP_CASES = ("fkm", "fzkm", "dk_pp")
+N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
+
+
+@pytest.fixture(scope="module", params=DP_CASES)
+def report(request):
+    return audit_case(get(request.param), n_runs=N_RUNS, seed=1)
+
+
+def test_every_dp_kmeans_method_has_a_registered_case():
+    assert set(DP_CASES) <= set(cases())
+
+
+def test_audit_is_sound(report):
+    assert math.isfinite(report.case.epsilon) and 0.9 < report.case.epsilon <= 1.0
+    assert report.sound, report.to_dict()
+
+
+def test_audit_has_power_with_the_noise_off(report):
+    assert report.powerful, report.to_dict()
+    assert report.noise_off.epsilon_lower > 2.0 * report.case.epsilon
+
+
+def test_audit_epsilon_is_the_accountants_for_the_method_s_own_releases(report):
+    z = report.case.info["noise_multiplier"]
+    if report.case.method == "dk_pp":  # counts round + Lloyd round, one unit Gaussian each
+        probe = dk_pp.run(*with_canary(True)[:2], K_CLUSTERS, rounds=2, clients_per_round=4, seeding_rounds=0,
+                          noise_multiplier=z, clip=1.0, init="uniform_box")
+    else:
+        mod = fkm if report.case.method == "fkm" else fzkm
+        probe = mod.run(*with_canary(True)[:2], K_CLUSTERS, rounds=1, clients_per_round=4, noise_multiplier=z, clip=1.0)
+    assert report.case.epsilon == pytest.approx(accounted(probe.dp_events, report.case.delta))
+
+
+# ---- the noise the methods add is the noise they claim ---------------------------------------------
+N0 = 1000  # zero rows per client: the zero cluster's released centre is (noise sum) / (N0 K + noise)
+K_CL = 4
+CLIP = 1.0
+Z = 10.0
+
+
+def _zero_cluster_data():
+    """4 clients, each with N0 zero rows and N0 rows at q = (0.6, 0.8) (norm 1 = CLIP: clipping
+    changes nothing). W^0 = {0, q} (public): the zero rows' per-cluster sum is exactly 0, so the
+    released centre of that cluster is pure noise over a known count."""
+    q = np.array([0.6, 0.8])
+    X = np.vstack([np.zeros((N0, 2)), np.tile(q, (N0, 1))] * K_CL)
+    client = np.repeat(np.arange(K_CL), 2 * N0)
+    return X, client, np.vstack([np.zeros(2), q])
+
+
+def _run(mod, X, client, W0, seed):
+    kw = dict(rounds=1, clients_per_round=K_CL, seed=seed, noise_multiplier=Z, clip=CLIP, init_centroids=W0)
+    if mod is dk_pp:
+        kw.update(rounds=2, seeding_rounds=0, blas_threads=None)
+    elif mod is fzkm:
+        kw.update(blas_threads=None)
+    return mod.run(X, client, 2, **kw)
+
+
+@pytest.mark.parametrize("mod", [fkm, fzkm, dk_pp], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_released_noise_std_is_the_claimed_one(mod):
+    X, client, W0 = _zero_cluster_data()
+    per_client = Z * math.sqrt(CLIP**2 + 1.0)  # add/remove of one sample moves (sums, counts) by sqrt(clip^2+1)
+    claimed_aggregate = per_client * math.sqrt(K_CL)  # the server sums K independent uploads
+    runs = [_run(mod, X, client, W0, seed) for seed in range(300)]
+    assert runs[0].info["noise_std"] == pytest.approx(per_client)
+    # the centre that got the zero rows is the one nearer to 0 (the other one is ~1 away)
+    zero_centre = np.array([r.centroids[np.argmin(np.linalg.norm(r.centroids, axis=1))] for r in runs])
+    empirical = zero_centre.std(ddof=1) * N0 * K_CL  # noise sum / count; the count noise is ~1e-2 relative
+    assert empirical == pytest.approx(claimed_aggregate, rel=0.1)
+    # the mistakes this would catch: no sqrt(K) on the aggregate, or sensitivity clip instead of sqrt(clip^2 + 1)
+    assert abs(empirical - per_client) > 0.3 * claimed_aggregate
+    assert abs(empirical - Z * CLIP * math.sqrt(K_CL)) > 0.2 * claimed_aggregate
+
+
+# ---- issue 13, point 1: the paper's data-row initialisation is a leak ------------------------------
+def test_fkm_data_row_init_releases_the_canary_and_beats_the_gaussian_epsilon():
+    # Old default of a private FKM run: W^0 = k data rows. With the canary among them and a noisy
+    # count < 1 for its cluster, the released centroid is the raw canary row. Exact-match
+    # distinguisher; the lower bound exceeds the epsilon of the Gaussian release alone, which is
+    # what the old code reported. The run now records the step and reports epsilon = inf.
+    delta = 1e-5
+    z = calibrate_noise_multiplier(1.0, delta, steps=1)
+    Xc, cc, canary = with_canary(True)
+    X0, c0, _ = with_canary(False)
+
+    def score(X, client, s):
+        r = fkm.run(X, client, K_CLUSTERS, rounds=1, seed=s, noise_multiplier=z, clip=1.0, init="data")
+        return float(np.any(np.all(r.centroids == canary, axis=1)))
+
+    s_in = seeded_scores(lambda s: score(Xc, cc, s), 1500, 11)
+    s_out = seeded_scores(lambda s: score(X0, c0, s), 1500, 12)
+    assert s_out.sum() == 0 and s_in.mean() > 0.02  # the raw canary row is published in some runs
+    bound = epsilon_lower_bound_from_scores(s_in, s_out, delta)["epsilon_lower"]
+    gaussian_only = accounted([e for e in fkm.run(Xc, cc, K_CLUSTERS, rounds=1, noise_multiplier=z, clip=1.0,
+                                                   init="data").dp_events if e.is_private], delta)
+    assert bound > gaussian_only
+    r = fkm.run(Xc, cc, K_CLUSTERS, rounds=1, noise_multiplier=z, clip=1.0, init="data")
+    assert math.isinf(accounted(r.dp_events, delta))
+    # ... and with the public default init the canary row is never published
+    pub = [fkm.run(Xc, cc, K_CLUSTERS, rounds=1, seed=s, noise_multiplier=z, clip=1.0) for s in range(300)]
+    assert not any(np.any(np.all(p.centroids == canary, axis=1)) for p in pub)
