@@ -8,6 +8,7 @@ from threadpoolctl import threadpool_limits
 
 from fedclust.clustering import dsc, fedsc, spectral
 from fedclust.metrics import clustering_accuracy, nmi
+from fedclust.privacy.accountants import epsilon
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -174,8 +175,12 @@ def test_factor_noise_hurts_reconstruction(iris):
     clean = fedsc.run(X, client, 3, seed=0).info["reconstruction_error"]
     noisy_c = fedsc.run(X, client, 3, seed=0, c_noise_alpha=0.3)
     assert noisy_c.info["reconstruction_error"] > 3 * clean
-    assert noisy_c.info["c_noise_std"] > 0 and noisy_c.dp_events == []  # alpha*std: no DP event
-    assert "dp_note" in noisy_c.info
+    assert noisy_c.info["c_noise_std"] > 0
+    # alpha * std(C_p) is a noise scale read from the data: a named non-DP release, epsilon = inf
+    labels = [e.label for e in noisy_c.dp_events if not e.is_private]
+    assert any("alpha * std(C_p)" in lab for lab in labels)
+    assert epsilon(noisy_c.dp_events, 1e-5) == math.inf
+    assert noisy_c.info["privacy_notes"]
 
 
 def test_perturbed_data_with_clipping_reports_gaussian_release(iris):
@@ -185,36 +190,128 @@ def test_perturbed_data_with_clipping_reports_gaussian_release(iris):
     assert ev.noise_multipliers == (pytest.approx(2.0 / 10.0),)  # sigma / (2 tau_X), Prop. 3.7
     assert ev.neighbouring == "replace_one" and ev.count == 1 and ev.unit == "sample"
     assert res.info["data_noise_std"] == 2.0
+    # r and d are estimated on the perturbed data: post-processing, no further release
+    assert res.info["r_source"].endswith("perturbed data") and res.info["d_source"].endswith("perturbed data")
     beta = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=3, data_noise_beta=0.3)
     assert beta.info["data_noise_std"] == pytest.approx(0.3 * X.std())
 
 
-def test_theorem_3_9_releases(iris):
+def test_beta_noise_with_clipping_is_not_dp(iris):
+    """Issue 13 point 6: sigma = beta * std(X) reads the private data, so even with clipped rows the
+    release is not a Gaussian mechanism (the old code recorded it as one, with a finite epsilon)."""
     X, _ = iris
-    kw = dict(clip_tau=8.0, tau_z=30.0, tau_c=5.0, z_lr=0.05, z_step="gradient", rounds=4, d=5, r=2.5, lam=1e-2)
-    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, c_noise_std=0.2, return_factors=True, **kw)
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=2, clip_tau=5.0, data_noise_beta=0.3)
+    assert epsilon(res.dp_events, 1e-5) == math.inf
+    assert any("beta * std(X)" in e.label for e in res.dp_events)
+
+
+# --------------------------------------------------------------------------- perturbed factors (issue 13, point 6)
+_FACTORS = dict(clip_tau=8.0, tau_z=30.0, tau_c=5.0, z_lr=0.05, z_step="gradient", rounds=4, d=5, r=2.5, lam=1e-2)
+
+
+def _delta_z(d, r, tau_c, z_lr):
+    # per-sample gradient term: ||g_i||_F <= tau_c (1 + sqrt(d) tau_c) max_t t exp(-t^2/2r^2) / r^2
+    return 2 * z_lr * tau_c * (1 + math.sqrt(d) * tau_c) * (r * math.exp(-0.5)) / r**2
+
+
+def test_factor_releases_use_per_sample_sensitivities(iris):
+    X, _ = iris
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, c_noise_std=0.2, return_factors=True, **_FACTORS)
     ez, ec = res.dp_events
-    sens = fedsc.factor_sensitivities(d=5, r=2.5, lam=1e-2, tau_x=8.0, tau_z=30.0, tau_c=5.0, z_lr=0.05)
-    assert sens["z"] == pytest.approx(2 * math.sqrt(5) * 5.0 * 8.0 * 0.05 / 6.25 * (1 + 38.0 * 46.0 / 6.25))
-    assert ez.noise_multipliers[0] == pytest.approx(0.1 / sens["z"]) and ez.count == 3
-    ups = np.linalg.norm(res.info["Z"], axis=1).max() + 8.0
-    assert ec.noise_multipliers[0] == pytest.approx(0.2 / (2 * math.sqrt(5) * 8.0 * (8.0 + ups) / (1e-2 * 6.25)))
-    assert np.linalg.norm(res.info["Z"], ord=2) <= 30.0 + 1e-9
-    # the code's matrix-preconditioned step is not covered by Theorem 3.9
+    dz = _delta_z(5, 2.5, 5.0, 0.05)
+    assert ez.noise_multipliers[0] == pytest.approx(0.1 / dz) and ez.count == 3  # rounds 2..4 depend on data
+    assert ec.noise_multipliers[0] == pytest.approx(0.2 / (2 * 5.0)) and ec.count == 1
+    sens = fedsc.factor_sensitivities(d=5, r=2.5, tau_c=5.0, z_lr=0.05, lam=1e-2, tau_x=8.0, tau_z=30.0)
+    assert sens["z"] == pytest.approx(dz) and sens["c"] == 10.0
+    # Theorem 3.9's values are kept for reference (spec 3.4), not used by the accountant
+    assert sens["z_paper"] == pytest.approx(2 * math.sqrt(5) * 5.0 * 8.0 * 0.05 / 6.25 * (1 + 38.0 * 46.0 / 6.25))
+    assert sens["c_paper"] == pytest.approx(2 * math.sqrt(5) * 8.0 * 46.0 / (1e-2 * 6.25))
+    assert np.linalg.norm(res.info["Z"]) <= 30.0 + 1e-9  # Frobenius clip, hence also ||Z||_sp <= tau_z
+    assert epsilon(res.dp_events, 1e-5) < math.inf
+    # the code's matrix-preconditioned step is not covered
     with pytest.raises(ValueError, match="z_step"):
-        fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, **{**kw, "z_step": "official"})
+        fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, **{**_FACTORS, "z_step": "official"})
 
 
-@pytest.mark.parametrize(
-    "kw,name",
-    [({"rounds": 0}, "rounds"), ({"participation": 0.0}, "participation"), ({"z_step": "adam"}, "z_step"),
-     ({"data_noise_std": 0.1, "data_noise_beta": 0.1}, "data_noise_std"), ({"lam": -1.0}, "lam"),
-     ({"d": 0}, "d"), ({"z_noise_alpha": -0.1}, "z_noise_alpha"), ({"r_rule": "local"}, "r_rule")],
-)
-def test_parameter_validation(iris, kw, name):
+def test_factor_sensitivities_bound_the_uploads():
+    """Replace sample 0 (client 0): with the same seed (same random init, same server Z in round 1),
+    the noise-free round-2 uploads differ by at most Delta_Z, and column 0 of C by at most 2 tau_c."""
+    X = np.random.default_rng(1).normal(size=(60, 3)) * 0.7
+    client = np.arange(60) % 4
+    kw = dict(rounds=2, tau_c=0.3, z_lr=1.0, r=1.0, d=4, lam=1e-2, z_step="gradient", return_uploads=True, cluster=False)
+    sens = fedsc.factor_sensitivities(d=4, r=1.0, tau_c=0.3, z_lr=1.0)
+    rng = np.random.default_rng(0)
+    worst_z = worst_c = 0.0
+    for t in range(25):
+        X2 = X.copy()
+        X2[0] = rng.normal(size=3) * 2.0
+        a = fedsc.run(X, client, 3, seed=t, **kw).info["uploads"]
+        b = fedsc.run(X2, client, 3, seed=t, **kw).info["uploads"]
+        assert np.allclose(a["Z_server"][0], b["Z_server"][0])  # round 1 uploads the random init
+        dz = np.linalg.norm(a["Z_clean"][0] - b["Z_clean"][0], axis=(1, 2))
+        assert np.all(dz[1:] == 0)  # only the client holding the sample moves
+        worst_z = max(worst_z, dz[0] / sens["z"])
+        worst_c = max(worst_c, np.linalg.norm(a["C_clean"][:, 0] - b["C_clean"][:, 0]) / sens["c"])
+    assert 0.2 < worst_z <= 1.0 and 0.5 < worst_c <= 1.0  # sound, and not vacuous
+
+
+def test_dictionary_clip_is_non_expansive():
+    """Issue 13 point 6: the bound on Z applied before the noise must not stretch distances. Rescaling
+    to spectral norm <= tau (the old projection) does: A = I_5 stays, B = diag(1 + t, 1, 1, 1, 1) is
+    divided by 1 + t, so four diagonal entries move and the distance grows by up to sqrt(rank - 1) = 2.
+    The Frobenius clip is a Euclidean projection onto a convex set: never expansive."""
+    def spectral_rescale(Z, tau):
+        return Z * min(1.0, tau / np.linalg.norm(Z, 2))
+
+    A, B = np.eye(5), np.diag([1.01, 1.0, 1.0, 1.0, 1.0])
+    old = np.linalg.norm(spectral_rescale(A, 1.0) - spectral_rescale(B, 1.0))
+    assert old > 1.9 * np.linalg.norm(A - B)  # the old rule expands this pair almost twofold
+    rng = np.random.default_rng(0)
+    pairs = [(A, B)] + [(rng.normal(size=(4, 3)) * 3, rng.normal(size=(4, 3)) * 3) for _ in range(200)]
+    for P, Q in pairs:
+        assert np.linalg.norm(fedsc.clip_frobenius(P, 1.0) - fedsc.clip_frobenius(Q, 1.0)) <= np.linalg.norm(P - Q) + 1e-12
+    batch = fedsc.clip_frobenius(np.stack([A * 3, B * 0.1]), 1.0)
+    assert np.linalg.norm(batch[0]) == pytest.approx(1.0) and np.allclose(batch[1], B * 0.1)
+
+
+def test_private_factor_run_with_data_rules_reports_inf(iris):
+    """Issue 13 point 6: r and d from the raw data are not private; with public r and d the run is DP."""
     X, _ = iris
-    with pytest.raises(ValueError, match=name):
-        fedsc.run(X, _split(150, 8, 0), 3, **kw)
+    kw = {k: v for k, v in _FACTORS.items() if k not in ("r", "d")}
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, c_noise_std=0.2, **kw)
+    assert epsilon(res.dp_events, 1e-5) == math.inf
+    steps = " ".join(e.label for e in res.dp_events if not e.is_private)
+    assert "kernel width r" in steps and "dictionary size d" in steps
+    ok = fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=0.1, c_noise_std=0.2, **_FACTORS)
+    assert all(e.is_private for e in ok.dp_events) and ok.info["r_source"] == "given"
+
+
+@pytest.mark.parametrize("noise,missing", [({"z_noise_std": 0.1}, "C upload"), ({"c_noise_std": 0.2}, "Z_p uploads")])
+def test_factor_sent_without_noise_is_not_dp(iris, noise, missing):
+    """Issue 13 point 6: noise on one factor only releases the other one in the clear (the old code
+    gave a finite epsilon for the noisy factor alone)."""
+    X, _ = iris
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, **noise, **_FACTORS)
+    assert epsilon(res.dp_events, 1e-5) == math.inf
+    assert any(missing in e.label and "no noise" in e.label for e in res.dp_events)
+
+
+def test_private_run_notes_reach_the_privacy_report(iris):
+    """Issue 13 points 6-7: the library's privacy notes (what is covered, what is evaluation) reach
+    privacy.json through the shared report node, which reads ``info["privacy_notes"]``."""
+    from fedclust.pipelines.privacy.nodes import report_privacy
+
+    X, _ = iris
+    cal = {"mechanism": "gaussian", "unit": "sample", "delta": 1e-5}
+    beta = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=2, data_noise_beta=0.3)
+    rep = report_privacy(beta, cal, {"delta": 1e-5}, "fedsc")
+    assert rep["epsilon"] == "inf" and "beta * std(X)" in " ".join(rep["notes"])
+    # noise multipliers near 1 keep the PLD accountant of the report fast
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, z_noise_std=5.0, c_noise_std=10.0, **_FACTORS)
+    rep = report_privacy(res, cal, {"delta": 1e-5}, "fedsc")
+    text = " ".join(rep["notes"])
+    assert "outside the guarantee" in text and "reconstruction_error" in text and "per-sample sensitivities" in text
+    assert rep["private"] is True and rep["epsilon"] != "inf"
 
 
 # --------------------------------------------------------------------------- metrics / baselines

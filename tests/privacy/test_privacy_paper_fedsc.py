@@ -1,5 +1,6 @@
 """FedSC's formulas (spec 001 section 3): Proposition 3.7 and Theorem 3.9."""
 
+import numpy as np
 import pytest
 
 from fedclust.privacy import epsilon
@@ -72,3 +73,87 @@ def test_invalid_inputs_name_parameter():
         fedsc.factor_sigma_c(0.5, 2.0, 1.0)
     with pytest.raises(ValueError, match="mechanism"):
         fedsc.perturbed_data_sigma(0.5, 1e-5, 1.0, mechanism="laplace")
+
+
+# --------------------------------------------------------------------------- pipeline calibration (issue 13, point 6)
+def _dataset(seed, n=120, m=4):
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    return SimpleNamespace(X=rng.uniform(0, 1, size=(n, m)) ** (1 + seed), y=np.arange(n) % 3, n_classes=3)
+
+
+_TRAIN = {"rounds": 6, "lam": 1e-2, "n_init": 2, "privacy_variant": "factors", "clip_tau": 2.0, "tau_c": 1.0,
+          "z_lr": 0.5, "tau_z": 3.0}
+
+
+def test_factor_calibration_reads_no_data():
+    """With public kernel constants (default) r, d and the noise stds do not depend on the data (the
+    old node computed r and d from the raw data and put them into the sensitivities)."""
+    from fedclust.clustering import fedsc as lib
+    from fedclust.pipelines.fedsc.nodes import calibrate
+
+    privacy = {"epsilon": 1.0, "delta": 1e-5}
+    a = calibrate(privacy, dict(_TRAIN), _dataset(0), None)
+    b = calibrate(privacy, dict(_TRAIN), _dataset(1), None)
+    for key in ("r", "d", "z_noise_std", "c_noise_std"):
+        assert a[key] == b[key], key
+    assert a["r"] == pytest.approx(lib.public_kernel_width(4, 2.0)) and a["d"] == lib.public_dictionary_size(4, 3)
+
+
+def test_factor_pipeline_run_meets_budget_and_literal_rules_are_not_private():
+    from types import SimpleNamespace
+
+    from fedclust.pipelines.fedsc.nodes import calibrate, train
+    from fedclust.pipelines.privacy.nodes import report_privacy
+
+    ds = _dataset(0)
+    part = SimpleNamespace(client=np.arange(120) % 6)
+    privacy = {"epsilon": 1.0, "delta": 1e-5}
+    for constants, private in (("public", True), ("data", False)):
+        tr = dict(_TRAIN, kernel_constants=constants)
+        noise = calibrate(privacy, tr, ds, part)
+        res = train(ds, part, noise, tr, 0)
+        rep = report_privacy(res, noise, privacy, "fedsc")
+        assert rep["private"] is private
+        if private:
+            assert 0.95 <= rep["epsilon"] <= 1.0001  # the accountant's epsilon meets the budget
+            assert any("outside the guarantee" in n for n in rep["notes"])
+        else:
+            assert rep["epsilon"] == "inf" and any("kernel_constants=data" in n for n in rep["notes"])
+
+
+def test_factor_paper_calibration_is_reported_by_the_accountant():
+    """factor_calibration=paper keeps Theorem 3.9's stds (faithful variant); the report's epsilon is
+    still the accountant's on the per-sample sensitivities, next to the paper's claim."""
+    from fedclust.pipelines.fedsc.nodes import calibrate
+
+    tr = dict(_TRAIN, factor_calibration="paper")
+    noise = calibrate({"epsilon": 0.5, "delta": 1e-5}, tr, _dataset(0), None)
+    assert noise["paper_epsilon"] == pytest.approx(0.5)
+    sens_paper = fedsc.z_sensitivity(tau_x=2.0, tau_c=1.0, tau_z=3.0, upsilon=5.0, r=noise["r"], d=noise["d"], eta=0.5)
+    assert noise["z_noise_std"] == pytest.approx(fedsc.factor_sigma_z(0.25, 0.5e-5, 5, sens_paper))
+    with pytest.raises(ValueError, match="tau_z"):
+        calibrate({"epsilon": 0.5, "delta": 1e-5}, dict(_TRAIN, factor_calibration="paper", tau_z=None), _dataset(0), None)
+    with pytest.raises(ValueError, match="kernel_constants"):
+        calibrate({"epsilon": 0.5, "delta": 1e-5}, dict(_TRAIN, kernel_constants="raw"), _dataset(0), None)
+
+
+def test_data_variant_calibration_meets_the_budget():
+    """mechanism=accountant (the pipeline default): one Gaussian release of sensitivity 2 tau_X whose
+    accounted epsilon meets the target; Prop. 3.7's own claim for that sigma is reported beside it."""
+    from types import SimpleNamespace
+
+    from fedclust.pipelines.fedsc.nodes import calibrate, train
+    from fedclust.pipelines.privacy.nodes import report_privacy
+
+    ds = _dataset(0)
+    part = SimpleNamespace(client=np.arange(120) % 6)
+    tr = {"rounds": 3, "n_init": 2, "privacy_variant": "data", "clip_tau": 2.0, "mechanism": "accountant"}
+    for eps in (1.0, 8.0):
+        noise = calibrate({"epsilon": eps, "delta": 1e-5}, tr, ds, part)
+        rep = report_privacy(train(ds, part, noise, tr, 0), noise, {"epsilon": eps, "delta": 1e-5}, "fedsc")
+        assert 0.97 * eps <= rep["epsilon"] <= eps * 1.0001
+        assert rep["epsilon_paper"] == pytest.approx(fedsc.perturbed_data_epsilon(noise["data_noise_std"], 1e-5, 2.0))
+    with pytest.raises(ValueError, match="mechanism"):
+        calibrate({"epsilon": 1.0, "delta": 1e-5}, dict(tr, mechanism="laplace"), ds, part)

@@ -5,7 +5,10 @@ Cells, per data set and trial (seed), with P iid clients:
 * ``noise``: data noise beta in ``betas`` (X + beta * std(X) * N(0, 1), seen by every method):
   K-means, SC, DSC, FedSC, the attack on C and FedSC with P = 1;
 * ``d``: FedSC on clean data for every dictionary size in ``d_values`` (null = the 0.99 rule);
-* ``factors``: FedSC with factor noise (alpha_z, alpha_c) in ``alphas``;
+* ``factors``: FedSC with factor noise (alpha_z, alpha_c) in ``alphas`` (the paper's Table 5 sweep: the
+  noise std is alpha times the std of the factor, a scale read from the data, so these runs are not
+  DP and are tagged epsilon = inf; the calibrated private variants are ``kedro run --pipeline=fedsc``
+  with ``privacy.epsilon`` set);
 * ``P``: FedSC with P in ``P_values`` clients.
 
 Every method in one trial shares the kernel width r and d, computed once on that trial's data.

@@ -1,3 +1,131 @@
-"""Audit cases: filled in by the next commit."""
+"""Audit cases of FedSC's two private variants (Qiao, Ding & Fan, NeurIPS 2023; spec 001 section 3).
 
-CASES: dict = {}
+Both cases run :func:`fedclust.clustering.fedsc.run` itself (Stage I and the releases;
+``cluster=False`` skips Stage II, which only post-processes the releases) on tiny data: 20 points of
+the plane on 2 clients of 10. Neighbouring inputs differ in sample 0 of client 0 (replace-one, the
+paper's relation): ``a = (-1, 0)`` without the canary, ``b = (8, 0)`` with it.
+
+* ``fedsc_data`` (perturbed data, eq. 22 / Prop. 3.7): rows clipped to ``tau_X = 1``, so the canary
+  becomes ``(1, 0)`` and the released row moves by exactly the sensitivity ``2 tau_X``. Distinguisher:
+  the first coordinate of released row 0 (the likelihood-ratio test of the two Gaussians).
+* ``fedsc_factors`` (perturbed factors, eq. 32): two rounds, so one data-dependent upload of every
+  ``Z_p`` and one of ``C``, with public ``r``, ``d`` and the column clip ``tau_c``. The distinguisher
+  knows everything but sample 0 (the DP threat model) and the released server dictionaries: it
+  recomputes client 0's noise-free upload ``clip(Z - eta G_0)`` and column ``c_0`` under both
+  hypotheses and scores the Gaussian log-likelihood ratio of the released values.
+
+The accounted ε is the accountant's on the run's own ``dp_events``; noise-off runs use the same
+configuration (clip, steps, seeds) with the noise stds set to zero.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from fedclust.privacy.audit import AuditCase, seeded_scores
+
+N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 2, 2
+SAMPLE = np.array([-1.0, 0.0])
+CANARY = np.array([8.0, 0.0])
+
+
+@lru_cache(maxsize=1)
+def audit_data() -> tuple[np.ndarray, np.ndarray]:
+    """(X, client): 20 fixed points in [-0.5, 0.5]^2 (row 0 = ``SAMPLE``), 2 clients of 10."""
+    X = np.random.default_rng(2023).uniform(-0.5, 0.5, size=(N_PER_CLIENT * N_CLIENTS, 2))
+    X[0] = SAMPLE
+    return X, np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
+
+
+def neighbour(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The audit data, with sample 0 (client 0) replaced by the canary when asked."""
+    X, client = audit_data()
+    if with_canary:
+        X = X.copy()
+        X[0] = CANARY
+    return X, client
+
+
+def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0,
+                     n_runs: int = 1000) -> AuditCase:
+    from fedclust.clustering import fedsc
+    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
+
+    sigma = calibrate_noise_multiplier(epsilon, delta, steps=1) * 2.0 * clip_tau
+
+    def run(X, client, seed, noise):
+        return fedsc.run(X, client, K_CLUSTERS, seed=seed, rounds=1, d=2, r=1.0, clip_tau=clip_tau,
+                         data_noise_std=sigma if noise else 0.0, cluster=False, return_uploads=True)
+
+    probe = run(*neighbour(True), 0, True)
+    eps = account(probe.dp_events, delta)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, client = neighbour(canary_in)
+        return seeded_scores(lambda s: run(X, client, s, noise).info["uploads"]["X_released"][0, 0], n, seed)
+
+    return AuditCase(name="fedsc_data", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     description=f"FedSC perturbed data: 20 points on 2 clients, rows clipped to {clip_tau}; sample "
+                                 "(-1, 0) replaced by the canary (8, 0); score = released row 0, coordinate 0",
+                     info={"data_noise_std": sigma, "clip_tau": clip_tau, "variant": "data"})
+
+
+def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float = 0.5, z_lr: float = 0.5,
+                        r: float = 1.0, d: int = 2, lam: float = 1e-2, clip_tau: float = 2.0, tau_z: float = 4.0,
+                        share_z: float = 0.5, n_runs: int = 1000) -> AuditCase:
+    from fedclust.clustering import fedsc, spectral
+    from fedclust.privacy.accountants import epsilon as account
+
+    cal = fedsc.factor_noise_stds(epsilon, delta, rounds=2, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share_z)
+    sz, sc = cal["z_noise_std"], cal["c_noise_std"]
+    kw = dict(rounds=2, d=d, r=r, lam=lam, clip_tau=clip_tau, tau_z=tau_z, tau_c=tau_c, z_step="gradient", z_lr=z_lr,
+              cluster=False, return_uploads=True)
+
+    def run(X, client, seed, noise):
+        return fedsc.run(X, client, K_CLUSTERS, seed=seed, z_noise_std=sz if noise else 0.0,
+                         c_noise_std=sc if noise else 0.0, **kw)
+
+    probe = run(*neighbour(True), 0, True)
+    eps = account(probe.dp_events, delta)
+    X0, client = audit_data()
+    own = fedsc.clip_rows(X0[client == 0], clip_tau)      # client 0's rows, row 0 to be replaced
+    xa, xb = fedsc.clip_rows(np.stack([SAMPLE, CANARY]), clip_tau)
+
+    def c_col(Z, x):
+        Kzz = spectral.gaussian_kernel(Z, Z, r)
+        return fedsc._clip_columns(fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, x[None], r), lam), tau_c)
+
+    def z_upload(Z, x):
+        Xp = own.copy()
+        Xp[0] = x
+        Kzz = spectral.gaussian_kernel(Z, Z, r)
+        Cp = fedsc._clip_columns(fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, Xp, r), lam), tau_c)
+        return fedsc.clip_frobenius(Z - z_lr * fedsc.z_gradient(Z, Xp, Cp, r), tau_z)
+
+    def llr(released, mu_a, mu_b, std):
+        diff = (mu_b - mu_a).ravel()
+        return float(np.dot(released.ravel() - 0.5 * (mu_a + mu_b).ravel(), diff)) / std ** 2
+
+    def score(res) -> float:
+        up = res.info["uploads"]
+        Z1 = up["Z_server"][0]            # the server dictionary the round-2 uploads start from
+        Z2 = up["Z_server"][1]            # the final dictionary C is computed from
+        sz_ = llr(up["Z_released"][0][0], z_upload(Z1, xa), z_upload(Z1, xb), sz)
+        sc_ = llr(up["C_released"][:, 0], c_col(Z2, xa)[:, 0], c_col(Z2, xb)[:, 0], sc)
+        return sz_ + sc_
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, cl = neighbour(canary_in)
+        return seeded_scores(lambda s: score(run(X, cl, s, noise)), n, seed)
+
+    return AuditCase(name="fedsc_factors", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     description=f"FedSC perturbed factors: 20 points on 2 clients, 2 rounds (1 Z upload + C), d={d}, "
+                                 f"r={r}, tau_c={tau_c}, z_lr={z_lr}; sample (-1, 0) replaced by the canary (8, 0); "
+                                 "score = Gaussian log-likelihood ratio of client 0's Z upload and column c_0",
+                     info={"z_noise_std": sz, "c_noise_std": sc, "sensitivity_z": cal["sensitivity_z"],
+                           "sensitivity_c": cal["sensitivity_c"], "variant": "factors"})
+
+
+CASES = {"fedsc_data": _fedsc_data_case, "fedsc_factors": _fedsc_factors_case}

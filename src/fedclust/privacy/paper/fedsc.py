@@ -29,6 +29,12 @@ C_p once at the end:
 
 * Basic composition: FedSC is (ε_Z + ε_C, δ_Z + δ_C)-DP.
 
+These are the paper's claims, reported next to the accountant's ε. The runs are accounted with the
+sensitivities of :func:`fedclust.clustering.fedsc.factor_sensitivities` instead (a per-sample bound:
+the C-step is column-separable, so ``Δ_C = 2 tau_C`` for columns clipped to ``tau_C``, and each
+sample's gradient term is bounded through ``K(a, b) ||a - b|| <= r e^{-1/2}``), which need no bound on
+Z or on the data and no λ.
+
 Υ is the ℓ2 bound ``max ||z_j - x'||_2`` (the proof's choice, conservative; spec 7.2 #20). The theorem
 needs the plain GD Z step (spec 7.2 #22). The classical Gaussian formulas assume ε < 1 (spec 7.2 #21);
 :func:`perturbed_data_sigma` and :func:`factor_sigma_c` warn for ε >= 1 and offer
