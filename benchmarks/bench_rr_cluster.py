@@ -14,34 +14,35 @@ Training (the same for every method): fixed-size sampling of qM = 100 clients pe
 qM/k = 25 balanced, 33 imbalanced, and B in {4, 8, 12} is allowed), T = 30 rounds, local training 5
 full-batch GD steps with lr 0.1, server step gamma = 1, softmax-regression model (100 -> 10, 1010
 parameters; DP-FedPer alone uses a 100-16-10 ReLU MLP, because with one layer its personal last layer
-would be the whole model). Privacy: client-level (eps, delta = 1e-3) with the paper's accountant (Theorem 4.2,
-Wang et al. general bound + min with the unsampled RDP, fixed-size sampling), budget split rho_s = 0.5
+would be the whole model). Privacy (amendment A-2: one relation, true sensitivities): client-level
+(eps, delta = 1e-3) under replace-one neighbours with fixed-size sampling for EVERY method, calibrated
+by the project's accountant (dp-accounting, WBK19 Thm 27), each method's noise set for its replace-one
+sensitivity: 2 C_theta on every clipped sum (RR-Cluster and the baselines alike: the rebalancing is
+post-processing of the noisy identifiers) and sqrt(2) C_s on the identifiers. Budget split rho_s = 0.5
 (sigma_s = sigma_theta) for the clustering methods, three equal shares for FedCAM, the whole budget on
-one Gaussian for DP-FedAvg/FedProx/FedPer. C_s = 0.1. C_theta is tuned per (method, setting, eps) from
-{0.1, 0.3, 1.0} on a separate tuning seed (another partition, init and sampling); reported numbers are
-means (+- std) over the evaluation seeds. RR-Cluster uses B = 8 in the Table-1 layout and the paper's
-sensitivity 2 C_theta; DP baselines use the standard C_theta (spec RESOLUTION 2.4); "DP-IFCA (2C)" is
-DP-IFCA with the same 2 C_theta noise as RR, which isolates the effect of the rebalancing itself.
+one Gaussian for DP-FedAvg/FedProx/FedPer; the accounted epsilon of every run is printed next to the
+table. C_s = 0.1. C_theta is tuned per (method, setting, eps) from {0.1, 0.3, 1.0} on a separate tuning
+seed (another partition, init and sampling); reported numbers are means (+- std) over the evaluation
+seeds. RR-Cluster uses B = 8 in the Table-1 layout. (The earlier "DP-IFCA (2C)" row is gone: under one
+relation DP-IFCA already pays 2 C_theta, and the withdrawn resolution A2, noise for C_theta, is not DP
+at the target epsilon.)
 
 Test accuracy: each test client uses the model with the lowest loss on its own test data (IFCA
 protocol; FedPer: its own head). Clustering accuracy: the final noise-free argmin-loss assignment of all
 1000 training clients against the true rotation, best permutation (Hungarian).
 
-Extra sections: "why RR is below DP-IFCA": per setting and eps, the chance p that a noisy identifier
+Extra sections: "when does RR act": per setting and eps, the chance p that a noisy identifier
 keeps the client's cluster, the expected size m(1-p)/(k-1) of a cluster no client chose, the observed
-smallest noisy cluster, how often B = 8 moves anything, and the test-accuracy gap split into the
-sensitivity part (DP-IFCA - DP-IFCA (2C)) and the rebalancing part (DP-IFCA (2C) - RR). Finding (see
-the issue report): at q = 0.1 the identifier noise (sigma_s = sigma_theta >= 1.2 at eps <= 8) keeps every
-noisy cluster near 20 (k = 4) or 28 (k = 3) updates, so RR with B <= 12 moves nothing and RR-Cluster(IFCA)
-is bit-for-bit DP-IFCA with 2 C_theta noise; the whole gap to DP-IFCA is the factor 2 in the sensitivity.
-Also: the rebalancing isolated at equal (2 C_theta) noise with B up to 20 and rho_s in {0.5, 0.9};
+smallest noisy cluster, how often B = 8 moves anything, and the test-accuracy difference RR - DP-IFCA
+(0 exactly when nothing moves: both add the same noise). Also: the rebalancing with B up to 20 and
+rho_s in {0.5, 0.9};
 a few-clients-per-round variant (q = 0.03, m = 30, as for Shakespeare in the paper) where qM/k = 7.5
 and RR does move updates (C_theta tuned per row there too);
 the synthetic 1-D regression of App. D.3 (IFCA's untrained model vs RR). Also: the vectorized engine vs a
 per-client-loop reference of DP-IFCA on the same draws (wall time and
 max parameter difference).
 
-    .venv/bin/python benchmarks/bench_rr_cluster.py [--quick] [--seeds 5] [--threads 1]
+    .venv/bin/python benchmarks/bench_rr_cluster.py [--quick] [--seeds 5] [--threads 1] [--no-extras]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from fedclust.clustered_fl import rr_cluster  # noqa: E402
 from fedclust.clustered_fl.engine import client_model_losses, local_train  # noqa: E402
 from fedclust.data.files import load_mnist_folder  # noqa: E402
 from fedclust.partition.rotation import rotation  # noqa: E402
+from fedclust.privacy.accountants import epsilon as accounted  # noqa: E402
 from fedclust.rng import stream  # noqa: E402
 
 MNIST_DIR = ROOT / ".." / "shared" / "data" / "mnist"
@@ -86,22 +88,21 @@ def build(images, y, setting: str, seed: int, M: int):
     return FederatedTensors.from_rotated(rd), G
 
 
-# (label, kind, B, sensitivity factor)
+# (label, kind, B, noise calibration): every method replace-one (amendment A-2)
 METHODS = [
-    ("DP-FedAvg", "fedavg", 0, 1),
-    ("DP-FedProx (mu=0.1)", "fedprox", 0, 1),
-    ("DP-FedPer", "fedper", 0, 1),
-    ("DP-IFCA", "ifca", 0, 1),
-    ("DP-IFCA (2C)", "ifca", 0, 2),
-    ("DP-FeSEM", "fesem", 0, 1),
-    ("DP-FedCAM", "fedcam", 0, 1),
-    ("RR-Cluster (IFCA)", "ifca", 8, 2),
-    ("RR-Cluster (FeSEM)", "fesem", 8, 2),
-    ("RR-Cluster (FedCAM)", "fedcam", 8, 2),
+    ("DP-FedAvg", "fedavg", 0, "replace_one"),
+    ("DP-FedProx (mu=0.1)", "fedprox", 0, "replace_one"),
+    ("DP-FedPer", "fedper", 0, "replace_one"),
+    ("DP-IFCA", "ifca", 0, "replace_one"),
+    ("DP-FeSEM", "fesem", 0, "replace_one"),
+    ("DP-FedCAM", "fedcam", 0, "replace_one"),
+    ("RR-Cluster (IFCA)", "ifca", 8, "replace_one"),
+    ("RR-Cluster (FeSEM)", "fesem", 8, "replace_one"),
+    ("RR-Cluster (FedCAM)", "fedcam", 8, "replace_one"),
 ]
 
 
-def run_one(data, k, kind, B, factor, eps, clip, seed, T, M):
+def run_one(data, k, kind, B, calib, eps, clip, seed, T, M):
     # FedPer needs a shared base under the personal last layer: 100-16-10 (every other method: 100 -> 10)
     model = MLP(data.d, 16 if kind == "fedper" else (), 10)
     common = dict(lr=0.1, local_steps=5, rounds=T, participation=Q, seed=seed, eval_every=0)
@@ -117,7 +118,7 @@ def run_one(data, k, kind, B, factor, eps, clip, seed, T, M):
     else:
         (ss, st), sg = rr_cluster.calibrate(eps, DELTA, Q, T, M, 0.5), None
     return rr_cluster.run(data, model, k, base=kind, B=B, sigma_s=ss, sigma_theta=st, sigma_g=sg, clip=clip,
-                          C_s=C_S, sensitivity_factor=factor, **common)
+                          C_s=C_S, noise_calibration=calib, **common)
 
 
 def fmt(vals, pct=True):
@@ -142,7 +143,7 @@ def loop_reference(data, model, k, *, T, S, lr, H, C, ss, st, f, seed):
             deltas.append({nm: (w[nm] - start[nm])[0] for nm in params})
         s = np.zeros((S, k))
         s[np.arange(S), chosen] = C_S
-        groups = (s + rs["noise"].standard_normal((S, k)) * C_S * ss).argmax(1)
+        groups = (s + rs["noise"].standard_normal((S, k)) * math.sqrt(2) * C_S * ss).argmax(1)  # sqrt(2) C_s
         new = {}
         for nm, old in params.items():
             sums = torch.zeros_like(old)
@@ -161,12 +162,12 @@ def engine_vs_loop(images, y, M, T):
     model = MLP(data.d, (), 10)
     ss, st = rr_cluster.calibrate(4, DELTA, Q, T, M, 0.5)
     t0 = time.perf_counter()
-    res = rr_cluster.run(data, model, k, B=0, sigma_s=ss, sigma_theta=st, clip=0.3, sensitivity_factor=1, lr=0.1,
+    res = rr_cluster.run(data, model, k, B=0, sigma_s=ss, sigma_theta=st, clip=0.3, lr=0.1,
                          local_steps=5, rounds=T, participation=Q, seed=0, eval_every=0)
     t_vec = res.info["timing"]["assign"] + res.info["timing"]["local"] + res.info["timing"]["aggregate"]
     t_all = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ref = loop_reference(data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st, f=1, seed=0)
+    ref = loop_reference(data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st, f=2, seed=0)
     t_loop = time.perf_counter() - t0
     diff = max(float((res.params[n] - ref[n]).abs().max()) for n in ref)
     print(f"\n## Vectorized engine vs per-client loop (DP-IFCA, eps=4, balanced, {T} rounds, {int(Q * M)} clients/round)\n")
@@ -210,36 +211,32 @@ def synthetic_collapse(n_seeds: int):
 
 # ------------------------------------------------------------------------------------------------
 def why_rr(res, t4, datasets, epss, seeds, T, M, quick):
-    """Where the RR-Cluster(IFCA) vs DP-IFCA gap comes from, per setting and eps (q = 0.1, RR B = 8):
-    the identifier noise alone puts ~m(1-p)/(k-1) updates in every cluster (p = chance the noisy
-    argmax keeps the client's own cluster), so B <= 12 rarely moves anything; what is left is the
-    factor-2 sensitivity (4x noise variance). Gap = [DP-IFCA - DP-IFCA (2C)] (sensitivity) +
-    [DP-IFCA (2C) - RR] (rebalancing, 0 when nothing moves)."""
-    from fedclust.clustered_fl.rebalance import identifier_keep_probability, min_expected_cluster_size
+    """When does RR act at q = 0.1 (RR B = 8)? The identifier noise alone puts ~m(1-p)/(k-1) updates in
+    every cluster (p = chance the noisy argmax keeps the client's own cluster), so B <= 12 rarely moves
+    anything. RR-Cluster and DP-IFCA add the same replace-one noise, so RR - DP-IFCA is 0 exactly when
+    nothing moves."""
+    from fedclust.clustered_fl.rebalance import identifier_keep_probability
 
     m = int(round(Q * M))
-    print(f"\n## Why RR-Cluster (IFCA) is below DP-IFCA at q={Q} (m={m}); test-accuracy points, mean over seeds\n")
-    print("| setting | eps | sigma_s | P(noisy id kept) | expected size of an unchosen cluster m(1-p)/(k-1) "
-          "| observed min noisy cluster (mean over rounds) | rounds with a move (B=8) | moved/round (B=8) "
-          "| DP-IFCA - DP-IFCA (2C) | DP-IFCA (2C) - RR (B=8) |")
-    print("|---" * 10 + "|")
+    print(f"\n## When does RR act at q={Q} (m={m}); test-accuracy points, mean over seeds\n")
+    print("| setting | eps | sigma_s (std sqrt2 C_s sigma_s) | P(noisy id kept) | expected size of an unchosen cluster "
+          "m(1-p)/(k-1) | observed min noisy cluster (mean over rounds) | rounds with a move (B=8) | moved/round (B=8) "
+          "| RR (B=8) - DP-IFCA |")
+    print("|---" * 9 + "|")
     for setting in ("balanced", "imbalanced"):
         k = datasets[setting, seeds[0]][1]
         for e in epss:
             ss, _ = rr_cluster.calibrate(e, DELTA, Q, T, M, 0.5)
-            p = identifier_keep_probability(ss, k)
+            p = identifier_keep_probability(math.sqrt(2) * ss, k)
             rr = [res[setting, "RR-Cluster (IFCA)", e, s] for s in seeds]
             mins = [min(z) for r in rr for z in r.history["sizes_before_rr"]]
             moved = [n for r in rr for n in r.history["n_moved"]]
             acc = {lab: np.mean([res[setting, lab, e, s].info["final"]["test_accuracy"] for s in seeds])
-                   for lab in ("DP-IFCA", "DP-IFCA (2C)", "RR-Cluster (IFCA)")}
-            print(f"| {setting} (k={k}) | {e:g} | {ss:.2f} | {p:.3f} | {min_expected_cluster_size(m, k, ss):.1f} | "
+                   for lab in ("DP-IFCA", "RR-Cluster (IFCA)")}
+            print(f"| {setting} (k={k}) | {e:g} | {ss:.2f} | {p:.3f} | "
+                  f"{m * (1 - p) / (k - 1) if k > 1 else m:.1f} | "
                   f"{np.mean(mins):.1f} | {np.mean(np.asarray(moved) > 0):.2f} | {np.mean(moved):.2f} | "
-                  f"{100 * (acc['DP-IFCA'] - acc['DP-IFCA (2C)']):+.1f} | "
-                  f"{100 * (acc['DP-IFCA (2C)'] - acc['RR-Cluster (IFCA)']):+.1f} |")
-    print("\nRR lowers a cluster's noise below DP-IFCA's (C sigma/|S_j|) only if |S_j| < B/2 <= m/(2k); with "
-          "Gaussian identifiers every cluster expects >= m(1-p)/(k-1), which is below m/(2k) only when "
-          f"p > (k+1)/(2k) (k=4: 0.625, sigma_s < ~0.8). Calibrated sigma_s >= sigma_eff = sigma_s/sqrt(2) here.")
+                  f"{100 * (acc['RR-Cluster (IFCA)'] - acc['DP-IFCA']):+.1f} |")
 
 
 def few_clients(datasets, seeds, epss, M, quick):
@@ -247,14 +244,14 @@ def few_clients(datasets, seeds, epss, M, quick):
     below B, RR moves updates every round. C_theta tuned per row and eps on the tuning seed."""
     q_s, T_s = 0.03, (30 if quick else 60)
     m_s = int(round(q_s * M))
-    rows_s = [("DP-IFCA", 0, 1), ("DP-IFCA (2C)", 0, 2)] + [(f"RR-Cluster (IFCA) B={B}", B, 2) for B in (2, 4, 7)]
+    rows_s = [("DP-IFCA", 0, "replace_one")] + [(f"RR-Cluster (IFCA) B={B}", B, "replace_one") for B in (2, 4, 7)]
     eps_s = epss + [math.inf]
     clips = (0.3,) if quick else (0.1, 0.3, 1.0)
 
     def one(label, B, f, e, clip, s):
         ss, st = rr_cluster.calibrate(e, DELTA, q_s, T_s, M, 0.5)
         return rr_cluster.run(datasets["balanced", s][0], MLP(100, (), 10), 4, B=B, sigma_s=ss, sigma_theta=st,
-                              clip=None if math.isinf(e) else clip, C_s=C_S, sensitivity_factor=f, lr=0.1,
+                              clip=None if math.isinf(e) else clip, C_s=C_S, noise_calibration=f, lr=0.1,
                               local_steps=5, rounds=T_s, participation=q_s, seed=s, eval_every=0)
 
     out_s: dict = {}
@@ -290,6 +287,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 seed, eps in {4, inf}, T=15, fixed C (< 1 min)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-extras", action="store_true",
+                    help="only the Table 1 and Table 4 layouts (skip the larger-B, few-clients, synthetic and "
+                         "engine-vs-loop sections)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists():
@@ -352,14 +352,28 @@ def main():
     for label, *_ in METHODS:
         row = [fmt([res[s_, label, e, s].info["final"]["test_accuracy"] for s in seeds]) for s_, e in cols]
         print(f"| {label} | " + " | ".join(row) + f" | {np.mean(walls[label]):.2f} |")
+    print("\nepsilon accounted (dp-accounting RDP, replace-one, fixed-size sampling; max over the runs of a cell):\n")
+    print("| method | " + " | ".join(f"{'Bal' if s_ == 'balanced' else 'Imbal'} eps={e:g}" for s_, e in cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for label, *_ in METHODS:
+        cells = []
+        for s_, e in cols:
+            accs = [accounted(res[s_, label, e, s].dp_events, DELTA) if res[s_, label, e, s].dp_events else math.inf
+                    for s in seeds]  # no release: a non-private run (epsilon = inf)
+            cells.append(f"{max(accs):.3f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    rel = res["balanced", METHODS[-1][0], epss[0], seeds[0]].dp_events[0]
+    print(f"\n(release of a run: neighbouring={rel.neighbouring}, sampling={rel.sampling}, "
+          f"{rel.sample_size} of {rel.population} clients, {rel.count} rounds, multipliers "
+          f"{tuple(round(v, 3) for v in rel.noise_multipliers)})")
     print("\nC_theta chosen on the tuning seed (balanced / imbalanced), per eps:")
     for label, *_ in METHODS:
         print(f"  {label}: " + ", ".join(
             f"eps={e:g}: {best_clip['balanced', label, e]}/{best_clip['imbalanced', label, e]}" for e in epss))
 
     # ---- Table 4 layout: clustering accuracy, balanced, eps x B -----------------------------------
-    rows = [("DP-IFCA", 0, 1), ("DP-IFCA (2C)", 0, 2), ("DP-FeSEM", 0, 1)] + [
-        (f"RR-Cluster (IFCA) B={B}", B, 2) for B in (4, 8, 12)]
+    rows = [("DP-IFCA", 0, "replace_one"), ("DP-FeSEM", 0, "replace_one")] + [
+        (f"RR-Cluster (IFCA) B={B}", B, "replace_one") for B in (4, 8, 12)]
     eps4 = epss + ([16.0] if not args.quick else []) + [math.inf]
     t4: dict = {}
     for label, B, f in rows:
@@ -396,9 +410,9 @@ def main():
             parts.append(f"eps={e:g}: {np.mean(np.asarray(mins) < B):.2f}")
         print(f"  B={B}: " + ", ".join(parts))
 
-    # ---- isolating the rebalancing: same 2 C_theta noise, B up to 20, identifier share rho_s ------
-    if not args.quick:
-        print("\n## Isolating the rebalancing (balanced, k=4, all at the paper's 2 C_theta, C_theta = 0.3): "
+    # ---- the rebalancing with larger B and identifier share rho_s ------------------------------------
+    if not (args.quick or args.no_extras):
+        print("\n## The rebalancing with larger B (balanced, k=4, replace-one noise 2 C_theta, C_theta = 0.3): "
               "test acc % / clustering acc % / moved per round\n")
         Bs = (0, 12, 20)
         print("| eps | rho_s | (sigma_s, sigma_theta) | " + " | ".join(f"B={B}" for B in Bs) + " |")
@@ -409,7 +423,7 @@ def main():
                 cells = []
                 for B in Bs:
                     rs_ = [rr_cluster.run(datasets["balanced", s][0], MLP(100, (), 10), 4, B=B, sigma_s=ss,
-                                          sigma_theta=st, clip=0.3, C_s=C_S, sensitivity_factor=2, lr=0.1,
+                                          sigma_theta=st, clip=0.3, C_s=C_S, lr=0.1,
                                           local_steps=5, rounds=T, participation=Q, seed=s, eval_every=0)
                            for s in seeds]
                     cells.append(f"{100 * np.mean([r.info['final']['test_accuracy'] for r in rs_]):.1f} / "
@@ -421,10 +435,10 @@ def main():
     why_rr(res, t4, datasets, epss, seeds, T, M, args.quick)
 
     # ---- few clients per round (Shakespeare-like m/k): where the rebalancing acts -----------------
-    few_clients(datasets, seeds, epss, M, args.quick)
-
-    synthetic_collapse(3 if args.quick else 10)
-    engine_vs_loop(images, y, M, 5 if args.quick else 10)
+    if not args.no_extras:
+        few_clients(datasets, seeds, epss, M, args.quick)
+        synthetic_collapse(3 if args.quick else 10)
+        engine_vs_loop(images, y, M, 5 if args.quick else 10)
     print(f"\nC tuning wall {tune_wall:.1f} s; total wall {time.perf_counter() - wall0:.1f} s")
 
 

@@ -41,7 +41,9 @@ def test_dp_fedavg_without_noise_equals_fedavg():
     priv = dpb.dp_fedavg(data, model, sigma=1.5, clip=0.5, **kw)
     (rel,) = priv.dp_events
     assert rel.noise_multipliers == (1.5,) and rel.count == 4 and rel.sample_size == 10 and rel.label == "dp_fedavg"
-    assert priv.info["sensitivity_factor"] == 1 and priv.history["n_moved"] == [0] * 4
+    assert rel.neighbouring == "replace_one" and rel.sampling == "without_replacement" and rel.unit == "client"
+    assert priv.info["sum_noise_std"] == pytest.approx(2 * 0.5 * 1.5)  # replace-one sensitivity 2 C
+    assert priv.history["n_moved"] == [0] * 4
 
 
 def test_proximal_term_gradient_and_effect():
@@ -151,9 +153,10 @@ def test_fedcam_global_part_noise_and_release():
     out = agg(ServerState(params, {n: torch.zeros_like(v) for n, v in params.items()}), upd, ctx)
     change = out.params["g.w"] - params["g.w"]
     assert all(torch.equal(change[0], change[j]) for j in range(k))  # one global model
-    assert abs(float(change[0].std()) * S / (0.4 * 2.5) - 1) < 0.03  # std C sigma_g / |M^t|
+    assert abs(float(change[0].std()) * S / (2 * 0.4 * 2.5) - 1) < 0.03  # std 2 C sigma_g / |M^t| (replace-one)
     (rel,) = agg.finish(10, 300, S)
-    assert rel.noise_multipliers == (0.5, 2.5, 1.0) and rel.sample_size == S
+    assert rel.noise_multipliers == pytest.approx((0.5, 2.5, 1.0)) and rel.sample_size == S
+    assert rel.neighbouring == "replace_one"
     with pytest.raises(ValueError, match="sigma_g"):
         rr_cluster.PrivateClusterAggregator(sigma_s=0.5, sigma_theta=1.0, clip=0.4, global_keys=("g.w",))
 

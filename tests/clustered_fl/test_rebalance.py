@@ -125,10 +125,10 @@ def test_identifier_keep_probability_closed_form_and_monte_carlo():
 
     rng = np.random.default_rng(1)
     chosen = torch.as_tensor(rng.integers(0, 4, 100_000))
-    for s in (0.5, 1.2):
+    for s in (0.5, 1.2):  # replace-one calibration: per-coordinate std sqrt(2) C_s sigma_s
         noisy, _ = privatize_identifiers(chosen, 4, s, 0.1, rng)
         mc = float((noisy == chosen).float().mean())
-        assert identifier_keep_probability(s, 4) == pytest.approx(mc, abs=0.006), (s, mc)
+        assert identifier_keep_probability(np.sqrt(2) * s, 4) == pytest.approx(mc, abs=0.006), (s, mc)
     with pytest.raises(ValueError, match="sigma_s"):
         identifier_keep_probability(-1.0, 4)
     with pytest.raises(ValueError, match="k"):
@@ -149,7 +149,7 @@ def test_identifier_noise_fills_every_cluster_so_rr_is_inert():
     chosen = torch.zeros(m, dtype=torch.long)
     sizes, moved8, moved25 = [], [], []
     for _ in range(300):
-        noisy, _ = privatize_identifiers(chosen, k, s, 0.1, rng)
+        noisy, _ = privatize_identifiers(chosen, k, s / np.sqrt(2), 0.1, rng)  # per-coordinate std s * C_s
         g = noisy.numpy()
         sizes.append(np.bincount(g, minlength=k)[1:])
         moved8.append(random_rebalance(g, k, 8, rng).n_moved)

@@ -46,7 +46,7 @@ def _reference_dp_ifca(data, model, k, *, T, S, lr, H, C, sigma_s, sigma_theta, 
             deltas.append({name: (w[name] - start[name])[0] for name in params})
         s = np.zeros((S, k))
         s[np.arange(S), chosen] = C_s  # ||onehot|| = 1 > C_s: clipped to C_s
-        s = s + rs["noise"].standard_normal((S, k)) * (C_s * sigma_s)
+        s = s + rs["noise"].standard_normal((S, k)) * (math.sqrt(2) * C_s * sigma_s)  # replace-one: sqrt(2) C_s
         groups = s.argmax(1)
         clipped = []
         for dl in deltas:
@@ -74,17 +74,17 @@ def test_b_zero_equals_reference_dp_ifca_and_dp_baseline():
     model = MLP(64, 8, 10)
     kw = dict(rounds=4, lr=0.3, local_steps=3, clients_per_round=12, clip=0.5, sigma_s=0.7, sigma_theta=0.9,
               C_s=0.1, server_lr=0.8, seed=3, eval_every=0)
-    res = rr_cluster.run(data, model, 3, B=0, sensitivity_factor=1, **kw)
+    res = rr_cluster.run(data, model, 3, B=0, **kw)
     ref = _reference_dp_ifca(data, model, 3, T=4, S=12, lr=0.3, H=3, C=0.5, sigma_s=0.7, sigma_theta=0.9,
-                             C_s=0.1, f=1, gamma=0.8, seed=3)
+                             C_s=0.1, f=2, gamma=0.8, seed=3)
     for name in ref:
         torch.testing.assert_close(res.params[name], ref[name], rtol=1e-4, atol=1e-5)
-    base = dp_baselines.dp_ifca(data, model, 3, **kw)  # DP-IFCA: B = 0, factor 1 by default
+    base = dp_baselines.dp_ifca(data, model, 3, **kw)  # DP-IFCA: B = 0, the same replace-one noise as RR
     for name in ref:
         assert torch.equal(base.params[name], res.params[name])
     assert res.history["n_moved"] == [0, 0, 0, 0]
-    # the same run with the paper's factor 2 is a different mechanism
-    res2 = rr_cluster.run(data, model, 3, B=0, sensitivity_factor=2, **kw)
+    # the paper's literal baseline noise (C_theta, withdrawn A2) is a different mechanism
+    res2 = rr_cluster.run(data, model, 3, B=0, noise_calibration="paper_literal", **kw)
     assert not torch.equal(res2.params["0.weight"], res.params["0.weight"])
 
 
@@ -95,7 +95,7 @@ def test_rebalancing_stream_is_separate_from_all_other_draws():
     data = _digits_data()
     model = MLP(64, 8, 10)
     kw = dict(rounds=3, lr=0.3, local_steps=2, clients_per_round=12, clip=0.5, sigma_s=5.0, sigma_theta=0.5,
-              seed=1, eval_every=0, sensitivity_factor=2)
+              seed=1, eval_every=0)
     r0 = rr_cluster.run(data, model, 3, B=0, **kw)
     r1 = rr_cluster.run(data, model, 3, B=1, **kw)
     assert r1.history["n_moved"] == [0, 0, 0]
@@ -134,7 +134,7 @@ def test_one_round_follows_the_server_order_with_rebalancing():
     # expected: (2) identifiers, (3) argmax, (4) RR, (5) clip, (6) sums + N(0,(2 C st)^2), / |S_j|, (7) step
     s = np.zeros((30, 3))
     s[np.arange(30), chosen.numpy()] = C_s
-    s += noise.standard_normal((30, 3)) * C_s * ss
+    s += noise.standard_normal((30, 3)) * math.sqrt(2) * C_s * ss
     rr = random_rebalance(s.argmax(1), 3, B, reb)
     g = torch.as_tensor(rr.groups)
     np.testing.assert_array_equal(out.groups.numpy(), rr.groups)
@@ -151,19 +151,23 @@ def test_one_round_follows_the_server_order_with_rebalancing():
     assert agg.log["n_moved"] == [rr.n_moved] and agg.log["sizes_after_rr"][0] == rr.sizes_after.tolist()
 
 
-@pytest.mark.parametrize("B,factor,expected", [(0, None, 1), (2, None, 2), (0, 2, 2), (3, 1, 1)])
-def test_noise_std_on_the_cluster_sums(B, factor, expected):
+@pytest.mark.parametrize("B,calibration,expected", [(0, "replace_one", 2), (2, "replace_one", 2),
+                                                    (0, "paper_literal", 1), (3, "paper_literal", 2)])
+def test_noise_std_on_the_cluster_sums(B, calibration, expected):
     # zero deltas: the model change times |S_j| / gamma is exactly the noise on cluster j's sum
     state, upd, ctx = _fake_round(S=40, k=2, shapes=((200, 60),), zero=True, seed=4)
     C, st, gamma = 0.3, 1.7, 2.0
     agg = rr_cluster.PrivateClusterAggregator(sigma_s=0.5, sigma_theta=st, clip=C, B=B, server_lr=gamma,
-                                              sensitivity_factor=factor)
+                                              noise_calibration=calibration)
     out = agg(state, upd, ctx)
-    assert agg.factor == expected
+    (rel,) = agg.finish(3, 400, 40)
+    assert rel.neighbouring == "replace_one" and rel.sampling == "without_replacement" and rel.unit == "client"
     for j in range(2):
         noise = (out.params["p0"][j] - state.params["p0"][j]) * out.cluster_sizes[j] / gamma
         assert abs(float(noise.std()) / (expected * C * st) - 1) < 0.02  # 12000 draws: ~0.6% sd
         assert abs(float(noise.mean())) < 0.05 * expected * C * st
+        # the release's model multiplier is the std actually added over the replace-one sensitivity 2 C
+        assert abs(float(noise.std()) / (2 * C * rel.noise_multipliers[-1]) - 1) < 0.02
 
 
 def test_noise_std_of_the_privatize_functions():
@@ -176,11 +180,14 @@ def test_noise_std_of_the_privatize_functions():
     noisy, s = rr_cluster.privatize_identifiers(chosen, 5, 2.0, 0.1, rng)
     clean = np.zeros_like(s)
     clean[np.arange(40000), chosen.numpy()] = 0.1
-    assert abs((s - clean).std() / (0.1 * 2.0) - 1) < 0.01
+    assert abs((s - clean).std() / (math.sqrt(2) * 0.1 * 2.0) - 1) < 0.01  # replace-one sensitivity sqrt(2) C_s
     np.testing.assert_array_equal(noisy.numpy(), s.argmax(1))
     # the argmax keeps the true index with the probability of the spec's table (k=5 between 0.552 at k=4...)
-    noisy, _ = rr_cluster.privatize_identifiers(torch.zeros(40000, dtype=torch.long), 4, 0.5, 0.1, rng)
+    noisy, _ = rr_cluster.privatize_identifiers(torch.zeros(40000, dtype=torch.long), 4, 0.5, 0.1, rng,
+                                                literal=True)  # the paper's std C_s sigma_s
     assert abs(float((noisy == 0).float().mean()) - 0.823) < 0.01  # spec 2.2: k=4, sigma_s=0.5 -> 0.823
+    with pytest.raises(ValueError, match="C_s"):
+        rr_cluster.privatize_identifiers(chosen[:3], 5, 1.0, 1.5, rng)
 
 
 def _collapse_data(seed=5):
@@ -218,7 +225,12 @@ def test_b_larger_than_m_over_k_is_refused():
     with pytest.raises(ValueError, match="sampling"):
         rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sampling="poisson")
     with pytest.raises(ValueError, match="sensitivity_factor"):
-        rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sensitivity_factor=3)
+        rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sensitivity_factor=1)
+    with pytest.raises(ValueError, match="noise_calibration"):
+        rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, noise_calibration="add_remove")
+    with pytest.raises(ValueError, match=r"C_s .*\(0, 1\]"):
+        rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sigma_s=1.0, sigma_theta=1.0, clip=1.0,
+                       C_s=2.0)
     with pytest.raises(ValueError, match="clip"):
         rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sigma_s=1.0, sigma_theta=1.0)
     with pytest.raises(ValueError, match="sigma_s must be > 0"):
@@ -228,41 +240,80 @@ def test_b_larger_than_m_over_k_is_refused():
 
 
 def test_calibration_release_and_spent_epsilon():
-    # spec 3.4 reference table (autodp, Thm-9 general + min): T=100, eps=4 -> sigma 3.64; T=50, eps=8 -> 1.42
-    ss, st = rr_cluster.calibrate(4, 1e-3, 0.1, 100, 1000, 0.5)
+    from fedclust.privacy.accountants import epsilon as accounted
+
+    # the paper's own bound (spec 3.4 reference table, autodp Thm-9 general + min): T=100, eps=4 -> 3.64
+    ss, st = rr_cluster.calibrate(4, 1e-3, 0.1, 100, 1000, 0.5, bound="wang_general")
     assert ss == pytest.approx(st) and st == pytest.approx(3.64, rel=0.02)
-    assert rr_cluster.calibrate(8, 1e-3, 0.1, 50, 1000, 0.5)[1] == pytest.approx(1.42, rel=0.02)
     assert rr_cluster.calibrate(math.inf, 1e-3, 0.1, 50, 1000) == (0.0, 0.0)
-    s3 = rr_cluster.calibrate_fedcam(4, 1e-3, 0.1, 20, 100)
-    assert paper.epsilon(0.1, 20, s3[0], paper.effective_sigma(s3[1], s3[2])) == pytest.approx(4, rel=1e-3)
-    # a run returns the release of the noise it added; accounting it gives the target epsilon
+    # default: the accountant (replace-one, fixed-size sampling), so the run's epsilon equals the target,
+    # with less noise than the paper's looser bound
     data = _collapse_data()
     model = LinearRegression(1, bias=True)
     ss, st = rr_cluster.calibrate(4, 1e-3, 0.2, 5, data.n_clients, 0.3)
+    assert 1 / ss**2 == pytest.approx(0.3 / paper.effective_sigma(ss, st) ** 2)
     res = rr_cluster.run(data, model, 4, B=2, sigma_s=ss, sigma_theta=st, clip=1.0, participation=0.2, rounds=5,
                          eval_every=0)
     (rel,) = res.dp_events
-    assert rel.noise_multipliers == (ss, st) and rel.count == 5 and rel.sample_size == 20 and rel.population == 100
-    assert rel.unit == "client" and rel.sampling == "without_replacement"
-    assert paper.epsilon(0.2, 5, *rel.noise_multipliers) == pytest.approx(4, rel=1e-3)
-    assert len(res.history["n_moved"]) == 5 and res.info["sensitivity_factor"] == 2
+    assert rel.noise_multipliers == pytest.approx((ss, st)) and rel.count == 5 and rel.sample_size == 20
+    assert rel.population == 100 and rel.unit == "client" and rel.sampling == "without_replacement"
+    assert rel.neighbouring == "replace_one"
+    eps = accounted(res.dp_events, 1e-3)
+    assert eps <= 4.0 and eps == pytest.approx(4.0, rel=2e-3)
+    assert paper.epsilon(0.2, 5, *rel.noise_multipliers) > eps  # the paper's formula is the looser bound
+    assert len(res.history["n_moved"]) == 5 and res.info["noise_calibration"] == "replace_one"
+    assert any("replace-one" in n for n in res.info["privacy_notes"])
+    s3 = rr_cluster.calibrate_fedcam(4, 1e-3, 0.2, 5, 100)
+    cam = rr_cluster.run(data, model, 4, base="fedcam", B=2, sigma_s=s3[0], sigma_g=s3[1], sigma_theta=s3[2],
+                         clip=1.0, participation=0.2, rounds=5, eval_every=0)
+    assert cam.dp_events[0].noise_multipliers == pytest.approx(s3)
+    assert accounted(cam.dp_events, 1e-3) == pytest.approx(4.0, rel=2e-3)
     nonpriv = rr_cluster.run(data, model, 4, B=2, participation=0.2, rounds=2, eval_every=0)
     assert nonpriv.dp_events == []
 
 
-def test_grid_separates_sensitivity_price_from_rebalancing():
-    """The RR grid's dp_ifca_2c is DP-IFCA at RR's 2 C_theta noise: when the identifier noise keeps every
-    cluster >= B (nothing moves), RR-Cluster must equal it exactly; both spend the same epsilon as dp_ifca."""
+def test_private_run_refuses_data_dependent_init():
+    # IFCA's restart heuristic reads the clients' raw losses to pick the init (amendment A-1)
+    data = _collapse_data()
+    model = LinearRegression(1, bias=True)
+    kw = dict(B=0, participation=0.2, rounds=1, eval_every=0, init_min_fraction=0.1)
+    rr_cluster.run(data, model, 4, **kw)  # non-private: allowed
+    with pytest.raises(ValueError, match="init_min_fraction"):
+        rr_cluster.run(data, model, 4, sigma_s=1.0, sigma_theta=1.0, clip=1.0, **kw)
+
+
+def test_full_participation_is_an_unsampled_replace_one_release():
+    # q = 1: every client every round; the same replace-one sensitivities, no amplification
+    from fedclust.privacy.accountants import epsilon as accounted
+    from fedclust.privacy.events import GaussianRelease
+
+    data = _collapse_data()
+    ss, st = rr_cluster.calibrate(3.0, 1e-3, 1.0, 4, data.n_clients, 0.5)
+    res = rr_cluster.run(data, LinearRegression(1, bias=True), 4, B=8, sigma_s=ss, sigma_theta=st, clip=1.0,
+                         participation=1.0, rounds=4, eval_every=0)
+    (rel,) = res.dp_events
+    assert rel.sample_size == rel.population == 100 and rel.neighbouring == "replace_one"
+    plain = GaussianRelease((paper.effective_sigma(ss, st),), count=4)  # unsampled Gaussian, same z_eff
+    assert accounted([rel], 1e-3) == pytest.approx(accounted([plain], 1e-3), rel=1e-9)
+    assert accounted([rel], 1e-3) == pytest.approx(3.0, rel=2e-3)
+
+
+def test_grid_rr_equals_dp_ifca_when_nothing_moves_and_literal_noise_costs_epsilon():
+    """Under one relation RR-Cluster and DP-IFCA add the same noise (replace-one, 2 C_theta): when the identifier
+    noise keeps every cluster >= B (nothing moves), RR-Cluster equals DP-IFCA exactly and spends the same
+    epsilon; DP-IFCA with the paper's C_theta noise (withdrawn A2) reports the larger epsilon it really spends."""
     from fedclust.grids import rr as rr_grid
 
     recs = rr_grid.run({"dataset": "digits", "n_clients": 60, "participation": 0.25, "rounds": 3, "epsilons": [2.0],
-                        "seeds": 1, "methods": ["dp_ifca", "dp_ifca_2c", "rr_cluster"], "Bs": [1],
+                        "seeds": 1, "methods": ["dp_ifca", "dp_ifca_literal", "rr_cluster"], "Bs": [1],
                         "settings": ["balanced"], "samples_per_client": 5, "test_per_client": 1, "eval_every": 0})
     by = {r["params"]["label"]: r["metrics"] for r in recs}
-    assert set(by) == {"dp_ifca", "dp_ifca_2c", "rr_cluster(B=1)"}
+    assert set(by) == {"dp_ifca", "dp_ifca_literal", "rr_cluster(B=1)"}
     assert by["rr_cluster(B=1)"]["mean_moved"] == 0.0 and by["rr_cluster(B=1)"]["min_noisy_cluster"] >= 1
     for m in ("test_accuracy", "client_ACC", "min_noisy_cluster"):
-        assert by["rr_cluster(B=1)"][m] == by["dp_ifca_2c"][m]
-    assert by["dp_ifca"]["epsilon_accountant"] == pytest.approx(by["dp_ifca_2c"]["epsilon_accountant"])
+        assert by["rr_cluster(B=1)"][m] == by["dp_ifca"][m]
+    assert by["dp_ifca"]["epsilon_accountant"] == pytest.approx(2.0, rel=2e-3)
+    assert by["rr_cluster(B=1)"]["epsilon_accountant"] == pytest.approx(by["dp_ifca"]["epsilon_accountant"])
+    assert by["dp_ifca_literal"]["epsilon_accountant"] > 1.5 * by["dp_ifca"]["epsilon_accountant"]
     tables = rr_grid.tables(recs)
-    assert {"dp_ifca", "dp_ifca_2c", "rr_cluster(B=1)"} <= set(tables["table4_client_ACC"].columns)
+    assert {"dp_ifca", "dp_ifca_literal", "rr_cluster(B=1)"} <= set(tables["table4_client_ACC"].columns)

@@ -99,13 +99,18 @@ def test_calibrate_sigmas_split_and_round_trip():
 
 def test_release_goes_through_the_generic_accountant():
     r = rr_cluster.release(3.0, 3.0, T=100, M=1000, q=0.1)
-    assert r.unit == "client" and r.neighbouring == "add_remove" and r.sample_size == 100
-    acct = acct_epsilon([r], 1e-3)  # add/remove + fixed size: accounted as Poisson at q = 0.1
-    poisson = GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="poisson", sampling_rate=0.1)
-    assert acct == pytest.approx(acct_epsilon([poisson], 1e-3), rel=1e-12)
-    # dp-accounting's RDP->DP conversion is tighter than eq. (9), and Poisson RDP tighter than Thm 4.2
-    assert acct < rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="poisson_rdp")
-    assert rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="poisson_rdp") < rr_cluster.epsilon(0.1, 100, 3.0, 3.0)
+    # amendment A-2: fixed-size sampling is a replace-one analysis (the paper's own WBK19 bound)
+    assert r.unit == "client" and r.neighbouring == "replace_one" and r.sample_size == 100
+    acct = acct_epsilon([r], 1e-3)
+    wor = GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="without_replacement", population=1000,
+                          sample_size=100, neighbouring="replace_one")
+    assert acct == pytest.approx(acct_epsilon([wor], 1e-3), rel=1e-12)
+    # the accountant (WBK19 Thm 27, tighter RDP->DP conversion) is below the paper's Thm 4.2 + eq. (9)
+    assert acct < rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="wang_improved") <= rr_cluster.epsilon(
+        0.1, 100, 3.0, 3.0)
+    # and above the (invalid here) Poisson add/remove figure
+    assert acct > acct_epsilon([GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="poisson",
+                                                sampling_rate=0.1)], 1e-3)
 
 
 def test_invalid_inputs_name_parameter():

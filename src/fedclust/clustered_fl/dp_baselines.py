@@ -1,26 +1,36 @@
-"""RR-Cluster's DP baselines (spec 002, sections 2.4-2.6): client-level DP, trusted server, the same
-fixed-size client sampling, rounds and (eps, delta) as RR-Cluster.
+"""RR-Cluster's DP baselines (spec 002, sections 2.4-2.6, amendment A-2): client-level DP, trusted
+server, the same fixed-size client sampling, neighbouring relation, rounds and (eps, delta) as RR-Cluster.
+
+One relation for the whole comparison (amendment A-2; derivation in :mod:`fedclust.clustered_fl.rr_cluster`):
+a fixed number m of the M clients is sampled without replacement each round, so every method is
+accounted under **replace-one** neighbours (one client's data replaced by any other) with the WBK19
+bound for sampling without replacement, and every Gaussian is calibrated to its replace-one
+sensitivity: a sum of updates clipped to ``C_theta`` moves by up to ``2 C_theta`` (the old update out,
+the new one in), a clipped one-hot identifier by ``sqrt(2) C_s``. The spec's resolution A2 (noise for
+``C_theta`` while sampling a fixed number of clients) is withdrawn; ``noise_calibration="paper_literal"``
+still adds that noise, labelled, and the report then gives the larger epsilon it really spends.
 
 Clustering baselines (Alg. 1/2 without the rebalancing lines, B = 0, "directly privatized"; the
 identifiers are privatized exactly as in RR-Cluster):
 
 * :func:`dp_ifca` (Ghosh et al. 2020, IFCA), :func:`dp_fesem` (Long et al. 2023, FeSEM),
   :func:`dp_fedcam` (Ma et al. 2023, FedCAM; three Gaussians): :func:`fedclust.clustered_fl.rr_cluster.run`
-  with ``B = 0`` and, by default, the standard sensitivity ``C_theta`` (``sensitivity_factor = 1``,
-  RESOLUTION 2.4 / A2). An empty cluster skips its update (A9).
+  with ``B = 0``: noise ``N(0, (2 C_theta sigma_theta)^2)`` on every cluster sum, ``sqrt(2) C_s sigma_s``
+  on every identifier coordinate. An empty cluster skips its update (A9).
 
 Single-model baselines (no identifier; the whole budget on one Gaussian, ``rho_s = 0``):
 
 * :func:`dp_fedavg` (McMahan et al. 2018, DP-FedAvg): ``w <- w + gamma (sum_i clip(Delta_i) +
-  N(0, C_theta^2 sigma^2 I)) / |M^t|``;
+  N(0, (2 C_theta sigma)^2 I)) / |M^t|``;
 * :func:`dp_fedprox` (FedProx, Li et al. 2020, privatized like DP-FedAvg): local objective
   ``F_i(w) + (mu/2) ||w - w^t||^2`` (:class:`ProximalModel`);
 * :func:`dp_fedper` (Arivazhagan et al. 2019, FedPer): the last layer is each client's personal head,
   trained locally and never released; the base layers are DP-FedAvg. Test client i uses the shared base
-  with training client i's head (:class:`FedPerEngine`).
+  with training client i's head (:class:`FedPerEngine`; experimenter-side evaluation: the heads are
+  client-side state, outside the guarantee).
 
 All return a :class:`~fedclust.clustered_fl.engine.ClusteredFLResult` with the DP releases in
-``dp_events``.
+``dp_events`` (replace-one, fixed-size sampling, client level).
 """
 
 from __future__ import annotations
@@ -44,7 +54,6 @@ def _clustered(base, data, model, k, kwargs):
     if kwargs.get("B", 0) != 0:
         raise ValueError(f"dp_{base} has no rebalancing (B = 0); use rr_cluster.run(base={base!r}, B=...)")
     kwargs.pop("B", None)
-    kwargs.setdefault("sensitivity_factor", 1)
     return rr_cluster.run(data, model, k, base=base, B=0, **kwargs)
 
 
@@ -118,7 +127,7 @@ def _single(data, model, kind, *, sigma, clip, lr, local_steps, batch_size, roun
             raise ValueError(f"{kind} does not take {bad!r} (one model, no identifier, no rebalancing)")
     engine_kwargs.setdefault("method", kind)
     eng = rr_cluster.build_engine(data, model, 1, base="ifca", B=0, sigma_s=None, sigma_theta=sigma, clip=clip,
-                                  sensitivity_factor=1, server_lr=server_lr, participation=participation,
+                                  server_lr=server_lr, participation=participation,
                                   clients_per_round=clients_per_round, engine_cls=engine_cls, lr=lr,
                                   local_steps=local_steps, batch_size=batch_size, rounds=rounds, seed=seed,
                                   aggregator_kwargs=aggregator_kwargs, **engine_kwargs)
@@ -130,8 +139,8 @@ def dp_fedavg(data: FederatedTensors, model: BatchedModel, *, sigma: float = 0.0
               lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None, rounds: int = 100,
               participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
               server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
-    """DP-FedAvg: one model, clip C_theta = ``clip``, noise ``N(0, C_theta^2 sigma^2)`` on the sum, divided
-    by |M^t| (sigma = 0: FedAvg with optional clipping)."""
+    """DP-FedAvg: one model, clip C_theta = ``clip``, noise ``N(0, (2 C_theta sigma)^2)`` on the sum (the
+    replace-one sensitivity), divided by |M^t| (sigma = 0: FedAvg with optional clipping)."""
     return _single(data, model, "dp_fedavg", sigma=sigma, clip=clip, lr=lr, local_steps=local_steps,
                    batch_size=batch_size, rounds=rounds, participation=participation,
                    clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=None,

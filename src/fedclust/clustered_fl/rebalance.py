@@ -21,14 +21,20 @@ stream ("rebalance") shares every other random draw with the run without RR.
 The moves are a loop over slots (server-side, at most ``k B`` tiny steps per round); each step is a
 vectorized selection over the round's updates.
 
-When does RR act at all? (diagnostic helpers, not in the paper.) With Gaussian identifier noise the
-noisy argmax keeps a client's own cluster with probability ``p = identifier_keep_probability(sigma_s, k)
-= int phi(z) Phi(z + 1/sigma_s)^(k-1) dz`` and sends it to each other cluster with ``(1-p)/(k-1)``, so
-every cluster expects at least ``min_expected_cluster_size(m, k, sigma_s) = m (1-p)/(k-1)`` of the m
+When does RR act at all? (diagnostic helpers, not in the paper.) With Gaussian identifier noise of
+per-coordinate std ``sigma`` relative to the clipped one-hot (``sigma = sqrt(2) sigma_s`` for
+RR-Cluster's replace-one calibration, ``sigma_s`` for the paper's literal noise) the noisy argmax keeps
+a client's own cluster with probability ``p = identifier_keep_probability(sigma, k) = int phi(z)
+Phi(z + 1/sigma)^(k-1) dz`` and sends it to each other cluster with ``(1-p)/(k-1)``, so every cluster
+expects at least ``min_expected_cluster_size(m, k, sigma) = m (1-p)/(k-1)`` of the m
 updates, whatever the clients chose. RR moves updates only in rounds where a noisy cluster is below B.
-Against the standard-sensitivity baseline (noise ``C sigma/|S_j|``) RR's noise ``2 C sigma/max(|S_j|, B)``
-is smaller only for clusters with ``|S_j| < B/2 <= m/(2k)``, which needs ``p > (k+1)/(2k)`` (k=4:
-p > 0.625, i.e. sigma_s below about 0.8).
+
+Privacy: RR reads only the (already privatized) noisy assignment and its own random draws, so under the
+replace-one relation of the comparison (amendment A-2) it does not change the sensitivity: RR-Cluster
+and the baselines both add ``2 C sigma`` to every cluster sum (derivation in
+:mod:`fedclust.clustered_fl.rr_cluster`), and RR's averaged noise ``2 C sigma/max(|S_j|, B)`` is never
+larger than the baseline's ``2 C sigma/|S_j|``. (Under add/remove, as the paper states it, the baseline
+would pay ``C`` and RR ``2 C``; RR then helps only clusters with ``|S_j| < B/2``.)
 """
 
 from __future__ import annotations
@@ -104,7 +110,9 @@ def random_rebalance(groups, k: int, B: int, rng: np.random.Generator) -> Rebala
 
 def identifier_keep_probability(sigma_s: float, k: int) -> float:
     """P(argmax_j (e_c + sigma_s Z)_j = c), Z ~ N(0, I_k): the chance that the noisy one-hot identifier
-    (Alg. 2; C_s cancels in the argmax) keeps the client's own cluster c.
+    (Alg. 2; C_s cancels in the argmax) keeps the client's own cluster c. ``sigma_s`` here is the noise
+    std relative to the clipped one-hot: pass ``sqrt(2) * sigma_s`` for the replace-one calibration of
+    :func:`fedclust.clustered_fl.rr_cluster.privatize_identifiers`.
 
     Coordinate c is ``1 + sigma Z_c`` and the others ``sigma Z_j``, so given ``Z_c = z`` all others lose
     with probability ``Phi(z + 1/sigma)^(k-1)``; the expectation over z is a Gauss-Hermite quadrature

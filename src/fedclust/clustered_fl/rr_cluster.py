@@ -1,9 +1,10 @@
 """RR-Cluster: client-level DP clustered FL with random rebalancing.
 
 Paper: Xiyuan Yang, Shengyuan Hu, Soyeon Kim, Tian Li, "Differentially Private Federated Clustering with
-Random Rebalancing" (spec ``specs/002_rr_cluster.md``). Algorithm 1 (generic RR-Cluster), Algorithm 2
-(RR-Cluster(IFCA)), Prop. 4.1 / Theorem 4.2 (RDP accounting, in
-:mod:`fedclust.privacy.paper.rr_cluster`).
+Random Rebalancing" (spec ``specs/002_rr_cluster.md``, amendment A-2). Algorithm 1 (generic RR-Cluster),
+Algorithm 2 (RR-Cluster(IFCA)), Prop. 4.1 / Theorem 4.2 (RDP accounting, the paper's formula in
+:mod:`fedclust.privacy.paper.rr_cluster`; the reported epsilon comes from
+:mod:`fedclust.privacy.accountants`).
 
 One round t, in this exact order (spec 002, section 7 item 1), on the vectorized
 :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`:
@@ -11,17 +12,16 @@ One round t, in this exact order (spec 002, section 7 item 1), on the vectorized
 1. a fixed-size sample M^t of m = round(qM) clients (without replacement, stream "sampling");
    every sampled client picks its cluster ``j_hat = argmin_j F(theta_j, D_i)`` (IFCA; FeSEM and FedCAM
    below) and trains locally from ``theta_{j_hat}``: ``Delta_i = theta_i - theta_{j_hat}`` (Alg. 2);
-2. the server privatizes the one-hot identifiers ``s~_i = s_i / max(1, ||s_i||/C_s) + N(0, C_s^2
-   sigma_s^2 I_k)`` (Alg. 2; stream "noise");
+2. the server privatizes the one-hot identifiers ``s~_i = s_i / max(1, ||s_i||/C_s) + N(0, (sqrt(2) C_s
+   sigma_s)^2 I_k)`` (Alg. 2 with the replace-one sensitivity, see below; stream "noise");
 3. assigns ``i -> argmax_j s~_i[j]``;
 4. random rebalancing (Alg. 1 lines 9-10, :func:`~fedclust.clustered_fl.rebalance.random_rebalance`,
    own stream "rebalance"): every cluster gets >= B updates, moved (never copied) uniformly from the
    pooled updates of clusters with surplus;
 5. clips every update: ``Delta_bar_i = Delta_i * min(1, C_theta/||Delta_i||)`` (Alg. 1 line 11 with the
    spec's typo fix ||s|| -> ||Delta||; the norm is over all parameters of the released part);
-6. ``Delta~_j = (sum_{i in S_j} Delta_bar_i + N(0, (f C_theta sigma_theta)^2 I_d)) / |S_j|`` with the
-   sensitivity factor ``f = 2`` under RR (Alg. 1 line 12; the paper's 2 C_theta) and, by default,
-   ``f = 1`` for the baselines without RR (RESOLUTION 2.4 / A2; ``sensitivity_factor`` overrides it);
+6. ``Delta~_j = (sum_{i in S_j} Delta_bar_i + N(0, (2 C_theta sigma_theta)^2 I_d)) / |S_j|`` (Alg. 1
+   line 12: the paper's 2 C_theta, which is also the replace-one sensitivity of every method here);
    noise is drawn for each of the k clusters independently (stream "noise"); an empty cluster skips
    its update (A9);
 7. ``theta_j <- theta_j + gamma Delta~_j`` (Alg. 1 line 13).
@@ -38,17 +38,57 @@ Base algorithms (spec 002, 2.5, RESOLUTIONs for sampling + DP):
 * ``base="fedcam"``: :class:`AdditiveModel` (logits ``h(x; g) + f(x; theta_j)``), the client picks the
   argmin loss of the additive model and trains ``(g, theta_j)`` jointly; the server runs three
   Gaussians: identifiers (sigma_s), the global part (sum over all of M^t clipped to C_theta, noise
-  ``C_theta sigma_g``, divided by |M^t|; never rebalanced) and the cluster part as above.
+  ``2 C_theta sigma_g``, divided by |M^t|; never rebalanced) and the cluster part as above.
 
-Privacy: :meth:`PrivateClusterAggregator.finish` returns the run's release (``privacy.paper.rr_cluster
-.release``: noise multipliers (sigma_s, sigma_theta), T rounds, fixed-size sampling without replacement,
-client level, add/remove); noise multipliers are relative to the sensitivity, so the factor f does
-not appear in them. Noise stds are inputs; :func:`calibrate` / :func:`calibrate_fedcam` turn a target
-(eps, delta) into them (RESOLUTION 3.4).
+Privacy (amendment A-2: one relation, true sensitivities). Every method of the comparison (RR-Cluster
+and all its DP baselines) samples a fixed number m of the M clients without replacement, so the
+guarantee is client-level (eps, delta)-DP under **replace-one** neighbours (one client's whole data
+set replaced by any other), accounted with the subsampled-RDP bound for sampling without replacement
+(Wang, Balle & Kasiviswanathan 2019, Thm 27, in ``dp-accounting``; the paper's Theorem 4.2 is the
+general Thm 9 form of the same replace-one analysis). Sensitivities under that relation:
+
+* identifiers: replacing the client changes its clipped one-hot ``C_s e_j`` into ``C_s e_j'``:
+  ``||C_s (e_j - e_j')|| <= sqrt(2) C_s`` (C_s <= 1, so the clip is ``s -> C_s s``); noise std
+  ``sqrt(2) C_s sigma_s`` per coordinate, noise multiplier sigma_s;
+* cluster sums, with or without rebalancing: condition on the released noisy identifiers (adaptive
+  composition, Prop. 4.1). The sample has m clients on both sides, so the noisy argmax partition is
+  the same, and the rebalancing draws are data-independent given that partition: coupling them, the
+  final partition S_1..S_k is identical and the replaced client's update sits in the same cluster on
+  both sides. Only that cluster's sum changes, by ``||Delta_bar_i - Delta_bar_i'|| <= 2 C_theta``,
+  and the sizes ``|S_j|`` (post-processing of the identifiers) do not change. Sensitivity of the k
+  sums together: ``2 C_theta`` for RR-Cluster (any B) and for the baselines alike; noise std
+  ``2 C_theta sigma_theta``, multiplier sigma_theta. (Under add/remove the size of the sample
+  would change, a rebalancing move could change a donor and a receiver at once, up to ``sqrt(5)
+  C_theta``, and fixed-size sampling would not be the Poisson sampling of the add/remove bound; the
+  replace-one relation avoids all three.)
+* FedCAM's global sum over M^t and the single-model baselines' sum (DP-FedAvg/FedProx/FedPer):
+  ``2 C_theta``; noise ``2 C_theta sigma`` (multiplier sigma).
+* full participation (q = 1, m = M) is the same analysis without amplification: the accountant
+  accounts an unsampled Gaussian (the rebalancing's sqrt(5) C_theta of add/remove does not arise).
+
+The Gaussians of one round act on the same sample: they are one Gaussian with the effective multiplier
+``(sum_i sigma_i^-2)^-1/2``. :meth:`PrivateClusterAggregator.finish` returns one
+:class:`~fedclust.privacy.events.GaussianRelease` (replace-one, fixed-size sampling, client level, T
+rounds) whose multipliers are the noise stds divided by these true sensitivities.
+
+``noise_calibration="paper_literal"`` (clearly labelled, for reproducing the paper's text) adds the
+noise the paper and the withdrawn resolution A2 wrote: identifiers ``C_s sigma_s`` (sensitivity
+C_s), sums ``2 C_theta sigma_theta`` with RR and ``C_theta sigma_theta`` without (baselines), FedCAM's
+global part ``C_theta sigma_g``. Under fixed-size sampling that is not the (eps, delta) the
+calibration asked for, so it is accounted at its true multipliers ``sigma_s/sqrt(2)``,
+``f sigma_theta/2``, ``sigma_g/2``: the report gives the larger epsilon it really spends.
+
+Not a release (experimenter-side evaluation, outside the guarantee): test accuracy, client ACC/NMI,
+training loss, ``identifier_flips`` and ``n_clipped`` (they read the clients' raw choices and update
+norms). ``sizes_before_rr``, ``sizes_after_rr`` and ``n_moved`` are post-processing of the accounted
+identifiers and the rebalancing draws. In a private run the initial models must be public: the engine's
+random init (default) or ``init_params`` that the caller vouches for; IFCA's data-dependent restart
+heuristic (``init_min_fraction``) is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -72,6 +112,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BASES", "PrivateClusterAggregator", "AdditiveModel", "FeSEMEngine", "build_engine", "run",
     "finalize", "calibrate", "calibrate_fedcam", "privatize_identifiers", "noisy_cluster_sums",
+    "NOISE_CALIBRATIONS", "CALIBRATION_BOUNDS", "RELATION",
 ]
 
 BASES = ("ifca", "fesem", "fedcam")
@@ -79,46 +120,107 @@ GLOBAL_PREFIX, CLUSTER_PREFIX = "g.", "c."
 
 
 # ================================================================================================
-# Calibration (RESOLUTION 3.4): thin wrappers over privacy.paper.rr_cluster
+# Calibration (RESOLUTION 3.4, amendment A-2): the project's accountant, replace-one, fixed-size sampling
 # ================================================================================================
+CALIBRATION_BOUNDS = ("accountant",) + paper.BOUNDS
+NOISE_CALIBRATIONS = ("replace_one", "paper_literal")
+#: The neighbouring relation and sampling of every release of this module (amendment A-2).
+RELATION = {"neighbouring": "replace_one", "sampling": "without_replacement", "unit": "client"}
+
+
+def _sample_of(q, M) -> tuple[int, int]:
+    if M is None or isinstance(M, bool) or int(M) != M or M < 1:
+        raise ValueError(f"M (number of clients) must be an integer >= 1, got {M!r}")
+    if q is None or not 0 < float(q) <= 1:
+        raise ValueError(f"q (client sampling ratio) must be in (0, 1], got {q!r}")
+    m = max(1, int(round(float(q) * int(M))))
+    return int(M), m
+
+
+@functools.lru_cache(maxsize=256)
+def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int, weights: tuple) -> float:
+    from fedclust.privacy.accountants import calibrate_noise_multiplier
+
+    return calibrate_noise_multiplier(epsilon, delta, steps=T, sampling="without_replacement", population=M,
+                                      sample_size=m, neighbouring="replace_one", weights=weights, rtol=1e-4)
+
+
+def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ...]:
+    """Noise multipliers for Gaussians sharing each round's budget with ``shares`` (positive, sum 1):
+    ``sigma_x = sigma_eff / sqrt(share_x)``."""
+    if bound not in CALIBRATION_BOUNDS:
+        raise ValueError(f"bound must be one of {CALIBRATION_BOUNDS}, got {bound!r}")
+    if bound == "accountant":
+        from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
+
+        eps, d, T = check_epsilon(epsilon, "target_epsilon"), check_delta(delta), check_steps(T, "T")
+        M, m = _sample_of(q, M)
+        s_eff = _accountant_multiplier(float(eps), float(d), int(T), M, m, (1.0,))
+    else:  # the paper's own formula (Thm 4.2 + eq. 9): a replace-one bound looser than the accountant's
+        _, s_eff = paper.calibrate_sigmas(epsilon, delta, q, T, M, 0.0, bound=bound)
+    return tuple(float(s_eff / math.sqrt(w)) for w in shares)
+
+
 def calibrate(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | None = None, T: int | None = None,
-              M: int | None = None, rho_s: float = 0.5, *, bound: str = "wang_general") -> tuple[float, float]:
-    """``(sigma_s, sigma_theta)`` spending ``epsilon`` at ``delta`` over T rounds of fixed-size sampling
-    ``round(qM)`` of M (Theorem 4.2 + eq. 9); ``rho_s`` = the identifiers' share of the per-round RDP
-    (0 = no identifier: DP-FedAvg/FedPer/FedProx, ``sigma_s = inf``). ``epsilon = inf`` gives (0, 0), no noise."""
+              M: int | None = None, rho_s: float = 0.5, *, bound: str = "accountant") -> tuple[float, float]:
+    """``(sigma_s, sigma_theta)`` spending ``epsilon`` at ``delta`` over T rounds of fixed-size sampling of
+    ``m = round(qM)`` of M clients, client level, replace-one neighbours (module docstring).
+
+    ``rho_s`` in [0, 1) is the identifiers' share of the per-round RDP (0.5: ``sigma_s = sigma_theta``;
+    0: no identifier, DP-FedAvg/FedPer/FedProx, ``sigma_s = inf``). Both are noise multipliers relative to
+    the replace-one sensitivities (sqrt(2) C_s and 2 C_theta). ``bound="accountant"`` (default) bisects
+    the project's accountant (dp-accounting, WBK19 Thm 27), so the reported epsilon equals the target;
+    the paper's bounds (``"wang_general"``: Theorem 4.2, ``"wang_improved"``) give more noise (the
+    accountant then reports less than the target); ``"poisson_rdp"`` is the add/remove Poisson bound,
+    not valid for fixed-size sampling: kept for comparison, its runs report the larger epsilon they
+    really spend. ``epsilon = inf`` gives (0, 0): no noise."""
     if epsilon is not None and math.isinf(float(epsilon)):
         return 0.0, 0.0
-    return paper.calibrate_sigmas(epsilon, delta, q, T, M, rho_s, bound=bound)
+    if not 0.0 <= float(rho_s) < 1.0:
+        raise ValueError(f"rho_s must be in [0, 1), got {rho_s!r}")
+    if float(rho_s) == 0.0:
+        return math.inf, _calibrate_shares(epsilon, delta, q, T, M, (1.0,), bound)[0]
+    ss, st = _calibrate_shares(epsilon, delta, q, T, M, (float(rho_s), 1.0 - float(rho_s)), bound)
+    return ss, st
 
 
 def calibrate_fedcam(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | None = None,
                      T: int | None = None, M: int | None = None, shares=(1 / 3, 1 / 3, 1 / 3), *,
-                     bound: str = "wang_general") -> tuple[float, float, float]:
+                     bound: str = "accountant") -> tuple[float, float, float]:
     """``(sigma_s, sigma_g, sigma_theta)`` for DP-FedCAM's three Gaussians (spec 002, 2.5): per-round RDP
     ``alpha/(2 sigma_eff^2)`` split with ``shares`` (identifier, global, cluster; positive, summing to 1):
-    ``1/sigma_x^2 = share_x / sigma_eff^2``."""
+    ``1/sigma_x^2 = share_x / sigma_eff^2``; calibration as :func:`calibrate`."""
     sh = np.asarray(shares, dtype=float)
     if sh.shape != (3,) or np.any(sh <= 0) or abs(sh.sum() - 1) > 1e-9:
         raise ValueError(f"shares must be 3 positive numbers summing to 1, got {shares!r}")
     if epsilon is not None and math.isinf(float(epsilon)):
         return 0.0, 0.0, 0.0
-    _, s_eff = paper.calibrate_sigmas(epsilon, delta, q, T, M, 0.0, bound=bound)
-    s = s_eff / np.sqrt(sh)
+    s = _calibrate_shares(epsilon, delta, q, T, M, tuple(float(v) for v in sh), bound)
     return float(s[0]), float(s[1]), float(s[2])
 
 
 # ================================================================================================
 # The two private server steps, as plain functions (tested directly)
 # ================================================================================================
+def identifier_sensitivity(C_s: float) -> float:
+    """Replace-one L2 sensitivity of one clipped one-hot identifier: ``||C_s (e_j - e_j')|| = sqrt(2) C_s``."""
+    return math.sqrt(2.0) * float(C_s)
+
+
 def privatize_identifiers(chosen: torch.Tensor, k: int, sigma_s: float, C_s: float,
-                          rng: np.random.Generator) -> tuple[torch.Tensor, np.ndarray]:
-    """Alg. 2: ``s~ = s/max(1, ||s||/C_s) + N(0, C_s^2 sigma_s^2)`` for the one-hots of ``chosen`` (m,);
-    returns ``(argmax s~ (m,), s~ (m, k))``. ``sigma_s = 0`` adds nothing (and draws nothing)."""
+                          rng: np.random.Generator, *, literal: bool = False) -> tuple[torch.Tensor, np.ndarray]:
+    """Alg. 2: ``s~ = s/max(1, ||s||/C_s) + N(0, std^2)`` for the one-hots of ``chosen`` (m,) with
+    ``std = sqrt(2) C_s sigma_s`` (the replace-one sensitivity times the multiplier), or the paper's
+    literal ``C_s sigma_s`` when ``literal``; returns ``(argmax s~ (m,), s~ (m, k))``. ``sigma_s = 0``
+    adds nothing (and draws nothing)."""
+    if not 0 < C_s <= 1:
+        raise ValueError(f"C_s (identifier clip) must be in (0, 1], got {C_s!r}")
     m = int(chosen.shape[0])
     s = np.zeros((m, k))
     s[np.arange(m), chosen.numpy()] = 1.0
-    s = s / max(1.0, 1.0 / C_s)  # ||s|| = 1
-    s = add_gaussian_noise(s, C_s * sigma_s, rng)
+    s = s / max(1.0, 1.0 / C_s)  # ||s|| = 1 -> C_s
+    std = (C_s if literal else identifier_sensitivity(C_s)) * sigma_s
+    s = add_gaussian_noise(s, std, rng)
     return torch.as_tensor(np.argmax(s, axis=1), dtype=torch.long), s
 
 
@@ -148,35 +250,40 @@ class PrivateClusterAggregator(DeltaAveraging):
     """RR-Cluster's server (Alg. 1 lines 7-13) and the directly privatized baselines (B = 0).
 
     * ``sigma_s``: identifier noise multiplier (None/0: identifiers not privatized; then ``sigma_theta``
-      must be 0 too when k > 1, i.e. a non-private run); ``C_s`` identifier clip (0.1; irrelevant to the argmax);
-    * ``sigma_theta``: cluster-sum noise multiplier, noise std ``f C_theta sigma_theta``; ``clip`` =
-      C_theta (None: no clipping; only allowed without noise); ``sensitivity_factor`` f in {1, 2}
-      (None: 2 if B >= 1 else 1);
+      must be 0 too when k > 1, i.e. a non-private run); ``C_s`` identifier clip in (0, 1] (0.1;
+      irrelevant to the argmax); noise std ``sqrt(2) C_s sigma_s``;
+    * ``sigma_theta``: cluster-sum noise multiplier, noise std ``2 C_theta sigma_theta`` (the replace-one
+      sensitivity, module docstring); ``clip`` = C_theta (None: no clipping; only allowed without noise);
+    * ``noise_calibration``: ``"replace_one"`` (default) or ``"paper_literal"`` (the paper's / withdrawn
+      A2 noise, accounted at its true, smaller multipliers; module docstring);
     * ``B``: rebalancing threshold (0 = off);
     * ``global_keys`` (FedCAM): names of the global-model parameters, aggregated over all of M^t with
-      noise std ``C_theta sigma_g`` and clipped separately; ``frozen_keys`` (FedPer's personal head):
+      noise std ``2 C_theta sigma_g`` and clipped separately; ``frozen_keys`` (FedPer's personal head):
       never aggregated; all other parameters are the cluster part;
     * ``server_lr`` gamma.
 
-    ``log`` holds per-round lists: ``round``, ``n_moved``, ``sizes_before_rr``, ``sizes_after_rr``,
-    ``identifier_flips`` (fraction of sampled clients whose noisy argmax differs from their choice),
-    ``n_clipped``.
+    ``log`` holds per-round lists: ``round``, ``n_moved``, ``sizes_before_rr``, ``sizes_after_rr``
+    (post-processing of the accounted identifiers), ``identifier_flips`` (fraction of sampled clients
+    whose noisy argmax differs from their choice) and ``n_clipped`` (experimenter-side diagnostics from
+    raw data, outside the guarantee).
     """
 
     name = "rr_cluster"
 
     def __init__(self, *, sigma_s: float | None, sigma_theta: float, clip: float | None, B: int = 0,
-                 C_s: float = 0.1, sensitivity_factor: int | None = None, sigma_g: float | None = None,
+                 C_s: float = 0.1, noise_calibration: str = "replace_one", sigma_g: float | None = None,
                  global_keys=(), frozen_keys=(), server_lr: float = 1.0, label: str = "rr_cluster"):
         super().__init__(server_lr=server_lr)
         if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 0:
             raise ValueError(f"B (rebalancing threshold) must be an integer >= 0, got {B!r}")
         self.B = int(B)
-        if sensitivity_factor is None:
-            sensitivity_factor = 2 if self.B >= 1 else 1
-        if sensitivity_factor not in (1, 2):
-            raise ValueError(f"sensitivity_factor must be 1 or 2, got {sensitivity_factor!r}")
-        self.factor = int(sensitivity_factor)
+        if noise_calibration not in NOISE_CALIBRATIONS:
+            raise ValueError(f"noise_calibration must be one of {NOISE_CALIBRATIONS}, got {noise_calibration!r}")
+        self.noise_calibration = noise_calibration
+        self.literal = noise_calibration == "paper_literal"
+        # noise std of a cluster sum (and FedCAM's global sum) in units of C_theta * multiplier
+        self.factor = (2 if self.B >= 1 else 1) if self.literal else 2
+        self.global_factor = 1 if self.literal else 2
         for name, v in (("sigma_theta", sigma_theta), ("sigma_s", sigma_s), ("sigma_g", sigma_g)):
             bad_inf = math.isinf(v) and name != "sigma_s" if v is not None else False  # sigma_s = inf: no identifier
             if v is not None and (math.isnan(v) or v < 0 or bad_inf):
@@ -189,8 +296,8 @@ class PrivateClusterAggregator(DeltaAveraging):
         if clip is None and (self.sigma_theta > 0 or self.sigma_g > 0):
             raise ValueError("clip (C_theta) must be given when sigma_theta or sigma_g > 0 (the noise is "
                              "calibrated to the clipped sensitivity)")
-        if not C_s > 0:
-            raise ValueError(f"C_s must be > 0, got {C_s!r}")
+        if not 0 < C_s <= 1:
+            raise ValueError(f"C_s (identifier clip) must be in (0, 1], got {C_s!r}")
         self.clip, self.C_s = (None if clip is None else float(clip)), float(C_s)
         self.global_keys, self.frozen_keys = tuple(global_keys), tuple(frozen_keys)
         if self.global_keys and self.sigma_theta > 0 and self.sigma_g <= 0:
@@ -203,11 +310,25 @@ class PrivateClusterAggregator(DeltaAveraging):
     def private(self) -> bool:
         return self.sigma_theta > 0
 
+    # noise stds actually added (used by __call__ and, divided by the true sensitivities, by finish)
+    @property
+    def identifier_std(self) -> float:
+        return (self.C_s if self.literal else identifier_sensitivity(self.C_s)) * self.sigma_s
+
+    @property
+    def sum_std(self) -> float:
+        return self.factor * (self.clip or 0.0) * self.sigma_theta
+
+    @property
+    def global_std(self) -> float:
+        return self.global_factor * (self.clip or 0.0) * self.sigma_g
+
     def groups(self, updates: ClientUpdates, ctx) -> torch.Tensor:
         """Steps 2-4: noisy one-hot identifiers, argmax, random rebalancing."""
         chosen = updates.chosen
         if ctx.k > 1 and self.sigma_s > 0:
-            noisy, _ = privatize_identifiers(chosen, ctx.k, self.sigma_s, self.C_s, ctx.rngs["noise"])
+            noisy, _ = privatize_identifiers(chosen, ctx.k, self.sigma_s, self.C_s, ctx.rngs["noise"],
+                                             literal=self.literal)
         else:
             if ctx.k > 1 and self.private:
                 raise ValueError("sigma_s must be > 0 when sigma_theta > 0 and k > 1 (the identifiers are "
@@ -231,8 +352,7 @@ class PrivateClusterAggregator(DeltaAveraging):
         deltas = updates.deltas()
         # steps 5-7 for the cluster part
         dc, n_clip = _clip({n: deltas[n] for n in cl}, self.clip)
-        std = self.factor * (self.clip or 0.0) * self.sigma_theta
-        sums = noisy_cluster_sums(dc, g, k, std, ctx.rngs["noise"])
+        sums = noisy_cluster_sums(dc, g, k, self.sum_std, ctx.rngs["noise"])
         params = dict(state.params)
         for n in cl:
             old = state.params[n]
@@ -242,7 +362,7 @@ class PrivateClusterAggregator(DeltaAveraging):
         if gl:
             dg, n_clip_g = _clip({n: deltas[n] for n in gl}, self.clip)
             m = max(len(updates.clients), 1)
-            std_g = (self.clip or 0.0) * self.sigma_g
+            std_g = self.global_std
             for n in gl:
                 s = dg[n].sum(0)
                 if std_g > 0:
@@ -252,17 +372,31 @@ class PrivateClusterAggregator(DeltaAveraging):
         self.log["n_clipped"].append(n_clip)
         return Aggregation(params, state.momentum, g, counts.numpy().copy())
 
+    def noise_multipliers(self) -> tuple[float, ...]:
+        """The release's noise multipliers: each noise std added divided by its replace-one sensitivity
+        (identifiers ``sqrt(2) C_s``, sums ``2 C_theta``), in the order (identifier, global, cluster)."""
+        z = []
+        if self.sigma_s > 0:
+            z.append(self.identifier_std / identifier_sensitivity(self.C_s))
+        if self.global_keys:
+            z.append(self.global_std / (2.0 * self.clip))
+        z.append(self.sum_std / (2.0 * self.clip))
+        return tuple(float(v) for v in z)
+
     def finish(self, rounds: int, n_clients: int, n_sampled: int) -> list:
-        """The run's DP release (empty for a non-private run)."""
+        """The run's DP release (empty for a non-private run): replace-one, fixed-size sampling of
+        ``n_sampled`` of ``n_clients``, client level, ``rounds`` steps (module docstring)."""
         if not self.private:
             return []
-        ident = self.sigma_s if self.sigma_s > 0 else None
-        if self.global_keys:
-            z = tuple(v for v in (ident, self.sigma_g, self.sigma_theta) if v is not None)
-            return [GaussianRelease(z, count=int(rounds), sampling="without_replacement", population=int(n_clients),
-                                    sample_size=int(n_sampled), neighbouring="add_remove", unit="client",
-                                    label=self.label)]
-        return [paper.release(ident, self.sigma_theta, T=rounds, M=n_clients, sample_size=n_sampled, label=self.label)]
+        label = self.label + (" [paper_literal noise]" if self.literal else "")
+        return [GaussianRelease(self.noise_multipliers(), count=int(rounds), population=int(n_clients),
+                                sample_size=int(n_sampled), label=label, **RELATION,
+                                extra={"noise_calibration": self.noise_calibration, "C_theta": self.clip,
+                                       "C_s": self.C_s, "sum_noise_std": self.sum_std,
+                                       "identifier_noise_std": self.identifier_std,
+                                       "global_noise_std": self.global_std if self.global_keys else None,
+                                       "sensitivities": {"identifier": identifier_sensitivity(self.C_s),
+                                                         "sum": 2.0 * self.clip}})]
 
 
 # ================================================================================================
@@ -360,9 +494,19 @@ def _sample_size(data: FederatedTensors, participation, clients_per_round) -> in
     return max(1, int(round(participation * data.n_clients)))
 
 
+PRIVACY_NOTES = (
+    "client-level DP under replace-one neighbours (one client's data replaced by any other) with fixed-size "
+    "client sampling without replacement (amendment A-2; WBK19 Thm 27 in dp-accounting)",
+    "noise calibrated to the replace-one sensitivities: identifiers sqrt(2) C_s, cluster sums 2 C_theta with "
+    "or without rebalancing (the partition is post-processing of the noisy identifiers)",
+    "outside the guarantee (experimenter-side, raw data): test accuracy, client ACC/NMI, training loss, "
+    "identifier_flips, n_clipped",
+)
+
+
 def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifca", B: int = 8,
                  sigma_s: float | None = 0.0, sigma_theta: float = 0.0, sigma_g: float | None = None,
-                 clip: float | None = None, C_s: float = 0.1, sensitivity_factor: int | None = None,
+                 clip: float | None = None, C_s: float = 0.1, noise_calibration: str = "replace_one",
                  server_lr: float = 1.0, participation: float = 0.1, clients_per_round: int | None = None,
                  engine_cls=None, aggregator_kwargs: dict | None = None, **engine_kwargs) -> ClusteredFLEngine:
     """A configured engine for RR-Cluster(``base``) (B >= 1) or DP-``base`` (B = 0); see :func:`run`.
@@ -372,21 +516,28 @@ def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: s
     """
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
+    if "sensitivity_factor" in engine_kwargs:
+        raise ValueError("sensitivity_factor was removed (amendment A-2): every method adds noise for its "
+                         "replace-one sensitivity; noise_calibration='paper_literal' reproduces the paper's noise")
     if engine_kwargs.get("sampling", "fixed") != "fixed":
         raise ValueError("sampling must be 'fixed' (fixed-size sampling without replacement, spec 002, 2.8; "
-                         "the accountant assumes it)")
+                         "the replace-one accounting assumes it)")
     m = _sample_size(data, participation, clients_per_round)
     check_threshold(B, m, k)
     if k > 1 and sigma_theta and sigma_theta > 0 and not (sigma_s and 0 < sigma_s < math.inf):
         raise ValueError(f"sigma_s must be > 0 when sigma_theta > 0 and k={k} > 1 (the identifiers are released "
                          f"too), got sigma_s={sigma_s!r}")
+    if sigma_theta and sigma_theta > 0 and engine_kwargs.get("init_min_fraction") is not None:
+        raise ValueError("init_min_fraction must be None in a private run: IFCA's restart heuristic picks the "
+                         "initial models with the clients' raw losses, a release without a DP mechanism "
+                         "(amendment A-1); private runs use the public random init")
     agg_kw = dict(aggregator_kwargs or {})
     if base == "fedcam":
         model = AdditiveModel(model)
         agg_kw["global_keys"] = tuple(GLOBAL_PREFIX + n for n in model.base.init(1, 0))
         agg_kw["sigma_g"] = sigma_g
     agg = PrivateClusterAggregator(sigma_s=sigma_s, sigma_theta=sigma_theta, clip=clip, B=B, C_s=C_s,
-                                   sensitivity_factor=sensitivity_factor, server_lr=server_lr,
+                                   noise_calibration=noise_calibration, server_lr=server_lr,
                                    label=f"{'rr_cluster' if B else 'dp'}_{base}", **agg_kw)
     if engine_cls is None:
         engine_cls = FeSEMEngine if base == "fesem" else ClusteredFLEngine
@@ -400,20 +551,28 @@ def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: s
 def finalize(eng: ClusteredFLEngine, res: ClusteredFLResult) -> ClusteredFLResult:
     """Copy the aggregator's per-round log into ``res.history`` (keys ``rr_round``, ``n_moved``,
     ``sizes_before_rr``, ``sizes_after_rr``, ``identifier_flips``, ``n_clipped``: one entry per
-    training round) and the privacy settings into ``res.info``."""
+    training round) and the privacy settings into ``res.info`` (``privacy_notes`` for the report)."""
     agg = eng.aggregator
     if isinstance(agg, PrivateClusterAggregator):
         for key, v in agg.log.items():
             res.history["rr_round" if key == "round" else key] = list(v)
         res.info.update({"B": agg.B, "sigma_s": agg.sigma_s, "sigma_theta": agg.sigma_theta, "sigma_g": agg.sigma_g,
-                         "clip": agg.clip, "C_s": agg.C_s, "sensitivity_factor": agg.factor,
+                         "clip": agg.clip, "C_s": agg.C_s, "noise_calibration": agg.noise_calibration,
+                         "sum_noise_std": agg.sum_std, "identifier_noise_std": agg.identifier_std,
                          "server_lr": agg.server_lr, "total_moved": int(sum(agg.log["n_moved"]))})
+        if agg.private:
+            notes = list(PRIVACY_NOTES)
+            if agg.literal:
+                notes.append("noise_calibration='paper_literal': the paper's noise (identifiers C_s sigma_s, sums "
+                             f"{agg.factor} C_theta sigma_theta) is accounted at its true replace-one multipliers "
+                             f"{agg.noise_multipliers()}, so epsilon exceeds the calibration target")
+            res.info["privacy_notes"] = notes
     return res
 
 
 def run(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifca", B: int = 8,
         sigma_s: float | None = 0.0, sigma_theta: float = 0.0, sigma_g: float | None = None,
-        clip: float | None = None, C_s: float = 0.1, sensitivity_factor: int | None = None,
+        clip: float | None = None, C_s: float = 0.1, noise_calibration: str = "replace_one",
         server_lr: float = 1.0, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
         rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
         **engine_kwargs) -> ClusteredFLResult:
@@ -421,23 +580,25 @@ def run(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifc
 
     * ``base`` in {"ifca", "fesem", "fedcam"}; ``k`` clusters; ``B`` integer in [0, m/k] with
       m = round(q M) clients per round (ValueError naming B otherwise);
-    * ``sigma_s`` identifier noise multiplier (C_s sigma_s per coordinate); ``sigma_theta`` model noise
-      multiplier (std ``f C_theta sigma_theta`` on each cluster sum); ``sigma_g`` FedCAM's global-part
-      multiplier; ``clip`` = C_theta; ``sensitivity_factor`` f in {1, 2} (default 2 with RR, 1 without);
-      all zero: the non-private algorithm (eps = inf);
+    * ``sigma_s`` identifier noise multiplier (noise ``sqrt(2) C_s sigma_s`` per coordinate, ``C_s`` in
+      (0, 1]); ``sigma_theta`` model noise multiplier (std ``2 C_theta sigma_theta`` on each cluster
+      sum); ``sigma_g`` FedCAM's global-part multiplier; ``clip`` = C_theta; all multipliers relative to
+      the replace-one sensitivities (module docstring); ``noise_calibration="paper_literal"``: the
+      paper's noise, accounted at its true multipliers; all zero: the non-private algorithm (eps = inf);
     * local training: ``lr``, ``local_steps`` (S)GD steps (``batch_size`` None = full batch); server step
-      ``server_lr`` gamma; ``rounds`` T; ``participation`` q or ``clients_per_round``;
-    * other keyword arguments go to :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`.
+      ``server_lr`` gamma; ``rounds`` T; ``participation`` q or ``clients_per_round`` (fixed-size sample;
+      q = 1 is full participation);
+    * other keyword arguments go to :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`
+      (``init_min_fraction`` is refused in a private run).
 
     Returns a :class:`ClusteredFLResult` whose ``dp_events`` is the list of DP releases and whose
     ``history`` has the per-round RR log (see :func:`finalize`).
     """
     eng = build_engine(data, model, k, base=base, B=B, sigma_s=sigma_s, sigma_theta=sigma_theta, sigma_g=sigma_g,
-                       clip=clip, C_s=C_s, sensitivity_factor=sensitivity_factor, server_lr=server_lr,
+                       clip=clip, C_s=C_s, noise_calibration=noise_calibration, server_lr=server_lr,
                        participation=participation, clients_per_round=clients_per_round, lr=lr,
                        local_steps=local_steps, batch_size=batch_size, rounds=rounds, seed=seed, **engine_kwargs)
     res = finalize(eng, eng.run())
     logger.info("%s: B=%d, %d updates moved in %d rounds, final test accuracy %.4f", res.info["method"], B,
                 res.info.get("total_moved", 0), rounds, res.info["final"].get("test_accuracy", float("nan")))
     return res
-

@@ -1,15 +1,16 @@
-"""The RR-Cluster experiment grid (spec 002, section 5.5; issue 7).
+"""The RR-Cluster experiment grid (spec 002, section 5.5; issue 7; amendment A-2).
 
 Settings ``balanced`` (4 rotation groups, 0/90/180/270) and ``imbalanced`` (2:1:1, 0/90/180),
 each client's images used once (``reuse=False``, RR-Cluster's construction). For every setting,
 epsilon (null = no DP), method and seed: test accuracy, client-clustering ACC, moved updates per
 round, the smallest noisy cluster before RR (mean over rounds), and the accounted epsilon.
-RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the baselines once. Method ``dp_ifca_2c`` is
-DP-IFCA with the paper's 2 C_theta sensitivity (the noise RR-Cluster pays): the difference dp_ifca -
-dp_ifca_2c is the price of the sensitivity factor, dp_ifca_2c - rr_cluster the effect of the
-rebalancing itself (0 when the identifier noise already keeps every cluster >= B, see
-``fedclust.clustered_fl.rebalance.min_expected_cluster_size``). Tables: the spec's Table 1 layout (method x setting/epsilon) and Table 4 layout
-(clustering accuracy, epsilon x B).
+RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the baselines once. Every method is
+calibrated by the accountant to its replace-one sensitivity under fixed-size sampling (amendment A-2;
+RR-Cluster and DP-IFCA add the same noise, so when the identifier noise already keeps every cluster
+>= B, RR-Cluster equals DP-IFCA exactly). Method ``dp_ifca_literal`` is DP-IFCA with the paper's
+literal noise (``C_theta``, the withdrawn resolution A2): its ``epsilon_accountant`` is the larger
+epsilon that noise really spends. Tables: the spec's Table 1 layout (method x setting/epsilon) and
+Table 4 layout (clustering accuracy, epsilon x B).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
                  participation=q, eval_every=int(config.get("eval_every", 5)))
     hidden = config.get("hidden", [])
     clip = float(config.get("clip", 0.3))
+    bound = config.get("calibration_bound", "accountant")
     cells = []
     for setting in config.get("settings", ["balanced", "imbalanced"]):
         for eps in config.get("epsilons", [None, 8.0, 4.0, 2.0]):
@@ -63,23 +65,24 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         private = eps is not None
         kw = dict(train, seed=seed)
         if method in ("dp_fedavg", "dp_fedprox", "dp_fedper"):
-            sigma = rr_cluster.calibrate(eps, delta, q, T, M, 0.0)[1] if private else 0.0
+            sigma = rr_cluster.calibrate(eps, delta, q, T, M, 0.0, bound=bound)[1] if private else 0.0
             fn = {"dp_fedavg": dpb.dp_fedavg, "dp_fedprox": dpb.dp_fedprox, "dp_fedper": dpb.dp_fedper}[method]
             extra = {"mu": float(config.get("mu", 0.1))} if method == "dp_fedprox" else {}
             res = fn(tensors, model, sigma=sigma, clip=clip if private else None, **extra, **kw)
         else:
-            base = {"dp_ifca": "ifca", "dp_ifca_2c": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam",
+            base = {"dp_ifca": "ifca", "dp_ifca_literal": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam",
                     "rr_cluster": config.get("base", "ifca")}[method]
             sg = None
             if not private:
                 ss = st = 0.0
             elif base == "fedcam":
-                ss, sg, st = rr_cluster.calibrate_fedcam(eps, delta, q, T, M)
+                ss, sg, st = rr_cluster.calibrate_fedcam(eps, delta, q, T, M, bound=bound)
             else:
-                ss, st = rr_cluster.calibrate(eps, delta, q, T, M, float(config.get("rho_s", 0.5)))
+                ss, st = rr_cluster.calibrate(eps, delta, q, T, M, float(config.get("rho_s", 0.5)), bound=bound)
             res = rr_cluster.run(tensors, model, k, base=base, B=B if method == "rr_cluster" else 0, sigma_s=ss,
                                  sigma_theta=st, sigma_g=sg, clip=clip if private else None, C_s=float(config.get("C_s", 0.1)),
-                                 sensitivity_factor=2 if method == "dp_ifca_2c" else None, **kw)
+                                 noise_calibration="paper_literal" if method == "dp_ifca_literal" else "replace_one",
+                                 **kw)
         final = res.info["final"]
         moved = res.history.get("n_moved") or [0.0]
         label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
@@ -106,7 +109,7 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     summary = summarize(frame, ["setting", "epsilon", "label"], METRICS)
     table1 = summary.pivot_table(index="label", columns=["setting", "epsilon"], values="test_accuracy", aggfunc="first", sort=False).reset_index()
-    rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]  # dp_ifca and dp_ifca_2c
+    rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]  # dp_ifca and dp_ifca_literal
     table4 = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False).reset_index()
     moved = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False).reset_index()
     return {"table1_test_accuracy": table1, "table4_client_ACC": table4, "moved_updates_per_round": moved, "all_metrics": summary}

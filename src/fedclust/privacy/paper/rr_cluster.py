@@ -1,7 +1,12 @@
 """RR-Cluster's privacy accounting (Yang, Hu, Kim & Li, "Differentially Private Federated Clustering
 with Random Rebalancing"; spec 002, section 3).
 
-Client-level DP under add/remove of one client, with a trusted server that adds the noise.
+Client-level DP with a trusted server that adds the noise. The paper states add/remove of one client,
+but its subsampling bound (WBK19, sampling without replacement of a fixed number of clients) is a
+**replace-one** analysis (amendment A-2). The formulas below are therefore read with noise multipliers
+relative to the replace-one sensitivities (identifiers ``sqrt(2) C_s``, cluster sums ``2 C_theta``, see
+:mod:`fedclust.clustered_fl.rr_cluster`); :func:`release` describes the run that way, and the reported
+epsilon is the project accountant's, this module's value being the paper's claim shown next to it.
 
 * Per round (Prop. 4.1, with Theorem A.4 for the Gaussian RDP and A.3 for composition): the identifier
   Gaussian (noise multiplier ``sigma_s``) and the cluster-sum Gaussian (``sigma_theta``, relative to the
@@ -277,7 +282,9 @@ def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: flo
 
 def release(sigma_s: float | None, sigma_theta: float, *, T: int, M: int, q: float | None = None,
             sample_size: int | None = None, label: str = "rr_cluster") -> GaussianRelease:
-    """The :class:`GaussianRelease` of T RR-Cluster rounds (client level, add/remove, fixed-size sampling).
+    """The :class:`GaussianRelease` of T RR-Cluster rounds: client level, **replace-one** neighbours,
+    fixed-size sampling without replacement (amendment A-2), noise multipliers relative to the
+    replace-one sensitivities.
 
     ``sample_size`` defaults to ``round(q M)``. Without identifier noise (``sigma_s`` None/inf) the
     release has the model Gaussian only.
@@ -289,5 +296,5 @@ def release(sigma_s: float | None, sigma_theta: float, *, T: int, M: int, q: flo
     z = (float(sigma_theta),) if sigma_s is None or math.isinf(sigma_s) else (float(sigma_s), float(sigma_theta))
     return GaussianRelease(
         z, count=int(T), sampling="without_replacement", population=int(M), sample_size=int(sample_size),
-        neighbouring="add_remove", unit="client", label=label,
+        neighbouring="replace_one", unit="client", label=label,
     )
