@@ -14,7 +14,17 @@ Prints
 2. the paper's qualitative claims (Figs. 3-4 setting, Q2^t = floor(10/t)+1): ACC ordering
    no DP > eps_bar=20 > eps_bar=2, IID >= non-IID (two digits per client), larger K better;
 3. wall time of one vectorized DP-FedC round against a per-client Python loop of the same round
-   (same inputs, results equal to 1e-10), and of a full 100-round run.
+   (same inputs, results equal to 1e-10), and of a full 100-round run;
+4. what privacy costs now that a private run is sound (issue 13, amendment A-1): ACC of the paper's
+   non-private DP-FedC, of the same mechanism as the private run with its noise off (public W^0,
+   public clip, public constants), and of the private run at one budget (its accountant epsilon
+   printed next to it), for a few gradient clips G.
+
+Private runs (amendment A-1): W^0 is a public draw (uniform in [0, 1]^m, pulled into the clip ball)
+shared by every method of a seed, every sample is clipped to the public bound ``--clip`` (default
+sqrt(m), the largest row norm of [0, 1]^m; never the data's largest norm), and DP-FedC uses its public
+constants. Non-private runs keep the paper's choices (k data rows as W^0, data-dependent constants).
+DP-FedC's penalty: rho_factor = 1e-2 (amendment A-3) and the paper's 1e-7 (``--rho-variant``).
 
 Data: ``../shared/data/mnist`` (the 10,000-image MNIST test set, pixels / 255), or ``--data``.
 """
@@ -29,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
-from fedclust.clustering._common import SegmentLayout, initial_centroids, sample_clients
+from fedclust.clustering._common import SegmentLayout, initial_centroids, public_centroids, sample_clients
 from fedclust.data.files import load_mnist_folder
 from fedclust.data.synthetic import gaussian_mixture
 from fedclust.metrics import clustering_accuracy
@@ -61,7 +71,12 @@ def partition(y, split, seed):
     return shards(y, N_CLIENTS, labels_per_client=2, seed=seed).client
 
 
-def table1(X, y, seeds, R, G, rho_variant):
+def public_w0(X, k, seed, clip):
+    """The private runs' W^0: uniform in [0, 1]^m pulled into the clip ball (no data read)."""
+    return public_centroids(k, X.shape[1], seed, "uniform_box", clip=clip)
+
+
+def table1(X, y, seeds, R, G, rho_variant, clip):
     """Table I: methods x {no DP, eps_bar = 20}, IID, K = 30, Q2 = 5."""
     k = 10
     K = K_DEFAULT
@@ -71,27 +86,26 @@ def table1(X, y, seeds, R, G, rho_variant):
     with warnings.catch_warnings():  # eps >= 1 in --quick (few rounds): classical formula still used
         warnings.simplefilter("ignore")
         z = classical_sigma(eps_round, DELTA, 1.0)
-    clip = float(np.linalg.norm(X, axis=1).max())
     rows = {}
     times = {}
 
-    variant = f"DP-FedC, rho_factor={rho_variant:g} (not the paper's)"
+    variant = f"DP-FedC, rho_factor={rho_variant:g}" + (" (the paper's)" if rho_variant == 1e-7 else "")
     methods = [("FKM", fkm), ("FZKM", fzkm), ("DK++", dk_pp), ("DKM", dkm), ("DP-FedC", dp_fedc), (variant, dp_fedc)]
     for name, mod in methods:
         for dp in (False, True):
             accs, t0 = [], time.perf_counter()
             for seed in seeds:
                 client = partition(y, "iid", seed)
-                W0 = initial_centroids(X, k, seed)
+                W0 = public_w0(X, k, seed, clip) if dp else initial_centroids(X, k, seed)
                 common = dict(rounds=R, clients_per_round=K, seed=seed, init_centroids=W0)
                 if mod is dp_fedc:
-                    rf = rho_variant if name == variant else 1e-7
+                    rf = rho_variant if name == variant else 1e-2
                     r = dp_fedc.run(X, client, k, q2=5, G=G if dp else None, eps_bar=20.0 if dp else None,
-                                    rho_factor=rf, **common)
+                                    rho_factor=rf, clip=clip if dp else None, **common)
                 elif mod is fkm:
                     r = fkm.run(X, client, k, noise_multiplier=z if dp else 0.0, clip=clip if dp else None, **common)
                 else:
-                    extra = {"seeding_rounds": min(5, R - 2)} if mod is dk_pp else {}
+                    extra = {"seeding_rounds": 0 if dp else min(5, R - 2)} if mod is dk_pp else {}
                     r = mod.run(X, client, k, noise_multiplier=z if dp else 0.0, clip=clip if dp else None,
                                 **common, **extra)
                 accs.append(clustering_accuracy(y, r.labels))
@@ -101,7 +115,8 @@ def table1(X, y, seeds, R, G, rho_variant):
           f"{len(seeds)} seed(s); ACC %, mean ± std)")
     print(f"per-round eps given to every method at eps_bar=20: {eps_round:.4g} (delta={DELTA}); baseline "
           f"noise multiplier z={z:.3g}, sample clip={clip:.3g}; DP-FedC gradient clip G={G}")
-    print("(FKM, FZKM, DK++, DKM are our reimplementations, not the paper's code)\n")
+    print("(FKM, FZKM, DK++, DKM are our reimplementations, not the paper's code; DKM's noisy run is not DP "
+          "(epsilon = inf); private runs start from a public W^0)\n")
     print("| method | without DP | eps_bar = 20 | drop | s/run (no DP, DP) |")
     print("|---|---|---|---|---|")
     for name, _ in methods:
@@ -111,7 +126,7 @@ def table1(X, y, seeds, R, G, rho_variant):
     return rows
 
 
-def claims(X, y, seeds, R, G, Ks, rho_factor=1e-7):
+def claims(X, y, seeds, R, G, Ks, rho_factor=1e-2, clip=None):
     """DP-FedC in the Figs. 3-4 setting (Q2^t = floor(10/t)+1)."""
     k = 10
     res = {}
@@ -123,16 +138,17 @@ def claims(X, y, seeds, R, G, Ks, rho_factor=1e-7):
             accs = []
             for seed in seeds:
                 client = partition(y, split, seed)
+                W0 = public_w0(X, k, seed, clip) if eb else initial_centroids(X, k, seed)
                 r = dp_fedc.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, q2="diminishing",
-                                G=G if eb else None, eps_bar=eb, init_centroids=initial_centroids(X, k, seed),
-                                rho_factor=rho_factor)
+                                G=G if eb else None, eps_bar=eb, init_centroids=W0, rho_factor=rho_factor,
+                                clip=clip if eb else None)
                 accs.append(clustering_accuracy(y, r.labels))
                 if eb == 20.0:
                     noise.setdefault((split, K), []).append(np.mean(r.history["sigma"]) / np.sqrt(K))
             res[key] = np.array(accs)
         return res[key]
 
-    tag = "the paper's" if rho_factor == 1e-7 else "NOT the paper's: a stronger one-hot penalty"
+    tag = "the paper's" if rho_factor == 1e-7 else "amendment A-3, not the paper's: a stronger one-hot penalty"
     print(f"\n## 2. Qualitative claims (DP-FedC, Q1=10, Q2^t=floor(10/t)+1, R={R}, G={G}, "
           f"rho_factor={rho_factor:g} ({tag}), {len(seeds)} seed(s); final ACC %)\n")
     # reference points: W never moves (every gradient clipped to ~0, no noise), i.e. H steps on W^0
@@ -227,10 +243,42 @@ def timing(X, y, G, R_full, reps, quick=False):
     for q2, eb in ((5, 20.0),) if quick else ((5, 20.0), ("diminishing", 20.0), (5, None)):  # N=100, K=30
         t0 = time.perf_counter()
         r = dp_fedc.run(X, client, k, rounds=R_full, clients_per_round=K, seed=seed, q2=q2, G=G if eb else None, eps_bar=eb,
-                        y=y)
+                        clip=float(np.sqrt(X.shape[1])) if eb else None, y=y)
         dt = time.perf_counter() - t0
         print(f"- full run, R={R_full}, Q2={q2}, eps_bar={eb if eb else 'inf'} (ACC/NMI logged every round): "
               f"{dt:.1f} s (final ACC {100 * r.history['ACC'][-1]:.1f} %)")
+
+
+def privacy_cost(X, y, seeds, R, Gs, clip, eps_bar=20.0, N=N_CLIENTS, K=K_DEFAULT, q2=5, rho_factor=1e-2, alpha_2=None):
+    """ACC of DP-FedC (IID): the paper's non-private run (rho_factor 1e-2), the private mechanism with
+    its noise off, and the private run at eps_bar, for each gradient clip G (issue 13)."""
+    from fedclust.privacy.accountants import epsilon as accounted
+
+    k = int(np.unique(y).size)
+    print(f"\n## 4. What privacy costs (DP-FedC, IID, N={N}, K={K}, Q2={q2}, R={R}, clip={clip:g}, delta={DELTA}, "
+          f"{len(seeds)} seed(s); final ACC %, mean ± std)\n")
+    base = []
+    for seed in seeds:
+        client = iid(y.size, N, seed=seed).client
+        r = dp_fedc.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, q2=q2)  # the paper's choices
+        base.append(clustering_accuracy(y, r.labels))
+    print(f"non-private, the paper's W^0 (k data rows) and data-dependent constants, no clipping, rho_factor=1e-2: "
+          f"{ms(base)}\n")
+    print(f"public constants with rho_factor={rho_factor:g}, alpha_2={alpha_2 or dp_fedc.ALPHA_2['public']:g}:\n")
+    print(f"| G | noise off (public W^0, clip, constants) | eps_bar = {eps_bar:g} | accountant epsilon (worst client) |")
+    print("|---|---|---|---|")
+    for G in Gs:
+        off, on, eps = [], [], []
+        for seed in seeds:
+            client = iid(y.size, N, seed=seed).client
+            kw = dict(rounds=R, clients_per_round=K, seed=seed, q2=q2, G=G, clip=clip, delta=DELTA, rho_factor=rho_factor,
+                      alpha_2=alpha_2)
+            r0 = dp_fedc.run(X, client, k, eps_bar=None, init="uniform_box", constants="public", **kw)
+            r1 = dp_fedc.run(X, client, k, eps_bar=eps_bar, **kw)
+            off.append(clustering_accuracy(y, r0.labels))
+            on.append(clustering_accuracy(y, r1.labels))
+            eps.append(accounted(r1.dp_events, DELTA))
+        print(f"| {G:g} | {ms(off)} | {ms(on)} | {np.mean(eps):.3g} |")
 
 
 def main():
@@ -239,27 +287,54 @@ def main():
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"))
     ap.add_argument("--G", type=float, default=0.03,
                     help="DP-FedC gradient clip bound for the private runs (non-private runs are unclipped)")
-    ap.add_argument("--rho-variant", type=float, default=1e-2,
-                    help="second rho_factor (besides the paper's 1e-7) for the claims and Table I; 0 = skip")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: table,claims,timing")
+    ap.add_argument("--rho-variant", type=float, default=1e-7,
+                    help="second rho_factor (besides the default 1e-2 of amendment A-3; 1e-7 is the paper's) for the "
+                         "claims and Table I; 0 = skip")
+    ap.add_argument("--clip", type=float, default=None,
+                    help="public L2 bound on every sample in private runs (default sqrt(m) = 28 for MNIST)")
+    ap.add_argument("--cost-G", default="0.03,0.3,3", help="gradient clips G for section 4 (comma list)")
+    ap.add_argument("--cost-rounds", type=int, default=None, help="rounds for section 4 (default: as the others)")
+    ap.add_argument("--cost-seeds", type=int, default=3, help="seeds for section 4")
+    ap.add_argument("--cost-rho", type=float, default=1e-2, help="rho_factor of the public runs of section 4")
+    ap.add_argument("--cost-eps-bar", type=float, default=20.0, help="the paper budget eps_bar of section 4")
+    ap.add_argument("--cost-alpha2", type=float, default=None,
+                    help="alpha_2 of the public runs of section 4 (default: the run's, 1.25 with public constants)")
+    ap.add_argument("--digits", action="store_true",
+                    help="use sklearn's digits (1797 x 64, pixels / 16) instead of MNIST, N = 20 clients, K = 10")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: table,claims,timing,cost")
     a = ap.parse_args()
-    X, y = load(a.data)
+    global N_CLIENTS, K_DEFAULT
+    if a.digits:
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        X = X.astype(np.float64) / 16.0
+        N_CLIENTS, K_DEFAULT = 20, 10
+    else:
+        X, y = load(a.data)
     seeds = [0] if a.quick else [0, 1, 2, 3, 4]
     R = 4 if a.quick else 100
+    clip = float(a.clip) if a.clip else float(np.sqrt(X.shape[1]))
     skip = set(a.skip.split(","))
+    if a.digits:
+        skip.add("timing")  # the timing configurations are MNIST-sized (100 to 5000 clients)
     t0 = time.perf_counter()
     from sklearn.cluster import KMeans
 
     km = KMeans(10, n_init=1 if a.quick else 10, random_state=0).fit(X)
-    print(f"# DP-FedC benchmark ({'quick' if a.quick else 'full'}): MNIST test set {X.shape}, "
+    print(f"# DP-FedC benchmark ({'quick' if a.quick else 'full'}): {'digits' if a.digits else 'MNIST test set'} {X.shape}, "
           f"centralized sklearn KMeans(n_init={km.n_init}) ACC {100 * clustering_accuracy(y, km.labels_):.1f} %")
     if "table" not in skip:
-        table1(X, y, seeds, R, a.G, a.rho_variant or 1e-7)
+        table1(X, y, seeds, R, a.G, a.rho_variant or 1e-7, clip)
     if "claims" not in skip:
-        for rf in (1e-7, a.rho_variant) if a.rho_variant else (1e-7,):
-            claims(X, y, seeds, R, a.G, [10, 30] if a.quick else [10, 30, 100], rf)
+        for rf in (1e-2, a.rho_variant) if a.rho_variant else (1e-2,):
+            Ks = ([5, 10] if a.quick else [5, 10, 20]) if a.digits else ([10, 30] if a.quick else [10, 30, 100])
+            claims(X, y, seeds, R, a.G, Ks, rf, clip)
     if "timing" not in skip:
         timing(X, y, a.G, 10 if a.quick else 100, 1 if a.quick else 5, a.quick)
+    if "cost" not in skip:
+        privacy_cost(X, y, list(range(a.cost_seeds)), a.cost_rounds or R, [float(g) for g in a.cost_G.split(",")], clip,
+                     eps_bar=a.cost_eps_bar, N=N_CLIENTS, K=K_DEFAULT, rho_factor=a.cost_rho, alpha_2=a.cost_alpha2)
     print(f"\ntotal benchmark time {time.perf_counter() - t0:.0f} s")
 
 

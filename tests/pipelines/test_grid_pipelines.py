@@ -6,23 +6,46 @@ import pandas as pd
 
 def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_runs, kedro_project):
     config = {
-        "dataset": "iris", "n_clients": 5, "rounds": 4, "seeds": 2, "parts": ["table1", "sweep"],
+        "dataset": "iris", "n_clients": 5, "rounds": 4, "seeds": 1, "parts": ["table1", "sweep"],
         "table1_K": 5, "table1_methods": ["fkm", "dp_fedc"], "splits": ["iid"], "Ks": [5], "eps_bars": [None, 20.0],
+        "rho_factors": [1e-2, 1e-7],
     }
     run_pipeline("dp_fedc_grid", {"dp_fedc_grid": {"config": config}})
 
     summary = pd.read_csv(kedro_project / "data/08_reporting/dp_fedc_grid/summary.csv")
     t1 = summary[summary["table"] == "table1"]
-    assert set(t1["method"]) == {"fkm", "dp_fedc"} and set(t1["n"]) == {2}
+    assert set(t1["method"]) == {"fkm", "dp_fedc"} and set(t1["n"]) == {1}
+    # amendment A-3: DP-FedC with the default and the paper's penalty, side by side
+    assert set(t1[t1["method"] == "dp_fedc"]["rho_factor"].astype(str)) == {"0.01", "1e-07"}
+    assert set(t1[t1["method"] == "fkm"]["rho_factor"].astype(str)) == {"-"}
     md = (kedro_project / "data/08_reporting/dp_fedc_grid/summary.md").read_text()
     assert "### table1" in md and "### sweep" in md
 
     client, runs = mlflow_runs()
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    # table1: 2 methods x 2 budgets x 2 seeds; sweep: 1 split x 1 K x 2 budgets x 2 seeds
-    assert len(children) == 8 + 4
+    # table1: (fkm + dp_fedc x 2 penalties) x 2 budgets x 1 seed; sweep: 2 penalties x 1 split x 1 K x 2 budgets x 1 seed
+    assert len(children) == 6 + 4
     private = [r for r in children if r.data.tags["epsilon"] == "20"]
     assert private and all(0 < r.data.metrics["epsilon_accountant"] < 1e6 for r in private)
+    # amendment A-1: private cells start from public centroids and clip to a public bound (sqrt(4) = 2 for iris)
+    assert all(r.data.params["init"] == "uniform_box" and float(r.data.params["clip"]) == 2.0 for r in private)
+    assert all(r.data.params["constants"] == "public" for r in private if r.data.tags["method"] == "dp_fedc")
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags][0]
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "dp_fedc_grid")}
     assert {"dp_fedc_grid/summary.csv", "dp_fedc_grid/summary.md", "dp_fedc_grid/curves.png"} <= arts
+
+
+def test_privacy_audit_pipeline_writes_audits_and_child_runs(run_pipeline, mlflow_runs, kedro_project):
+    import json
+
+    run_pipeline("privacy_audit", {"privacy_audit": {"config": {"methods": ["fkm"], "n_runs": 300, "workers": 1}}})
+    audit = json.loads((kedro_project / "data/08_reporting/privacy_audit/fkm/audit.json").read_text())
+    assert audit["sound"] is True and audit["powerful"] is True
+    assert audit["epsilon_audited"] <= audit["epsilon_accounted"] < audit["epsilon_audited_noise_off"]
+    summary = pd.read_csv(kedro_project / "data/08_reporting/privacy_audit/summary.csv")
+    assert list(summary["method"]) == ["fkm"] and bool(summary["sound"].iloc[0])
+    client, runs = mlflow_runs()
+    child = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(child) == 1 and child[0].data.tags["method"] == "fkm"
+    assert child[0].data.metrics["epsilon_audited"] <= child[0].data.metrics["epsilon"]
+    assert "audit.json" in {a.path for a in client.list_artifacts(child[0].info.run_id)}

@@ -2,7 +2,8 @@
 
 Paper: Y. Li, S. Wang, C.-Y. Chi, T. Q. S. Quek, "Differentially Private Federated Clustering Over
 Non-IID Data", IEEE Internet of Things Journal (2023), DOI 10.1109/JIOT.2023.3312852.
-Specified (with resolutions of the paper's ambiguities) in ``specs/000_dp_fedc.md``.
+Specified (with resolutions of the paper's ambiguities) in ``specs/000_dp_fedc.md``; amendments
+A-1 (privacy soundness) and A-3 (penalty) of ``specs/AMENDMENTS.md`` apply.
 
 Model (eqs. 13-14, with the spec's resolution A3 for the penalty): with W (m x k) the shared
 centroids and H_i (k x n_i) >= 0 the local soft assignments of client i,
@@ -23,7 +24,7 @@ One round t (Algorithm 1):
    reshuffled epochs of the local data (spec 2.1.6); the minibatch gradient is scaled by n_i/b_i
    (unbiased, A2); each minibatch gradient is clipped to Frobenius norm G (A4);
 4. each sampled client adds i.i.d. N(0, sigma_{i,t}^2) noise to every entry of W_i (eq. 19), sigma
-   from eq. (29) with the sensitivity 2 G Q2^t / eta_i^t of eq. (28) and the per-round epsilon from
+   from eq. (29) with the sensitivity 2 G Q2^t / eta_i of eq. (28) and the per-round epsilon from
    Theorem 3 / eq. (32) (``fedclust.privacy.paper.dp_fedc``);
 5. the server sets W to the plain mean of the K noisy uploads (eq. 20).
 
@@ -34,8 +35,40 @@ Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (A3 penalty):
 * ``h_step="fast"``: gamma = alpha_1 * L_H / 2, alpha_1 = 1.1 (step ~ 1/lam, still < 2/L_H: descent);
 * ``h_step="paper_literal"``: gamma = lam / 2 (Sec. VI-A read literally; step ~ 4/L_H, may diverge).
 
-W step: eta_i = alpha_2 * lambda_max(H_i H_i') per client (``eta_rule="per_client"``, A2) or the RMS
-over all clients (``eta_rule="rms"``, the L_W^t of Assumption 1), alpha_2 = 5.
+W step: eta_i = alpha_2 * Lambda_i per client (``eta_rule="per_client"``, A2) or the RMS of Lambda
+over all clients (``eta_rule="rms"``, the L_W^t of Assumption 1), where Lambda_i is set by
+``constants`` (below); alpha_2 = 5 (the paper) with the data's Lambda_i, 1.25 with the public one
+(:data:`ALPHA_2`).
+
+Privacy (amendment A-1). The release is each sampled client's noisy W_i (sample-level DP, replace-one
+neighbours, the paper's Definition 1). The Gaussian of eq. (19) covers it only if the noise scale and
+everything the upload depends on, apart from the sampled minibatch, are public. ``constants`` says how
+the noise-relevant constants are set:
+
+* ``"public"`` (the default of a private run): every sample is clipped to the public L2 bound
+  ``clip`` (default: the largest norm of a row in the public domain ``init_domain``, i.e.
+  sqrt(m) max(|low|, |high|)); ||X||_F^2 in rho and mu_h (Sec. VI-A) is replaced by its public worst
+  case n clip^2; and Lambda_i is the public stand-in n_i / k (the lambda_max(H_i H_i') of a balanced
+  one-hot H_i with unit entries) instead of lambda_max(H_i H_i'). eta_i, sigma_{i,t} and the
+  sensitivity 2 G Q2 / eta_i of eq. (28) then depend only on (clip, n, n_i, k, b, Q2, G, eps, delta),
+  an upload depends on the client's data only through its Q2^t b_i sampled rows (H columns are
+  per-sample: h_j depends on x_j and the broadcasts only), so the subsampling that the accountant
+  assumes (fixed-size, without replacement, replace-one; ``privacy.paper.dp_fedc.release``) holds.
+  The eta stand-in need not bound lambda_max: privacy only needs it public (every step moves W by
+  at most G/eta_i whatever the data).
+* ``"data"`` (the paper, literally; the default of a non-private run): rho, mu_h from ||X||_F^2 and
+  Lambda_i = lambda_max(H_i H_i') from all of client i's rows. Then the noise scale and every
+  client's step depend on private data outside the minibatch, neither eq. (28) nor the amplification
+  holds, and a private run reports epsilon = inf (``non_dp_release``).
+
+Initialisation (A-1): W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
+(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``, the paper's A9; a private run
+that uses it reports epsilon = inf) or data-independent (``"uniform_box"``, the private default).
+
+Heterogeneous clients (A-1): every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
+sample belongs to one client and the other clients' uploads depend on it only through the released
+broadcasts, so the run's epsilon is the worst client's (:func:`planned_releases` describes the client
+whose releases the accountant rates highest, found over all distinct client sizes).
 
 Labels: argmax over each column of H_i (each row of our (n, k) H); an all-zero column falls back to
 the nearest centroid of the final W (A17).
@@ -45,14 +78,14 @@ in the client-sorted "segment" layout (client i owns a contiguous block of rows)
 client receives the same broadcast W, the H step of ALL clients is a single (n, k) update (its
 step size is common to all clients), and W'X_i for all clients is one (n, m) x (m, k) product that is
 shared by the objective of round t and the H step of round t+1. The W steps of the K sampled
-clients run as stacked (K, k, m) arrays with batched matmuls; the per-client H_i H_i' (for eta_i)
-come from one segment sum (``np.add.reduceat``) and one batched ``eigvalsh``. No Python loop over
-clients inside a round (``round_loop`` is a per-client loop reference used only by tests and the
-benchmark). numpy float64 is used: the per-round work is a few BLAS-3 products, and on this 2-core
-CPU (1 BLAS thread, MNIST sizes) numpy was faster than torch float64 for both hot products
-(X C': 26 vs 42 ms; the minibatch gather + batched product: 42 vs 111 ms); float64 also keeps the
-vectorized/loop equality at 1e-10. Note that at MNIST sizes (n_i = 100, m = 784) the round is
-dominated by the BLAS work (X C' over all n samples, needed by every client's H step), which a
+clients run as stacked (K, k, m) arrays with batched matmuls; the per-client H_i H_i' (for eta_i,
+``constants="data"``) come from one segment sum (``np.add.reduceat``) and one batched ``eigvalsh``.
+No Python loop over clients inside a round (``round_loop`` is a per-client loop reference used only
+by tests and the benchmark). numpy float64 is used: the per-round work is a few BLAS-3 products, and
+on this 2-core CPU (1 BLAS thread, MNIST sizes) numpy was faster than torch float64 for both hot
+products (X C': 26 vs 42 ms; the minibatch gather + batched product: 42 vs 111 ms); float64 also
+keeps the vectorized/loop equality at 1e-10. Note that at MNIST sizes (n_i = 100, m = 784) the round
+is dominated by the BLAS work (X C' over all n samples, needed by every client's H step), which a
 per-client loop pays too, so vectorizing mainly removes the per-client Python overhead (see
 benchmarks/bench_dp_fedc.py for measured times).
 """
@@ -67,11 +100,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedclust.clustering._common import (
+    DEFAULT_DOMAIN,
     SegmentLayout,
     check_all_clients_nonempty,
     check_clients_per_round,
     check_float,
+    check_init,
     check_int,
+    clip_data,
+    init_is_private_release,
     initial_centroids,
     log_scores,
     nearest,
@@ -79,6 +116,8 @@ from fedclust.clustering._common import (
     sample_clients,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.privacy.accountants import RDP_ORDERS
+from fedclust.privacy.events import non_dp_release
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -86,15 +125,49 @@ logger = logging.getLogger(__name__)
 H_STEPS = ("stable", "fast", "paper_literal")
 ETA_RULES = ("per_client", "rms")
 H_INITS = ("uniform", "nearest")
+#: How the noise-relevant constants (rho, mu_h, eta) are set (module docstring): from public
+#: quantities only, or from the data as the paper does (not private).
+CONSTANTS = ("public", "data")
+#: The paper's rho_factor (Sec. VI-A); the default is 1e-2 (amendment A-3).
+PAPER_RHO_FACTOR = 1e-7
+#: Default alpha_2 of the W step eta_i = alpha_2 Lambda_i: the paper's 5 with its data-dependent
+#: Lambda_i = lambda_max(H_i H_i'); 1.25 with the public stand-in Lambda_i = n_i / k, which assumes unit
+#: H entries and measured about 4x lambda_max(H_i H_i') in our runs (entries near 1/2), so that the
+#: step 1/eta_i stays near the paper's.
+ALPHA_2 = {"data": 5.0, "public": 1.25}
 
 
 # ----------------------------------------------------------------------------------------------
 # objective and per-step building blocks (plain arrays in, arrays out)
 # ----------------------------------------------------------------------------------------------
-def penalty_params(X: np.ndarray, n_clients: int, rho_factor: float = 1e-7, mu_h_factor: float = 1e-10):
-    """rho = rho_factor ||X||_F^2 / N and mu_h = mu_h_factor ||X||_F^2 / N (Sec. VI-A, spec 5.3)."""
-    e = float(np.square(X).sum()) / n_clients
+def penalty_params(X: np.ndarray | None, n_clients: int, rho_factor: float = 1e-2, mu_h_factor: float = 1e-10,
+                   *, energy: float | None = None):
+    """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A, spec 5.3) with E = ||X||_F^2
+    (the paper), or the given ``energy`` (e.g. the public worst case :func:`public_energy`).
+
+    The default rho_factor is 1e-2 (amendment A-3); the paper's is :data:`PAPER_RHO_FACTOR` = 1e-7.
+    """
+    e = (float(np.square(X).sum()) if energy is None else float(energy)) / n_clients
     return rho_factor * e, mu_h_factor * e
+
+
+def public_energy(n_samples: int, clip: float) -> float:
+    """The public worst case of ||X||_F^2 when every one of the n samples has L2 norm <= clip: n clip^2."""
+    return float(n_samples) * float(clip) ** 2
+
+
+def public_lambda(sizes: np.ndarray, k: int) -> np.ndarray:
+    """Public stand-in for lambda_max(H_i H_i') per client: n_i / k, its value for a balanced one-hot
+    H_i with unit entries. Not a bound (privacy only needs eta public; module docstring)."""
+    return np.asarray(sizes, dtype=np.float64) / float(k)
+
+
+def domain_clip(m: int, domain=None) -> float:
+    """The largest L2 norm of a row of the public domain [low, high]^m: sqrt(m) max(|low|, |high|)."""
+    low, high = DEFAULT_DOMAIN if domain is None else (float(domain[0]), float(domain[1]))
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"init_domain must be [low, high] with low < high, got {domain!r}")
+    return math.sqrt(m) * max(abs(low), abs(high))
 
 
 def sample_objective(X: np.ndarray, XC: np.ndarray, CC: np.ndarray, H: np.ndarray, rho: float,
@@ -230,11 +303,12 @@ _CHUNK_REALS = 1 << 18
 
 
 def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
-                     alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, XC=None):
+                     alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, XC=None, lam_public=None):
     """One DP-FedC round on the client-sorted data; returns (H, C_new, stats).
 
     ``XC`` = Xs @ C.T may be passed in when the caller already has it (the objective of the
-    previous round uses the same product).
+    previous round uses the same product). ``lam_public`` (N,): the public Lambda_i of every client
+    (``constants="public"``); None: lambda_max(H_i H_i') of the data (the paper).
     """
     k = C.shape[0]
     CC = C @ C.T
@@ -253,7 +327,10 @@ def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h
     # (b) Q2 SGD steps on W (eq. 18) for the K sampled clients, stacked as (K, k, m)
     S = rin.sampled
     K = S.size
-    if eta_rule == "per_client":
+    if lam_public is not None:  # public Lambda_i: no data read
+        lam_pub = np.asarray(lam_public, dtype=np.float64)
+        lam = lam_pub[S] if eta_rule == "per_client" else np.full(K, math.sqrt(np.mean(lam_pub**2)))
+    elif eta_rule == "per_client":
         lam = np.linalg.eigvalsh(client_gram(H, offsets, S))[:, -1]
     else:
         lam_all = np.linalg.eigvalsh(client_gram(H, offsets, np.arange(sizes.size)))[:, -1]
@@ -313,7 +390,8 @@ def _rows(offsets, clients):
 
 
 def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
-               alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, h_grad_form="hoisted"):
+               alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, h_grad_form="hoisted",
+               lam_public=None):
     """Reference: the same round as :func:`round_vectorized`, written as a Python loop over clients
     (each client computes its own W'W, W'X_i, H steps, H_i H_i', W steps, noise). Tests check that
     both agree to 1e-10; the benchmark times both.
@@ -343,15 +421,21 @@ def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w
             g = -2.0 * (Xi - Hi @ C) @ C.T + a_rho * Hi.sum(1, keepdims=True) + (mu_h - rho) * Hi
             Hi = np.maximum(Hi - g / gamma, 0.0)
         H[a:e] = Hi
-    if eta_rule == "rms":
+    if lam_public is not None:
+        lam_all = np.asarray(lam_public, dtype=np.float64)
+    elif eta_rule == "rms":
         lam_all = np.array([np.linalg.eigvalsh(H[offsets[i]:offsets[i + 1]].T @ H[offsets[i]:offsets[i + 1]])[-1]
                             for i in range(N)])
+    if eta_rule == "rms":
         lam_rms = math.sqrt(np.mean(lam_all**2))
     uploads, etas, sigmas, n_clipped = [], [], [], 0
     for s, i in enumerate(rin.sampled):
         a, e = offsets[i], offsets[i + 1]
         Hi = H[a:e]
-        lam = np.linalg.eigvalsh(Hi.T @ Hi)[-1] if eta_rule == "per_client" else lam_rms
+        if eta_rule == "rms":
+            lam = lam_rms
+        else:
+            lam = lam_all[i] if lam_public is not None else np.linalg.eigvalsh(Hi.T @ Hi)[-1]
         eta = max(alpha_2 * lam, 1e-12)
         bi = int(rin.b_i[s])
         W = C.copy()
@@ -398,68 +482,234 @@ def _blas_threads(n):
 
 
 # ----------------------------------------------------------------------------------------------
-# the algorithm
+# privacy: the releases of every client, the worst client, budget matching
 # ----------------------------------------------------------------------------------------------
-def planned_releases(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
-                     eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> list:
-    """The DP releases a private run makes, known before it starts (they depend only on the client
-    sizes and the schedule; the noise multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta).
+#: RDP orders used only to screen clients for the worst one: a subset of the accountant's orders
+#: (small integer orders are cheap for the without-replacement bound, whose cost grows as order^2). The minimum over fewer orders is
+#: larger, so a screening value is an upper bound on the exact epsilon and screening never discards
+#: the worst client (:func:`client_privacy`).
+SCREEN_ORDERS = tuple(o for o in RDP_ORDERS if o in (1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
+                                                   32.0, 48.0))
 
-    Sample-level DP of one client's data per round: Q2^t b_i samples drawn without replacement from
-    its n_i (no amplification when Q2^t b_i >= n_i), the Q2^t clipped SGD steps (replace-one
-    sensitivity 2 G Q2^t / eta, eq. 28) and one Gaussian noise (multiplier sigma / s, eq. 29). The
-    client sampling p = K/N is a second amplification that the events ignore (conservative): every
-    one of the R rounds is counted. Clients differ only through n_i; the events describe the client
-    with the smallest n_i (the largest sampling ratio).
-    """
-    from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
+
+def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0, q_cap):
+    """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t} (A7))."""
+    from fedclust.privacy.paper.dp_fedc import round_epsilon
 
     sizes = np.asarray(sizes)
-    R, N, K = int(rounds), sizes.size, int(clients_per_round)
     bi_all = np.minimum(b, sizes)
-    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1))
+    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, int(rounds) + 1))
     q_acc = float(np.max(np.minimum(q2_max * bi_all / sizes, q_cap)))
-    eps_round = float(round_epsilon(eps_bar, q_acc, K / N, R, c0=c0))
-    rep = int(np.argmin(sizes))
+    eps = float(round_epsilon(eps_bar, q_acc, int(clients_per_round) / sizes.size, int(rounds), c0=c0))
+    return eps, q_acc
+
+
+def _client_releases(n_i: int, *, rounds, q2, Qhat, b, eps_round, delta, q_cap, label) -> list:
+    """The releases of one client of size n_i over all rounds (as if sampled every round)."""
+    from fedclust.privacy.paper.dp_fedc import release, sensitivity, sigma_round
+
+    bi = min(int(b), int(n_i))
     counts: dict[tuple, int] = {}
-    for t in range(1, R + 1):
+    for t in range(1, int(rounds) + 1):
         Q2 = q2_schedule(t, q2, Qhat)
-        q_rep = min(Q2 * bi_all[rep] / sizes[rep], q_cap)
-        key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q_rep))[0], sensitivity(1.0, Q2, 1.0),
-               int(min(Q2 * bi_all[rep], sizes[rep])))
+        q = min(Q2 * bi / n_i, q_cap)
+        key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q))[0], sensitivity(1.0, Q2, 1.0),
+               int(min(Q2 * bi, n_i)))
         counts[key] = counts.get(key, 0) + 1
-    return [release(sig, sens, rounds=cnt, n_i=int(sizes[rep]), batch=batch,
-                    label=f"dp_fedc noisy W upload (client {rep}, n_i={int(sizes[rep])})")
+    return [release(sig, sens, rounds=cnt, n_i=int(n_i), batch=batch, label=label)
             for (sig, sens, batch), cnt in counts.items()]
+
+
+def _signature(releases, n_i) -> tuple:
+    """What the accountant sees of a client's releases (equal signatures: equal epsilon)."""
+    return tuple(sorted((r.noise_multipliers[0], r.count, (0, 0) if r.sample_size >= n_i else (r.population, r.sample_size))
+                        for r in releases))
+
+
+def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tuple[int, int]]:
+    """(first client, n_i) of every distinct accounting signature among the client sizes, sorted."""
+    groups: dict[tuple, tuple[int, int]] = {}
+    for n_i in np.unique(sizes):
+        rel = _client_releases(int(n_i), rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
+                               q_cap=q_cap, label="")
+        sig = _signature(rel, int(n_i))
+        first = int(np.flatnonzero(sizes == n_i)[0])
+        if sig not in groups or first < groups[sig][0]:
+            groups[sig] = (first, int(n_i))
+    return sorted(groups.values())
+
+
+def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
+                   eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> dict:
+    """The DP releases of every client of a private run and the worst client (amendment A-1).
+
+    Sample-level DP of one client's data, replace-one neighbours (Definition 1). Per round a sampled
+    client draws Q2^t b_i of its n_i samples without replacement (all n_i, i.e. no amplification,
+    when Q2^t b_i >= n_i), takes Q2^t SGD steps each moving W by at most G/eta_i (clipped gradient,
+    public eta_i), so replacing one sample moves the upload by at most 2 G Q2^t / eta_i (eq. 28),
+    and adds one Gaussian with multiplier sigma/s of eq. (29) (which depends on G and eta_i only
+    through s). The client sampling p = K/N is a second amplification that the releases ignore
+    (conservative): every round counts. A sample belongs to one client, and the other clients'
+    uploads depend on it only through released broadcasts, so the run's epsilon is the largest
+    client epsilon (parallel composition over clients, adaptive composition over rounds).
+
+    Clients differ only through n_i. Every distinct accounting signature is screened with the RDP
+    accountant on :data:`SCREEN_ORDERS` (an upper bound on the exact value); exact values (all RDP
+    orders) are computed in decreasing screening order until the next screening value is below the
+    best exact one, so the worst client is found exactly. With one signature, nothing is accounted.
+
+    Returns ``{"eps_round", "q_accounting", "client", "n_i", "releases", "epsilon", "profiles"}``:
+    the worst client's index, size and releases, its accountant epsilon (None when not computed:
+    a single signature), and ``profiles``: {n_i: exact epsilon or None} for the sizes examined.
+    """
+    from fedclust.privacy.accountants import epsilon as accounted
+
+    sizes = np.asarray(sizes)
+    eps_round, q_acc = _round_epsilon(sizes, rounds=rounds, clients_per_round=clients_per_round, q2=q2, Qhat=Qhat,
+                                      b=b, eps_bar=eps_bar, c0=c0, q_cap=q_cap)
+    N = sizes.size
+    cands = _profiles(sizes, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap)
+    profiles: dict[int, float | None] = {}
+    if len(cands) == 1:
+        worst, eps_worst = cands[0], None
+        profiles[cands[0][1]] = None
+    else:
+        def rel_of(n_i):
+            return _client_releases(n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
+                                    q_cap=q_cap, label="")
+
+        screen = sorted(((accounted(rel_of(n_i), delta, orders=SCREEN_ORDERS), c, n_i) for c, n_i in cands),
+                        key=lambda v: (-v[0], v[1]))
+        worst, eps_worst = None, -math.inf
+        for upper, c, n_i in screen:
+            if upper <= eps_worst:
+                break
+            e = accounted(rel_of(n_i), delta)
+            profiles[n_i] = e
+            if e > eps_worst:
+                worst, eps_worst = (c, n_i), e
+    c, n_i = worst
+    label = f"dp_fedc noisy W upload, worst client (client {c}, n_i={n_i}) of {N}"
+    releases = _client_releases(n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
+                                q_cap=q_cap, label=label)
+    return {"eps_round": eps_round, "q_accounting": q_acc, "client": c, "n_i": n_i, "releases": releases,
+            "epsilon": eps_worst, "profiles": profiles}
+
+
+def planned_releases(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
+                     eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> list:
+    """The DP releases a private run makes, known before it starts: those of the worst client
+    (:func:`client_privacy`). They depend only on the client sizes and the schedule: the noise
+    multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta."""
+    return client_privacy(sizes, rounds=rounds, clients_per_round=clients_per_round, q2=q2, Qhat=Qhat, b=b,
+                          eps_bar=eps_bar, delta=delta, c0=c0, q_cap=q_cap)["releases"]
+
+
+def _log_root(g, x0: float, lo: float, hi: float, tol: float, step: float = math.log(4.0), g0: float | None = None):
+    """The largest x (within ``tol``) with g(x) <= 0 for an increasing g, from the guess x0, on [lo, hi]:
+    bracketing by doubling steps, then regula falsi with the Illinois modification. Returns
+    ``(x, g(x))`` with g(x) <= 0, or ``(hi, None)`` when g(hi) <= 0 and ``(lo, g(lo))`` when g(lo) > 0."""
+    x = min(max(x0, lo), hi)
+    gx = g(x) if g0 is None else g0
+    if gx <= 0:
+        a, ga = x, gx
+        while True:
+            b = min(a + step, hi)
+            gb = g(b)
+            if gb > 0:
+                break
+            if b >= hi:
+                return hi, None
+            a, ga, step = b, gb, 2 * step
+    else:
+        b, gb = x, gx
+        while True:
+            a = max(b - step, lo)
+            ga = g(a)
+            if ga <= 0:
+                break
+            if a <= lo:
+                return lo, ga
+            b, gb, step = a, ga, 2 * step
+    side = 0
+    fa, fb = ga, gb  # the (Illinois-scaled) end values used for interpolation
+    for _ in range(200):
+        if b - a < tol or -tol < ga <= 0:
+            break
+        x = b - fb * (b - a) / (fb - fa)
+        x = min(max(x, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))  # strictly inside the bracket
+        gx = g(x)
+        if gx <= 0:
+            a, ga, fa = x, gx, gx
+            if side == -1:
+                fb /= 2.0  # the other end was kept twice
+            side = -1
+        else:
+            b, gb, fb = x, gx, gx
+            if side == 1:
+                fa /= 2.0
+            side = 1
+    return a, ga
 
 
 def eps_bar_for_budget(target_epsilon: float, delta: float, sizes, *, accountant: str = "rdp", rtol: float = 1e-3,
                        **schedule) -> float:
-    """The paper budget eps_bar whose releases the accountant rates at ``target_epsilon``.
+    """The paper budget eps_bar whose releases the accountant rates at ``target_epsilon`` for the
+    worst client (so the budget holds for every client).
 
     Lets a comparison give DP-FedC the same *accounted* budget as every other method (the paper's
-    own calibration, eps_bar = target, is kept for reproductions). Bisection on log eps_bar: the
-    accounted epsilon increases with eps_bar (less noise).
+    own calibration, eps_bar = target, is kept for reproductions). The accounted epsilon increases
+    with eps_bar (less noise). The root of log eps(exp(x)) = log target is found by regula falsi
+    (:func:`_log_root`), first on the cheap screening bound (RDP on :data:`SCREEN_ORDERS`, the largest
+    over all client sizes: an upper bound on the worst client's epsilon, so its root is a valid,
+    slightly small eps_bar), then refined with the exact accountant from there (a secant step with
+    the screening slope; usually two or three exact accountant calls). The returned eps_bar is rated
+    at most the target, within ``rtol`` (relative, on eps_bar or on the accounted epsilon).
     """
     from fedclust.privacy.accountants import epsilon as accounted
 
-    def acc(eb):
-        return accounted(planned_releases(sizes, eps_bar=eb, delta=delta, **schedule), delta, accountant=accountant)
+    target = check_float("target_epsilon", target_epsilon, 0.0)
+    rtol = check_float("rtol", rtol, 0.0)
+    sizes = np.asarray(sizes)
+    lo, hi, tol = math.log(1e-6), math.log(1e6), math.log1p(rtol)
+    c0, q_cap = schedule.get("c0", 1.0), schedule.get("q_cap", 0.99)
+    sched = {key: schedule[key] for key in ("rounds", "clients_per_round", "q2", "Qhat", "b") if key in schedule}
+    sched.setdefault("q2", "diminishing")
+    sched.setdefault("Qhat", 10)
+    sched.setdefault("b", 50)
 
-    lo, hi = 1e-6, 1e6
-    if acc(hi) < target_epsilon:
-        return hi
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        if acc(mid) > target_epsilon:
-            hi = mid
-        else:
-            lo = mid
-        if hi / lo < 1 + rtol:
-            break
-    return lo
+    def exact(x):
+        e = accounted(planned_releases(sizes, eps_bar=math.exp(x), delta=delta, **schedule), delta,
+                      accountant=accountant)
+        return math.log(max(e, 1e-300)) - math.log(target)
+
+    x0 = math.log(target)
+    if accountant == "rdp":
+        def screen(x):
+            eps_round, _ = _round_epsilon(sizes, eps_bar=math.exp(x), c0=c0, q_cap=q_cap, **sched)
+            kw = dict(rounds=sched["rounds"], q2=sched["q2"], Qhat=sched["Qhat"], b=sched["b"], eps_round=eps_round,
+                      delta=delta, q_cap=q_cap, label="")
+            e = max(accounted(_client_releases(n_i, **kw), delta, orders=SCREEN_ORDERS)
+                    for _, n_i in _profiles(sizes, **{k_: v for k_, v in kw.items() if k_ != "label"}))
+            return math.log(max(e, 1e-300)) - math.log(target)
+
+        x0, _ = _log_root(screen, x0, lo, hi, tol)
+        if x0 >= hi:
+            return math.exp(hi)
+        g0 = exact(x0)  # <= 0: the screening value bounds the exact one from above
+        if g0 > -tol:
+            return math.exp(x0)
+        h = 0.05
+        slope = max((screen(x0 + h) - screen(x0)) / h, 1e-3)  # d log eps / d log eps_bar, about 1-2
+        x, _ = _log_root(exact, x0, lo, hi, tol, step=max(-g0 / slope, tol), g0=g0)
+        return math.exp(x)
+    x, _ = _log_root(exact, x0, lo, hi, tol)
+    return math.exp(x)
 
 
+# ----------------------------------------------------------------------------------------------
+# the algorithm
+# ----------------------------------------------------------------------------------------------
 def run(
     X,
     client,
@@ -472,13 +722,13 @@ def run(
     q2="diminishing",
     Qhat: int = 10,
     b: int = 50,
-    rho_factor: float = 1e-7,
+    rho_factor: float = 1e-2,
     mu_h_factor: float = 1e-10,
     mu_w: float = 0.0,
     h_step: str = "stable",
     alpha_1: float | None = None,
     eta_rule: str = "per_client",
-    alpha_2: float = 5.0,
+    alpha_2: float | None = None,
     eps_bar: float | None = None,
     delta: float = 1e-4,
     G: float | None = None,
@@ -488,6 +738,10 @@ def run(
     literal_2rho: bool = False,
     h_init: str = "uniform",
     init_centroids=None,
+    init: str | None = None,
+    init_domain=None,
+    constants: str | None = None,
+    clip: float | None = None,
     y=None,
     progress=None,
     blas_threads: int | None = 1,
@@ -500,12 +754,17 @@ def run(
         least one sample), number of clusters.
     rounds: R >= 1. clients_per_round: K in [1, N] (None = all clients).
     seed: one seed; streams "init" (W^0), "init_h" (H^0), "sampling" (clients), "minibatch",
-        "noise" (DP): a DP and a non-DP run with the same seed share every draw but the noise.
+        "noise" (DP): a DP and a non-DP run with the same seed and the same ``init``, ``constants``
+        and ``clip`` share every draw but the noise.
     Q1: H steps per round (>= 1). q2: "diminishing" (Q2^t = floor(Qhat/t)+1) or a constant int >= 1.
     b: minibatch size (>= 1); a client with n_i < b uses b_i = n_i.
-    rho_factor, mu_h_factor: rho = rho_factor ||X||_F^2/N, mu_h = mu_h_factor ||X||_F^2/N. mu_w >= 0.
+    rho_factor, mu_h_factor: rho = rho_factor E/N, mu_h = mu_h_factor E/N, E = ||X||_F^2
+        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2 (amendment
+        A-3: H nearly one-hot); the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
+        mu_w >= 0.
     h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
-    eta_rule: "per_client" | "rms"; alpha_2 > 0 (5 in the paper).
+    eta_rule: "per_client" | "rms"; alpha_2 > 0; None = :data:`ALPHA_2` of ``constants`` (5, the
+        paper's, with the data's Lambda_i; 1.25 with the public n_i / k).
     eps_bar: total privacy budget over R rounds (Theorem 3); None or inf = no DP.
     delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
         no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
@@ -513,16 +772,28 @@ def run(
     all_clients_update_H: the paper's behaviour (True) or only the sampled clients (False).
     literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho (A3).
     h_init: "uniform" (H^0 ~ U[0,1]) or "nearest" (one-hot nearest centroid of W^0).
-    init_centroids: (k, m) shared W^0 (transposed); default k random data rows (stream "init").
+    init_centroids: (k, m) shared W^0 (transposed), taken as public; overrides ``init``.
+    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows, the paper's A9) when
+        not private, "uniform_box" (uniform in ``init_domain``, scaled into the clip ball) when
+        private. "data" in a private run releases private rows: epsilon = inf.
+    init_domain: [low, high], the public domain of every feature (default [0, 1]).
+    constants: "public" | "data" (module docstring); None = "public" when private, "data" (the
+        paper) otherwise. "data" in a private run: epsilon = inf (the noise depends on private data).
+    clip: public L2 bound on every sample (rows are clipped to it). None: no clipping unless the run
+        is private or ``constants="public"``, which use sqrt(m) max(|low|, |high|) of ``init_domain``.
     y: true labels, only to log per-round ACC / NMI. progress: ``progress(round, history)``.
     blas_threads: BLAS threads during the rounds (default 1: the round is many small products, which
         multi-threaded OpenBLAS runs up to 10x slower on a busy CPU); None leaves the setting alone.
 
-    Returns a :class:`ClusteringResult`; ``history`` has per round "objective" (F of eq. 13 at
-    (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled clients),
-    "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal" (||mean
-    noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the spec's A4
-    suggestion for choosing G from a non-private warm-up run).
+    Returns a :class:`ClusteringResult`; ``dp_events`` are the worst client's releases (plus a
+    ``non_dp_release`` for each non-private step); ``history`` has per round "objective" (F of
+    eq. 13 at (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled
+    clients), "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal"
+    (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the
+    spec's A4 suggestion for choosing G from a non-private warm-up run). The histories are
+    computed on raw data: experimenter-side evaluation, not covered by epsilon. ``info`` has
+    "sampled_clients", "round_sigma" and "round_eta" ((R, K): per round, the sampled clients (sorted),
+    their noise std and step-size denominator), "H" and the privacy settings.
     """
     X, client, N = check_inputs(X, client, k)
     n, m = X.shape
@@ -543,7 +814,6 @@ def run(
     alpha_1 = check_float("alpha_1", alpha_1, 0.0)
     if eta_rule not in ETA_RULES:
         raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}")
-    alpha_2 = check_float("alpha_2", alpha_2, 0.0)
     if h_init not in H_INITS:
         raise ValueError(f"h_init must be one of {H_INITS}, got {h_init!r}")
     private = eps_bar is not None and not math.isinf(float(eps_bar))
@@ -562,13 +832,34 @@ def run(
     q_cap = check_float("q_cap", q_cap, 0.0)
     if q_cap >= 1:
         raise ValueError(f"q_cap must be in (0, 1), got {q_cap}")
+    init = check_init(init, private)
+    if constants is None:
+        constants = "public" if private else "data"
+    if constants not in CONSTANTS:
+        raise ValueError(f"constants must be one of {CONSTANTS} (or null for the default), got {constants!r}")
+    alpha_2 = check_float("alpha_2", ALPHA_2[constants] if alpha_2 is None else alpha_2, 0.0)
+    notes: list[str] = []
+    if clip is not None:
+        clip = check_float("clip", clip, 0.0)
+    elif private or constants == "public":
+        clip = domain_clip(m, init_domain)
+        notes.append(f"sample clip not given: the largest row norm of the public domain, sqrt(m) max|domain| = "
+                     f"{clip:.4g}, is used")
+    else:
+        domain_clip(m, init_domain)  # validates init_domain
 
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
+    X = clip_data(X, clip)  # every sample within the public bound (a no-op without a clip)
     Xs = np.ascontiguousarray(X[lay.order])
     sizes, offsets = lay.sizes, lay.offsets
-    rho, mu_h = penalty_params(X, N, rho_factor, mu_h_factor)
-    C = initial_centroids(X, k, seed, init_centroids)
+    if constants == "public":
+        rho, mu_h = penalty_params(None, N, rho_factor, mu_h_factor, energy=public_energy(n, clip))
+        lam_public = public_lambda(sizes, k)
+    else:
+        rho, mu_h = penalty_params(X, N, rho_factor, mu_h_factor)
+        lam_public = None
+    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
     if h_init == "uniform":
         H = stream(seed, "init_h").random((n, k))
     else:
@@ -576,16 +867,13 @@ def run(
         H[np.arange(n), nearest(Xs, C)[0]] = 1.0
 
     # ---- privacy calibration (eqs. 28, 29, 32), per spec A5-A8 ----
-    bi_all = np.minimum(b, sizes)
-    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1))
-    q_acc = float(np.max(np.minimum(q2_max * bi_all / sizes, q_cap)))  # q = max_{i,t} q_{i,t} (A7)
     p = K / N
     eps_round = math.inf
-    notes: list[str] = []
+    q_acc = float(np.max(np.minimum(max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1)) * np.minimum(b, sizes)
+                                    / sizes, q_cap)))
     if private:
-        from fedclust.privacy.paper.dp_fedc import round_epsilon, sigma_round
-
-        eps_round = float(round_epsilon(eps_bar, q_acc, p, R, c0=c0))
+        eps_round, q_acc = _round_epsilon(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b,
+                                          eps_bar=eps_bar, c0=c0, q_cap=q_cap)
         logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
                     eps_bar, eps_round, q_acc, p, R, c0)
 
@@ -593,13 +881,14 @@ def run(
     hist = new_history(y, ("Q2", "gamma", "eta", "sigma", "q_eff", "eps_round", "clipped_fraction",
                            "noise_to_signal", "grad_norm_median"))
     kw = dict(Q1=Q1, rho=rho, mu_h=mu_h, mu_w=mu_w, h_rule=h_step, alpha_1=alpha_1, eta_rule=eta_rule,
-              alpha_2=alpha_2, G=G, literal_2rho=literal_2rho, all_clients_update_H=all_clients_update_H)
+              alpha_2=alpha_2, G=G, literal_2rho=literal_2rho, all_clients_update_H=all_clients_update_H,
+              lam_public=lam_public)
     x_sq = np.square(Xs).sum(1)
     XC = Xs @ C.T
     uploaded = 0
-    rep = int(np.argmin(sizes))  # client with the largest data sampling ratio
     sampled_log = np.empty((R, K), dtype=np.int64)
-    n_zero_cols = 0
+    sigma_log = np.zeros((R, K))
+    eta_log = np.zeros((R, K))
     with _blas_threads(blas_threads):
         for t in range(1, R + 1):
             Q2 = q2_schedule(t, q2, Qhat)
@@ -613,6 +902,8 @@ def run(
                 noise = rng_noise.standard_normal((K, k, m))
 
                 def sigma_fn(eta, Q2_, q_it=q_it):
+                    from fedclust.privacy.paper.dp_fedc import sigma_round
+
                     out = np.empty(eta.size)
                     for j in range(eta.size):  # scalar formula per sampled client (K calls, no heavy work)
                         out[j], note = sigma_round(G, Q2_, float(eta[j]), eps_round, delta, float(q_it[j]))
@@ -623,6 +914,7 @@ def run(
             rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
             H, C, st = round_vectorized(Xs, sizes, offsets, H, C, rin, XC=XC, **kw)
             uploaded += K * k * m
+            sigma_log[t - 1], eta_log[t - 1] = st["sigma"], st["eta"]
 
             # objective F(W^{t+1}, H^t) (A10) and labels; XC is reused by the next round's H step
             XC = Xs @ C.T
@@ -649,15 +941,30 @@ def run(
     labels = lab_sorted[lay.inverse]
     H_out = H[lay.inverse]
 
-    events = planned_releases(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b, eps_bar=eps_bar,
-                              delta=delta, c0=c0, q_cap=q_cap) if private else []
+    events: list = []
+    worst: dict = {}
+    if private:
+        worst = client_privacy(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b, eps_bar=eps_bar,
+                               delta=delta, c0=c0, q_cap=q_cap)
+        if init_is_private_release(init, init_centroids):
+            events.append(non_dp_release("dp_fedc initial centroids W^0 are k private data rows (init='data')"))
+        if constants == "data":
+            events.append(non_dp_release(
+                "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "
+                "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
+                "and the subsampling amplification do not hold"))
+        events.extend(worst["releases"])
     info = {
-        "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "eps_bar": eps_bar if private else math.inf,
+        "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "clip": clip, "constants": constants,
+        "init": "given" if init_centroids is not None else init,
+        "eps_bar": eps_bar if private else math.inf,
         "eps_round": eps_round, "delta": delta, "q_accounting": q_acc, "p": p, "c0": c0,
         "clients_per_round": K, "n_clients": N, "h_step": h_step, "alpha_1": alpha_1,
         "eta_rule": eta_rule, "alpha_2": alpha_2, "zero_columns": n_zero_cols,
         "privacy_notes": notes, "eps_round_gt_1": bool(private and eps_round > 1.0),
-        "dp_event_client": rep, "H": H_out, "sampled_clients": sampled_log,
+        "dp_event_client": worst.get("client"), "dp_event_n_i": worst.get("n_i"),
+        "client_epsilon": {str(key): v for key, v in worst.get("profiles", {}).items()},
+        "H": H_out, "sampled_clients": sampled_log, "round_sigma": sigma_log, "round_eta": eta_log,
     }
     return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)

@@ -1,6 +1,7 @@
 """The DP-FedC experiment grid (spec 000, section 5.4; issue 4).
 
-Two parts, both over ``seeds`` with the same initial centroids (W^0) for every method of a seed:
+Two parts, both over ``seeds`` with the same initial centroids (W^0) for every method of a seed
+and privacy level:
 
 * ``table1``: Table I layout, IID split, K = ``table1_K`` clients per round, constant Q2 = 5:
   FKM, FZKM, DK++, DKM and DP-FedC, each without DP and at eps_bar = ``table1_eps``. Following the
@@ -10,7 +11,17 @@ Two parts, both over ``seeds`` with the same initial centroids (W^0) for every m
   K in ``Ks`` and split in ``splits`` (iid; non-iid = two labels per client on MNIST/digits
   (shards), the k-means split elsewhere), as in Figs. 3-4.
 
-Every record also carries the accountant's epsilon for the noise actually added.
+DP-FedC runs once per penalty in ``rho_factors`` (amendment A-3: 1e-2, the default, and the paper's
+literal 1e-7); the tables have a ``rho_factor`` column ("-" for the baselines).
+
+Privacy (amendment A-1). Non-private cells are the paper's protocol: W^0 = k random data rows
+(``init_from_data``) and DP-FedC with its data-dependent constants. Private cells never read the data
+for W^0 (uniform in ``init_domain``, default [0, 1], pulled into the clip ball), clip every sample
+to the public bound ``clip`` (default sqrt(m) max|init_domain|, the largest row norm of the domain),
+and DP-FedC uses its public constants (rho, mu_h, eta from the clip and the client sizes). DK++
+runs its DP variant (no k-means|| seeding) under a budget; DKM has no DP variant and its noisy run
+reports epsilon = inf. Every record carries the accountant's epsilon for the noise actually added
+(the worst client's for DP-FedC).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
+from fedclust.clustering._common import public_centroids
 from fedclust.clustering.fkm import init_from_data
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
@@ -55,23 +67,30 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
     delta = float(config.get("delta", 1e-4))
     G = float(config.get("G", 0.03))
     b = int(config.get("b", 50))
-    rho_factor = float(config.get("rho_factor", 1e-7))  # the paper's; larger = H closer to one-hot
-    clip = float(config.get("clip") or np.linalg.norm(X, axis=1).max())
+    if "rho_factor" in config and "rho_factors" not in config:  # one penalty (older configs)
+        rho_factors = [float(config["rho_factor"])]
+    else:
+        rho_factors = [float(r) for r in config.get("rho_factors", [1e-2, dp_fedc.PAPER_RHO_FACTOR])]
+    domain = config.get("init_domain")
+    clip = float(config.get("clip") or dp_fedc.domain_clip(X.shape[1], domain))  # public, never the data's
     parts = set(config.get("parts", ["table1", "sweep"]))
     cells = []
     if "table1" in parts:
         K1, e1 = int(config.get("table1_K", 30)), float(config.get("table1_eps", 20.0))
         for method in config.get("table1_methods", list(METHODS)):
-            for eb in (None, e1):
-                for s in seeds:
-                    cells.append({"part": "table1", "method": method, "eps_bar": eb, "K": K1, "split": "iid", "q2": 5, "seed": s})
-    if "sweep" in parts:
-        for split in config.get("splits", ["iid", "noniid"]):
-            for K in config.get("Ks", [10, 30, 100]):
-                for eb in config.get("eps_bars", [None, 20.0, 2.0]):
+            for rf in rho_factors if method == "dp_fedc" else [None]:
+                for eb in (None, e1):
                     for s in seeds:
-                        cells.append({"part": "sweep", "method": "dp_fedc", "eps_bar": eb, "K": int(K), "split": split,
-                                      "q2": "diminishing", "seed": s})
+                        cells.append({"part": "table1", "method": method, "rho_factor": rf, "eps_bar": eb, "K": K1,
+                                      "split": "iid", "q2": 5, "seed": s})
+    if "sweep" in parts:
+        for rf in rho_factors:
+            for split in config.get("splits", ["iid", "noniid"]):
+                for K in config.get("Ks", [10, 30, 100]):
+                    for eb in config.get("eps_bars", [None, 20.0, 2.0]):
+                        for s in seeds:
+                            cells.append({"part": "sweep", "method": "dp_fedc", "rho_factor": rf, "eps_bar": eb,
+                                          "K": int(K), "split": split, "q2": "diminishing", "seed": s})
     splits_cache: dict = {}
 
     def run_cell(c):
@@ -80,12 +99,17 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             splits_cache[key] = _split(data, c["split"], N, c["seed"])
         client = splits_cache[key]
         K = min(c["K"], N)
-        W0 = init_from_data(X, k, c["seed"])  # the same initial points for every method of a seed
-        common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
         eb = c["eps_bar"]
+        # the same initial points for every method of a seed: the paper's data rows without DP, a
+        # public draw (no data read) in a private cell (amendment A-1)
+        if eb is None:
+            W0 = init_from_data(X, k, c["seed"])
+        else:
+            W0 = public_centroids(k, X.shape[1], c["seed"], "uniform_box", clip=clip, domain=domain)
+        common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
         if c["method"] == "dp_fedc":
             res = dp_fedc.run(X, client, k, q2=c["q2"], b=b, delta=delta, G=G if eb else None, eps_bar=eb,
-                              rho_factor=rho_factor, **common)
+                              rho_factor=c["rho_factor"], clip=clip if eb else None, **common)
         else:
             z = 0.0
             if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline (spec A11)
@@ -96,7 +120,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # classical formula at eps >= 1, as the paper
                     z = classical_sigma(eps_round, delta, 1.0)
-            extra = {"seeding_rounds": min(5, R - 2)} if c["method"] == "dk_pp" else {}
+            extra = {"seeding_rounds": 0 if z > 0 else min(5, R - 2)} if c["method"] == "dk_pp" else {}
             res = METHODS[c["method"]].run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
         metrics = clustering_scores(y, res.labels)
         eps_acc = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
@@ -106,9 +130,13 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             metrics["objective"] = res.history["objective"][-1]
         hist = {key: res.history[key] for key in ("objective", "ACC", "NMI") if key in res.history}
         params = {k_: v for k_, v in c.items() if k_ != "method"}
-        params.update(dataset=data.name, n_clients=N, rounds=R, k=k)
+        params.update(dataset=data.name, n_clients=N, rounds=R, k=k, clip=clip if eb is not None else None,
+                      init="data" if eb is None else "uniform_box")
+        if c["method"] == "dp_fedc":
+            params.update(constants=res.info["constants"])
+        rho = "" if c["rho_factor"] is None else f"/rho={c['rho_factor']:g}"
         return {
-            "name": f"{c['part']}/{c['method']}/{c['split']}/K={K}/eps={eps_label(eb)}/seed={c['seed']}",
+            "name": f"{c['part']}/{c['method']}{rho}/{c['split']}/K={K}/eps={eps_label(eb)}/seed={c['seed']}",
             "tags": {"method": c["method"], "dataset": data.name, "partition": c["split"], "epsilon": eps_label(eb),
                      "part": c["part"]},
             "params": params,
@@ -120,18 +148,21 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
 
 
 #: parameters that name a curve in the convergence plots (seeds are averaged)
-CURVE_KEYS = ("part", "method", "split", "K", "eps_bar")
+CURVE_KEYS = ("part", "method", "rho_factor", "split", "K", "eps_bar")
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     frame["eps_bar"] = frame["eps_bar"].map(eps_label)
+    if "rho_factor" not in frame.columns:
+        frame["rho_factor"] = None
+    frame["rho_factor"] = frame["rho_factor"].map(lambda r: "-" if r is None or r != r else f"{float(r):g}")
     out = {}
     t1 = frame[frame["part"] == "table1"]
     if not t1.empty:
-        out["table1"] = summarize(t1, ["method", "eps_bar"], METRICS)
+        out["table1"] = summarize(t1, ["method", "rho_factor", "eps_bar"], METRICS)
     sw = frame[frame["part"] == "sweep"]
     if not sw.empty:
-        out["sweep"] = summarize(sw, ["split", "K", "eps_bar"], METRICS)
+        out["sweep"] = summarize(sw, ["rho_factor", "split", "K", "eps_bar"], METRICS)
         out["sweep"]["method"] = "dp_fedc"
     return out

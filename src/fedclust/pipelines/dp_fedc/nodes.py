@@ -2,8 +2,11 @@
 
 Calibration follows the paper: the total budget ``privacy.epsilon`` is the paper's eps_bar of
 Theorem 3; the per-round epsilon comes from inverting eq. (32), and every round's sigma from
-eq. (29) inside the run (it depends on that round's Q2 and step size). The privacy report puts the
-paper's claim (eps_bar) next to what the accountant computes for the noise actually added.
+eq. (29) inside the run (it depends on that round's Q2 and the client's public step size). The
+privacy report puts the paper's claim (eps_bar) next to what the accountant computes for the noise
+actually added, for the worst client (amendment A-1). A private run uses public constants, a public
+sample clip and a data-independent W^0 by default (``train.constants``, ``train.clip``,
+``train.init``); the paper's data-dependent settings make the report say epsilon = inf.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from fedclust.pipelines.privacy.nodes import check_privacy_params
 _RUN_KEYS = (
     "rounds", "clients_per_round", "Q1", "q2", "Qhat", "b", "rho_factor", "mu_h_factor", "mu_w", "h_step",
     "alpha_1", "eta_rule", "alpha_2", "c0", "q_cap", "all_clients_update_H", "literal_2rho", "h_init",
+    "init", "init_domain", "constants", "clip",
 )
 
 
@@ -33,6 +37,8 @@ def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
         "notes": [
             "the paper's total-loss bound (32) has an unspecified constant c0 (here "
             f"{float(train.get('c0', 1.0))}) and assumes eps <= 1 per round; the accountant's epsilon is the audited figure",
+            "the accountant's epsilon is the worst client's (clients differ in n_i, hence in q_i and sigma_i; "
+            "sample-level DP composes in parallel over clients)",
         ],
     }
 

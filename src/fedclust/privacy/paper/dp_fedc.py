@@ -18,6 +18,13 @@ Sample-level (ε, δ)-DP of each client's uploaded centroid matrix W̃_i^t = W_i
 * Total loss, Theorem 3 eq. (32): ``ε̄ = c0 q² ε sqrt(p R/(1 - q))``; inverted to get the per-round
   ε from a total budget: ``ε = ε̄ sqrt(1 - q)/(c0 q² sqrt(p R))``. c0 is never given (A5, default 1),
   and q is capped at ``q_cap = 0.99`` so that 1 - q stays positive (A6).
+
+These formulas set the noise; they are not the reported ε (amendment A-1). The accountant rates the
+releases (:func:`release`: noise multiplier σ/s per round, fixed-size subsampling, replace-one) for
+every client size, and a run reports the worst client's ε (``clustering.dp_fedc.client_privacy``).
+Eq. (28) is a valid sensitivity only when η is public (every clipped step then moves W by at most
+G/η whatever the data); ``clustering.dp_fedc`` sets η, ρ and μ_h from public quantities in a private
+run, and reports ε = ∞ for the paper's data-dependent constants.
 """
 
 from __future__ import annotations
