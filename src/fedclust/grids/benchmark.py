@@ -74,7 +74,8 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
             return dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, **kw)
         sizes = np.bincount(client, minlength=N)
         eb = dp_fedc.eps_bar_for_budget(eps, delta, sizes, **kw)
-        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta,
+        # the same public sample clip as every other method of the cell (DP-FedC's own default is sqrt(m))
+        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta, clip=clip,
                           G=float(cfg.get("dp_fedc_G", 0.03)), **kw)
         res.info["eps_bar"] = eb
         return res
