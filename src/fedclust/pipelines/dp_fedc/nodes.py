@@ -1,8 +1,11 @@
 """DP-FedC nodes.
 
-Calibration follows the paper: the total budget ``privacy.epsilon`` is the paper's eps_bar of
-Theorem 3; the per-round epsilon comes from inverting eq. (32), and every round's sigma from
-eq. (29) inside the run (it depends on that round's Q2 and the client's public step size). The
+Calibration (``train.budget``): with ``accountant`` (the default) ``privacy.epsilon`` is the
+accounted epsilon of the worst client, like every other method's, and the paper's eps_bar of
+Theorem 3 is solved for (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`); with ``paper``
+``privacy.epsilon`` *is* eps_bar (the paper's protocol; the accounted epsilon can then be far larger
+or smaller). Either way the per-round epsilon comes from inverting eq. (32), and every round's sigma
+from eq. (29) inside the run (it depends on that round's Q2 and the client's public step size). The
 privacy report puts the paper's claim (eps_bar) next to what the accountant computes for the noise
 actually added, for the worst client (amendment A-1). A private run uses public constants, a public
 sample clip and a data-independent W^0 by default (``train.constants``, ``train.clip``,
@@ -22,16 +25,32 @@ _RUN_KEYS = (
 )
 
 
+BUDGETS = ("accountant", "paper")
+
+
 def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
-    eps_bar, delta = check_privacy_params(privacy)
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps_bar}
-    if eps_bar is None:
+    target, delta = check_privacy_params(privacy)
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target}
+    budget = train.get("budget") or "accountant"
+    if budget not in BUDGETS:
+        raise ValueError(f"dp_fedc.train.budget must be one of {BUDGETS}, got {budget!r}")
+    if target is None:
         return {**base, "private": False}
     G = train.get("G")
     if G is None or float(G) <= 0:
         raise ValueError("dp_fedc.train.G (clip bound on every minibatch gradient, spec A4) must be > 0 for a private run")
+    eps_bar = target
+    if budget == "accountant":
+        import numpy as np
+
+        n_clients = int(partition.client.max()) + 1
+        sched = {key: train[key] for key in ("rounds", "Qhat", "b", "c0", "q_cap") if train.get(key) is not None}
+        sched["q2"] = train.get("q2") or "diminishing"
+        sched["clients_per_round"] = train.get("clients_per_round") or n_clients
+        sizes = np.bincount(partition.client[partition.client >= 0], minlength=n_clients)
+        eps_bar = dp_fedc.eps_bar_for_budget(target, delta, sizes, accountant=privacy.get("accountant", "rdp"), **sched)
     return {
-        **base, "private": True, "eps_bar": eps_bar, "G": float(G), "c0": float(train.get("c0", 1.0)),
+        **base, "private": True, "budget": budget, "eps_bar": eps_bar, "G": float(G), "c0": float(train.get("c0", 1.0)),
         "paper_epsilon": eps_bar,
         "paper_formula": "DP-FedC Theorem 3, eq. (32): eps_bar = c0 q^2 eps sqrt(pR/(1-q)), per-round sigma eq. (29)",
         "notes": [
