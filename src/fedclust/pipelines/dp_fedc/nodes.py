@@ -55,7 +55,7 @@ def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
         "paper_formula": "DP-FedC Theorem 3, eq. (32): eps_bar = c0 q^2 eps sqrt(pR/(1-q)), per-round sigma eq. (29)",
         "notes": [
             "the paper's total-loss bound (32) has an unspecified constant c0 (here "
-            f"{float(train.get('c0', 1.0))}) and assumes eps <= 1 per round; the accountant's epsilon is the audited figure",
+            f"{float(train.get('c0', 1.0))}) and assumes eps <= 1 per round; the accountant's epsilon is the figure that holds",
             "the accountant's epsilon is the worst client's (clients differ in n_i, hence in q_i and sigma_i; "
             "sample-level DP composes in parallel over clients)",
         ],
