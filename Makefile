@@ -31,8 +31,14 @@ test: install
 viz: install
 	$(BIN)/kedro viz build --include-hooks
 
+# The venv's own mlflow on the store of conf/base/mlflow.yml: works without activating the venv
+# (`kedro mlflow ui` runs whatever `mlflow` is first on PATH). `mlflow ui` alone leaves its job
+# runners behind when only its main process is stopped; here Ctrl-C, SIGTERM or SIGHUP to make
+# stops the server with every process it started (all in make's process group: `kill 0`).
+MLFLOW_PORT ?= 5000
 mlflow-ui: install
-	$(BIN)/kedro mlflow ui
+	@$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) & \
+	trap 'trap - INT TERM HUP; kill -TERM 0 2>/dev/null; wait; exit 0' INT TERM HUP; wait
 
 clean:
 	rm -rf mlruns mlflow.db build .viz

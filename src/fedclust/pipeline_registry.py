@@ -1,41 +1,88 @@
 """Project pipelines.
 
 ``kedro run`` (the ``__default__`` pipeline) is a quick tour: data loading, partitioning and a
-small run of every method on the default data. ``kedro run --pipeline=<method>`` runs one method
+small run of every method on the default data. ``kedro run --pipelines=<method>`` runs one method
 (with loading and partitioning in front of it).
+
+Only the requested pipelines are built: ``kedro run --pipelines=fkm`` imports the FKM nodes and
+not, say, torch for the clustered-FL ones (Kedro 1.x tells the registry which pipelines a run
+asked for; ``kedro registry list``, Kedro-Viz and an unknown name get all of them).
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from kedro.pipeline import Pipeline
 
-from fedclust.pipelines import data_processing, partitioning
-from fedclust.pipelines.grids import GRID_PIPELINES
-from fedclust.pipelines.clustered_fl.pipeline import rotation_pipeline
-from fedclust.pipelines.methods import CLUSTERED_FL_PIPELINES, METHOD_PIPELINES
+
+def _requested() -> set[str] | None:
+    """The pipeline names of the current ``kedro run``, or None for all of them."""
+    try:
+        from kedro.framework.project import pipelines
+
+        names = pipelines._requested_pipelines  # set by KedroSession.run (Kedro >= 1.7)
+    except Exception:  # another Kedro: build everything
+        return None
+    return None if names is None else set(names)
+
+
+def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
+    """name -> a function that builds the pipeline (importing its nodes only when called);
+    ``grids=False`` leaves out the grid pipelines (and the import of their module)."""
+    from fedclust.pipelines.methods import CLUSTERED_FL_PIPELINES, METHOD_PIPELINES
+
+    def front() -> Pipeline:
+        from fedclust.pipelines import data_processing, partitioning
+
+        return data_processing.create_pipeline() + partitioning.create_pipeline()
+
+    def rotated_stage() -> Pipeline:
+        from fedclust.pipelines.clustered_fl.pipeline import rotation_pipeline
+
+        return rotation_pipeline()
+
+    def rotated() -> Pipeline:
+        from fedclust.pipelines import data_processing
+
+        return data_processing.create_pipeline() + rotated_stage()
+
+    def tour() -> Pipeline:
+        out = front()
+        for factory, in_tour in METHOD_PIPELINES.values():
+            if in_tour:
+                out = out + factory()
+        out = out + rotated_stage()
+        for factory, in_tour in CLUSTERED_FL_PIPELINES.values():
+            if in_tour:
+                out = out + factory()
+        return out
+
+    def data_processing() -> Pipeline:
+        from fedclust.pipelines import data_processing as dp
+
+        return dp.create_pipeline()
+
+    factories: dict[str, Callable[[], Pipeline]] = {"data_processing": data_processing, "partitioning": front}
+    for name, (factory, _) in METHOD_PIPELINES.items():
+        factories[name] = lambda factory=factory: front() + factory()
+    factories["rotation"] = rotated
+    for name, (factory, _) in CLUSTERED_FL_PIPELINES.items():
+        factories[name] = lambda factory=factory: rotated() + factory()
+    if grids:
+        from fedclust.pipelines.grids import GRID_PIPELINES
+
+        factories.update(GRID_PIPELINES)
+    factories["__default__"] = tour
+    return factories
 
 
 def register_pipelines() -> dict[str, Pipeline]:
-    front = data_processing.create_pipeline() + partitioning.create_pipeline()
-    pipelines: dict[str, Pipeline] = {
-        "data_processing": data_processing.create_pipeline(),
-        "partitioning": data_processing.create_pipeline() + partitioning.create_pipeline(),
-    }
-    tour = front
-    for name, (factory, in_tour) in METHOD_PIPELINES.items():
-        method = factory()
-        pipelines[name] = front + method
-        if in_tour:
-            tour = tour + method
-    rotated = data_processing.create_pipeline() + rotation_pipeline()
-    pipelines["rotation"] = rotated
-    tour = tour + rotation_pipeline()
-    for name, (factory, in_tour) in CLUSTERED_FL_PIPELINES.items():
-        method = factory()
-        pipelines[name] = rotated + method
-        if in_tour:
-            tour = tour + method
-    for name, factory in GRID_PIPELINES.items():
-        pipelines[name] = factory()
-    pipelines["__default__"] = tour
-    return pipelines
+    requested = _requested()
+    if requested is not None:
+        factories = _factories(grids=False)
+        if not requested <= set(factories):
+            factories = _factories()
+        if requested <= set(factories):
+            return {name: factories[name]() for name in requested}
+    return {name: factory() for name, factory in _factories().items()}

@@ -1,13 +1,24 @@
 """Kedro project settings for fedclust."""
 
-from fedclust.hooks import RunTagsHook
+import os
+import sys
+
+from fedclust.hooks import InterruptHook, ParamsCheckHook, RunTagsHook
 
 # kedro-mlflow registers its own hook through its entry point; ours tags every MLflow run with
 # the method(s), dataset, partition scheme and privacy budget, so that the MLflow UI's search
 # (for example ``tags.dataset = 'digits'``) works without knowing our code.
-HOOKS = (RunTagsHook(),)
+# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (and prints a
+# user error as one line); InterruptHook marks the MLflow run of an interrupted run as KILLED.
+HOOKS = (ParamsCheckHook(), RunTagsHook(), InterruptHook())
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
 }
+
+# Tools that plugins start by name (`kedro mlflow ui` runs `mlflow`) come from this environment
+# even when it is not activated (`.venv/bin/kedro mlflow ui`).
+_BIN = os.path.dirname(sys.executable)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])

@@ -8,6 +8,23 @@ from typing import Any
 import numpy as np
 
 
+def _int_labels(y, name: str) -> np.ndarray:
+    """``y`` as int64 class labels; a missing (NaN), infinite or fractional label is an error, not a class."""
+    y = np.asarray(y)
+    if y.dtype.kind == "f":
+        bad = ~np.isfinite(y)
+        if bad.any():
+            raise ValueError(f"Dataset {name!r}: y holds {int(bad.sum())} missing (NaN) or infinite label(s), "
+                             f"first at sample {int(np.flatnonzero(bad)[0])}; drop or label those samples")
+        frac = y != np.round(y)
+        if frac.any():
+            raise ValueError(f"Dataset {name!r}: y holds non-integer label(s), e.g. {y[frac][0]!r} at sample "
+                             f"{int(np.flatnonzero(frac)[0])}; labels must be class numbers")
+    elif y.dtype.kind not in "iub":
+        raise ValueError(f"Dataset {name!r}: y must hold integer class labels, got dtype {y.dtype}")
+    return y.astype(np.int64, copy=False)
+
+
 @dataclass
 class Dataset:
     """Features, labels and (where the source has them) images.
@@ -27,7 +44,7 @@ class Dataset:
 
     def __post_init__(self):
         self.X = np.ascontiguousarray(self.X, dtype=np.float32)
-        self.y = np.asarray(self.y).astype(np.int64, copy=False)
+        self.y = _int_labels(self.y, self.name)
         if self.X.ndim != 2:
             raise ValueError(f"Dataset {self.name!r}: X must be 2-D, got shape {self.X.shape}")
         if self.y.shape != (self.X.shape[0],):

@@ -33,6 +33,7 @@ Synthetic generators get ``seed``; the other loaders are deterministic and ignor
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from pathlib import Path
 from typing import Any, Callable
@@ -57,8 +58,10 @@ def _check_options(name: str, func: Callable, options: dict, exclude=("seed",)) 
     allowed = [p for p in params if p not in exclude]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), allowed, n=1, cutoff=0.5)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
         raise ValueError(
-            f"dataset {name!r}: unknown option(s) {unknown}; allowed options: {allowed or 'none'}"
+            f"dataset {name!r}: unknown option(s) {unknown}{hint} (allowed options: {', '.join(allowed) or 'none'})"
         )
 
 

@@ -8,6 +8,9 @@ by name for the pipeline; :mod:`fedclust.partition.report` summarizes a partitio
 
 from __future__ import annotations
 
+import difflib
+import inspect
+
 from fedclust.partition.base import Partition
 from fedclust.partition.dirichlet import dirichlet
 from fedclust.partition.iid import iid
@@ -29,8 +32,7 @@ def make_partition(scheme: str, *, X=None, y=None, images=None, n_clients: int, 
 
     Returns a :class:`Partition`, or :class:`RotatedData` for ``rotation``.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    check_scheme(scheme, options)
 
     def need(name, value):
         if value is None:
@@ -51,7 +53,37 @@ def make_partition(scheme: str, *, X=None, y=None, images=None, n_clients: int, 
     return rotation(need("images", images), need("y", y), n_clients=n_clients, seed=seed, **options)
 
 
+#: arguments of the scheme functions that make_partition fills in itself (not options)
+_NOT_OPTIONS = frozenset({"y", "X", "images", "n_samples", "n_clients", "seed"})
+
+
+def check_scheme(scheme: str, options: dict | None = None) -> None:
+    """ValueError unless ``scheme`` is one of :data:`SCHEMES` and takes every key of ``options``
+    (cheap: no data needed, so a run can check it before any work)."""
+    if scheme not in SCHEMES:
+        near = difflib.get_close_matches(str(scheme), SCHEMES, n=1, cutoff=0.5)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"partition.scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}{hint}")
+    _check_options(scheme, options or {})
+
+
+def _check_options(scheme: str, options: dict) -> None:
+    """Unknown options stop the run with the scheme's valid options and the nearest one."""
+    func = {"iid": iid, "dirichlet": dirichlet, "shards": shards, "power_law": power_law,
+            "kmeans": kmeans_split, "rotation": rotation}[scheme]
+    valid = [p for p in inspect.signature(func).parameters if p not in _NOT_OPTIONS]
+    for key in options:
+        if key in valid:
+            continue
+        if not valid:
+            raise ValueError(f"partition scheme {scheme!r} takes no options, got partition.options.{key}")
+        near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown option {key!r} of partition scheme {scheme!r}{hint} "
+                         f"(options: {', '.join(valid)})")
+
+
 __all__ = [
-    "Partition", "RotatedData", "SCHEMES", "dirichlet", "heatmap_figure", "iid", "kmeans_split",
+    "Partition", "RotatedData", "SCHEMES", "check_scheme", "dirichlet", "heatmap_figure", "iid", "kmeans_split",
     "label_matrix", "make_partition", "partition_stats", "power_law", "rotation", "shards",
 ]

@@ -1,0 +1,140 @@
+"""Start-up cost of a `kedro run`: where the seconds before the first node go.
+
+Measures, each in a fresh interpreter (so nothing is cached in the process):
+
+* the imports a run pays for: Kedro's CLI and session, MLflow, kedro-mlflow's hook, torch,
+  scikit-learn, and the project's pipeline registry (building only the `fkm` pipeline, as
+  `kedro run --pipelines=fkm` does, and building all of them, as `kedro registry list` does);
+* a tiny `kedro run --pipelines=fkm` (300 digits, 6 clients, 6 rounds) in a throw-away copy of the
+  project: wall time, the time until the first node starts (from time-stamped log lines), the time
+  spent inside nodes (from the per-node log lines of fedclust.hooks.RunTagsHook), and the overhead
+  (wall time outside nodes: start-up, hooks, MLflow logging, saving outputs).
+
+Run from the project root:
+
+    .venv/bin/python benchmarks/bench_startup.py            # 3 repetitions, median
+    .venv/bin/python benchmarks/bench_startup.py --quick    # 1 repetition
+
+The numbers depend on the machine's load; compare before/after on the same machine, idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+KEDRO = str(Path(PY).with_name("kedro"))
+ENV = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
+       "OMP_NUM_THREADS": "1"}
+
+IMPORTS = {
+    "kedro CLI + session": "import kedro.framework.cli.cli, kedro.framework.session",
+    "mlflow": "import mlflow",
+    "kedro-mlflow hook": "import kedro_mlflow.framework.hooks",
+    "torch": "import torch",
+    "scikit-learn": "import sklearn.cluster",
+    "fedclust registry (fkm only)": (
+        "from kedro.framework.project import configure_project, pipelines\n"
+        "configure_project('fedclust'); pipelines.set_requested(['fkm']); pipelines['fkm']\n"
+        "import sys; print('torch imported' if 'torch' in sys.modules else 'no torch')"),
+    "fedclust registry (all)": (
+        "from kedro.framework.project import configure_project, pipelines\n"
+        "configure_project('fedclust'); print(len(pipelines), 'pipelines')"),
+}
+TINY = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=6"
+
+
+def time_python(code: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run([PY, "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    return time.perf_counter() - t0, (lines[-1].strip() if "print(" in code and lines else "")
+
+
+def project_copy(dest: Path) -> Path:
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    if (ROOT / ".telemetry").exists():
+        shutil.copy(ROOT / ".telemetry", dest / ".telemetry")
+    shutil.copytree(ROOT / "conf", dest / "conf", ignore=shutil.ignore_patterns("local"))
+    (dest / "conf" / "local").mkdir()
+    (dest / "src").mkdir()
+    for layer in ("01_raw", "05_model_input", "07_model_output", "08_reporting"):
+        (dest / "data" / layer).mkdir(parents=True)
+    return dest
+
+
+#: plain log lines with their time stamps, so the first node's start can be read off
+LOGGING = """
+version: 1
+disable_existing_loggers: False
+formatters:
+  stamped: {format: "%(created).3f %(name)s %(message)s"}
+handlers:
+  console: {class: logging.StreamHandler, formatter: stamped, stream: ext://sys.stdout}
+loggers:
+  kedro: {level: INFO}
+  fedclust: {level: INFO}
+root: {handlers: [console]}
+"""
+
+
+def time_run(project: Path) -> tuple[float, float, float]:
+    """(wall s, s before the first node starts, s inside nodes) of one tiny `kedro run --pipelines=fkm`."""
+    (project / "bench_logging.yml").write_text(LOGGING)
+    env = {**ENV, "KEDRO_LOGGING_CONFIG": str(project / "bench_logging.yml")}
+    t0 = time.time()
+    out = subprocess.run([KEDRO, "run", "--pipelines=fkm", f"--params={TINY}"], cwd=project, env=env,
+                         capture_output=True, text=True)
+    wall = time.time() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"kedro run failed:\n{(out.stdout + out.stderr)[-3000:]}")
+    first = min(float(m) for m in re.findall(r"^([0-9.]+) \S+ Running node", out.stdout, re.M))
+    nodes = sum(float(s) for s in re.findall(r"finished in ([0-9.]+) s", out.stdout))
+    return wall, first - t0, nodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one repetition instead of three")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--run-only", action="store_true", help="only the tiny `kedro run`, not the imports")
+    args = parser.parse_args()
+    repeat = 1 if args.quick else args.repeat
+
+    rows = []
+    for label, code in ({} if args.run_only else IMPORTS).items():
+        results = [time_python(code) for _ in range(repeat)]
+        note = results[-1][1]
+        rows.append((f"{label} ({note})" if note else label, statistics.median(t for t, _ in results)))
+    with tempfile.TemporaryDirectory() as tmp:
+        project = project_copy(Path(tmp))
+        time_run(project)  # first run creates the MLflow store: not what a user pays every time
+        runs = [time_run(project) for _ in range(repeat)]
+    wall = statistics.median(w for w, _, _ in runs)
+    first = statistics.median(f for _, f, _ in runs)
+    nodes = statistics.median(n for _, _, n in runs)
+
+    print(f"\nStart-up cost (median of {repeat}; each import in a fresh interpreter, including "
+          "the interpreter's own start)\n")
+    print("| step | seconds |")
+    print("|---|---:|")
+    for label, seconds in rows:
+        print(f"| import {label} | {seconds:.2f} |")
+    print(f"| `kedro run --pipelines=fkm` (tiny): wall | {wall:.2f} |")
+    print(f"| ... before the first node starts | {first:.2f} |")
+    print(f"| ... inside nodes | {nodes:.2f} |")
+    print(f"| ... overhead (wall - inside nodes) | {wall - nodes:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
