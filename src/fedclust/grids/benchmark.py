@@ -66,23 +66,23 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
         if eps is not None:
             z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=PRIVATE[method])
         extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
-        return mod.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0,
+        return mod.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
                        noise_multiplier=z, clip=clip if z > 0 else None, **extra)
     if method == "dp_fedc":
         kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
         if eps is None:
-            return dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, **kw)
+            return dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, y=y, **kw)
         sizes = np.bincount(client, minlength=N)
         eb = dp_fedc.eps_bar_for_budget(eps, delta, sizes, **kw)
         # the same public sample clip as every other method of the cell (DP-FedC's own default is sqrt(m))
-        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta, clip=clip,
+        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta, clip=clip, y=y,
                           G=float(cfg.get("dp_fedc_G", 0.03)), **kw)
         res.info["eps_bar"] = eb
         return res
     if method == "fedc_avg":
-        return fedc_mf.run_fedcavg(X, client, k, rounds=R, Q1=10, q_hat=10, seed=seed)
+        return fedc_mf.run_fedcavg(X, client, k, rounds=R, Q1=10, q_hat=10, seed=seed, y=y)
     if method == "fedc_gds":
-        return fedc_mf.run_fedcgds(X, client, k, rounds=R, Q1=10, Q2=100, clients_per_round=K, seed=seed)
+        return fedc_mf.run_fedcgds(X, client, k, rounds=R, Q1=10, Q2=100, clients_per_round=K, seed=seed, y=y)
     if method == "fedsc":
         kw = dict(rounds=int(cfg.get("fedsc_rounds", 20)), d_max=int(cfg.get("fedsc_d_max", 300)), n_init=10)
         if eps is None:
@@ -284,36 +284,64 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def privacy_utility_figure(records: list[dict]):
-    """ACC against epsilon per method, one panel per (dataset, partition); inf drawn at the right."""
-    import matplotlib.pyplot as plt
+def chance_levels(records: list[dict], data_paths: dict | None = None) -> dict[str, float]:
+    """ACC of putting every sample in one cluster (the largest class share), per data set of ``records``."""
+    out = {}
+    for ds in dict.fromkeys(r["tags"]["dataset"] for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"):
+        y = load(ds, data_paths).y
+        out[ds] = float(np.bincount(y).max() / len(y))
+    return out
 
-    frame = records_frame([r for r in records if r["metrics"].get("ACC") is not None])
-    if frame.empty:
-        fig, ax = plt.subplots(figsize=(3, 2))
-        ax.text(0.5, 0.5, "no clustering run", ha="center")
-        return fig
-    panels = list(frame.groupby(["dataset", "partition"], sort=False))
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.6), squeeze=False)
-    eps_vals = sorted({e for e in frame["epsilon"] if e != "inf"}, key=float)
-    xticks = eps_vals + ["inf"]
-    for ax, ((ds, part), g) in zip(axes[0], panels):
-        for method, gm in g.groupby("method", sort=False):
-            stats = gm.groupby("epsilon")["ACC"].agg(["mean", "std"])
-            xs = [x for x in xticks if x in stats.index]
-            if not xs:
-                continue
-            ax.errorbar([xticks.index(x) for x in xs], stats.loc[xs, "mean"], yerr=stats.loc[xs, "std"].fillna(0),
-                        marker="o", capsize=3, label=method)
-        ax.set_xticks(range(len(xticks)), xticks)
-        ax.set_xlabel("epsilon (accounted budget)")
-        ax.set_ylabel("ACC")
-        ax.set_title(f"{ds}, {part}", fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.suptitle("privacy-utility: ACC vs epsilon (non-private methods only at inf)", fontsize=10)
-    fig.tight_layout()
-    return fig
+
+def privacy_utility_figure(records: list[dict], chance: dict | float | None = None):
+    """ACC (mean ± std over seeds) against the accounted epsilon per method, one panel per
+    (dataset, partition); non-private results at the right end; ``chance`` as a dashed line."""
+    from fedclust.plots import privacy_utility_figure as figure
+
+    recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
+    return figure(recs, metric="ACC", series="method", facets=("dataset", "partition"), chance=chance,
+                  title="privacy-utility (data clustering): ACC against the accounted ε; methods without a DP "
+                        "variant only at ∞")
+
+
+def clustered_fl_privacy_utility_figure(records: list[dict], chance: dict | float | None = None):
+    """The clustered-FL half: test accuracy against the accounted epsilon per method."""
+    from fedclust.plots import privacy_utility_figure as figure
+
+    recs = [r for r in records if r["tags"].get("family") == "clustered_fl"]
+    return figure(recs, metric="test_accuracy", series="method", facets=("dataset",), chance=chance,
+                  title="privacy-utility (clustered FL): test accuracy against the accounted ε (client-level)")
+
+
+def rounds_figure(records: list[dict]):
+    """Per-round curves across budgets, first data set and partition: the data-clustering ACC
+    (the cells pass the labels to the methods, which record ACC per round as experimenter-side
+    evaluation); else the clustered-FL test accuracy; else the objective."""
+    from fedclust.plots import rounds_by_epsilon_figure
+
+    data = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
+    acc = [r for r in data if (r.get("history") or {}).get("ACC")]
+    if acc:
+        return rounds_by_epsilon_figure(acc, "ACC", title="ACC per round across ε (mean over seeds)")
+    cfl = [r for r in records if r["tags"].get("family") == "clustered_fl"]
+    if any((r.get("history") or {}).get("test_accuracy") for r in cfl):
+        return rounds_by_epsilon_figure(cfl, "test_accuracy", focus=("dataset",),
+                                        title="clustered FL: test accuracy per evaluation round across ε (mean over seeds)")
+    return rounds_by_epsilon_figure(data, "objective", title="objective per round across ε (mean over seeds)")
+
+
+def confusion_figure(records: list[dict], data_paths: dict | None = None):
+    """The confusion matrix of the best run (highest ACC among the non-private seed-0 runs that
+    kept their labels), clusters matched to classes."""
+    from fedclust.plots import best_run, confusion_figure as figure, message_figure
+
+    best = best_run(records, "ACC")
+    if best is None:
+        return message_figure("no run kept its labels (seed 0, no DP)", "confusion matrix")
+    t = best["tags"]
+    y = load(t["dataset"], data_paths).y
+    return figure(y, best["labels"], title=f"best run: {t['method']} · {t['dataset']} / {t['partition']} · "
+                                            f"ε = {t['epsilon']} · ACC {best['metrics']['ACC']:.3f}")
 
 
 def communication_figure(records: list[dict]):

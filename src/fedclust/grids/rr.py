@@ -113,3 +113,20 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     table4 = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False).reset_index()
     moved = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False).reset_index()
     return {"table1_test_accuracy": table1, "table4_client_ACC": table4, "moved_updates_per_round": moved, "all_metrics": summary}
+
+
+def privacy_utility_figure(records: list[dict], chance: float | None = None):
+    """Test accuracy (mean ± std over seeds) against the accounted epsilon, one line per method
+    label, one panel per setting; ``chance`` (1 / number of classes) as a dashed line."""
+    from fedclust.plots import privacy_utility_figure as figure
+
+    return figure(records, metric="test_accuracy", series="label", facets=("setting",), chance=chance,
+                  title="RR-Cluster grid, privacy-utility: test accuracy against the accounted ε (client-level)")
+
+
+def rounds_figure(records: list[dict]):
+    """Test accuracy per evaluation round across budgets, one panel per method label (first setting)."""
+    from fedclust.plots import rounds_by_epsilon_figure
+
+    return rounds_by_epsilon_figure(records, "test_accuracy", series="label", focus=("setting",),
+                                    title="RR-Cluster grid: test accuracy per evaluation round across ε")

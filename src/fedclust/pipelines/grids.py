@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from kedro.pipeline import Pipeline, node
 
+from fedclust import plots
 from fedclust.experiments import to_markdown
 
 
@@ -39,78 +35,14 @@ def _tables_to_outputs(tables: dict[str, pd.DataFrame], title: str) -> tuple[pd.
 
 
 def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
-    """One panel per table: ``metric`` (mean ± std) against the table's swept key, one line per method."""
-    tabs = {k: _flat(t) for k, t in tables.items() if f"{metric}_mean" in _flat(t).columns}
-    n = max(len(tabs), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    for ax, (name, tab) in zip(axes[0], tabs.items()):
-        keys = [c for c in tab.columns if c not in ("method", "label", "n", "dataset", "table") and not c.endswith(("_mean", "_std"))
-                and c not in ("ACC", "NMI", "NMI_paper", "ARI", "wall_time_s", "test_accuracy", "client_ACC", "client_NMI", "objective")]
-        x = keys[0] if keys else None
-        series = next((c for c in ("method", "label") if c in tab.columns), None)
-        if series is None:
-            continue
-        for (method, *rest), g in tab.groupby([series] + (["dataset"] if "dataset" in tab.columns else []), sort=False):
-            label = method if not rest else f"{method} ({rest[0]})"
-            xs = g[x].astype(str) if x else range(len(g))
-            ax.errorbar(list(xs), g[f"{metric}_mean"], yerr=g[f"{metric}_std"].fillna(0), marker="o", capsize=3, label=label)
-        ax.set_title(name)
-        ax.set_xlabel(x or "")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return fig
+    """``metric`` (mean ± std) against each table's swept setting (:func:`fedclust.plots.sweeps_figure`)."""
+    return plots.sweeps_figure(tables, metric)
 
 
 def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
-                max_curves: int = 12):
-    """Convergence: per-round histories averaged over seeds, one line per combination of ``keys``.
-
-    When the histories hold ``comm_reals`` (cumulative uploaded reals), a last panel shows the
-    objective against communication.
-    """
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        if not r.get("history"):
-            continue
-        label = tuple((k, (r.get("params") or {}).get(k, (r.get("tags") or {}).get(k))) for k in keys)
-        groups.setdefault(label, []).append(r["history"])
-    shown = [m for m in metrics if any(m in h for hs in groups.values() for h in hs)]
-    comm = any("comm_reals" in h and "objective" in h for hs in groups.values() for h in hs)
-    n_panels = max(len(shown) + int(comm), 1)
-    fig, axes = plt.subplots(1, n_panels, figsize=(5.0 * n_panels, 3.6), squeeze=False)
-    if comm:
-        ax = axes[0][-1]
-        for label, hists in list(groups.items())[:max_curves]:
-            h = next((h for h in hists if "comm_reals" in h and "objective" in h), None)
-            if h:
-                n = min(len(h["comm_reals"]), len(h["objective"]))
-                ax.plot(h["comm_reals"][:n], h["objective"][:n], label=", ".join(f"{k}={v}" for k, v in label if v is not None))
-        ax.set_xlabel("uploaded reals (first seed)")
-        ax.set_ylabel("objective")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    for ax, metric in zip(axes[0], shown):
-        for label, hists in list(groups.items())[:max_curves]:
-            series = [h[metric] for h in hists if metric in h and len(h[metric])]
-            if not series:
-                continue
-            n = min(len(s_) for s_ in series)
-            mean = np.mean([s_[:n] for s_ in series], axis=0)
-            ax.plot(range(1, n + 1), mean, label=", ".join(f"{k}={v}" for k, v in label if v is not None))
-        ax.set_xlabel("round")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        if metric == "objective":
-            ax.set_yscale("log")
-    if shown:
-        axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    if len(groups) > max_curves:
-        fig.suptitle(f"first {max_curves} of {len(groups)} curves (all are in MLflow)", fontsize=8)
-    fig.tight_layout()
-    return fig
+                max_curves: int = 10):
+    """Convergence curves averaged over seeds (:func:`fedclust.plots.curves_figure`)."""
+    return plots.curves_figure(records, keys, metrics, max_curves=max_curves)
 
 
 def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric: str = "ACC",
@@ -163,11 +95,17 @@ def _benchmark():
     from fedclust.grids import benchmark
 
     def figures(records: list[dict], config: dict, data_paths: dict):
+        chance = benchmark.chance_levels(records, data_paths)
+        cfl = config.get("clustered_fl") or {}
+        cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if cfl else [], data_paths)
         return (
-            benchmark.privacy_utility_figure(records),
+            benchmark.privacy_utility_figure(records, chance),
+            benchmark.clustered_fl_privacy_utility_figure(records, cfl_chance),
             benchmark.communication_figure(records),
             benchmark.embedding_figure(records, data_paths),
             benchmark.partition_heatmaps(config, data_paths),
+            benchmark.rounds_figure(records),
+            benchmark.confusion_figure(records, data_paths),
         )
 
     figures.__name__ = "benchmark_figures"
@@ -176,7 +114,8 @@ def _benchmark():
                          curve_keys=benchmark.CURVE_KEYS)
     extra = Pipeline(
         [node(figures, ["records", "params:config", "params:data_paths"],
-              ["privacy_utility_plot", "communication_plot", "embedding_plot", "partition_plot"],
+              ["privacy_utility_plot", "privacy_utility_clustered_fl_plot", "communication_plot", "embedding_plot",
+               "partition_plot", "rounds_by_epsilon_plot", "confusion_plot"],
               name="figures", tags=["reporting", "grid"])],
         namespace="benchmark",
         parameters={"params:data_paths"},
@@ -195,9 +134,30 @@ def _cfl_grid():
 def _rr_grid():
     from fedclust.grids import rr
 
-    return grid_pipeline("rr_grid", rr.run, rr.tables,
+    def figures(records: list[dict], config: dict, data_paths: dict):
+        chance = _chance_of_classes([config.get("dataset", "digits")], data_paths)
+        return rr.privacy_utility_figure(records, chance), rr.rounds_figure(records)
+
+    figures.__name__ = "rr_grid_figures"
+    base = grid_pipeline("rr_grid", rr.run, rr.tables,
                          "RR-Cluster grid: Table 1 (test accuracy) and Table 4 (clustering accuracy) layouts",
                          metric="test_accuracy", curve_keys=rr.CURVE_KEYS)
+    extra = Pipeline(
+        [node(figures, ["records", "params:config", "params:data_paths"], ["privacy_utility_plot", "rounds_by_epsilon_plot"],
+              name="figures", tags=["reporting", "grid"])],
+        namespace="rr_grid",
+        parameters={"params:data_paths"},
+    )
+    return base + extra
+
+
+def _chance_of_classes(datasets: list[str], data_paths: dict | None) -> float | None:
+    """1 / number of classes of the first data set: the test accuracy of guessing (clustered FL)."""
+    from fedclust.grids._data import load
+
+    if not datasets:
+        return None
+    return 1.0 / load(datasets[0], data_paths).n_classes
 
 
 def _privacy_audit():

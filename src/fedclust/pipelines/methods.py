@@ -18,7 +18,7 @@ from kedro.pipeline import Pipeline, node
 
 from fedclust.pipelines.evaluation.nodes import evaluate_clustering, history_to_mlflow, to_mlflow_metrics
 from fedclust.pipelines.privacy.nodes import report_privacy
-from fedclust.pipelines.reporting.nodes import plot_history
+from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history
 
 
 def run_timed(fn: Callable, *args, **kwargs):
@@ -67,11 +67,19 @@ def method_pipeline(method: str, calibrate: Callable, train: Callable, *, data: 
                  name="report_privacy", tags=["privacy", "reporting"]),
             node(to_mlflow_metrics, ["metrics", "privacy"], "mlflow_metrics", name="log_metrics", tags=["reporting"]),
             node(history_to_mlflow, "result", "mlflow_history", name="log_history", tags=["reporting"]),
-            node(_bind(plot_history, method=method), "result", "history_plot", name="plot_history", tags=["reporting"]),
+            # the split is named by the partition parameters, or by the rotated clients (clustered FL)
+            node(_bind(plot_history, method=method),
+                 ["result", "privacy", "params:dataset", "params:partition" if "partition" in data else data[0]],
+                 "history_plot", name="plot_history", tags=["reporting"]),
+            *(
+                [node(_bind(plot_centroids, method=method), ["result", "dataset", "privacy", "params:partition"],
+                      "centroids_plot", name="plot_centroids", tags=["reporting"])]
+                if "dataset" in data else []
+            ),
         ],
         namespace=method,
         inputs=set(data),
-        parameters={"params:privacy", "params:seed"},
+        parameters={"params:privacy", "params:seed", "params:dataset"} | ({"params:partition"} if "partition" in data else set()),
     )
 
 

@@ -1,28 +1,59 @@
-"""Plots for MLflow and data/08_reporting."""
+"""Plots for MLflow and data/08_reporting (the figures themselves are in :mod:`fedclust.plots`)."""
 
 from __future__ import annotations
 
-import matplotlib
+import math
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import numpy as np
 
-from fedclust.pipelines.evaluation.nodes import history_steps, numeric_histories
+from fedclust import plots
 
 
-def plot_history(result, method: str):
-    """One panel per per-round metric (objective, ACC, test_accuracy, ...), metric against round."""
-    hists = numeric_histories(result.history)
-    n = max(len(hists), 1)
-    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.0), squeeze=False)
-    for ax, (key, hist) in zip(axes[0], hists.items()):
-        ax.plot(history_steps(result.history, hist), hist, marker="." if len(hist) < 40 else None)
-        ax.set_xlabel("round")
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{method}: per-round metrics")
-    # amendment A-1: evaluation on raw data is not a release
-    fig.text(0.5, 0.005, "experimenter-side evaluation on raw data: outside the DP guarantee",
-             ha="center", va="bottom", fontsize=7, color="0.4")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return fig
+def describe_partition(partition) -> str:
+    """A short name of the client split: the ``partition`` parameters (scheme and options) or the
+    clustered-FL rotated clients."""
+    if isinstance(partition, dict):
+        opts = partition.get("options") or {}
+        n = partition.get("n_clients")
+        inner = [f"{k}={v}" for k, v in opts.items()] + ([f"{n} clients"] if n else [])
+        return str(partition.get("scheme", "?")) + (f"({', '.join(inner)})" if inner else "")
+    angles = getattr(partition, "angles", None)
+    if angles is not None:
+        group = getattr(partition, "group", None)
+        n = f", {len(group)} clients" if group is not None else ""
+        return f"rotation({len(angles)} groups{n})"
+    return str(partition)
+
+
+def _accounted_epsilon(privacy: dict) -> float:
+    eps = (privacy or {}).get("epsilon_accountant", (privacy or {}).get("epsilon"))
+    return plots.eps_value(eps)
+
+
+def plot_history(result, privacy: dict, dataset: dict, partition, method: str):
+    """Per-round metrics of one run in a grid of panels (empty and constant histories left out), titled
+    with the method, data, partition and the accounted epsilon; a private run adds epsilon spent
+    against rounds (the accountant on the first t rounds' releases)."""
+    eps = _accounted_epsilon(privacy)
+    eps_rounds = None
+    if math.isfinite(eps) and result.dp_events:
+        rounds = result.info.get("rounds")
+        eps_rounds = plots.epsilon_by_round(result.dp_events, float(privacy.get("delta", 1e-5)),
+                                            privacy.get("accountant", "rdp"), rounds=int(rounds) if rounds else None) or None
+    name = dataset.get("name", "?") if isinstance(dataset, dict) else str(dataset)
+    return plots.history_figure(result.history, method=method, dataset=name, partition=describe_partition(partition),
+                                epsilon=eps, eps_rounds=eps_rounds)
+
+
+def plot_centroids(result, dataset, privacy: dict, partition, method: str):
+    """The learned centroids: as images where the data are images (digits 8x8, MNIST 28x28), else
+    as a cluster x feature heatmap; a method without centroids gets a figure that says so."""
+    title = (f"{method} · {getattr(dataset, 'name', '?')} / {describe_partition(partition)} · "
+             f"ε = {plots.eps_text(_accounted_epsilon(privacy))}: learned centroids")
+    C = getattr(result, "centroids", None)
+    if C is None:
+        return plots.message_figure(f"{method} has no centroids", title)
+    images = getattr(dataset, "images", None)
+    if images is not None and int(np.prod(images.shape[1:])) == C.shape[1]:
+        return plots.centroid_images_figure(C, images.shape[1:], title)
+    return plots.centroid_heatmap_figure(C, title)
