@@ -1,6 +1,7 @@
-"""Project hooks: MLflow run tags and a one-line progress report per node (RunTagsHook); parameters
-checked before anything runs, user errors shown as one line (ParamsCheckHook); interrupted runs
-marked KILLED in MLflow (InterruptHook)."""
+"""Project hooks: MLflow run names and tags, one nested run per method in a multi-method run, the
+method's effective settings as params, a progress bar and a final summary table (RunTagsHook, with
+MethodRunsCloseHook); parameters checked before anything runs, user errors shown as one line
+(ParamsCheckHook); interrupted runs marked KILLED in MLflow (InterruptHook)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,100 @@ logger = logging.getLogger(__name__)
 
 
 def _fmt_eps(eps) -> str:
-    return "inf" if eps is None else str(eps)
+    """epsilon as every tag writes it: "4", "0.5", "inf" (:func:`fedclust.experiments.eps_label`)."""
+    from fedclust.experiments import eps_label
+
+    try:
+        return eps_label(None if eps is None else float(eps))
+    except (TypeError, ValueError):
+        return str(eps)
+
+
+def run_name(method: str, dataset: str, partition: str, eps: str, seed) -> str:
+    """The MLflow run name of a method run: ``fkm · digits/iid · ε=4 · seed 0``."""
+    return f"{method} · {dataset}/{partition} · ε={eps} · seed {seed}"
+
+
+def _tag_value(v) -> str:
+    """A run parameter as a readable tag: lists joined by commas, dicts as JSON, never a repr."""
+    import json
+
+    if isinstance(v, (list, tuple, set)):
+        return ",".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True, default=str)
+    text = str(v)
+    if text.startswith("<") and " object at 0x" in text:  # "<kedro.runner.X object at 0x...>" -> "X"
+        return text[1:].split(" object at ", 1)[0].rsplit(".", 1)[-1]
+    return text
+
+
+#: kedro-mlflow tags the run with Kedro's run parameters; these are renamed (Kedro's session id is
+#: not an MLflow run id) or rewritten without Python reprs
+_RENAMED_TAGS = {"run_id": "kedro_session_id"}
+
+#: the experiment tag by which the MLflow UI (3.x) chooses the experiment's view: the runs table of
+#: model development rather than GenAI traces
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+#: namespaces that are shared stages, not methods
+_STAGES = ("data_processing", "partitioning", "clustered_fl")
+
+
+class _MethodRuns:
+    """State shared by the hooks: the nested MLflow run of each method of a multi-method run."""
+
+    def __init__(self):
+        self.enabled = False
+        self.tags: dict[str, dict[str, str]] = {}  # method -> its run's tags
+        self.names: dict[str, str] = {}
+        self.run_ids: dict[str, str] = {}
+        self.open: str | None = None  # the method whose nested run is active
+
+    def close(self, status: str = "FINISHED") -> None:
+        if self.open is None:
+            return
+        self.open = None
+        try:
+            import mlflow
+
+            mlflow.end_run(status=status)
+        except Exception as exc:  # tracking must never break a run
+            logger.warning("could not end a method's MLflow run: %s", exc)
+
+
+_METHOD_RUNS = _MethodRuns()
 
 
 class RunTagsHook:
-    """Tags the active MLflow run (opened by kedro-mlflow) with what was run, on what."""
+    """Names and tags the active MLflow run (opened by kedro-mlflow) with what was run, on what.
+
+    * run names say what ran: ``fkm · digits/iid · ε=4 · seed 0`` (grid cells keep their names);
+    * tags ``pipeline``, ``method``, ``dataset``, ``partition``, ``n_clients``, ``epsilon`` (written
+      as in :func:`fedclust.experiments.eps_label`: ``4``, ``inf``) and ``seed``; Kedro's run
+      parameters that kedro-mlflow copies to tags are written without Python reprs, and Kedro's
+      session id is ``kedro_session_id`` (it is no MLflow run id);
+    * a run of several methods (the tour) is one parent run with one nested run per method, so that
+      each method's metrics share the names of single runs and grid cells
+      (:mod:`fedclust.pipelines.mlflow_io`); the nodes of method ``m`` log into ``m``'s run;
+    * the method's effective settings (``k``, ``rounds``, ``clip``, ``clients_per_round``, ...:
+      the scalars of ``result.info``) are logged as params of its run after ``train``;
+    * a progress bar over the nodes (on a terminal only) and, at the end, a summary table: method,
+      ACC/NMI or test accuracy, epsilon, wall time, MLflow run id.
+    """
 
     def __init__(self):
         self._pipeline_name = "__default__"
         self._tags: dict[str, str] = {}
+        self._run_params: dict[str, Any] = {}
+        self._name = ""
         self._tagged = False
         self._t0: dict[str, float] = {}
+        self._summary: dict[str, dict] = {}
+        self._parent_id: str | None = None
+        self._progress = None
+        self._task = None
+        self._grid_records: dict[str, list] = {}
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
@@ -32,7 +116,12 @@ class RunTagsHook:
         names = run_params.get("pipeline_names") or (
             [run_params["pipeline_name"]] if run_params.get("pipeline_name") else None)
         self._pipeline_name = ",".join(names) if names else "__default__"
+        self._run_params = dict(run_params)
         self._tagged = False
+        self._summary = {}
+        self._grid_records = {}
+        self._parent_id = None
+        _METHOD_RUNS.__init__()
         try:
             params = catalog.load("parameters")
         except Exception:  # a catalog without parameters: nothing to tag
@@ -40,39 +129,53 @@ class RunTagsHook:
         ds = params.get("dataset", {}) or {}
         part = params.get("partition", {}) or {}
         priv = params.get("privacy", {}) or {}
+        seed = str(params.get("seed", ""))
+        eps = _fmt_eps(priv.get("epsilon"))
         namespaces = sorted({n.namespace.split(".")[0] for n in pipeline.nodes if n.namespace})
-        methods = [m for m in namespaces if m not in ("data_processing", "partitioning", "clustered_fl")]
-        grids = [m for m in methods if m.endswith("_grid") or m == "benchmark"]
-        if grids and len(grids) == len(methods):
+        methods = [m for m in namespaces if m not in _STAGES]
+        grids = [m for m in methods if m.endswith("_grid") or m in ("benchmark", "privacy_audit")]
+        self._stop_progress()
+        if grids and len(grids) == len(methods):  # grids show a bar over their cells (run_cells)
             # a grid: every cell is a nested run with its own method/dataset/partition/epsilon tags;
             # the global dataset/partition/privacy parameters are not what it ran on
-            self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid",
-                          "seed": str(params.get("seed", ""))}
+            self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid", "seed": seed}
+            self._name = f"{self._pipeline_name} · grid · seed {seed}"
             return
         # data clustering runs on `partition` (params `partition`); clustered FL on `rotated_data`
         # (the rotation split of params `clustered_fl.data`); the tour has both
         outputs = pipeline.all_outputs()
-        splits = []
-        if "partition" in outputs:
-            splits.append((str(part.get("scheme", "")), str(part.get("n_clients", ""))))
-        if "rotated_data" in outputs:
-            rot = (params.get("clustered_fl", {}) or {}).get("data", {}) or {}
-            splits.append(("rotation", str(rot.get("n_clients", ""))))
-        if not splits:
-            splits.append((str(part.get("scheme", "")), str(part.get("n_clients", ""))))
+        rot = (params.get("clustered_fl", {}) or {}).get("data", {}) or {}
+        split_of = {"partition": (str(part.get("scheme", "")), str(part.get("n_clients", ""))),
+                    "rotated_data": ("rotation", str(rot.get("n_clients", "")))}
+        splits = [split_of[k] for k in ("partition", "rotated_data") if k in outputs] or [split_of["partition"]]
+        self._start_progress(len(pipeline.nodes))
         self._tags = {
             "pipeline": self._pipeline_name,
             "method": ",".join(methods) if methods else self._pipeline_name,
+            "kind": "method" if len(methods) <= 1 else "tour",
             "dataset": str(ds.get("name", "")),
             "partition": ",".join(s for s, _ in splits),
             "n_clients": ",".join(n for _, n in splits),
-            "epsilon": _fmt_eps(priv.get("epsilon")),
-            "seed": str(params.get("seed", "")),
+            "epsilon": eps,
+            "seed": seed,
         }
         if priv.get("epsilon") is not None:
             from fedclust.privacy.report import SCOPE_TAG
 
             self._tags["dp_scope"] = SCOPE_TAG
+        self._name = run_name(self._tags["method"], self._tags["dataset"], self._tags["partition"], eps, seed)
+        if len(methods) > 1:
+            # one nested run per method: the split of a method is the one its pipeline reads
+            _METHOD_RUNS.enabled = True
+            for m in methods:
+                ins = {i for n in pipeline.nodes if n.namespace and n.namespace.split(".")[0] == m for i in n.inputs}
+                scheme, n_clients = split_of["rotated_data"] if "rotated_data" in ins else split_of["partition"]
+                tags = {**self._tags, "method": m, "kind": "method", "partition": scheme, "n_clients": n_clients}
+                _METHOD_RUNS.tags[m] = tags
+                _METHOD_RUNS.names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
+            self._name = f"tour · {self._tags['dataset']}/{self._tags['partition']} · ε={eps} · seed {seed}"
+
+    # ---- MLflow ----------------------------------------------------------------------------------
 
     def _tag_once(self) -> None:
         if self._tagged:
@@ -80,21 +183,195 @@ class RunTagsHook:
         try:
             import mlflow
 
-            if mlflow.active_run() is not None:
-                mlflow.set_tags(self._tags)
-                self._tagged = True
+            active = mlflow.active_run()
+            if active is None:
+                return
+            self._parent_id = active.info.run_id
+            client = mlflow.tracking.MlflowClient()
+            existing = client.get_run(self._parent_id).data.tags
+            fixed = {}
+            for key, value in self._run_params.items():
+                if not value or key not in existing:
+                    continue
+                new_key = _RENAMED_TAGS.get(key, key)
+                if new_key != key:
+                    client.delete_tag(self._parent_id, key)
+                fixed[new_key] = _tag_value(value)
+            mlflow.set_tags({**fixed, **self._tags, "mlflow.runName": self._name})
+            self._tagged = True
+            # the UI opens the experiment on the runs table for model training, not the GenAI view
+            exp_id = active.info.experiment_id
+            if client.get_experiment(exp_id).tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         except Exception as exc:  # tracking must never break a run
             logger.warning("could not set MLflow tags: %s", exc)
 
-    @hook_impl
+    @staticmethod
+    def _method_of(node) -> str | None:
+        m = node.namespace.split(".")[0] if node.namespace else None
+        return m if m in _METHOD_RUNS.tags else None
+
+    @hook_impl(trylast=True)  # after kedro-mlflow has re-opened the pipeline's run for this node
     def before_node_run(self, node, catalog, inputs) -> None:
         self._tag_once()
         self._t0[node.name] = time.perf_counter()
+        method = self._method_of(node) if _METHOD_RUNS.enabled else None
+        if method is None or _METHOD_RUNS.open == method:
+            return
+        _METHOD_RUNS.close()
+        try:
+            import mlflow
+
+            if mlflow.active_run() is None:
+                return
+            run = mlflow.start_run(run_id=_METHOD_RUNS.run_ids.get(method), nested=True,
+                                   run_name=None if method in _METHOD_RUNS.run_ids else _METHOD_RUNS.names[method])
+            _METHOD_RUNS.open = method
+            if method not in _METHOD_RUNS.run_ids:
+                _METHOD_RUNS.run_ids[method] = run.info.run_id
+                mlflow.set_tags({**_METHOD_RUNS.tags[method], "mlflow.runName": _METHOD_RUNS.names[method]})
+        except Exception as exc:  # tracking must never break a run
+            logger.warning("could not open the MLflow run of %s: %s", method, exc)
+
+    def _run_id(self, method: str) -> str:
+        return _METHOD_RUNS.run_ids.get(method) or self._parent_id or ""
 
     @hook_impl
     def after_node_run(self, node, catalog, inputs, outputs) -> None:
         dt = time.perf_counter() - self._t0.pop(node.name, time.perf_counter())
-        logger.info("node %s finished in %.2f s", node.name, dt)
+        logger.debug("node %s finished in %.2f s", node.name, dt)
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, description=node.name)
+        method = node.namespace.split(".")[0] if node.namespace else None
+        if method is None or method in _STAGES:
+            return
+        for name, value in outputs.items():
+            short = name.rsplit(".", 1)[-1]
+            if short == "result" and hasattr(value, "info"):
+                self._log_effective_settings(value)
+                self._summary.setdefault(method, {})["wall_time_s"] = value.info.get("wall_time_s")
+            elif short == "metrics" and isinstance(value, dict):
+                self._summary.setdefault(method, {}).update(metrics=value)
+            elif short == "privacy" and isinstance(value, dict):
+                self._summary.setdefault(method, {}).update(privacy=value)
+            elif short == "records" and isinstance(value, list):
+                self._grid_records[method] = value
+
+    @staticmethod
+    def _log_effective_settings(result) -> None:
+        """The method's settings as it ran (defaults resolved): scalars of ``result.info``, and k."""
+        try:
+            import mlflow
+
+            if mlflow.active_run() is None:
+                return
+            info = {k: v for k, v in result.info.items()
+                    if k not in ("wall_time_s",) and (v is None or isinstance(v, (bool, int, float, str)))}
+            centroids = getattr(result, "centroids", None)
+            if getattr(centroids, "shape", None) is not None and len(centroids.shape) == 2:
+                info.setdefault("k", int(centroids.shape[0]))
+            existing = mlflow.get_run(mlflow.active_run().info.run_id).data.params
+            params = {k: str(v)[:500] for k, v in info.items() if k not in existing}
+            if params:
+                mlflow.log_params(params)
+        except Exception as exc:  # tracking must never break a run
+            logger.warning("could not log the method's effective settings: %s", exc)
+
+    @hook_impl
+    def on_node_error(self, error, node, catalog, inputs, is_async) -> None:
+        _METHOD_RUNS.close(status="FAILED")
+
+    # ---- terminal --------------------------------------------------------------------------------
+
+    def _start_progress(self, total: int) -> None:
+        import sys
+
+        self._stop_progress()
+        if not sys.stderr.isatty():  # quiet in logs, pipes and tests
+            return
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("[bold]nodes"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.description}"), transient=True)
+            self._task = self._progress.add_task("", total=total)
+            self._progress.start()
+        except Exception:  # no rich: no bar
+            self._progress = None
+
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            try:
+                self._progress.stop()
+            finally:
+                self._progress = None
+
+    def summary_rows(self) -> list[dict]:
+        """One row per method (or grid) of the finished run, for the summary table."""
+        rows = []
+        for method, s in self._summary.items():
+            met, priv = s.get("metrics") or {}, s.get("privacy") or {}
+            if "ACC" in met:
+                util = f"ACC {met['ACC']:.3f} · NMI {met.get('NMI', float('nan')):.3f}"
+            elif "test_accuracy" in met:
+                util = f"test acc {met['test_accuracy']:.3f}"
+            else:
+                continue
+            wall = s.get("wall_time_s", met.get("wall_time_s"))
+            rows.append({"method": method, "result": util, "epsilon": _fmt_eps(_eps_of(priv)),
+                         "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": self._run_id(method)})
+        for grid, records in self._grid_records.items():
+            wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)
+            rows.append({"method": grid, "result": f"{len(records)} cells (summary in data/08_reporting/{grid})",
+                         "epsilon": "per cell", "wall_time_s": f"{wall:.1f}", "run_id": self._parent_id or ""})
+        return rows
+
+    def _print_summary(self) -> None:
+        rows = self.summary_rows()
+        if not rows:
+            return
+        try:
+            from rich.console import Console
+            from rich.table import Table
+
+            table = Table(title=f"fedclust: {self._name}", title_justify="left")
+            for col, just in (("method", "left"), ("result", "left"), ("ε", "right"), ("wall time (s)", "right"),
+                              ("MLflow run id", "left")):
+                table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
+            for r in rows:
+                table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
+            Console(width=max(120, Console().width)).print(table)
+        except Exception as exc:  # never fail a finished run for its summary
+            logger.warning("could not print the summary: %s", exc)
+
+    @hook_impl(tryfirst=True)  # before kedro-mlflow ends the pipeline's run
+    def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:
+        _METHOD_RUNS.close()
+        self._stop_progress()
+        self._print_summary()
+
+    @hook_impl(tryfirst=True)
+    def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
+        _METHOD_RUNS.close(status="FAILED")
+        self._stop_progress()
+
+
+class MethodRunsCloseHook:
+    """Ends the nested run of the previous method before kedro-mlflow re-opens the pipeline's run for
+    the next node (it runs first; :class:`RunTagsHook` opens the next method's run last)."""
+
+    @hook_impl(tryfirst=True)
+    def before_node_run(self, node, catalog, inputs) -> None:
+        if not _METHOD_RUNS.enabled or _METHOD_RUNS.open is None:
+            return
+        method = node.namespace.split(".")[0] if node.namespace else None
+        if method != _METHOD_RUNS.open:
+            _METHOD_RUNS.close()
+
+
+def _eps_of(privacy: dict):
+    eps = privacy.get("epsilon_accountant")
+    return None if eps in (None, "inf") else eps
 
 
 class ParamsCheckHook:

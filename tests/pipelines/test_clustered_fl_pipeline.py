@@ -21,7 +21,7 @@ def test_cfl_mgd_separates_rotation_groups_and_beats_fedavg(run_pipeline, read_v
 
     client, runs = mlflow_runs()
     cfl_run = next(r for r in runs if r.data.tags.get("method") == "cfl_mgd")
-    hist = client.get_metric_history(cfl_run.info.run_id, "cfl_mgd.round.test_accuracy")
+    hist = client.get_metric_history(cfl_run.info.run_id, "round.test_accuracy")
     assert sorted(m.step for m in hist) == [5, 10, 15, 20, 25]  # the engine's evaluation rounds
 
 

@@ -26,11 +26,19 @@ def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_run
     # table1: (fkm + dp_fedc x 2 penalties) x 2 budgets x 1 seed; sweep: 2 penalties x 1 split x 1 K x 2 budgets x 1 seed
     assert len(children) == 6 + 4
     private = [r for r in children if r.data.tags["epsilon"] == "20"]
-    assert private and all(0 < r.data.metrics["epsilon_accountant"] < 1e6 for r in private)
+    # one metric schema with single runs: epsilon (accounted), private 0/1; the method in a tag
+    assert private and all(0 < r.data.metrics["epsilon"] < 1e6 and r.data.metrics["private"] == 1.0 for r in private)
+    assert not any("epsilon_accountant" in r.data.metrics for r in children)
+    public = [r for r in children if r.data.tags["epsilon"] == "inf"]
+    assert public and all(r.data.metrics["private"] == 0.0 and r.data.metrics["epsilon"] > 1e300 for r in public)
+    assert all(r.data.tags["kind"] == "cell" and r.data.metrics["wall_time_s"] > 0 for r in children)
+    cell_files = {a.path for a in client.list_artifacts(private[0].info.run_id)}
+    assert {"metrics.json", "privacy.json"} <= cell_files
     # amendment A-1: private cells start from public centroids and clip to a public bound (sqrt(4) = 2 for iris)
     assert all(r.data.params["init"] == "uniform_box" and float(r.data.params["clip"]) == 2.0 for r in private)
     assert all(r.data.params["constants"] == "public" for r in private if r.data.tags["method"] == "dp_fedc")
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags][0]
+    assert parent.info.run_name == "dp_fedc_grid · grid · seed 0" and parent.data.tags["pipeline"] == "dp_fedc_grid"
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "dp_fedc_grid")}
     assert {"dp_fedc_grid/summary.csv", "dp_fedc_grid/summary.md", "dp_fedc_grid/curves.png"} <= arts
 

@@ -346,7 +346,7 @@ def test_each_fkm_run_keeps_its_own_history_and_centroid_plots(run_pipeline, mlf
         assert png.shape[0] > 100 and png.shape[1] > 300 and png.std() > 0.01  # a picture, not a blank
     client, runs = mlflow_runs()
     arts = {a.path for a in client.list_artifacts(runs[0].info.run_id, "fkm")}
-    assert arts == {"fkm/centroids.png", "fkm/history.png"}
+    assert arts == {"fkm/centroids.png", "fkm/history.png", "fkm/metrics.json", "fkm/privacy.json"}
 
 
 def test_benchmark_and_rr_grid_pipelines_write_their_figures(run_pipeline, mlflow_runs, kedro_project):

@@ -95,7 +95,8 @@ def found(mlflow_server) -> dict:
     """What a user finds through the REST API: the experiment, the parent run and the fkm cells."""
     exp = _api(mlflow_server, "experiments/get-by-name", experiment_name="fedclust")["experiment"]
     fkm = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
-                                                "filter": "tags.method = 'fkm'", "max_results": 100})
+                                                "filter": "tags.method = 'fkm' and tags.kind = 'cell'",
+                                                "max_results": 100})
     return {"experiment": exp, "fkm_runs": fkm.get("runs", [])}
 
 
@@ -138,6 +139,43 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
                                                                              "run_uuid": parent})).decode()
     assert csv.splitlines()[0].startswith("dataset,partition,epsilon,method")
     assert sum(",fkm," in line for line in csv.splitlines()) == 2
+
+
+def _readme_filters(project_root: Path) -> list[str]:
+    """The filter examples of the README (the code block after "Filter the runs table")."""
+    text = (project_root / "README.md").read_text()
+    block = text[text.index("Filter the runs table"):].split("```", 2)[1]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+def test_readme_filters_find_single_runs_and_cells_in_one_list(mlflow_server, found, project_root):
+    filters = _readme_filters(project_root)
+    assert len(filters) == 3, filters
+    exp_id = found["experiment"]["experiment_id"]
+
+    def search(flt: str) -> list[dict]:
+        res = _post(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "filter": flt, "max_results": 500})
+        return [{"tags": {t["key"]: t["value"] for t in r["data"].get("tags", [])},
+                 "metrics": {m["key"]: m["value"] for m in r["data"].get("metrics", [])},
+                 "name": r["info"]["run_name"]} for r in res.get("runs", [])]
+
+    # 1. method and budget: the single run and the benchmark cell, one schema of metric columns
+    runs = search(filters[0])
+    kinds = sorted(r["tags"]["kind"] for r in runs)
+    assert kinds == ["cell", "method"], [r["name"] for r in runs]
+    for r in runs:
+        assert {"ACC", "NMI", "ARI", "epsilon", "private", "wall_time_s"} <= r["metrics"].keys()
+        assert r["metrics"]["private"] == 1.0 and 0 < r["metrics"]["epsilon"] < 100
+        assert not any(k.startswith("fkm.") for k in r["metrics"])
+    single = next(r for r in runs if r["tags"]["kind"] == "method")
+    assert single["name"] == "fkm · iris/iid · ε=4 · seed 0"
+    # 2. dataset and no privacy: the non-private clustered-FL cells on digits, epsilon sorted last
+    runs = search(filters[1])
+    assert runs and all(r["metrics"]["private"] == 0.0 and r["metrics"]["epsilon"] > 1e300 for r in runs)
+    assert all(r["tags"]["dataset"] == "digits" for r in runs)
+    # 3. cells above an ACC threshold
+    runs = search(filters[2])
+    assert runs and all(r["tags"]["kind"] == "cell" and r["metrics"]["ACC"] > 0.5 for r in runs)
 
 
 def _chromium() -> str:

@@ -1,10 +1,24 @@
-"""Kedro datasets that write grid results to MLflow.
+"""Kedro datasets that write results to MLflow in one metric schema.
 
-:class:`MlflowChildRunsDataset` logs every record of an experiment grid
-(:mod:`fedclust.experiments`) as a nested MLflow run under the run that kedro-mlflow opened for
-the pipeline, with the record's tags, parameters, final metrics and per-round histories, so that
-the MLflow UI's compare view and search (``tags.method = 'dp_fedc'``) work cell by cell. A record's
-optional ``artifacts`` (file name -> JSON-ready dict) are logged as artifacts of its run.
+Single runs (a method pipeline) and grid cells (:mod:`fedclust.experiments` records) log the same
+metric names, so that the MLflow UI shows them in one table with shared columns and charts:
+
+* utility: ``ACC``, ``NMI``, ``ARI`` (data clustering), ``test_accuracy``, ``client_ACC``,
+  ``client_NMI`` (clustered FL);
+* privacy: ``epsilon`` (the accountant's epsilon, the figure that holds), ``epsilon_paper`` (the
+  paper formula's claim, where the method has one), ``private`` (1 or 0) and ``delta``. A
+  non-private run logs ``epsilon = inf``, which MLflow stores as the largest double (1.8e308): it
+  sorts above every budget, and ``metrics.private = 0`` finds those runs;
+* cost: ``wall_time_s`` (the method's compute time, not the logging), ``uploaded_reals``, ``rounds``;
+* per-round histories ``round.<key>`` (step = round).
+
+The method is a tag (``tags.method``), never a prefix of a metric name.
+
+:class:`MlflowChildRunsDataset` logs every record of an experiment grid as a nested MLflow run
+under the run that kedro-mlflow opened for the pipeline, with the record's tags, parameters, final
+metrics, per-round histories and ``metrics.json``/``privacy.json`` artifacts.
+:class:`MlflowMethodRunDataset` logs the final metrics of a method pipeline and its
+``metrics.json``/``privacy.json`` into the method's run (see :class:`fedclust.hooks.RunTagsHook`).
 """
 
 from __future__ import annotations
@@ -14,12 +28,66 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
+from fedclust.experiments import eps_label
+
+#: the shared final-metric names (single runs and grid cells); others are logged as they are
+SCHEMA = ("ACC", "NMI", "ARI", "test_accuracy", "client_ACC", "client_NMI", "epsilon", "epsilon_paper",
+          "private", "delta", "wall_time_s")
+
 
 def _finite(v) -> bool:
     try:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def _number(v) -> float | None:
+    """``v`` as a float (``"inf"`` -> inf), or None when it is no number."""
+    if isinstance(v, bool):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def schema_metrics(metrics: dict, privacy: dict | None = None) -> dict[str, float]:
+    """Final metrics in the shared schema (module docstring).
+
+    ``metrics`` is a record's or a metrics.json's numbers; ``privacy`` a privacy.json (single runs).
+    The accounted epsilon is taken from ``privacy["epsilon_accountant"]``, else from the metrics'
+    ``epsilon_accountant`` or ``epsilon``; missing or "inf" means not private (``epsilon = inf``).
+    NaN values are dropped.
+    """
+    out: dict[str, float] = {}
+    for k, v in (metrics or {}).items():
+        x = _number(v)
+        if k in ("epsilon_accountant", "epsilon") or x is None or math.isnan(x):
+            continue
+        out[k] = x
+    privacy = privacy or {}
+    eps = privacy.get("epsilon_accountant", (metrics or {}).get("epsilon_accountant", (metrics or {}).get("epsilon")))
+    eps = _number(eps)
+    eps = math.inf if eps is None or math.isnan(eps) else eps
+    out["epsilon"] = eps
+    out["private"] = float(math.isfinite(eps))
+    paper = _number(privacy.get("epsilon_paper", (metrics or {}).get("epsilon_paper")))
+    if paper is not None and not math.isnan(paper):
+        out["epsilon_paper"] = paper
+    else:
+        out.pop("epsilon_paper", None)
+    if privacy.get("delta") is not None and math.isfinite(eps):
+        out["delta"] = float(privacy["delta"])
+    return out
+
+
+def _log_metrics(metrics: dict[str, float]) -> None:
+    """Log final metrics (step 0) to the active run; infinity as MLflow stores it (largest double)."""
+    import mlflow
+
+    if metrics:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=0)
 
 
 def _log_histories(history: dict) -> None:
@@ -42,6 +110,37 @@ def _log_histories(history: dict) -> None:
         client.log_batch(run_id, metrics=batch[i : i + 1000])
 
 
+def _json_ready(d):
+    if isinstance(d, dict):
+        return {str(k): _json_ready(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_json_ready(v) for v in d]
+    if isinstance(d, float) and not math.isfinite(d):
+        return "inf" if d > 0 else ("-inf" if d < 0 else "nan")
+    if isinstance(d, (str, int, float, bool)) or d is None:
+        return d
+    try:
+        return float(d)
+    except (TypeError, ValueError):
+        return str(d)
+
+
+def cell_privacy(rec: dict) -> dict:
+    """The privacy.json of a grid cell: its own artifact when it has one, else what the record says."""
+    arts = rec.get("artifacts") or {}
+    if "privacy.json" in arts:
+        return arts["privacy.json"]
+    met, params, tags = rec.get("metrics") or {}, rec.get("params") or {}, rec.get("tags") or {}
+    eps = _number(met.get("epsilon_accountant", met.get("epsilon")))
+    return {
+        "epsilon_target": tags.get("epsilon", "inf"),
+        "epsilon_accountant": "inf" if eps is None or not math.isfinite(eps) else eps,
+        "epsilon_paper": met.get("epsilon_paper"),
+        "delta": params.get("delta"),
+        "source": "the grid cell's record (fedclust.experiments); the cell's run tags say what ran",
+    }
+
+
 class MlflowChildRunsDataset(AbstractDataset):
     """Save-only: one nested MLflow run per record."""
 
@@ -61,19 +160,57 @@ class MlflowChildRunsDataset(AbstractDataset):
             with mlflow.start_run(run_name=name, nested=parent is not None):
                 tags = {k: v for k, v in parent_tags.items() if k in ("pipeline", "seed")}
                 tags.update({k: str(v) for k, v in (rec.get("tags") or {}).items()})
+                if "epsilon" in tags:  # one spelling everywhere: "4", "inf"
+                    eps = _number(tags["epsilon"])
+                    tags["epsilon"] = eps_label(eps) if eps is not None else tags["epsilon"]
+                tags["kind"] = "cell"
                 mlflow.set_tags(tags)
                 params = {k: str(v)[:500] for k, v in (rec.get("params") or {}).items()}
                 if params:
                     mlflow.log_params(params)
-                metrics = {k: float(v) for k, v in (rec.get("metrics") or {}).items() if _finite(v)}
-                if metrics:
-                    mlflow.log_metrics(metrics)
+                not_applicable = tags.get("status") == "not applicable"
+                if rec.get("metrics") or not not_applicable:
+                    _log_metrics(schema_metrics(rec.get("metrics") or {}, (rec.get("artifacts") or {}).get("privacy.json")))
                 _log_histories(rec.get("history") or {})
-                for fname, content in (rec.get("artifacts") or {}).items():
-                    mlflow.log_dict(content, fname)
+                arts = dict(rec.get("artifacts") or {})
+                if not not_applicable:
+                    arts.setdefault("metrics.json", rec.get("metrics") or {})
+                    arts.setdefault("privacy.json", cell_privacy(rec))
+                for fname, content in arts.items():
+                    mlflow.log_dict(_json_ready(content), fname)
 
     def _load(self):
         raise DatasetError("MlflowChildRunsDataset is save-only: read the runs with the MLflow client or UI")
 
     def _describe(self) -> dict[str, Any]:
         return {"run_name_prefix": self._prefix}
+
+
+class MlflowMethodRunDataset(AbstractDataset):
+    """Save-only: a method's final metrics (schema above) and its JSON reports, in the active run.
+
+    Saves ``{"metrics": {name: value}, "artifacts": {file name: JSON-ready dict}}`` (from
+    :func:`fedclust.pipelines.evaluation.nodes.to_mlflow_metrics`); artifacts go under
+    ``artifact_path`` (``fkm/metrics.json``). The active run is the method's own run: the pipeline's
+    run, or in a multi-method run (the tour) the method's nested run opened by the hook.
+    """
+
+    def __init__(self, artifact_path: str = "", metadata: dict[str, Any] | None = None):
+        self._artifact_path = artifact_path
+        self.metadata = metadata
+
+    def _save(self, data: dict) -> None:
+        import mlflow
+
+        if mlflow.active_run() is None:  # tracking disabled or no run: nothing to log
+            return
+        _log_metrics(data.get("metrics") or {})
+        for fname, content in (data.get("artifacts") or {}).items():
+            path = f"{self._artifact_path}/{fname}" if self._artifact_path else fname
+            mlflow.log_dict(_json_ready(content), path)
+
+    def _load(self):
+        raise DatasetError("MlflowMethodRunDataset is save-only: read the run with the MLflow client or UI")
+
+    def _describe(self) -> dict[str, Any]:
+        return {"artifact_path": self._artifact_path}

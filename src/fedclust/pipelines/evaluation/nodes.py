@@ -24,17 +24,15 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
 
 
 def to_mlflow_metrics(metrics: dict, privacy: dict) -> dict:
-    """Final metrics and the accounted epsilon in the format of MlflowMetricsHistoryDataset."""
-    out = {k: {"value": float(v), "step": 0} for k, v in metrics.items() if isinstance(v, (int, float))}
-    eps = privacy.get("epsilon_accountant")
-    private = eps not in (None, "inf") and math.isfinite(float(eps))
-    # MLflow cannot store infinity: a non-private run logs private=0 and no epsilon (its
-    # privacy.json says "inf" and the run's tag epsilon is "inf").
-    out["private"] = {"value": float(private), "step": 0}
-    if private:
-        out["epsilon"] = {"value": float(eps), "step": 0}
-        out["delta"] = {"value": float(privacy.get("delta", 0.0) or 0.0), "step": 0}
-    return out
+    """What the method's MLflow run gets (:class:`fedclust.pipelines.mlflow_io.MlflowMethodRunDataset`):
+    the final metrics in the schema shared with grid cells (``ACC``, ..., ``epsilon`` accounted,
+    ``epsilon_paper``, ``private``, ``wall_time_s``: :func:`fedclust.pipelines.mlflow_io.schema_metrics`)
+    and ``metrics.json``/``privacy.json`` as artifacts."""
+    from fedclust.pipelines.mlflow_io import schema_metrics
+
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    return {"metrics": schema_metrics(numbers, privacy),
+            "artifacts": {"metrics.json": dict(metrics), "privacy.json": dict(privacy)}}
 
 
 def history_steps(history: dict, hist: list) -> list[int]:

@@ -1,0 +1,64 @@
+"""What `kedro run` prints (issue 14, Terminal): a short log without Kedro's per-dataset lines or
+third-party warnings, a final summary table (method, result, ε, wall time, MLflow run id), and no
+progress bar when the output is not a terminal."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fedclust.hooks import RunTagsHook, _tag_value
+
+PARAMS = "dataset.name=digits,dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=4"
+
+
+def _kedro_run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    kedro = Path(sys.executable).with_name("kedro")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"}
+    env.pop("KEDRO_LOGGING_CONFIG", None)
+    return subprocess.run([str(kedro), "run", *args], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_kedro_run_prints_a_short_log_and_the_summary(tmp_path, project_copy):
+    import mlflow
+
+    project = project_copy(tmp_path / "p")
+    proc = _kedro_run(project, "--pipelines=fkm", f"--params={PARAMS}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    # Kedro's per-dataset and per-node lines and deprecation warnings are not shown (conf/logging.yml)
+    assert "Loading data from" not in out and "Saving data to" not in out
+    assert "Completed 1 out of" not in out and "UserWarning" not in out
+    assert len(out.splitlines()) < 60, out
+    # no progress bar when the output is a pipe
+    assert "━" not in proc.stderr
+    # the summary table: the method, its ACC, ε and the run id of its MLflow run
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    exp = next(e for e in client.search_experiments() if e.name == "fedclust")
+    (run,) = client.search_runs([exp.experiment_id])
+    summary = proc.stdout[proc.stdout.index("fedclust: fkm"):]
+    assert "fkm" in summary and f"ACC {run.data.metrics['ACC']:.3f}" in summary
+    assert run.info.run_id in summary and "inf" in summary
+
+
+def test_summary_rows_name_the_utility_epsilon_and_run():
+    from fedclust.hooks import _METHOD_RUNS
+
+    _METHOD_RUNS.__init__()  # no nested runs left over from a pipeline run earlier in this process
+    hook = RunTagsHook()
+    hook._parent_id = "abc"
+    hook._summary = {
+        "fkm": {"metrics": {"ACC": 0.75, "NMI": 0.7}, "privacy": {"epsilon_accountant": 4.0}, "wall_time_s": 1.25},
+        "ifca": {"metrics": {"test_accuracy": 0.9}, "privacy": {"epsilon_accountant": "inf"}, "wall_time_s": 2.0},
+    }
+    rows = hook.summary_rows()
+    assert rows[0] == {"method": "fkm", "result": "ACC 0.750 · NMI 0.700", "epsilon": "4", "wall_time_s": "1.2",
+                       "run_id": "abc"}
+    assert rows[1]["result"] == "test acc 0.900" and rows[1]["epsilon"] == "inf"
+
+
+def test_tags_hold_no_python_repr():
+    assert _tag_value(["fkm", "dkm"]) == "fkm,dkm"
+    assert _tag_value({"b": 1, "a": None}) == '{"a": null, "b": 1}'
+    assert _tag_value("<kedro.runner.sequential_runner.SequentialRunner object at 0x7f00>") == "SequentialRunner"
