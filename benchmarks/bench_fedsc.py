@@ -5,6 +5,13 @@ Run from the project root:
     .venv/bin/python benchmarks/bench_fedsc.py            # full: Iris, Bank, COIL20 x {clean, beta=0.3}, 3 trials, MNIST
     .venv/bin/python benchmarks/bench_fedsc.py --quick    # < 1 minute: clean data, 1 trial, no MNIST
     .venv/bin/python benchmarks/bench_fedsc.py --diagnose # COIL20: where a FedSC-SC gap comes from (exact / rank-d K)
+    .venv/bin/python benchmarks/bench_fedsc.py --make-extra data/01_raw/fedsc_extra   # two more .mat files
+    .venv/bin/python benchmarks/bench_fedsc.py --graphs --seeds 5 \
+        --files '../shared/data/fedsc/*.mat' 'data/01_raw/fedsc_extra/*.mat'       # kNN graph choices (issue 17)
+
+``--files`` takes any list of ``.mat`` files or glob patterns (samples as columns of ``X``, labels in
+``Label``; each labelled by its file name) and ``--scale`` their preprocessing (none | minmax |
+standardize), for the comparison table and ``--graphs``.
 
 Per trial (seed = trial): X~ = X + beta*std(X)*N(0,1); random equal split into P = 8 clients; r (eq. 40)
 and d (eq. 43) estimated once on X~ and shared by SC, FedSC and FedSC P=1 (the paper uses the same r
@@ -38,21 +45,116 @@ from fedclust.rng import stream  # noqa: E402
 DATA = ROOT.parent / "shared" / "data"
 FILES = {"Iris": "Iris_tsne.mat", "Bank": "Bank_tsne.mat", "COIL20": "COIL20_tsne.mat"}
 METHODS = ["K-means", "SC", "DSC", "FedSC", "Attack on C", "FedSC P=1"]
+#: name -> path of the files in use (the paper's three by default; ``--files`` replaces them)
+PATHS = {name: DATA / "fedsc" / fn for name, fn in FILES.items()}
+SCALE = "none"
+
+
+def resolve_files(patterns) -> dict:
+    """Any list of ``.mat`` paths or glob patterns (relative to the working directory) -> {stem: path}."""
+    import glob
+
+    out = {}
+    for pat in patterns:
+        hits = sorted(glob.glob(pat)) if any(ch in pat for ch in "*?[") else [pat]
+        if not hits:
+            raise SystemExit(f"--files: no file matches {pat!r}")
+        for h in hits:
+            p = Path(h)
+            if not p.is_file():
+                raise SystemExit(f"--files: {p} is not a file")
+            out[p.stem] = p
+    return out
 
 
 def load(name):
-    path = DATA / "fedsc" / FILES[name]
-    try:
-        from fedclust.data.files import load_mat
+    from fedclust.data.files import load_mat
+    from fedclust.data.preprocess import preprocess
 
-        ds = load_mat(path)
-        X, y = np.asarray(ds.X, dtype=np.float64), np.asarray(ds.y)
-    except ImportError:  # before the data helper's loader exists
-        import scipy.io
+    ds = preprocess(load_mat(PATHS[name]), scale=SCALE)
+    return np.asarray(ds.X, dtype=np.float64), np.asarray(ds.y)
 
-        m = scipy.io.loadmat(path)
-        X, y = m["X"].T.astype(np.float64), np.unique(m["Label"].ravel(), return_inverse=True)[1]
-    return X, y
+
+def make_extra(folder):
+    """Two data sets the project was never tuned on, written as FedSC-style ``.mat`` files (X features x
+    samples, Label): scikit-learn's digits (64 features, 10 classes, n = 1797) and ``Subclusters``
+    (9 features, 8 classes, each class 10 tight groups of 15 samples around a class centre, n = 1200:
+    the kNN graph with k = ceil(ln n) falls apart into the groups, as on the issue's files)."""
+    import scipy.io
+    from sklearn.datasets import load_digits
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    dg = load_digits()
+    scipy.io.savemat(folder / "Digits.mat", {"X": dg.data.T.astype(np.float64), "Label": dg.target[:, None] + 1})
+    rng = np.random.default_rng(2026)
+    X, y = [], []
+    for c in range(8):
+        centre = 6.0 * rng.standard_normal(9)
+        for _ in range(10):
+            X.append(centre + 1.5 * rng.standard_normal(9) + 0.15 * rng.standard_normal((15, 9)))
+            y += [c] * 15
+    scipy.io.savemat(folder / "Subclusters.mat", {"X": np.vstack(X).T, "Label": np.array(y)[:, None] + 1})
+    print(f"wrote {folder / 'Digits.mat'} and {folder / 'Subclusters.mat'}")
+
+
+GRAPH_COLS = ["K-means", "SC paper", "SC min_connected_k", "SC mst",
+              "FedSC paper", "FedSC min_connected_k", "FedSC mst"]
+
+
+def graph_table(names, seeds, P=8):
+    """Issue 17: k-means, SC and FedSC with each Stage II graph (paper kNN, min_connected_k, mst) on every
+    file, ``seeds`` seeds (seed = trial; FedSC's Stage I is run once per seed and shared by the graphs)."""
+    import warnings
+
+    from fedclust.clustering.spectral import GRAPHS
+
+    rows = []
+    for name in names:
+        X, y = load(name)
+        k, n = int(len(np.unique(y))), len(y)
+        per = {c: {"ACC": [], "NMI": []} for c in GRAPH_COLS}
+        comps, ks, t_g = {g: [] for g in GRAPHS}, {g: [] for g in GRAPHS}, {g: [] for g in GRAPHS}
+        for t in range(seeds):
+            r = spectral.mean_pairwise_distance(X, rng=stream(t, "data"))
+            d = spectral.eigen_rank(X, r, rng=stream(t, "data"))
+            d = min(d, 500)
+            out = {"K-means": fedsc.centralized_kmeans(X, k, seed=t).labels}
+            fs = fedsc.run(X, equal_split(n, P, t), k, seed=t, r=r, d=d, cluster=False, return_factors=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for g in GRAPHS:
+                    sc = spectral.spectral_clustering(X, k, seed=t, r=r, graph=g)
+                    out[f"SC {g}"] = sc.labels
+                    gi = {}
+                    (lab, _), tg = timed(lambda: fedsc.reconstruct_and_cluster(
+                        fs.info["Z"], fs.info["C"], k, r, seed=t, graph=g, graph_info=gi))
+                    out[f"FedSC {g}"] = lab
+                    comps[g].append((sc.info["graph_components"], gi["components"]))
+                    ks[g].append((sc.info["knn_k"], gi["knn_k"]))
+                    t_g[g].append(tg)
+            for c in GRAPH_COLS:
+                sc_ = scores(y, out[c])
+                per[c]["ACC"].append(sc_["ACC"])
+                per[c]["NMI"].append(sc_["NMI"])
+            print(f"  {name} seed {t}: " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in GRAPH_COLS)
+                  + f" | components (SC, FedSC) paper {comps['paper'][-1]}, k used min_connected_k {ks['min_connected_k'][-1]}",
+                  flush=True)
+        rows.append((name, n, k, per, comps, ks, t_g))
+    for key in ("ACC", "NMI"):
+        print(f"\n### {key}, mean ± std over {seeds} seed(s), P = {P} iid clients, scale = {SCALE}\n")
+        print("| data | n | k | " + " | ".join(GRAPH_COLS) + " |")
+        print("|---|---|---|" + "---|" * len(GRAPH_COLS))
+        for name, n, k, per, *_ in rows:
+            print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in GRAPH_COLS) + " |")
+    print("\n### FedSC - SC (same graph), mean ACC difference; graph facts (seed 0: SC / FedSC)\n")
+    print("| data | Δ paper | Δ min_connected_k | Δ mst | components (paper kNN) | k of min_connected_k | Stage II s (paper / mck / mst) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, n, k, per, comps, ks, t_g in rows:
+        dl = [np.mean(per[f"FedSC {g}"]["ACC"]) - np.mean(per[f"SC {g}"]["ACC"]) for g in GRAPHS]
+        print(f"| {name} | " + " | ".join(f"{v:+.3f}" for v in dl) + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
+              f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "
+              + " / ".join(f"{np.mean(t_g[g]):.2f}" for g in GRAPHS) + " |")
 
 
 def equal_split(n, P, seed):
@@ -318,14 +420,32 @@ def main():
     ap.add_argument("--skip-mnist", action="store_true")
     ap.add_argument("--diagnose", action="store_true",
                     help="only the FedSC-vs-SC gap diagnostic on COIL20 (exact K / best rank-d K through Stage II)")
+    ap.add_argument("--files", nargs="+", default=None,
+                    help="any .mat files or glob patterns (default: the paper's Iris, Bank, COIL20); label = file name")
+    ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
+                    help="preprocessing of the files (default none: the paper's code uses the files as they are)")
+    ap.add_argument("--graphs", action="store_true", help="only the kNN-graph comparison (issue 17) on the files")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs (default 5)")
+    ap.add_argument("--make-extra", metavar="DIR", default=None, help="write Digits.mat and Subclusters.mat to DIR and exit")
     ap.add_argument("--mnist-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    global SCALE
+    SCALE = a.scale
+    if a.make_extra:
+        make_extra(a.make_extra)
+        return
+    if a.files:
+        PATHS.clear()
+        PATHS.update(resolve_files(a.files))
     with threadpool_limits(a.threads):
         if a.mnist_child:
             mnist_child(a.mnist_d_max or None)
             return
-        if not (DATA / "fedsc").is_dir():
+        if not a.files and not (DATA / "fedsc").is_dir():
             print("FedSC data not found under ../shared/data/fedsc; nothing to benchmark")
+            return
+        if a.graphs:
+            graph_table(list(PATHS), a.seeds)
             return
         if a.diagnose:
             gap_diagnostic("COIL20", trials=a.trials or 5)
@@ -334,8 +454,9 @@ def main():
         betas = [0.0] if a.quick else [0.0, 0.3]
         t0 = time.perf_counter()
         print(f"FedSC benchmark: trials={trials}, betas={betas}, threads={a.threads}")
-        comparison_table(["Iris", "Bank", "COIL20"], betas, trials)
-        coil20_end_to_end()
+        comparison_table(list(PATHS), betas, trials)
+        if "COIL20" in PATHS:
+            coil20_end_to_end()
         print_step_timing(a.quick)
         if not (a.quick or a.skip_mnist):
             mnist(a.mnist_d_max, a.threads)

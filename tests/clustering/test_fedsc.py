@@ -366,3 +366,30 @@ def test_dsc_is_deterministic_and_worse_than_sc_on_circles(circles):
         accs.append(a.info["ACC"])
     sc = spectral.spectral_clustering(X, 2, seed=0, y=y)
     assert sc.info["ACC"] == 1.0 and np.mean(accs) < 0.9
+
+
+# --------------------------------------------------------------------------- Stage II graph (issue 17)
+def test_fedsc_stage_ii_graph_parameter_warns_and_recovers_planted_clusters():
+    # 3 planted clusters of 4 tight groups of 15: the paper's kNN graph (k = 6) keeps the groups apart
+    rng = np.random.default_rng(0)
+    X, y = [], []
+    for c in range(3):
+        centre = 12.0 * np.array([np.cos(2 * np.pi * c / 3), np.sin(2 * np.pi * c / 3)])
+        for j in range(4):
+            X.append(centre + 4.0 * np.array([np.cos(np.pi * j / 2), np.sin(np.pi * j / 2)])
+                     + 0.2 * rng.standard_normal((15, 2)))
+            y += [c] * 15
+    X, y = np.vstack(X), np.array(y)
+    client = _split(len(y), 4, 0)
+    with pytest.warns(spectral.DisconnectedGraphWarning, match="connected components for 3 clusters"):
+        paper = fedsc.run(X, client, 3, seed=0, rounds=5, y=y, graph="paper")
+    assert paper.info["graph_components"] > 3 and paper.info["ACC"] < 0.8, paper.info
+    for graph in ("min_connected_k", "mst"):
+        res = fedsc.run(X, client, 3, seed=0, rounds=5, y=y, graph=graph)
+        assert res.info["graph"] == graph and res.info["graph_components"] < 3
+        assert res.info["graph_components_paper"] == paper.info["graph_components"]
+        assert res.info["ACC"] == 1.0, graph
+        # the reconstruction error is accumulated once although mst/min_connected_k read K_hat again
+        assert res.info["reconstruction_error"] == pytest.approx(paper.info["reconstruction_error"])
+    with pytest.raises(ValueError, match="graph"):
+        fedsc.run(X, client, 3, graph="full")

@@ -119,9 +119,12 @@ def test_spectral_embedding_rows_are_unit_and_span_top_eigvecs():
 
 def test_vanilla_sc_clusters_clean_circles_perfectly(circles):
     X, y = circles
-    res = spectral.spectral_clustering(X, 2, seed=0, y=y)
+    res = spectral.spectral_clustering(X, 2, seed=0, y=y, graph="paper")
     assert res.info["ACC"] == 1.0
-    assert res.info["knn_k"] == 8
+    assert res.info["knn_k"] == 8 and res.info["graph_components"] == 2  # the two circles
+    # the default joins them (fewer components than clusters) and still separates them
+    res = spectral.spectral_clustering(X, 2, seed=0, y=y)
+    assert res.info["ACC"] == 1.0 and res.info["graph_components"] == 1 and res.info["knn_k"] > 8
 
 
 def test_spectral_clustering_same_seed_same_labels():
@@ -204,3 +207,73 @@ def test_coil20_arpack_embedding_equals_dense_and_sc_is_stable(coil20):
         assert _same_span(spectral.spectral_embedding(W, 20, rng=stream(s, "init")), dense)
     accs = [clustering_accuracy(y, spectral.njw(W, 20, seed=s, n_init=10)) for s in (0, 1)]
     assert min(accs) > 0.79
+
+
+# --------------------------------------------------------------------------- connectivity (issue 17)
+def _planted_subclusters(seed, n_cl=3, n_sub=4, per=15):
+    """``n_cl`` planted clusters, each made of ``n_sub`` tight groups of ``per`` samples: the kNN graph
+    with k = ceil(ln n) = 6 < per falls apart into one component per group (12 >= 3 clusters)."""
+    rng = np.random.default_rng(seed)
+    X, y = [], []
+    for c in range(n_cl):
+        centre = 12.0 * np.array([np.cos(2 * np.pi * c / n_cl), np.sin(2 * np.pi * c / n_cl)])
+        for j in range(n_sub):
+            sub = centre + 2.5 * np.array([np.cos(2 * np.pi * j / n_sub), np.sin(2 * np.pi * j / n_sub)])
+            X.append(sub + 0.2 * rng.standard_normal((per, 2)))
+            y += [c] * per
+    return np.vstack(X), np.array(y)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_disconnected_knn_graph_warns_and_connected_graphs_recover_planted_clusters(seed):
+    X, y = _planted_subclusters(seed)
+    with pytest.warns(spectral.DisconnectedGraphWarning, match=r"12 connected components for 3 clusters"):
+        paper = spectral.spectral_clustering(X, 3, seed=seed, graph="paper", y=y)
+    assert paper.info["graph_components"] == 12 and paper.info["knn_k"] == 6
+    assert paper.info["ACC"] < 0.7  # NJW returns the largest groups, not the clusters
+    import warnings
+
+    for graph in ("min_connected_k", "mst"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", spectral.DisconnectedGraphWarning)  # fixed: no warning
+            res = spectral.spectral_clustering(X, 3, seed=seed, graph=graph, y=y)
+        assert res.info["graph_components_paper"] == 12
+        assert res.info["graph_components"] < 3
+        assert res.info["ACC"] == 1.0, graph
+    assert spectral.spectral_clustering(X, 3, seed=seed, graph="min_connected_k").info["knn_k"] > 15
+
+
+def test_min_connected_k_is_the_smallest_k_with_fewer_components_than_clusters():
+    X, _ = _planted_subclusters(0)
+    r = spectral.mean_pairwise_distance(X)
+    rows = lambda s, e: spectral.gaussian_kernel(X[s:e], X, r)  # noqa: E731
+    W, info = spectral.build_graph(rows, len(X), 3, graph="min_connected_k", block_rows=7)
+    k = info["knn_k"]
+    assert spectral.n_components(spectral.knn_graph(rows, len(X), k)) < 3
+    assert spectral.n_components(spectral.knn_graph(rows, len(X), k - 1)) >= 3
+    assert np.allclose(W.toarray(), spectral.knn_graph(rows, len(X), k).toarray())
+    # already connected enough: the paper's k is kept
+    W2, info2 = spectral.build_graph(rows, len(X), 13, graph="min_connected_k")
+    assert info2["knn_k"] == 6 and np.allclose(W2.toarray(), spectral.knn_graph(rows, len(X), 6).toarray())
+
+
+def test_mst_graph_adds_one_edge_per_component_merge_at_the_most_similar_pair():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(40, 2))
+    B = rng.normal(size=(30, 2)) + np.array([30.0, 0.0])
+    X = np.vstack([A, B])
+    rows = lambda s, e: spectral.gaussian_kernel(X[s:e], X, 5.0)  # noqa: E731
+    knn = spectral.knn_graph(rows, 70, 5, minmax=True)
+    assert spectral.n_components(knn) == 2
+    W, info = spectral.build_graph(rows, 70, 2, graph="mst", k=5, minmax=True, block_rows=9, warn=False)
+    assert info["edges_added"] == 1 and spectral.n_components(W) == 1
+    D = (W - knn).tocoo()
+    i, j = D.row[0], D.col[0]
+    d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
+    a, b = np.unravel_index(np.argmin(d2), d2.shape)
+    assert {i, j} == {a, 40 + b}  # the closest cross pair joins the two components
+
+
+def test_graph_parameter_is_checked():
+    with pytest.raises(ValueError, match="graph"):
+        spectral.spectral_clustering(np.zeros((10, 2)), 2, graph="knn")

@@ -90,3 +90,28 @@ def test_subsample_carries_per_sample_meta():
     idx = out.meta["subsample_index"]
     assert np.array_equal(out.meta["target"], ds.meta["target"][idx])
     assert np.array_equal(out.meta["client"], ds.meta["client"][idx])
+
+
+def test_id_like_columns_are_flagged_and_continuous_or_repeated_ones_are_not(caplog):
+    import logging
+
+    from fedclust.data.preprocess import id_like_columns
+
+    rng = np.random.default_rng(0)
+    n = 200
+    X = np.column_stack([
+        rng.normal(size=n),                          # continuous: distinct values, not an ID
+        rng.integers(0, 5, size=n),                  # integer, few values: not an ID
+        1000 + rng.permutation(n),                   # a specimen ID: integer, one value per sample
+        np.where(np.arange(n) < 4, 0, np.arange(n)),  # nearly unique (197 distinct of 200)
+    ]).astype(float)
+    flagged = id_like_columns(X)
+    assert [c["column"] for c in flagged] == [2, 3]
+    assert flagged[0]["n_unique"] == n and flagged[1]["n_unique"] == 197
+    assert flagged[0]["range_share"] > 0.4  # it weighs most of the unscaled distance
+    with caplog.at_level(logging.WARNING, logger="fedclust.data.preprocess"):
+        out = preprocess(Dataset(X=X, y=np.zeros(n, dtype=int), name="with_id"), "minmax")
+    assert [c["column"] for c in out.meta["id_like_columns"]] == [2, 3]
+    assert "ID-like" in caplog.text and "column 2" in caplog.text and "with_id" in caplog.text
+    assert preprocess(load_iris(), "none").meta["id_like_columns"] == []
+    assert preprocess(load_digits(), "none").meta["id_like_columns"] == []

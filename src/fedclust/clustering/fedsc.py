@@ -20,6 +20,8 @@ Stage I (Algorithm 1, federated kernel factorization ``phi(X_p) ~ phi(Z) C_p``, 
 Stage II (eq. 12, 23, 25; spec 2.7): ``K_hat = C^T K(Z,Z) C``, global min-max to [0, 1], kNN with
 ``k = ceil(ln n)`` (self included), ``max(S, S^T)``, NJW spectral clustering (sparse eigsh, k-means with
 50 restarts). K_hat is only ever formed in row blocks (see :mod:`fedclust.clustering.spectral`).
+``graph`` (issue 17) swaps the paper's kNN graph for a connectivity-preserving one; Stage II reads only
+the released Z and C, so any graph is post-processing.
 
 Privacy variants (section 3 of the paper):
 
@@ -372,24 +374,33 @@ def _scores(y, labels) -> dict[str, float]:
 # --------------------------------------------------------------------------- Stage II
 def reconstruct_and_cluster(Z: np.ndarray, C: np.ndarray, k: int, r: float, *, seed: int = 0, knn: int | None = None,
                             include_self: bool = True, n_init: int = 50, solver: str = "arpack",
-                            X_ref: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
+                            X_ref: np.ndarray | None = None, graph: str = "min_connected_k",
+                            graph_info: dict | None = None) -> tuple[np.ndarray, float | None]:
     """Stage II: ``K_hat = C^T K(Z,Z) C`` in row blocks -> global min-max -> kNN (self included) ->
     max-symmetrize -> NJW. Returns ``(labels, reconstruction_error)``; the error
-    ``||K_hat - K(X_ref, X_ref)||_F / ||K||_F`` is accumulated in the same pass when ``X_ref`` is given."""
+    ``||K_hat - K(X_ref, X_ref)||_F / ||K||_F`` is accumulated in the first pass when ``X_ref`` is given.
+    ``graph`` (``"paper"``, ``"min_connected_k"``, ``"mst"``) is passed to
+    :func:`fedclust.clustering.spectral.build_graph`, which warns when the graph has more than ``k``
+    components; ``graph_info`` (a dict) receives its report (k used, components)."""
     n = C.shape[1]
     B = spectral.gaussian_kernel(Z, Z, r) @ C  # (d, n)
     acc = [0.0, 0.0]
 
+    first_pass = [True]  # mst (and min_connected_k when it widens its search) read the rows again: count once
+
     def rows(s, e):
         Kh = C[:, s:e].T @ B
-        if X_ref is not None:
+        if X_ref is not None and first_pass[0]:
             K = spectral.gaussian_kernel(X_ref[s:e], X_ref, r)
             acc[0] += float(np.sum((Kh - K) ** 2))
             acc[1] += float(np.sum(K * K))
+            if e == n:
+                first_pass[0] = False
         return Kh
 
-    knn = spectral.knn_k(n) if knn is None else knn
-    W = spectral.knn_graph(rows, n, knn, include_self=include_self, minmax=True)
+    W, ginfo = spectral.build_graph(rows, n, k, graph=graph, k=knn, include_self=include_self, minmax=True)
+    if graph_info is not None:
+        graph_info.update(ginfo)
     labels = spectral.njw(W, k, seed=seed, n_init=n_init, solver=solver)
     err = math.sqrt(acc[0] / acc[1]) if X_ref is not None else None
     return labels, err
@@ -436,7 +447,7 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         z_noise_std: float = 0.0, z_noise_alpha: float = 0.0, c_noise_std: float = 0.0, c_noise_alpha: float = 0.0,
         tau_z: float | None = None, tau_c: float | None = None,
         knn: int | None = None, include_self: bool = True, n_init: int = 50, eigen_solver: str = "arpack",
-        code_compat_pairing: bool = False, track_reconstruction: bool | None = None,
+        graph: str = "min_connected_k", code_compat_pairing: bool = False, track_reconstruction: bool | None = None,
         attack: bool = False, return_factors: bool = False, return_uploads: bool = False, cluster: bool = True,
         y=None, progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
@@ -470,7 +481,14 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       ``Z_released``/``Z_clean`` per data-dependent round, each (P_bar, d, m); ``Z_server`` per round;
       ``C_released``/``C_clean``),
       for tests and audits. ``cluster=False`` stops after Stage I and the releases (labels all -1).
-    * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``.
+    * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``;
+      ``graph``: ``"min_connected_k"`` (default, issue 17: the smallest k >= ``knn`` that leaves fewer
+      connected components than clusters; the paper's k whenever its graph is connected enough),
+      ``"paper"`` (the kNN graph of eq. 25 with k = ``knn``, as the paper) or ``"mst"`` (the
+      kNN graph joined by a spanning tree of its components); see
+      :func:`fedclust.clustering.spectral.build_graph` (issue 17). A graph with more than ``k``
+      components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
+      ``graph_components_paper``.
     * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
       the final Z (spec 2.6). ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
       (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
@@ -496,6 +514,7 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         raise ValueError(f"d (dictionary size) must be an int >= 1 or None, got {d!r}")
     if d_max is not None and (not isinstance(d_max, (int, np.integer)) or d_max < 1):
         raise ValueError(f"d_max must be an int >= 1 or None, got {d_max!r}")
+    spectral._check_graph(graph)
     if z_step not in Z_STEPS:
         raise ValueError(f"z_step must be one of {sorted(Z_STEPS)}, got {z_step!r}")
     z_step = Z_STEPS[z_step]
@@ -743,8 +762,12 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
 
     # ---- Stage II ----
     if cluster:
+        ginfo: dict = {}
         labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
-                                              n_init=n_init, solver=eigen_solver, X_ref=X)
+                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
+                                              graph_info=ginfo)
+        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
+                    graph_components_paper=int(ginfo["components_paper"]))
     else:
         labels, err = np.full(n, -1, dtype=np.int64), None
     info["reconstruction_error"] = err

@@ -21,12 +21,22 @@ and 2.12(b). Everything here works with rows = samples.
   repeated eigenvalue; see :func:`spectral_embedding`).
 * :func:`spectral_clustering`: the centralized "vanilla SC" baseline (spec 2.12(b)): the same r,
   the same graph construction (no min-max: K_xx is already in (0, 1]) and the same NJW.
+* Connectivity (issue 17, not in the paper): with ``k = ceil(ln n)`` the kNN graph can fall apart
+  into more connected components than clusters; NJW then just returns the largest
+  components. :func:`build_graph` detects this and warns with the numbers, and offers
+  ``graph="min_connected_k"`` (the smallest ``k >= ceil(ln n)`` that leaves fewer components than
+  clusters, found by bisection on one sorted neighbour list) and ``graph="mst"`` (the paper's kNN
+  graph joined by a maximum-similarity spanning tree over its components, Kruskal on the
+  component graph). ``graph="paper"`` keeps the paper's rule; the default is ``"min_connected_k"``,
+  chosen by measurement (``benchmarks/bench_fedsc.py --graphs``: as good as or better than the paper's
+  graph and ``"mst"`` for SC on all six data sets measured; see the README).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -186,6 +196,192 @@ def kernel_knn_graph(X: np.ndarray, r: float, k: int | None = None, *, include_s
     return knn_graph(lambda s, e: gaussian_kernel(X[s:e], X, r), X.shape[0], k, include_self=include_self)
 
 
+#: Stage II / SC graph constructions: the paper's kNN rule and two connectivity-preserving ones.
+GRAPHS = ("paper", "min_connected_k", "mst")
+
+
+class DisconnectedGraphWarning(UserWarning):
+    """The kNN graph has more connected components than there are clusters."""
+
+
+def _check_graph(graph) -> str:
+    if graph not in GRAPHS:
+        raise ValueError(f"graph must be one of {list(GRAPHS)}, got {graph!r}")
+    return graph
+
+
+def _sorted_topk(rows, n: int, kmax: int, include_self: bool, block_rows: int | None):
+    """Per row, the ``kmax`` largest similarities in decreasing order (indices, values) and the global
+    min and max of all n^2 entries (one pass over the row blocks)."""
+    step = block_rows or max(1, BLOCK_BYTES // (8 * n))
+    idx = np.empty((n, kmax), dtype=np.int64)
+    val = np.empty((n, kmax), dtype=np.float64)
+    lo, hi = np.inf, -np.inf
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        B = np.array(rows(s, e), dtype=np.float64, copy=True)
+        if B.shape != (e - s, n):
+            raise ValueError(f"rows({s}, {e}) must return shape {(e - s, n)}, got {B.shape}")
+        lo, hi = min(lo, float(B.min())), max(hi, float(B.max()))
+        if not include_self:
+            B[np.arange(e - s), np.arange(s, e)] = -np.inf
+        top = np.argpartition(-B, kmax - 1, axis=1)[:, :kmax] if kmax < n else np.tile(np.arange(n), (e - s, 1))
+        v = np.take_along_axis(B, top, axis=1)
+        o = np.argsort(-v, axis=1, kind="stable")
+        idx[s:e] = np.take_along_axis(top, o, axis=1)
+        val[s:e] = np.take_along_axis(v, o, axis=1)
+    return idx, val, lo, hi
+
+
+def _graph_from_topk(idx, val, k: int, lo: float, hi: float, minmax: bool) -> sp.csr_matrix:
+    n = idx.shape[0]
+    v = val[:, :k]
+    if minmax:
+        v = (v - lo) / (hi - lo) if hi > lo else np.ones_like(v)
+    S = sp.csr_matrix((v.ravel(), idx[:, :k].ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
+    W = S.maximum(S.T).tocsr()
+    W.eliminate_zeros()
+    return W
+
+
+def n_components(W) -> int:
+    """Number of connected components of the undirected graph ``W``."""
+    return int(sp.csgraph.connected_components(sp.csr_matrix(W), directed=False)[0])
+
+
+def _join_components(W, rows, n: int, lo: float, hi: float, minmax: bool, block_rows: int | None) -> tuple:
+    """Add to ``W`` the edges of a maximum-similarity spanning tree of its component graph: for every
+    pair of components the most similar cross pair (one pass over the similarity rows), then Kruskal
+    on the components. Returns (W joined, number of edges added)."""
+    c, lab = sp.csgraph.connected_components(W, directed=False)
+    if c <= 1:
+        return W, 0
+    order = np.argsort(lab, kind="stable")
+    starts = np.searchsorted(lab[order], np.arange(c))
+    best = np.full((c, c), -np.inf)
+    arg_i = np.zeros((c, c), dtype=np.int64)
+    arg_j = np.zeros((c, c), dtype=np.int64)
+    step = block_rows or max(1, BLOCK_BYTES // (8 * n))
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        B = np.asarray(rows(s, e), dtype=np.float64)[:, order]          # columns grouped by component
+        # per row and component: the largest similarity and where it is
+        mx = np.maximum.reduceat(B, starts, axis=1)                      # (b, c)
+        rl = lab[s:e]
+        for a in range(c):  # loop over components of the rows in this block (c is small)
+            sel = np.flatnonzero(rl == a)
+            if sel.size == 0:
+                continue
+            sub = mx[sel]                                                # (rows of a, c)
+            r_best = np.argmax(sub, axis=0)
+            v_best = sub[r_best, np.arange(c)]
+            upd = v_best > best[a]
+            upd[a] = False
+            for b in np.flatnonzero(upd):
+                i = s + sel[r_best[b]]
+                row = B[i - s, starts[b]:(starts[b + 1] if b + 1 < c else n)]
+                arg_i[a, b], arg_j[a, b] = i, order[starts[b] + int(np.argmax(row))]
+                best[a, b] = v_best[b]
+    # Kruskal over the c components, heaviest (most similar) pair first
+    pairs = [(best[a, b], a, b) for a in range(c) for b in range(c) if a != b and np.isfinite(best[a, b])]
+    pairs.sort(key=lambda t: -t[0])
+    parent = list(range(c))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    ii, jj, vv = [], [], []
+    for v, a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            continue
+        parent[ra] = rb
+        w = (v - lo) / (hi - lo) if (minmax and hi > lo) else v
+        w = max(float(w), np.finfo(float).tiny)  # a zero weight would leave the edge out
+        ii += [arg_i[a, b], arg_j[a, b]]
+        jj += [arg_j[a, b], arg_i[a, b]]
+        vv += [w, w]
+    T = sp.csr_matrix((vv, (ii, jj)), shape=(n, n))
+    return W.maximum(T).tocsr(), len(vv) // 2
+
+
+def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int, *, graph: str = "paper",
+                k: int | None = None, include_self: bool = True, minmax: bool = False,
+                block_rows: int | None = None, warn: bool = True) -> tuple[sp.csr_matrix, dict]:
+    """The affinity graph of SC and FedSC's Stage II, with a connectivity check (issue 17).
+
+    ``graph="paper"``: :func:`knn_graph` with ``k`` (None = ``ceil(ln n)``, eq. 25).
+    ``graph="min_connected_k"``: the smallest ``k' >= k`` whose kNN graph has fewer connected
+    components than ``n_clusters`` (bisection over prefixes of one sorted neighbour list; the
+    components can only merge as k' grows).
+    ``graph="mst"``: the ``k``-NN graph joined into one component by a maximum-similarity spanning
+    tree of its component graph (:func:`_join_components`; weights min-max rescaled like the rest).
+    When the graph that is returned has more than ``n_clusters`` components (with ``"paper"``), a
+    :class:`DisconnectedGraphWarning` names the numbers (the other graphs log what they fixed; exactly
+    ``n_clusters`` components, e.g. the two clean circles, are taken as the clusters and only logged). Returns ``(W, info)``
+    with ``knn_k`` (the k used), ``components_paper`` (of the k-NN graph), ``components`` (of W),
+    ``edges_added`` (mst).
+    """
+    graph = _check_graph(graph)
+    k0 = knn_k(n) if k is None else k
+    if not isinstance(k0, (int, np.integer)) or not 1 <= k0 <= n:
+        raise ValueError(f"k (neighbours) must be an int in [1, n={n}], got {k0!r}")
+    if not include_self and k0 > n - 1:
+        raise ValueError(f"k (neighbours) must be <= n-1={n - 1} when include_self=False, got {k0}")
+    kcap = n if include_self else n - 1
+    info = {"graph": graph, "knn_k": int(k0), "edges_added": 0}
+    if graph == "min_connected_k":
+        kmax = min(kcap, max(4 * k0, k0 + 10))
+        while True:
+            idx, val, lo, hi = _sorted_topk(rows, n, kmax, include_self, block_rows)
+            comps = {}
+
+            def count(kk):
+                if kk not in comps:
+                    comps[kk] = n_components(_graph_from_topk(idx, val, kk, lo, hi, minmax))
+                return comps[kk]
+
+            if count(kmax) < n_clusters or kmax == kcap:
+                break
+            kmax = min(kcap, 2 * kmax)
+        info["components_paper"] = count(k0)
+        a, b = k0, kmax  # invariant: count(b) < n_clusters (or b = kcap)
+        if count(a) < n_clusters:
+            b = a
+        while b - a > 1:
+            mid = (a + b) // 2
+            if count(mid) < n_clusters:
+                b = mid
+            else:
+                a = mid
+        W = _graph_from_topk(idx, val, b, lo, hi, minmax)
+        info["knn_k"] = int(b)
+        info["components"] = count(b)
+    else:
+        idx, val, lo, hi = _sorted_topk(rows, n, k0, include_self, block_rows)
+        W = _graph_from_topk(idx, val, k0, lo, hi, minmax)
+        info["components_paper"] = info["components"] = n_components(W)
+        if graph == "mst" and info["components"] > 1:
+            W, info["edges_added"] = _join_components(W, rows, n, lo, hi, minmax, block_rows)
+            info["components"] = n_components(W)
+    if info["components_paper"] == n_clusters and info["components"] == n_clusters and n_clusters > 1:
+        logger.info("the kNN graph (n=%d, k=%d) has as many connected components as clusters (%d): spectral "
+                    "clustering returns the components", n, info["knn_k"], n_clusters)
+    if warn and info["components_paper"] > n_clusters:
+        msg = (f"the kNN graph (n={n}, k={k0}) has {info['components_paper']} connected components for "
+               f"{n_clusters} clusters: spectral clustering then returns its largest components")
+        if info["components"] > n_clusters:
+            msg += "; set graph='min_connected_k' or graph='mst' for a connected graph"
+            logger.warning(msg)
+            warnings.warn(msg, DisconnectedGraphWarning, stacklevel=3)
+        else:  # fixed by the connectivity-preserving graph: say what it did
+            logger.info("%s; graph=%r used k=%d and has %d component(s)", msg, graph, info["knn_k"], info["components"])
+    return W, info
+
+
 # --------------------------------------------------------------------------- NJW
 def spectral_embedding(W, n_components: int, *, solver: str = "arpack", rng: np.random.Generator | None = None) -> np.ndarray:
     """Rows of the ``n_components`` eigenvectors of the smallest eigenvalues of
@@ -282,16 +478,22 @@ def njw(W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 
 
 def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn: int | None = None,
                         include_self: bool = True, n_init: int = 50, solver: str = "arpack",
-                        y=None) -> ClusteringResult:
+                        graph: str = "min_connected_k", y=None) -> ClusteringResult:
     """Centralized vanilla SC (spec 2.12(b)): Gaussian ``K_xx`` with the FedSC width ``r`` (eq. 40
     when None), kNN graph (``k = ceil(ln n)``, self included, max-symmetrized, no min-max) and NJW.
-    ``y`` is only used to put ACC/NMI in ``info``."""
+    ``graph``: ``"min_connected_k"`` (default, chosen by measurement on six data sets, issue 17: the
+    smallest k >= ``knn`` that leaves fewer connected components than clusters; the paper's k whenever
+    its graph is connected enough), ``"paper"`` (the paper's rule as it is) or ``"mst"`` (see
+    :func:`build_graph`). ``y`` is only used to put ACC/NMI
+    in ``info``."""
+    _check_graph(graph)
     X, _, _ = check_inputs(X, np.zeros(np.asarray(X).shape[0], dtype=np.int64), k)
     r = mean_pairwise_distance(X, rng=stream(seed, "data")) if r is None else _check_r(r)
-    knn = knn_k(X.shape[0]) if knn is None else knn
-    W = kernel_knn_graph(X, r, knn, include_self=include_self)
+    W, ginfo = build_graph(lambda s, e: gaussian_kernel(X[s:e], X, r), X.shape[0], k, graph=graph, k=knn,
+                           include_self=include_self)
     labels = njw(W, k, seed=seed, n_init=n_init, solver=solver)
-    info = {"r": r, "knn_k": int(knn)}
+    info = {"r": r, "knn_k": int(ginfo["knn_k"]), "graph": graph, "graph_components": int(ginfo["components"]),
+            "graph_components_paper": int(ginfo["components_paper"])}
     if y is not None:
         from fedclust.metrics import clustering_scores
 

@@ -2,16 +2,59 @@
 
 Both functions return a new :class:`Dataset` and never modify their input. They record what they
 did in ``meta["preprocess"]`` / ``meta["subsample"]``.
+
+:func:`id_like_columns` (issue 17) finds features that look like identifiers: integer-valued with
+(almost) one distinct value per sample (a row number, a specimen ID). Unscaled, such a column
+dominates every Euclidean distance; scaled, it still adds a dimension of pure noise. :func:`preprocess`
+lists them in ``meta["id_like_columns"]`` and logs a warning naming them.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
 from fedclust.data.base import Dataset
 from fedclust.rng import stream
 
-__all__ = ["preprocess", "subsample", "SCALES"]
+__all__ = ["preprocess", "subsample", "id_like_columns", "SCALES"]
+
+logger = logging.getLogger(__name__)
+
+#: a column is ID-like when at least this fraction of its values are distinct (and all are integers)
+ID_UNIQUE_FRACTION = 0.95
+#: ... and the data set has at least this many samples (tiny sets have unique values by chance)
+ID_MIN_SAMPLES = 20
+
+
+def id_like_columns(X, *, min_unique_fraction: float = ID_UNIQUE_FRACTION,
+                    min_samples: int = ID_MIN_SAMPLES) -> list[dict]:
+    """Columns of ``X`` (n, m) that look like identifiers: every value an integer and at least
+    ``min_unique_fraction`` of the n values distinct (n >= ``min_samples``). Continuous measurements
+    (also mostly distinct) are not flagged: they are not integer-valued. Returns one dict per flagged
+    column: ``column``, ``n_unique``, ``unique_fraction``, ``range`` (max - min) and
+    ``range_share`` (its share of the sum of all columns' ranges, i.e. how much it weighs unscaled)."""
+    if not 0.0 < min_unique_fraction <= 1.0:
+        raise ValueError(f"min_unique_fraction must be in (0, 1], got {min_unique_fraction!r}")
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if X.ndim != 2 or n < min_samples:
+        return []
+    integral = np.all(np.isfinite(X) & (X == np.round(X)), axis=0)
+    cand = np.flatnonzero(integral)
+    if cand.size == 0:
+        return []
+    ranges = X.max(axis=0) - X.min(axis=0)
+    total = float(ranges.sum()) or 1.0
+    srt = np.sort(X[:, cand], axis=0)
+    n_unique = 1 + np.count_nonzero(np.diff(srt, axis=0), axis=0)
+    out = []
+    for j, u in zip(cand, n_unique):
+        if u >= min_unique_fraction * n:
+            out.append({"column": int(j), "n_unique": int(u), "unique_fraction": float(u / n),
+                        "range": float(ranges[j]), "range_share": float(ranges[j] / total)})
+    return out
 
 SCALES = ("minmax", "standardize", "none")
 _MINMAX_MODES = ("auto", "pixel", "per_feature", "global")
@@ -33,6 +76,8 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
     * ``scale="none"``: unchanged.
 
     When the data set has images, they are rebuilt from the scaled ``X`` (``X`` is their flattening).
+    ID-like columns of the unscaled data (:func:`id_like_columns`) are listed in
+    ``meta["id_like_columns"]`` and logged as a warning.
     """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
@@ -40,6 +85,13 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
         raise ValueError(f"minmax_mode must be one of {list(_MINMAX_MODES)}, got {minmax_mode!r}")
     X = ds.X.astype(np.float64)
     info: dict = {"scale": scale}
+    ids = id_like_columns(X)
+    if ids:
+        logger.warning(
+            "data set %r: %d ID-like column(s) (integer-valued, one distinct value per sample or nearly): %s; "
+            "an identifier dominates every distance unless scaled and carries no cluster information; drop it",
+            ds.name, len(ids), ", ".join(f"column {c['column']} ({c['n_unique']} distinct of {X.shape[0]}, "
+                                         f"{100 * c['range_share']:.0f}% of the total feature range)" for c in ids))
     if scale == "minmax":
         mode = minmax_mode
         if mode == "auto":
@@ -68,6 +120,7 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
         images = X.reshape(ds.images.shape)
     meta = dict(ds.meta)
     meta["preprocess"] = info
+    meta["id_like_columns"] = ids
     return Dataset(X=X, y=ds.y.copy(), name=ds.name, images=images, meta=meta)
 
 

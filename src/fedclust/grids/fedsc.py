@@ -12,18 +12,33 @@ Cells, per data set and trial (seed), with P iid clients:
 * ``P``: FedSC with P in ``P_values`` clients.
 
 Every method in one trial shares the kernel width r and d, computed once on that trial's data.
+
+Data (issue 17): ``datasets`` is any list of entries, each
+
+* a data set name of :mod:`fedclust.data.registry` (``fedsc_iris``; file-based ones read from
+  ``data_paths.<name>``; ``mat`` is labelled by the stem of its file);
+* a path to a ``.mat`` file or a glob pattern (``data/01_raw/mine/*.mat``), relative to the project
+  root: every file matched is one data set, labelled by its file name (samples as columns of ``X``,
+  labels in ``Label``, as the FedSC files);
+* a dict ``{path: ..., label: ..., scale: ..., options: {x_key: Xn}}`` (or ``name:`` instead of ``path:``).
+
+``scale`` (``minmax``, ``standardize``, ``none``) is the preprocessing of every data set (an entry's own
+``scale`` wins); ``graph`` the Stage II / SC affinity graph (``min_connected_k`` by default, ``paper``, ``mst``;
+:func:`fedclust.clustering.spectral.build_graph`), used by SC and every FedSC cell.
 """
 
 from __future__ import annotations
 
+import glob
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dsc, fedsc, spectral
 from fedclust.experiments import records_frame, run_cells, summarize
-from fedclust.grids._data import load
+from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
 from fedclust.partition import iid
 from fedclust.rng import stream
@@ -57,8 +72,61 @@ def _record(method, sweep, ds, trial, y, labels, extra_params=None, history=None
     }
 
 
+_GLOB = set("*?[")
+
+
+def resolve_datasets(entries, data_paths: dict | None = None, scale: str = "minmax") -> dict[str, dict]:
+    """``fedsc_grid.config.datasets`` -> ``{label: prepare_dataset keyword arguments}`` (see the module
+    docstring). Raises ValueError naming the entry for a pattern that matches nothing, a missing file,
+    an unknown key or two data sets with the same label."""
+    if isinstance(entries, (str, dict)):
+        entries = [entries]
+    out: dict[str, dict] = {}
+
+    def add(label, kw, entry):
+        if label in out:
+            raise ValueError(f"fedsc_grid.config.datasets: two data sets are labelled {label!r} (entry {entry!r}); "
+                             "give one of them a 'label'")
+        out[label] = kw
+
+    for entry in entries or []:
+        if isinstance(entry, dict):
+            unknown = set(entry) - {"name", "path", "label", "scale", "options"}
+            if unknown:
+                raise ValueError(f"fedsc_grid.config.datasets: unknown key(s) {sorted(unknown)} in {entry!r} "
+                                 "(allowed: name, path, label, scale, options)")
+            name = entry.get("name") or "mat"
+            path = entry.get("path") or (data_paths or {}).get(name)
+            if name == "mat" and path is None:
+                raise ValueError(f"fedsc_grid.config.datasets: entry {entry!r} needs a 'path' (a .mat file)")
+            label = entry.get("label") or (Path(path).stem if name == "mat" else name)
+            add(label, {"name": name, "path": path, "scale": entry.get("scale", scale),
+                        "options": dict(entry.get("options") or {})}, entry)
+        elif isinstance(entry, str) and (entry.endswith(".mat") or _GLOB & set(entry)):
+            hits = sorted(glob.glob(entry)) if _GLOB & set(entry) else [entry]
+            if not hits:
+                raise ValueError(f"fedsc_grid.config.datasets: no file matches {entry!r} (relative to the project root)")
+            for h in hits:
+                if not Path(h).is_file():
+                    raise ValueError(f"fedsc_grid.config.datasets: {h!r} is not a file")
+                add(Path(h).stem, {"name": "mat", "path": h, "scale": scale, "options": {}}, entry)
+        elif isinstance(entry, str):
+            path = (data_paths or {}).get(entry)
+            label = Path(path).stem if entry == "mat" and path else entry
+            add(label, {"name": entry, "path": path, "scale": scale, "options": {}}, entry)
+        else:
+            raise ValueError(f"fedsc_grid.config.datasets: entries are names, .mat paths, glob patterns or dicts, "
+                             f"got {entry!r}")
+    if not out:
+        raise ValueError("fedsc_grid.config.datasets must name at least one data set")
+    return out
+
+
 def run(config: dict, data_paths: dict | None = None) -> list[dict]:
-    datasets = config.get("datasets", ["fedsc_iris"])
+    scale = config.get("scale") or "minmax"
+    graph = spectral._check_graph(config.get("graph") or "min_connected_k")
+    sources = resolve_datasets(config.get("datasets", ["fedsc_iris"]), data_paths, scale)
+    datasets = list(sources)
     trials = int(config.get("trials", 3))
     P = int(config.get("n_clients", 8))
     rounds = int(config.get("rounds", 20))
@@ -70,7 +138,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
     def run_cell(cell):
         ds_name, trial = cell
         if ds_name not in data_cache:
-            data_cache[ds_name] = load(ds_name, data_paths)
+            data_cache[ds_name] = prepare_dataset(seed=0, **sources[ds_name])
         data = data_cache[ds_name]
         X0, y, k = data.X.astype(np.float64), data.y, data.n_classes
         client = iid(X0.shape[0], P, seed=trial).client
@@ -84,32 +152,39 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
             p = {"beta": beta}
             for method, fn in (
                 ("kmeans", lambda: fedsc.centralized_kmeans(X, k, seed=trial)),
-                ("sc", lambda: spectral.spectral_clustering(X, k, seed=trial, r=r, n_init=n_init)),
+                ("sc", lambda: spectral.spectral_clustering(X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
                 ("dsc", lambda: dsc.run(X, client, k, seed=trial)),
             ):
                 res, t = _timed(fn)
                 out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
-            res, t = _timed(lambda: fedsc.run(X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init))
+            res, t = _timed(lambda: fedsc.run(X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
+                                              graph=graph))
             out.append(_record("fedsc", "noise", ds_name, trial, y, res.labels, p, res.history, metrics={
                 "reconstruction_error": res.info.get("reconstruction_error"), "d": d, "wall_time_s": t,
                 "uploaded_reals": res.uploaded_reals}))
             out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
-            one, t = _timed(lambda: fedsc.run(X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d, n_init=n_init))
+            one, t = _timed(lambda: fedsc.run(X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
+                                          n_init=n_init, graph=graph))
             out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
         r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
         for d in config.get("d_values", [None]) if "d" in sweeps else []:
-            res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init)
+            res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init,
+                            graph=graph)
             out.append(_record("fedsc", "d", ds_name, trial, y, res.labels, {"d": "rule" if d is None else d},
                                metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]}))
         for az, ac in config.get("alphas", []) if "factors" in sweeps else []:
             res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"),
-                            z_noise_alpha=az, c_noise_alpha=ac, n_init=n_init)
+                            z_noise_alpha=az, c_noise_alpha=ac, n_init=n_init, graph=graph)
             out.append(_record("fedsc", "factors", ds_name, trial, y, res.labels, {"alpha_z": az, "alpha_c": ac},
                                metrics={"reconstruction_error": res.info.get("reconstruction_error")}))
         for P_ in config.get("P_values", []) if "P" in sweeps else []:
             cl = iid(X0.shape[0], int(P_), seed=trial).client
-            res = fedsc.run(X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init)
+            res = fedsc.run(X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init,
+                            graph=graph)
             out.append(_record("fedsc", "P", ds_name, trial, y, res.labels, {"P": int(P_)}))
+        for rec in out:  # what every cell shares: the data's scaling and the graph
+            rec["params"].update(scale=sources[ds_name]["scale"], graph=graph)
+            rec["tags"]["graph"] = graph
         return {"name": f"{ds_name}/trial={trial}", "children": out}
 
     nested = run_cells(cells, run_cell, label="fedsc_grid")

@@ -163,7 +163,7 @@ def train(dataset, partition, noise: dict, train: dict, seed: int):
     kw = {
         key: train[key]
         for key in ("rounds", "d", "d_max", "d_tol", "r", "lam", "z_step", "local_steps", "z_lr", "participation",
-                    "n_init", "tau_z", "tau_c")
+                    "n_init", "tau_z", "tau_c", "graph")
         if train.get(key) is not None
     }
     if noise.get("private"):
@@ -182,6 +182,7 @@ def train(dataset, partition, noise: dict, train: dict, seed: int):
             "fedsc kernel width r and dictionary size d computed from the private data (eq. 40/43, "
             "kernel_constants=data)", neighbouring="replace_one"))
     result.info["metrics"] = {
-        key: float(result.info[key]) for key in ("NMI_paper", "reconstruction_error", "d", "r") if result.info.get(key) is not None
+        key: float(result.info[key]) for key in ("NMI_paper", "reconstruction_error", "d", "r", "knn_k", "graph_components")
+        if result.info.get(key) is not None
     }
     return result
