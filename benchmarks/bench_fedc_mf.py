@@ -15,6 +15,12 @@ Tables printed (Markdown):
    FedCAvg, centralized SNCP, K-means++ (mean +- std over common random initializations).
 4. Wall time of the full synthetic run (100 rounds) and of one round, vectorized vs a naive
    per-client Python loop (same numbers, checked).
+5. Issue 17: FedCGds with m = P/10 under SNCP on syn_noniid, one hypothesis per row: the paper's
+   per-round rho test (``rho_trigger="round"``) with a short and a long round budget, with the
+   running sums recomputed (partial sums), with other step sizes (gamma), and the test over
+   ceil(P/m) rounds (``rho_trigger="epoch"``); ACC mean +- std over ``--trials5`` seeds (default 10),
+   rounds run, rho updates, final rho, stop reasons and uploads. Only this section:
+   ``--skip time,conv,clust`` (quick: about a minute; full size: about an hour per 10 seeds and row).
 
 MNIST is read from ``../shared/data/mnist`` (test set, pixels / 255); it is skipped when missing.
 """
@@ -236,8 +242,10 @@ def clustering(datasets, trials, rounds, sncp_rounds, quick):
             common = dict(continuation="sncp", rho_tol=rho_tol, init=init, seed=t)
             for name, fn in (
                 (f"FedCGds m={P}, Q1=Q2=100", lambda: F.run_fedcgds(X, client, k, rounds=rounds, Q1=100, Q2=100, **common)),
-                (f"FedCGds m={m_small}, Q1=Q2=100", lambda: F.run_fedcgds(
-                    X, client, k, rounds=rounds, Q1=100, Q2=100, clients_per_round=m_small, **common)),
+                # m = P/10 moves each client's H about P/m times less per round (Thm 3): a 400-round
+                # cap stops every run mid-continuation (issue 17, table 5), so it gets 4x the rounds
+                (f"FedCGds m={m_small}, Q1=Q2=100, {4 * rounds} rounds", lambda: F.run_fedcgds(
+                    X, client, k, rounds=4 * rounds, Q1=100, Q2=100, clients_per_round=m_small, **common)),
                 ("FedCAvg Q1=10, Q_hat=10", lambda: F.run_fedcavg(X, client, k, rounds=rounds, Q1=10, q_hat=10, **common)),
                 ("central SNCP (Q1=Q2=10)", lambda: F.run_sncp(X, k, rounds=sncp_rounds, Q1=10, Q2=10, **common)),
                 ("K-means++ (pooled)", lambda: F.run_kmeanspp(X, k, seed=t)),
@@ -298,11 +306,49 @@ def timing(X, y, client, quick):
     table(["run", "wall s", "final ACC"], rows)
 
 
+def rho_trigger_study(X, y, client, trials, quick):
+    """Table 5 (issue 17): what makes FedCGds with m = P/10 unstable under SNCP."""
+    k = int(y.max()) + 1
+    P = len(np.unique(client))
+    m = max(1, P // 10)
+    tau = 1e-3 if quick else F.SNCP_RHO_TOL["synthetic"]
+    R = 150 if quick else 400  # the round cap of table 3
+    R_long = 1500 if quick else 4000
+    E = -(-P // m)
+    rows_spec = [
+        (f"m={P}, round (reference)", dict(), R),
+        (f"m={m}, round (paper), {R} rounds", dict(clients_per_round=m, rho_trigger="round"), R),
+        (f"m={m}, round (paper), {R_long} rounds", dict(clients_per_round=m, rho_trigger="round"), R_long),
+        (f"m={m}, round, recomputed G1/G2",
+         dict(clients_per_round=m, rho_trigger="round", recompute_stats=True), R_long),
+        (f"m={m}, round, gamma=2", dict(clients_per_round=m, rho_trigger="round", gamma=2.0), R_long),
+        (f"m={m}, round, gamma=1.01", dict(clients_per_round=m, rho_trigger="round", gamma=1.01), R_long),
+        (f"m={m}, epoch (E={E}), {R_long} rounds", dict(clients_per_round=m, rho_trigger="epoch"), R_long),
+    ]
+    print(f"## 5. Issue 17: FedCGds m = P/10 under SNCP on syn_noniid (Q1 = Q2 = 100, tau_rho = {tau}); "
+          f"mean +- std over {trials} seeds (common init = seed)\n")
+    rows = []
+    for name, kw, rounds in rows_spec:
+        v = []
+        for t in range(trials):
+            r, sec = timed(F.run_fedcgds, X, client, k, rounds=rounds, Q1=100, Q2=100, continuation="sncp",
+                           rho_tol=tau, init=F.make_init(X, k, t), seed=t, **kw)
+            v.append((clustering_accuracy(y, r.labels), r.info["rounds_run"], r.info["n_rho_updates"],
+                      np.log10(r.info["rho_final"]), r.info["stop_reason"] == "converged", r.uploaded_reals, sec))
+        a = np.array(v, dtype=float)
+        rows.append([name, f"{a[:, 0].mean():.4f} +- {a[:, 0].std():.4f}", f"{a[:, 0].min():.3f}",
+                     fmt(a[:, 1].mean(), 0), fmt(a[:, 2].mean(), 1), f"{a[:, 3].mean():.1f}",
+                     f"{int(a[:, 4].sum())}/{trials}", fmt(a[:, 5].mean()), fmt(a[:, 6].mean(), 1)])
+    table(["variant", "ACC", "min ACC", "rounds", "rho updates", "log10 rho end", "converged", "uploads",
+           "time s/run"], rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, < 1 minute")
     ap.add_argument("--trials", type=int, default=None, help="common random initializations for table 3")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: conv,clust,mnist,time")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: conv,clust,mnist,time,rho")
+    ap.add_argument("--trials5", type=int, default=10, help="seeds for table 5 (rho trigger, issue 17)")
     args = ap.parse_args()
     quick = args.quick
     skip = set(filter(None, args.skip.split(",")))
@@ -334,6 +380,8 @@ def main():
                 datasets[name] = (Xm[keep], ym[keep], c, tau_mnist)
         findings.update(clustering(datasets, trials, rounds=150 if quick else 400, sncp_rounds=300 if quick else 800,
                                    quick=quick))
+    if "rho" not in skip:
+        rho_trigger_study(X, y, parts["syn_noniid"], args.trials5, quick)
     if findings:
         print("## Summary of the paper's qualitative claims (measured)\n")
         table(["quantity", "value"], [[k, fmt(v) if not isinstance(v, (bool, np.bool_)) else str(bool(v))]

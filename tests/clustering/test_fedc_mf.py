@@ -94,6 +94,46 @@ def test_sncp_continuation_rho_schedule_and_monotone_within_stages():
         assert eps[-1] < 1e-8
 
 
+def _rho_change_rounds(r):
+    """1-based rounds after which rho was raised (the round whose test fired)."""
+    rho = np.asarray(r.history["rho"])
+    return np.flatnonzero(~np.isclose(rho[1:] / rho[:-1], 1.0)) + 1
+
+
+def test_fedcgds_epoch_trigger_tests_eps_once_per_window_of_P_over_m_rounds():
+    # issue 17: with m = 2 of P = 10 clients, the paper's per-round test raises rho in rounds in a row
+    # (a round whose few sampled clients barely move looks converged), so rho grows while most clients
+    # never saw the previous rho; rho_trigger="epoch" measures eps over ceil(P/m) = 5 rounds (one
+    # expected participation per client) and tests it only then.
+    kw = dict(rounds=120, Q1=5, Q2=5, clients_per_round=2, seed=4, continuation="sncp", rho_tol=2e-2, tol=0.0)
+    paper = F.run_fedcgds(X0, C0, K0, rho_trigger="round", **kw)
+    epoch = F.run_fedcgds(X0, C0, K0, rho_trigger="epoch", **kw)
+    assert F.run_fedcgds(X0, C0, K0, rounds=1, clients_per_round=2).info["rho_trigger"] == "round"  # default
+    assert epoch.info["rho_trigger"] == "epoch" and epoch.info["test_window"] == 5
+    assert paper.info["test_window"] == 1
+    ch_paper, ch_epoch = _rho_change_rounds(paper), _rho_change_rounds(epoch)
+    assert np.diff(ch_paper).min() < 5  # the cascade the per-round test allows
+    assert ch_epoch.size >= 3
+    assert np.all(ch_epoch % 5 == 0)  # tested only at the end of a window (no stop or rho change between)
+    assert np.diff(ch_epoch).min() >= 5
+    # the window's eps is the relative change of F over the window, from the re-evaluated iterate (A8)
+    f = np.asarray(epoch.history["objective"])
+    plain = [c for c in ch_epoch if c > 5 and c - 5 not in ch_epoch]  # window starts at a plain round end
+    assert plain
+    for c in plain:
+        assert abs(f[c - 1] - f[c - 6]) / f[c - 6] < 2e-2
+
+
+def test_fedcgds_epoch_trigger_is_the_paper_rule_at_full_participation():
+    kw = dict(rounds=60, Q1=3, Q2=3, seed=1, continuation="sncp", rho_tol=1e-3, init=F.make_init(X0, K0, 1))
+    a = F.run_fedcgds(X0, C0, K0, rho_trigger="round", **kw)
+    b = F.run_fedcgds(X0, C0, K0, rho_trigger="epoch", **kw)
+    assert b.info["test_window"] == 1 and a.info["n_rho_updates"] > 3
+    for key in ("objective", "rho", "eps"):
+        np.testing.assert_array_equal(a.history[key], b.history[key])
+    np.testing.assert_array_equal(a.labels, b.labels)
+
+
 # --------------------------------------------------------------------------- exact equalities
 def test_fedcavg_one_step_equals_centralized_palm_step():
     """FedCAvg, all clients, Q1 = Q2 = 1, global L_W: one round = one PALM step (3a)-(3b), d = gamma L_W."""
@@ -268,6 +308,7 @@ def test_shared_init_is_used_and_sample_order_is_respected():
     (dict(rounds=0), "rounds"),
     (dict(continuation="yes"), "continuation"),
     (dict(rho_growth=1.0), "rho_growth"),
+    (dict(rho_trigger="always"), "rho_trigger"),
     (dict(init=(np.zeros((3, 3)), np.zeros((3, 3)))), "init W"),
     (dict(y=np.zeros(3)), "y must"),
 ])

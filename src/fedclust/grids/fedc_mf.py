@@ -4,7 +4,8 @@ For every split in ``splits`` (``iid`` = syn_unf / balanced, ``kmeans`` = syn_no
 ``power_law`` = the MNIST two-digit splits) and every trial, all runs in ``runs`` start from the
 same one of the common random initializations (:func:`fedclust.clustering.fedc_mf.make_init`,
 seed = trial). A run is ``{method, label, Q1, Q2, q_hat, clients_per_round, continuation, ...}``
-with method in fedc_avg, fedc_gds, fedc_palm, sncp (centralized) and kmeanspp (pooled).
+with method in fedc_avg, fedc_gds, fedc_palm, sncp (centralized) and kmeanspp (pooled); any other key
+goes to the solver, e.g. ``rho_trigger: epoch`` for FedCGds with m < P under SNCP (issue 17).
 
 Histories: objective, cumulative uploaded reals (``comm_reals``) and, for clustering runs, ACC,
 so that the plots show objective vs round, objective vs communication, and ACC vs rounds.

@@ -14,7 +14,7 @@ _KEYS = {
     "fedc_avg": ("rounds", "Q1", "Q2", "q_hat", "gamma", "step_rule", "lw", "d_schedule", "rho", "nu", "continuation",
                  "rho_growth", "rho_tol", "tol", "q_hat_restart"),
     "fedc_gds": ("rounds", "Q1", "Q2", "clients_per_round", "gamma", "step_rule", "rho", "nu", "continuation",
-                 "rho_growth", "rho_tol", "tol"),
+                 "rho_growth", "rho_tol", "tol", "rho_trigger"),
 }
 _RUN = {"fedc_avg": fedc_mf.run_fedcavg, "fedc_gds": fedc_mf.run_fedcgds}
 
