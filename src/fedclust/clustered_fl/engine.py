@@ -48,6 +48,14 @@ One communication round ``t = 1..T`` (spec 004, section 2.4, one time index per 
 
 Data come in as :class:`FederatedTensors`: padded per-client tensors ``(n_clients, n_max, d)`` with
 the true per-client sample counts (padding is masked out of every loss).
+
+**Memory** (issue 16): steps 2-4 hold parameter-sized tensors for every sampled client (start model,
+trained model, gradient, momentum), so a round of S clients costs about S times one client's working
+set. The engine therefore processes the sampled clients in chunks sized to ``max_chunk_mb``
+(:func:`bytes_per_client`): the cluster estimate of all S clients first (an (S, k) loss table), then,
+chunk by chunk, local training and the aggregator's running per-cluster sums
+(:meth:`Aggregator.accumulate`). Minibatch draws are taken for all S clients in the unchunked order
+(:class:`_DrawTape`), so a chunked round is the unchunked round up to the order of float additions.
 """
 
 from __future__ import annotations
@@ -73,7 +81,8 @@ __all__ = [
     "Aggregator", "ModelAveraging", "GradientAveraging", "DeltaAveraging",
     "segment_sum", "segment_counts", "segment_mean_keep", "client_norms",
     "client_model_losses", "assign_clusters", "local_train", "local_gradient",
-    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "evaluate",
+    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "evaluate", "bytes_per_client",
+    "DEFAULT_CHUNK_MB",
 ]
 
 Params = dict[str, torch.Tensor]
@@ -300,6 +309,63 @@ class _Batcher:
         return Xb, yb, mb, nb
 
 
+class _DrawTape:
+    """The minibatch draws of a whole round, shared by its chunks of clients.
+
+    :class:`_Batcher` draws ``gen.random((B, n_max))`` keys (one row per client) per step or per epoch.
+    An unchunked round draws them for all S sampled clients at once; a chunked round must consume the
+    stream identically, so the first chunk that asks for draw ``j`` draws it for all S clients and every
+    chunk reads its own rows. Memory: S x n_max doubles per draw (steps draws at most), small next to
+    the padded data (S x n_max x d floats).
+    """
+
+    def __init__(self, gen: np.random.Generator, S: int):
+        self.gen, self.S, self.draws = gen, S, []
+
+    def view(self, rows: slice) -> "_TapeView":
+        return _TapeView(self, rows)
+
+
+class _TapeView:
+    def __init__(self, tape: _DrawTape, rows: slice):
+        self.tape, self.rows, self.j = tape, rows, 0
+
+    def random(self, shape):
+        t = self.tape
+        if self.j == len(t.draws):
+            t.draws.append(t.gen.random((t.S,) + tuple(shape[1:])))
+        out = t.draws[self.j][self.rows]
+        self.j += 1
+        if out.shape != tuple(shape):
+            raise RuntimeError(f"minibatch draw {self.j - 1}: a chunk asked for {tuple(shape)}, the tape holds {out.shape}")
+        return out
+
+
+#: Default memory budget of one chunk of clients (``max_chunk_mb=None``).
+DEFAULT_CHUNK_MB = 1024.0
+
+
+def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0,
+                     batch_size: int | None = None) -> int:
+    """Estimated working memory of ONE sampled client in a round (bytes), used to size the chunks.
+
+    Per client: the parameter-sized stacks of a round (start model, trained model, gradient, momentum
+    and its start, the aggregator's delta and a temporary: 7 copies of the P parameters of one model,
+    5 without momentum), its padded data gathered twice (the client's rows and the step's batch), and
+    the activations of the local step (MLP: the widths of its layers; other models: 16 x d per sample,
+    a generous guess for small CNNs) for the forward and backward pass. An estimate, not a bound: the
+    allocator, BLAS buffers and the model's own temporaries come on top.
+    """
+    itemsize = next(iter(params.values())).element_size()
+    k = next(iter(params.values())).shape[0]
+    P = sum(int(v.numel()) for v in params.values()) // max(k, 1)
+    copies = 7 if beta > 0 else 5
+    rows = n_max if batch_size is None else min(batch_size, n_max)
+    sizes = getattr(model, "sizes", None)
+    width = int(sum(sizes[1:])) if sizes is not None else 16 * d
+    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width))
+
+
 def local_train(model: BatchedModel, params: Params, momentum: Params | None, X: torch.Tensor,
                 y: torch.Tensor, n: torch.Tensor, *, steps: int, lr: float, beta: float = 0.0,
                 batch_size: int | None = None, local_epochs: int | None = None,
@@ -413,7 +479,11 @@ class ClientUpdates:
     * ``start_params`` the model each client started from (``chi_{chosen}``), ``params`` its model after
       local training (Option I: unchanged), ``momentum`` its momentum/gradient message ``u_i`` (None
       when ``beta == 0`` under Option II);
-    * ``n_samples`` (S,) local sample counts.
+    * ``n_samples`` (S,) local sample counts;
+    * ``chunked``: True when the round was processed in chunks of clients (``max_chunk_mb``): the
+      per-client stacks ``start_params``/``params``/``momentum`` were folded into the aggregation chunk
+      by chunk and are empty here (``{}``/None); ``clients``, ``chosen``, ``losses`` and ``n_samples``
+      are complete.
     """
 
     clients: np.ndarray
@@ -423,6 +493,7 @@ class ClientUpdates:
     params: Params
     momentum: Params | None
     n_samples: torch.Tensor
+    chunked: bool = False
 
     def deltas(self) -> Params:
         """``Delta_i = chi~_i - chi_{chosen_i}`` (S, ...)."""
@@ -463,6 +534,15 @@ class Aggregator:
     Subclasses implement :meth:`__call__`. :meth:`groups` is the hook that maps client updates to
     clusters (default: the clients' own choices; RR-Cluster privatizes and rebalances here), and
     :meth:`finish` returns the DP releases of the whole run (default: none).
+
+    **Chunked rounds** (bounded memory, ``max_chunk_mb`` of the engine): a strategy that can fold the
+    clients' updates in one chunk of clients at a time implements :meth:`begin` (once per round, with
+    the round's :class:`ClientUpdates` *without* per-client parameters: ``clients``, ``chosen``,
+    ``losses``, ``n_samples``), :meth:`accumulate` (once per chunk, with that chunk's full updates and
+    its row positions in the round) and :meth:`end`, and returns True from :meth:`supports_chunks`.
+    The built-in strategies do, and their :meth:`__call__` is ``begin`` + one ``accumulate`` + ``end``,
+    so a chunked round is the unchunked one up to the order of floating-point additions. A strategy
+    that does not (the default) gets the whole round's stacked updates at once.
     """
 
     name = "aggregator"
@@ -476,6 +556,53 @@ class Aggregator:
     def finish(self, rounds: int, n_clients: int, n_sampled: int) -> list:
         return []
 
+    # chunked protocol -------------------------------------------------------------------------
+    def supports_chunks(self) -> bool:
+        """True when :meth:`begin`/:meth:`accumulate`/:meth:`end` implement this strategy's ``__call__``."""
+        return False
+
+    def begin(self, state: ServerState, updates: ClientUpdates, ctx: RoundContext) -> dict:
+        raise NotImplementedError
+
+    def accumulate(self, acc: dict, chunk: ClientUpdates, rows: slice, ctx: RoundContext) -> None:
+        raise NotImplementedError
+
+    def end(self, state: ServerState, acc: dict, ctx: RoundContext) -> Aggregation:
+        raise NotImplementedError
+
+    def _fold(self, state, updates, ctx) -> Aggregation:
+        acc = self.begin(state, updates, ctx)
+        self.accumulate(acc, updates, slice(0, len(updates.clients)), ctx)
+        return self.end(state, acc, ctx)
+
+    @staticmethod
+    def _start(state, g, k) -> dict:
+        """Accumulator of the linear strategies: groups, counts, per-cluster sums (lazily allocated)."""
+        return {"g": g, "counts": segment_counts(g, k), "sums": {}, "mom": {}}
+
+    @staticmethod
+    def _add(sums: dict, name: str, values: torch.Tensor, g: torch.Tensor, k: int) -> None:
+        if name not in sums:
+            sums[name] = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype)
+        sums[name].index_add_(0, g, values)
+
+    def _add_momentum(self, acc, chunk, g, k):
+        if chunk.momentum is not None:
+            for n, v in chunk.momentum.items():
+                self._add(acc["mom"], n, v, g, k)
+
+    @staticmethod
+    def _momentum_end(state, acc):
+        """``u_p = mean_{i in S_p} u_i`` (an empty cluster, or no momentum messages: kept)."""
+        if not acc["mom"]:
+            return state.momentum
+        c = acc["counts"]
+        out = {}
+        for n, old in state.momentum.items():
+            cc = c.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+            out[n] = torch.where(cc > 0, acc["mom"][n] / cc.clamp(min=1), old)
+        return out
+
     @staticmethod
     def _momentum(state, updates, g, counts):
         if updates.momentum is None:
@@ -488,11 +615,30 @@ class ModelAveraging(Aggregator):
 
     name = "model_averaging"
 
+    def supports_chunks(self):
+        return type(self).__call__ is ModelAveraging.__call__
+
     def __call__(self, state, updates, ctx):
-        g = self.groups(updates, ctx)
-        counts = segment_counts(g, ctx.k)
-        params = {n: segment_mean_keep(updates.params[n], g, state.params[n], counts) for n in state.params}
-        return Aggregation(params, self._momentum(state, updates, g, counts), g, counts.numpy().copy())
+        return self._fold(state, updates, ctx)
+
+    def begin(self, state, updates, ctx):
+        return self._start(state, self.groups(updates, ctx), ctx.k)
+
+    def accumulate(self, acc, chunk, rows, ctx):
+        g = acc["g"][rows]
+        for n, v in chunk.params.items():
+            self._add(acc["sums"], n, v, g, ctx.k)
+        self._add_momentum(acc, chunk, g, ctx.k)
+
+    def end(self, state, acc, ctx):
+        c, params = acc["counts"], {}
+        for n, old in state.params.items():
+            if n not in acc["sums"]:
+                params[n] = old
+                continue
+            cc = c.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+            params[n] = torch.where(cc > 0, acc["sums"][n] / cc.clamp(min=1), old)
+        return Aggregation(params, self._momentum_end(state, acc), acc["g"], c.numpy().copy())
 
 
 class GradientAveraging(Aggregator):
@@ -509,15 +655,27 @@ class GradientAveraging(Aggregator):
             raise ValueError(f"normalization must be 'total' or 'sampled', got {normalization!r}")
         self.normalization = normalization
 
+    def supports_chunks(self):
+        return type(self).__call__ is GradientAveraging.__call__
+
     def __call__(self, state, updates, ctx):
         if updates.momentum is None:
             raise ValueError("GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')")
-        g = self.groups(updates, ctx)
-        counts = segment_counts(g, ctx.k)
+        return self._fold(state, updates, ctx)
+
+    def begin(self, state, updates, ctx):
+        return self._start(state, self.groups(updates, ctx), ctx.k)
+
+    def accumulate(self, acc, chunk, rows, ctx):
+        if chunk.momentum is None:
+            raise ValueError("GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')")
+        self._add_momentum(acc, chunk, acc["g"][rows], ctx.k)
+
+    def end(self, state, acc, ctx):
         norm = ctx.n_clients if self.normalization == "total" else ctx.n_sampled
-        params = {n: state.params[n] - (ctx.lr / norm) * segment_sum(updates.momentum[n], g, ctx.k)
+        params = {n: (state.params[n] - (ctx.lr / norm) * acc["mom"][n]) if n in acc["mom"] else state.params[n]
                   for n in state.params}  # empty cluster: the sum is 0, so the model is kept
-        return Aggregation(params, self._momentum(state, updates, g, counts), g, counts.numpy().copy())
+        return Aggregation(params, self._momentum_end(state, acc), acc["g"], acc["counts"].numpy().copy())
 
 
 class DeltaAveraging(Aggregator):
@@ -526,7 +684,9 @@ class DeltaAveraging(Aggregator):
     With the default hooks (no clip, no noise, the clients' own choices) and ``server_lr=1`` this
     equals :class:`ModelAveraging`. RR-Cluster (spec 002, Alg. 1 lines 7-13) overrides
     :meth:`groups` (identifier noise + random rebalancing), :meth:`clip_deltas` and
-    :meth:`privatize_sums`. Momentum buffers (if any) are averaged per final group.
+    :meth:`privatize_sums`. Momentum buffers (if any) are averaged per final group. In a chunked
+    round :meth:`clip_deltas` sees one chunk of clients at a time (it must act per client) and
+    :meth:`privatize_sums` runs once, on the complete sums.
     """
 
     name = "delta_averaging"
@@ -542,16 +702,30 @@ class DeltaAveraging(Aggregator):
     def privatize_sums(self, sums: Params, counts: torch.Tensor, ctx: RoundContext) -> Params:
         return sums
 
+    def supports_chunks(self):
+        return type(self).__call__ is DeltaAveraging.__call__
+
     def __call__(self, state, updates, ctx):
-        g = self.groups(updates, ctx)
-        counts = segment_counts(g, ctx.k)
-        deltas = self.clip_deltas(updates.deltas(), updates, ctx)
-        sums = self.privatize_sums({n: segment_sum(v, g, ctx.k) for n, v in deltas.items()}, counts, ctx)
+        return self._fold(state, updates, ctx)
+
+    def begin(self, state, updates, ctx):
+        return self._start(state, self.groups(updates, ctx), ctx.k)
+
+    def accumulate(self, acc, chunk, rows, ctx):
+        g = acc["g"][rows]
+        for n, v in self.clip_deltas(chunk.deltas(), chunk, ctx).items():
+            self._add(acc["sums"], n, v, g, ctx.k)
+        self._add_momentum(acc, chunk, g, ctx.k)
+
+    def end(self, state, acc, ctx):
+        counts = acc["counts"]
+        sums = {n: acc["sums"][n] if n in acc["sums"] else torch.zeros_like(v) for n, v in state.params.items()}
+        sums = self.privatize_sums(sums, counts, ctx)
         params = {}
         for n, old in state.params.items():
             c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
             params[n] = torch.where(c > 0, old + self.server_lr * sums[n] / c.clamp(min=1), old)
-        return Aggregation(params, self._momentum(state, updates, g, counts), g, counts.numpy().copy())
+        return Aggregation(params, self._momentum_end(state, acc), acc["g"], counts.numpy().copy())
 
 
 # ================================================================================================
@@ -677,7 +851,15 @@ class ClusteredFLEngine:
       IFCA used 0.35 for k=2 and 0.10 for k=4), at most ``init_max_restarts`` redraws;
     * ``eval_every`` evaluate every this many rounds (0 = only after the last round; the last round is
       always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
-      ``"train"``; ``progress(round, record)`` optional callback.
+      ``"train"``; ``progress(round, record)`` optional callback;
+    * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
+      1024): the round's clients are evaluated, trained and folded into the aggregation
+      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
+      does not grow with the clients per round. Chunks consume the random streams exactly as one
+      batch does; a chunked round equals the unchunked one up to float summation order. A round that
+      fits in one chunk runs unchanged. An aggregator without the chunked protocol
+      (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
+      still gets the whole round at once (a warning says the budget is not kept).
     """
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
@@ -688,7 +870,7 @@ class ClusteredFLEngine:
                  init_params: Params | None = None, init_momentum: Params | None = None,
                  init_min_fraction: float | None = None, init_max_restarts: int = 20,
                  eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
-                 max_rows: int = 1 << 16, method: str = "clustered_fl",
+                 max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
                  progress: Callable[[int, dict], None] | None = None):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
@@ -742,6 +924,10 @@ class ClusteredFLEngine:
             raise ValueError(f"test_select must be 'test' or 'train', got {test_select!r}")
         self.train_eval, self.test_select = train_eval, test_select
         self.max_rows = _num("max_rows", max_rows, 1, integer=True)
+        self.max_chunk_mb = DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0,
+                                                                               lo_open=True)
+        self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
+        self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
         self.init_params, self.init_momentum = init_params, init_momentum
         self.rngs = {name: stream(self.seed, name) for name in ("init", "sampling", "minibatch", "noise")}
@@ -778,9 +964,8 @@ class ClusteredFLEngine:
                 params = self.model.init(self.k, rng, dtype=dt)
                 if self.init_min_fraction is None:
                     break
-                idx = torch.as_tensor(np.sort(rng.choice(self.data.n_clients, self.S, replace=False)))
-                losses, _ = client_model_losses(self.model, params, self.data.X_train[idx], self.data.y_train[idx],
-                                                self.data.n_train[idx], max_rows=self.max_rows)
+                idx = np.sort(rng.choice(self.data.n_clients, self.S, replace=False))
+                losses = self._losses(params, idx)
                 frac = float(segment_counts(assign_clusters(losses), self.k).min()) / self.S
                 if frac > best_frac:
                     best, best_frac = params, frac
@@ -798,7 +983,27 @@ class ClusteredFLEngine:
         else:
             momentum = {n: torch.zeros_like(v) for n, v in params.items()}
         self.init_info = info
+        self._set_chunk(params)
         return ServerState(params=params, momentum=momentum, round=0)
+
+    def _set_chunk(self, params: Params) -> None:
+        per = bytes_per_client(self.model, params, int(self.data.X_train.shape[1]), self.data.d, beta=self.beta,
+                               batch_size=self.batch_size)
+        self.bytes_per_client = per
+        self.chunk_clients = max(1, int(self.max_chunk_mb * 2**20 // per))
+
+    def _losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
+        """(len(clients), k) losses of every model on the given clients, gathering their data one chunk
+        of ``chunk_clients`` at a time (the gathered copy of a round's data stays bounded)."""
+        if self.chunk_clients is None:
+            self._set_chunk(params)
+        d, step = self.data, self.chunk_clients
+        out = []
+        for a in range(0, len(clients), step):
+            idx = torch.as_tensor(clients[a:a + step], dtype=torch.long)
+            out.append(client_model_losses(self.model, params, d.X_train[idx], d.y_train[idx], d.n_train[idx],
+                                           max_rows=self.max_rows)[0])
+        return torch.cat(out) if out else torch.zeros(0, self.k, dtype=d.X_train.dtype)
 
     def lr_at(self, t: int) -> float:
         """``lr * lr_decay**(t-1)`` for round t = 1..T."""
@@ -834,6 +1039,71 @@ class ClusteredFLEngine:
         return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
                              momentum=mom, n_samples=n)
 
+    def _chunked(self, n_sampled: int) -> bool:
+        """Whether this round runs in chunks (more clients than one chunk, and a chunk-capable setup)."""
+        if self.chunk_clients is None or n_sampled <= self.chunk_clients:
+            return False
+        ok = self.aggregator.supports_chunks() and type(self).client_round is ClusteredFLEngine.client_round
+        if not ok and not self._warned_unbounded:
+            logger.warning("max_chunk_mb=%g: %d clients per round need %d chunks, but %s cannot aggregate in "
+                           "chunks; the round runs at once (its memory grows with the clients per round)",
+                           self.max_chunk_mb, n_sampled, math.ceil(n_sampled / self.chunk_clients),
+                           type(self.aggregator).__name__ if not self.aggregator.supports_chunks()
+                           else type(self).__name__)
+            self._warned_unbounded = True
+        return ok
+
+    def chunked_round(self, state: ServerState, clients: np.ndarray, lr: float,
+                      ctx: RoundContext) -> tuple[ClientUpdates, Aggregation]:
+        """Steps 2-4 in chunks of ``chunk_clients`` clients: (i) the cluster estimate of every sampled
+        client (losses only, chunk by chunk), (ii) the aggregator's :meth:`~Aggregator.begin` with the
+        round's choices, (iii) per chunk: gather its data, start models and momenta, local training
+        (minibatch draws from the round's :class:`_DrawTape`), :meth:`~Aggregator.accumulate`; then
+        :meth:`~Aggregator.end`. Peak memory: one chunk's working set plus the (S, k) losses."""
+        d = self.data
+        S = len(clients)
+        t0 = time.perf_counter()
+        losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
+        chosen = assign_clusters(losses)
+        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]
+        updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
+                                momentum=None, n_samples=n_all, chunked=True)
+        t1 = time.perf_counter()
+        self.timing["assign"] += t1 - t0
+        acc = self.aggregator.begin(state, updates, ctx)
+        self.timing["aggregate"] += time.perf_counter() - t1
+        tape = _DrawTape(self.rngs["minibatch"], S)
+        for a in range(0, S, self.chunk_clients):
+            rows = slice(a, min(S, a + self.chunk_clients))
+            t1 = time.perf_counter()
+            idx = torch.as_tensor(clients[rows], dtype=torch.long)
+            X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+            ch = chosen[rows]
+            start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+            mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
+            if self.local_update == "model":
+                params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
+                                          beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
+                                          gen=tape.view(rows))
+                steps = self.local_steps
+            else:
+                mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
+                                     gen=tape.view(rows))
+                params, steps = start, 1
+            per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+            self.n_local_samples += int(per_step.sum()) * steps
+            t2 = time.perf_counter()
+            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
+                                  params=params, momentum=mom, n_samples=n)
+            self.aggregator.accumulate(acc, chunk, rows, ctx)
+            del chunk, params, mom, start, mom0, X, y
+            self.timing["local"] += t2 - t1
+            self.timing["aggregate"] += time.perf_counter() - t2
+        t2 = time.perf_counter()
+        agg = self.aggregator.end(state, acc, ctx)
+        self.timing["aggregate"] += time.perf_counter() - t2
+        return updates, agg
+
     def sample_clients(self) -> np.ndarray:
         """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
         ``round(q*m)`` clients without replacement (default; spec 002, 2.8), or Poisson sampling (every
@@ -855,12 +1125,17 @@ class ClusteredFLEngine:
                                     momentum=None, n_samples=torch.zeros(0, dtype=torch.long))
             agg = Aggregation(state.params, state.momentum, updates.chosen, np.zeros(self.k, dtype=np.int64))
             return ServerState(params=state.params, momentum=state.momentum, round=t), updates, agg
-        updates = self.client_round(state, clients, lr)
         ctx = RoundContext(round=t, lr=lr, k=self.k, n_clients=self.data.n_clients, n_sampled=len(clients),
                            beta=self.beta, rngs=self.rngs, dp_events=self.dp_events)
-        t0 = time.perf_counter()
-        agg = self.aggregator(state, updates, ctx)
-        self.timing["aggregate"] += time.perf_counter() - t0
+        if self.chunk_clients is None:  # a state built by the caller, not by init_state
+            self._set_chunk(state.params)
+        if self._chunked(len(clients)):
+            updates, agg = self.chunked_round(state, clients, lr, ctx)
+        else:
+            updates = self.client_round(state, clients, lr)
+            t0 = time.perf_counter()
+            agg = self.aggregator(state, updates, ctx)
+            self.timing["aggregate"] += time.perf_counter() - t0
         return ServerState(params=agg.params, momentum=agg.momentum, round=t), updates, agg
 
     def _record(self, history, t, lr, state, updates, agg):
@@ -922,6 +1197,8 @@ class ClusteredFLEngine:
             "final": {k: v for k, v in final.items() if not isinstance(v, np.ndarray)},
             "timing": dict(self.timing), "wall_time": time.perf_counter() - wall0,
             "local_samples": self.n_local_samples,
+            "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
+            "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
         }
         return ClusteredFLResult(params=state.params, momentum=state.momentum, assignment=final["assignment"],
                                  test_assignment=final.get("test_assignment"), history=history,

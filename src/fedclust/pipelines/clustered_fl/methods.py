@@ -10,7 +10,7 @@ from fedclust.pipelines.clustered_fl.nodes import tensors_and_model
 from fedclust.pipelines.privacy.nodes import non_private_calibration
 
 _ENGINE_KEYS = ("rounds", "lr", "lr_decay", "local_steps", "batch_size", "participation", "clients_per_round",
-                "eval_every", "init_min_fraction", "init_max_restarts")
+                "eval_every", "init_min_fraction", "init_max_restarts", "max_chunk_mb")
 _SPECIFIC = {"cfl_mgd": ("option", "beta", "ga_normalization"), "ifca": ("aggregation",), "fedavg": ("beta",)}
 
 

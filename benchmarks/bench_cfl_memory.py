@@ -1,0 +1,282 @@
+"""Benchmark (issue 16, section 1): memory of the clustered-FL engine against the clients per round.
+
+Workload: rotated MNIST test set (``../shared/data/mnist``, the official 10,000 test images, scaled to
+[0, 1]): the images are split into an 8,000-image training pool and a 2,000-image test pool, each
+rotated by 0/90/180/270 degrees; client c belongs to rotation group c mod 4 and holds 30 training and
+10 test images of its group (consecutive entries of one random permutation of the pool from a random
+offset, so no image repeats within a client; clients share images, as ``rotation(reuse=True)`` does).
+MLP 784-200-10, IFCA with k = 4 (model averaging, no momentum), 10 local SGD steps of batch 10,
+lr 0.1, fixed-size sampling of S clients per round out of N = max(320, S) clients. The padded data
+tensor is built directly in float32 (N x 30 x 784 floats: 0.94 GB at N = 10,000).
+
+Every setting runs in its own process (one torch thread by default) and reports:
+
+* ``data MB``: resident memory after the data are built (the data themselves, torch, Python);
+* ``peak MB``: the process's peak resident memory during training (VmHWM, reset after the data are
+  built via ``/proc/self/clear_refs``; ``ru_maxrss`` where that is unavailable) and ``round MB`` =
+  peak - data, the working memory of the rounds;
+* ``updates/s``: client updates (cluster estimate + local training + aggregation) per second of
+  training time (the engine's phase timers; the final evaluation is excluded);
+* ``chunk``: clients per chunk (``max_chunk_mb``) and chunks per round.
+
+``unchunked`` runs use ``max_chunk_mb=1e9`` (one chunk per round: the engine before issue 16); they are
+skipped above ``--unchunked-up-to`` clients per round (3,200 unchunked needs about 9 GB). Where both
+ran, the largest parameter difference between the chunked and unchunked final models is printed.
+
+    .venv/bin/python benchmarks/bench_cfl_memory.py                      # 32, 320, 3200, 10000
+    .venv/bin/python benchmarks/bench_cfl_memory.py --sizes 32,320 --max-chunk-mb 256
+    .venv/bin/python benchmarks/bench_cfl_memory.py --data-clustering 1,10   # DP-FedC, FedC-MF, FedSC
+
+The data-clustering mode runs each method for ``--dc-rounds`` rounds at 1x and 10x today's largest
+benchmark setting (see :func:`dc_worker`) and reports the same peak / data memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+MNIST = ROOT.parent / "shared" / "data" / "mnist"
+N_TRAIN, N_TEST, K = 30, 10, 4
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak resident set size (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb(reset_ok: bool) -> float:
+    if reset_ok:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build_data(n_clients: int, seed: int = 0):
+    import torch
+
+    from fedclust.clustered_fl import FederatedTensors
+    from fedclust.data.files import load_mnist_folder
+
+    ds = load_mnist_folder(MNIST, split="test")
+    images = (ds.images / 255.0).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(ds.y))
+    pools = {"train": perm[:8000], "test": perm[8000:]}
+    group = np.arange(n_clients) % K
+    out = {}
+    for split, per in (("train", N_TRAIN), ("test", N_TEST)):
+        pool = pools[split]
+        rot = np.stack([np.rot90(images[pool], r, axes=(1, 2)).reshape(len(pool), -1) for r in range(K)])
+        order = rng.permutation(len(pool))
+        offs = rng.integers(0, len(pool), n_clients)
+        idx = order[(offs[:, None] + np.arange(per)[None, :]) % len(pool)]  # (N, per), distinct per client
+        out[split] = (torch.from_numpy(rot[group[:, None], idx]),  # (N, per, 784) float32
+                      torch.from_numpy(ds.y[pool][idx]), torch.full((n_clients,), per))
+        del rot
+    (Xtr, ytr, ntr), (Xte, yte, nte) = out["train"], out["test"]
+    return FederatedTensors(X_train=Xtr, y_train=ytr, n_train=ntr, X_test=Xte, y_test=yte, n_test=nte,
+                            group=group)
+
+
+def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None) -> dict:
+    import torch
+
+    from fedclust.clustered_fl import MLP, ClusteredFLEngine
+
+    torch.set_num_threads(threads)
+    N = max(320, S)
+    data = build_data(N)
+    gc.collect()
+    data_mb = _rss_mb()
+    reset_ok = _reset_peak()
+    eng = ClusteredFLEngine(data, MLP(784, 200, 10), K, rounds=rounds, lr=0.1, local_steps=10, batch_size=10,
+                            clients_per_round=S, eval_every=0, seed=0, max_chunk_mb=chunk_mb, method="ifca")
+    t0 = time.perf_counter()
+    res = eng.run()
+    wall = time.perf_counter() - t0
+    peak = _peak_mb(reset_ok)
+    train_s = sum(res.info["timing"][p] for p in ("assign", "local", "aggregate"))
+    if save:
+        torch.save(res.params, save)
+    return {"S": S, "N": N, "rounds": rounds, "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb,
+            "updates_per_s": S * rounds / train_s, "train_s": train_s, "wall_s": wall,
+            "chunk": res.info["chunk_clients"], "chunks": res.info["chunks_per_round"],
+            "test_acc": res.info["final"].get("test_accuracy"), "peak_reset": reset_ok}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="32,320,3200,10000", help="clients per round, comma separated")
+    ap.add_argument("--max-chunk-mb", type=float, default=None, help="chunk budget (default: the engine's)")
+    ap.add_argument("--unchunked-up-to", type=int, default=3200, help="largest S also run unchunked")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", default=None, help="rounds per size (default: 10 below 3,200, else 1)")
+    ap.add_argument("--data-clustering", default=None, metavar="SCALES",
+                    help="instead: peak memory of DP-FedC, FedCAvg/FedCGds and FedSC at these multiples of "
+                         "today's largest benchmark setting, e.g. 1,10")
+    ap.add_argument("--dc-rounds", type=int, default=2)
+    ap.add_argument("--dc-timeout", type=int, default=600, help="seconds per data-clustering run")
+    ap.add_argument("--worker", nargs=4, metavar=("S", "CHUNK_MB", "ROUNDS", "SAVE"), help=argparse.SUPPRESS)
+    ap.add_argument("--dc-worker", nargs=3, metavar=("METHOD", "SCALE", "ROUNDS"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.dc_worker:
+        m, sc, R = a.dc_worker
+        print(json.dumps(dc_worker(m, int(sc), int(R), a.threads)))
+        return
+    if a.data_clustering:
+        dc_main([int(s) for s in a.data_clustering.split(",")], a.dc_rounds, a.threads, a.dc_timeout)
+        return
+    if a.worker:
+        S, mb, R, save = a.worker
+        print(json.dumps(worker(int(S), float(mb), int(R), a.threads, save or None)))
+        return
+    from fedclust.clustered_fl.engine import DEFAULT_CHUNK_MB
+
+    budget = a.max_chunk_mb or DEFAULT_CHUNK_MB
+    sizes = [int(s) for s in a.sizes.split(",")]
+    rows, diffs = [], {}
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for S in sizes:
+            R = int(a.rounds) if a.rounds else (10 if S < 3200 else 1)
+            modes = [("chunked", budget)] + ([("unchunked", 1e9)] if S <= a.unchunked_up_to else [])
+            for mode, mb in modes:
+                save = os.path.join(tmp, f"{S}_{mode}.pt")
+                cmd = [sys.executable, __file__, "--threads", str(a.threads), "--worker", str(S), str(mb), str(R), save]
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if p.returncode != 0:
+                    print(f"S={S} {mode}: failed (rc {p.returncode})\n{p.stderr[-2000:]}", flush=True)
+                    continue
+                r = json.loads(p.stdout.strip().splitlines()[-1])
+                r["mode"] = mode
+                rows.append(r)
+                print(f"  S={S:>6} {mode:>9}: peak {r['peak_mb']:8.0f} MB (data {r['data_mb']:6.0f}), "
+                      f"{r['updates_per_s']:7.1f} updates/s, {r['chunks']} chunk(s)", flush=True)
+            if len(modes) == 2 and all(os.path.exists(os.path.join(tmp, f"{S}_{m}.pt")) for m, _ in modes):
+                import torch
+
+                pa = torch.load(os.path.join(tmp, f"{S}_chunked.pt"))
+                pb = torch.load(os.path.join(tmp, f"{S}_unchunked.pt"))
+                diffs[S] = max(float((pa[n] - pb[n]).abs().max()) for n in pa)
+    print(f"\nIFCA k={K}, MLP 784-200-10, 10 local steps of batch 10, rotated MNIST test set, {a.threads} thread(s), "
+          f"max_chunk_mb={budget:g}")
+    print("| clients/round | clients | mode | rounds | chunk x chunks | data MB | peak MB | round MB (peak-data) "
+          "| updates/s | max abs diff chunked vs unchunked |")
+    print("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        d = diffs.get(r["S"])
+        dtxt = f"{d:.1e}" if (d is not None and r["mode"] == "chunked") else ""
+        chunk = "all" if r["chunk"] >= r["S"] else r["chunk"]
+        print(f"| {r['S']} | {r['N']} | {r['mode']} | {r['rounds']} | {chunk} x {r['chunks']} | {r['data_mb']:.0f} "
+              f"| {r['peak_mb']:.0f} | {r['round_mb']:.0f} | {r['updates_per_s']:.1f} | {dtxt} |")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# Data-clustering methods that stack per-client state (issue 16, section 1, second item)
+# ------------------------------------------------------------------------------------------------
+DC_METHODS = ("dp_fedc", "fedcavg", "fedcgds", "fedsc")
+
+
+def dc_worker(method: str, scale: int, rounds: int, threads: int) -> dict:
+    """Peak memory of one data-clustering method at ``scale`` x today's largest benchmark setting:
+    DP-FedC: MNIST test set tiled ``scale`` times, N = 100*scale iid clients, K = 30*scale per round,
+    k = 10; FedCAvg/FedCGds: synthetic linear model M = 2000, n = 10,000*scale, k = 20, P = 100*scale;
+    FedSC: MNIST tiled, P = 8*scale clients, d = 100, Stage I only (``cluster=False``; Stage II is
+    centralized spectral clustering on the server)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from fedclust.partition.iid import iid
+
+    rng = np.random.default_rng(0)
+    if method in ("dp_fedc", "fedsc"):
+        from fedclust.data.files import load_mnist_folder
+
+        ds = load_mnist_folder(MNIST, split="test")
+        X = np.tile(ds.X.astype(np.float64) / 255.0, (scale, 1))
+        X += 1e-3 * rng.standard_normal(X.shape)  # tiled copies are not exact duplicates
+    else:
+        from fedclust.data.synthetic import linear_model
+
+        X = linear_model(n_samples=10000 * scale, n_features=2000, k=20, snr_db=-3.0, seed=0).X.astype(np.float64)
+    P = {"dp_fedc": 100, "fedcavg": 100, "fedcgds": 100, "fedsc": 8}[method] * scale
+    client = iid(X.shape[0], P, seed=0).client
+    gc.collect()
+    data_mb = _rss_mb()
+    reset_ok = _reset_peak()
+    t0 = time.perf_counter()
+    if method == "dp_fedc":
+        from fedclust.clustering import dp_fedc
+
+        dp_fedc.run(X, client, 10, rounds=rounds, clients_per_round=30 * scale, seed=0)
+    elif method in ("fedcavg", "fedcgds"):
+        from fedclust.clustering import fedc_mf
+
+        fn = fedc_mf.run_fedcavg if method == "fedcavg" else fedc_mf.run_fedcgds
+        fn(X, client, 20, rounds=rounds, seed=0)
+    else:
+        from fedclust.clustering import fedsc
+
+        fedsc.run(X, client, 10, rounds=rounds, d=100, seed=0, cluster=False)
+    wall = time.perf_counter() - t0
+    peak = _peak_mb(reset_ok)
+    return {"method": method, "scale": scale, "n": int(X.shape[0]), "clients": P, "rounds": rounds,
+            "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb, "wall_s": wall}
+
+
+def dc_main(scales, rounds: int, threads: int, timeout: int):
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    rows = []
+    for method in DC_METHODS:
+        for scale in scales:
+            cmd = [sys.executable, __file__, "--threads", str(threads), "--dc-worker", method, str(scale), str(rounds)]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                print(f"  {method} x{scale}: over {timeout} s, skipped", flush=True)
+                continue
+            if p.returncode != 0:
+                print(f"  {method} x{scale}: failed (rc {p.returncode})\n{p.stderr[-1500:]}", flush=True)
+                continue
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            rows.append(r)
+            print(f"  {method} x{scale}: peak {r['peak_mb']:.0f} MB (data {r['data_mb']:.0f}), {r['wall_s']:.1f} s",
+                  flush=True)
+    print(f"\nData-clustering methods, {rounds} round(s), {threads} thread(s); x1 = today's largest benchmark setting")
+    print("| method | scale | samples | clients | data MB | peak MB | run MB (peak-data) | wall s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['method']} | x{r['scale']} | {r['n']} | {r['clients']} | {r['data_mb']:.0f} | {r['peak_mb']:.0f} "
+              f"| {r['round_mb']:.0f} | {r['wall_s']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
