@@ -164,28 +164,8 @@ def knn_graph(rows: Callable[[int, int], np.ndarray], n: int, k: int, *, include
         raise ValueError(f"k (neighbours) must be an int in [1, n={n}], got {k!r}")
     if not include_self and k > n - 1:
         raise ValueError(f"k (neighbours) must be <= n-1={n - 1} when include_self=False, got {k}")
-    step = block_rows or max(1, BLOCK_BYTES // (8 * n))
-    idx = np.empty((n, k), dtype=np.int64)
-    val = np.empty((n, k), dtype=np.float64)
-    lo, hi = np.inf, -np.inf
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        B = np.array(rows(s, e), dtype=np.float64, copy=True)
-        if B.shape != (e - s, n):
-            raise ValueError(f"rows({s}, {e}) must return shape {(e - s, n)}, got {B.shape}")
-        if minmax:
-            lo, hi = min(lo, float(B.min())), max(hi, float(B.max()))
-        if not include_self:
-            B[np.arange(e - s), np.arange(s, e)] = -np.inf
-        top = np.argpartition(-B, k - 1, axis=1)[:, :k]
-        idx[s:e] = top
-        val[s:e] = np.take_along_axis(B, top, axis=1)
-    if minmax:
-        val = (val - lo) / (hi - lo) if hi > lo else np.ones_like(val)
-    S = sp.csr_matrix((val.ravel(), idx.ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
-    W = S.maximum(S.T).tocsr()
-    W.eliminate_zeros()
-    return W
+    idx, val, lo, hi = _sorted_topk(rows, n, k, include_self, block_rows)
+    return _graph_from_topk(idx, val, k, lo, hi, minmax)
 
 
 def kernel_knn_graph(X: np.ndarray, r: float, k: int | None = None, *, include_self: bool = True) -> sp.csr_matrix:
