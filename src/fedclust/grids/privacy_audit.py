@@ -96,8 +96,18 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     target = options.get("epsilon", inspect.signature(factory).parameters.get("epsilon").default
                          if "epsilon" in inspect.signature(factory).parameters else None)
     t0 = time.perf_counter()
-    case = factory(**options)
-    rep = audit_case(case, n_runs=n_runs, seed=seed, alpha=alpha, power_check=power_check)
+    # thousands of runs: the methods' per-run INFO lines would flood the log (and worker processes
+    # do not get the project's logging configuration)
+    quiet = [logging.getLogger(name) for name in ("fedclust.clustering", "fedclust.clustered_fl")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
+    try:
+        case = factory(**options)
+        rep = audit_case(case, n_runs=n_runs, seed=seed, alpha=alpha, power_check=power_check)
+    finally:
+        for lg, level in zip(quiet, levels):
+            lg.setLevel(level)
     d = rep.to_dict()
     d["epsilon_target"] = target
     metrics = {
