@@ -58,3 +58,15 @@ def make_project_copy(project_root: Path, dest: Path) -> Path:
 def project_copy():
     """``project_copy(dest)``: a throw-away copy of the project (see :func:`make_project_copy`)."""
     return lambda dest: make_project_copy(PROJECT_ROOT, dest)
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """One torch thread for a module: tiny tensors, and one thread avoids OpenMP oversubscription
+    on the shared 2-core machine."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -28,12 +28,7 @@ SINGLE = ("dp_fedavg", "dp_fedprox", "dp_fedper")
 N_RUNS = 400  # 200 evaluation runs per side: the noise-off bound reaches ~3, well above the accounted 1
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

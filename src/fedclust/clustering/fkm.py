@@ -64,9 +64,9 @@ def nearest_centroid(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = Non
 
 
 def init_from_data(X: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """k distinct data rows drawn uniformly (stream "init"): the shared W^0 of spec 000, A9."""
-    idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
-    return X[idx].copy()
+    """k distinct data rows drawn uniformly (stream "init"): the shared W^0 of spec 000, A9 (the
+    ``init="data"`` case of :func:`fedclust.clustering._common.initial_centroids`)."""
+    return initial_centroids(X, k, seed, init="data")
 
 
 def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) -> np.ndarray:

@@ -32,8 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fedc_mf, fedsc, fkm, fzkm, spectral
-from fedclust.clustering._common import public_centroids
-from fedclust.clustering.fkm import init_from_data
+from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.metrics import clustering_scores
@@ -110,11 +109,9 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     without reading the data (uniform in ``config["init_domain"]``, default [0, 1], then pulled into
     the ball of radius ``config["clip"]``), so W^0 releases nothing.
     """
-    if eps is None:
-        return init_from_data(X, k, seed), "data"
-    domain = config.get("init_domain")
-    return public_centroids(k, X.shape[1], seed, "uniform_box", clip=float(config.get("clip", 8.0)),
-                            domain=domain), "uniform_box"
+    init = default_init(eps is not None)
+    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip", 8.0)), domain=config.get("init_domain"))
+    return W0, init
 
 
 def run(config: dict, data_paths: dict | None = None) -> list[dict]:

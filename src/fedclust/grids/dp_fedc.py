@@ -15,7 +15,7 @@ DP-FedC runs once per penalty in ``rho_factors`` (amendment A-3: 1e-2, the defau
 literal 1e-7); the tables have a ``rho_factor`` column ("-" for the baselines).
 
 Privacy (amendment A-1). Non-private cells are the paper's protocol: W^0 = k random data rows
-(``init_from_data``) and DP-FedC with its data-dependent constants. Private cells never read the data
+(``init="data"``) and DP-FedC with its data-dependent constants. Private cells never read the data
 for W^0 (uniform in ``init_domain``, default [0, 1], pulled into the clip ball), clip every sample
 to the public bound ``clip`` (default sqrt(m) max|init_domain|, the largest row norm of the domain),
 and DP-FedC uses its public constants (rho, mu_h, eta from the clip and the client sizes). DK++
@@ -33,8 +33,7 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
-from fedclust.clustering._common import public_centroids
-from fedclust.clustering.fkm import init_from_data
+from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.metrics import clustering_scores
@@ -102,10 +101,7 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         eb = c["eps_bar"]
         # the same initial points for every method of a seed: the paper's data rows without DP, a
         # public draw (no data read) in a private cell (amendment A-1)
-        if eb is None:
-            W0 = init_from_data(X, k, c["seed"])
-        else:
-            W0 = public_centroids(k, X.shape[1], c["seed"], "uniform_box", clip=clip, domain=domain)
+        W0 = initial_centroids(X, k, c["seed"], init=default_init(eb is not None), clip=clip, domain=domain)
         common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
         if c["method"] == "dp_fedc":
             res = dp_fedc.run(X, client, k, q2=c["q2"], b=b, delta=delta, G=G if eb else None, eps_bar=eb,

@@ -93,8 +93,8 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
 
     _limit_threads()
     factory = cases()[method]
-    target = options.get("epsilon", inspect.signature(factory).parameters.get("epsilon").default
-                         if "epsilon" in inspect.signature(factory).parameters else None)
+    eps_param = inspect.signature(factory).parameters.get("epsilon")
+    target = options.get("epsilon", None if eps_param is None else eps_param.default)
     t0 = time.perf_counter()
     # thousands of runs: the methods' per-run INFO lines would flood the log (and worker processes
     # do not get the project's logging configuration)
