@@ -247,3 +247,65 @@ def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark
     out = project_root / "data" / "08_reporting"
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, out / "mlflow_compare.png")
+
+
+#: metric and tag columns shown in the runs table for the README filters (the one metric schema)
+RUNS_TABLE_COLUMNS = ["metrics.`ACC`", "metrics.`NMI`", "metrics.`ARI`", "metrics.`epsilon`",
+                      "metrics.`wall_time_s`", "tags.`method`", "tags.`kind`"]
+
+
+def _runs_table_state(search_filter: str, expanded: list[str]) -> dict:
+    """The MLflow 3 runs page's saved view (what a user sets with "Columns" and the row
+    expanders): the filter, the schema's metric columns, the parents of matching cells expanded."""
+    return {"searchFilter": search_filter, "orderByKey": "attributes.start_time", "orderByAsc": False,
+            "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
+            "modelVersionFilter": "All Runs", "selectedColumns": RUNS_TABLE_COLUMNS, "columnOrder": [],
+            "columnWidths": {}, "runsExpanded": {run_id: True for run_id in expanded}, "runsPinned": [],
+            "runsHidden": [], "runsVisibilityMap": {}, "runsHiddenMode": "FIRST_10_RUNS",
+            "viewMaximized": False, "runListHidden": False, "isAccordionReordered": False,
+            "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "groupBy": None, "groupsExpanded": {},
+            "autoRefreshEnabled": False}
+
+
+def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
+        mlflow_server, found, benchmark_project, project_root, tmp_path):
+    """The README's first filter typed into the runs table of a real browser lists the single FKM
+    run and the matching benchmark cell together, under the same metric columns; screenshot saved."""
+    from cdp import Page
+
+    chromium = _chromium()
+    exp_id = found["experiment"]["experiment_id"]
+    flt = _readme_filters(project_root)[0]
+    matches = _post(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "filter": flt})["runs"]
+    tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in matches]
+    names = sorted(r["info"]["run_name"] for r in matches)
+    assert sorted(t["kind"] for t in tags) == ["cell", "method"], names
+    parents = sorted({t["mlflow.parentRunId"] for t in tags if "mlflow.parentRunId" in t})
+    cell = next(r for r, t in zip(matches, tags) if t["kind"] == "cell")
+    acc_cell = next(m["value"] for m in cell["data"]["metrics"] if m["key"] == "ACC")
+
+    state_key = f'MLflowLocalStorage-1.1-ExperimentPage-["{exp_id}"]-ReactComponentState'
+    with Page(chromium, tmp_path / "profile-runs") as page:
+        # The saved view is written on a page of the same origin where the app does not run (the
+        # app would overwrite it), then the runs page opens in the "Model training" workflow.
+        page.goto(f"{mlflow_server}/health")
+        page.evaluate(f"localStorage.setItem({json.dumps(state_key)}, "
+                      f"{json.dumps(json.dumps(_runs_table_state(flt, parents)))});"
+                      "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
+                      "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true'); true")
+        query = urllib.parse.urlencode({"searchFilter": flt, "workflowType": "machine_learning"},
+                                       quote_via=urllib.parse.quote)
+        page.goto(f"{mlflow_server}/#/experiments/{exp_id}/runs?{query}")
+        text = page.wait_for_text([*names, "ACC", "NMI", "epsilon"], timeout_s=90)
+        shot = page.screenshot(benchmark_project / "data" / "08_reporting" / "mlflow_runs_filtered.png")
+    # Both kinds of run in one list, with the metric columns of the one schema and the cell's value.
+    assert "matching runs" in text
+    assert f"{acc_cell:.4g}"[:4] in text, f"the cell's ACC {acc_cell} is not in the table"
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == (900, 1600)
+    assert pixels[..., :3].std() > 0.02, "the screenshot is a uniform colour"
+    out = project_root / "data" / "08_reporting"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, out / "mlflow_runs_filtered.png")
