@@ -3,8 +3,10 @@ on the datasets, one namespace (modular pipeline) per method and tags per stage.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,9 @@ def viz_export(tmp_path_factory, project_root):
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg"}
     out = subprocess.run([str(kedro), "viz", "build"], cwd=proj, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return json.loads((proj / "build" / "api" / "main").read_text())
+    export = json.loads((proj / "build" / "api" / "main").read_text())
+    export["_site"] = proj / "build"
+    return export
 
 
 def test_graph_holds_every_registered_pipeline(viz_export):
@@ -45,3 +49,64 @@ def test_layers_namespaces_and_stage_tags(viz_export):
     assert {"fkm", "data_processing", "partitioning"} <= modular
     tags = {t["id"] for t in viz_export["tags"]}
     assert {"data", "partition", "calibration", "training", "evaluation", "privacy", "reporting"} <= tags
+
+
+def _method_namespaces() -> list[str]:
+    from fedclust.pipelines.methods import CLUSTERED_FL_PIPELINES, METHOD_PIPELINES
+
+    return sorted(name for name, (_, in_tour) in {**METHOD_PIPELINES, **CLUSTERED_FL_PIPELINES}.items() if in_tour)
+
+
+def test_reporting_datasets_stay_inside_their_method(viz_export):
+    """The default graph opens with every method collapsed: a method's reporting outputs (metrics,
+    privacy, MLflow datasets, plots) are children of its modular pipeline, never free outputs that
+    hang off it (on the old template each tour method had 4, 40 loose nodes in one row)."""
+    modular = viz_export["modular_pipelines"]
+    names = {n["id"]: n["name"] for n in viz_export["nodes"]}
+    for method in _method_namespaces():
+        assert method in modular, method
+        assert modular[method]["outputs"] == [], (method, [names.get(i) for i in modular[method]["outputs"]])
+        children = {names.get(c["id"]) for c in modular[method]["children"]}
+        assert {f"{method}.metrics", f"{method}.privacy", f"{method}.history_plot",
+                f"{method}.mlflow_metrics"} <= children, (method, sorted(c for c in children if c))
+    root = {names.get(c["id"]) for c in modular["__root__"]["children"]}
+    loose = sorted(n for n in root if n and "." in n and n.split(".")[0] in _method_namespaces())
+    assert loose == [], loose
+
+
+def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
+    """The built site in headless Chromium (first-visit hints off, as after a user closes them):
+    the collapsed methods and the data stages are on screen, no tour covers them; the screenshot is
+    the README's docs/kedro_viz.png (copied to data/08_reporting/kedro_viz.png)."""
+    import functools
+    import http.server
+    import threading
+
+    sys.path.insert(0, str(project_root / "tests" / "ui"))
+    from cdp import Page, find_chromium
+
+    chromium = find_chromium()
+    site = viz_export["_site"]
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with Page(chromium, tmp_path / "profile", 1600, 1000) as page:
+            page.goto(f"{base}/404.html")
+            page.evaluate("localStorage.setItem('KedroViz', JSON.stringify({showFeatureHints: false, theme: 'light'})); true")
+            page.goto(f"{base}/", settle_s=2)
+            text = page.wait_for_text(["data_processing", "partitioning", *_method_namespaces()], timeout_s=60)
+            time.sleep(3)  # the layout animation
+            shot = page.screenshot(tmp_path / "kedro_viz.png")
+    finally:
+        server.shutdown()
+    assert "Workflow run status" not in text  # the first-visit tour is not over the graph
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == (1000, 1600)
+    assert pixels[..., :3].std() > 0.02
+    out = project_root / "data" / "08_reporting"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, out / "kedro_viz.png")

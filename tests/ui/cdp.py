@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import shutil
 import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 
 def _free_port() -> int:
@@ -120,3 +124,30 @@ class Page:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path
+
+
+def find_chromium() -> str:
+    """Path of Debian's chromium; installed with apt-get when missing and possible, else skip."""
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    if not shutil.which("apt-get"):
+        pytest.skip("chromium is not installed and apt-get is not available to install it")
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it with apt-get needs root "
+                    "(run: sudo apt-get install chromium)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    steps = [["apt-get", "update"],
+             ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"]]
+    for step in steps:
+        try:
+            res = subprocess.run(step, env=env, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"chromium is not installed and `{' '.join(step)}` did not finish in 600 s")
+        if res.returncode != 0:
+            pytest.skip(f"chromium is not installed and `{' '.join(step)}` failed "
+                        f"({res.returncode}): {res.stderr.strip()[-500:]}")
+    path = shutil.which("chromium")
+    if not path:
+        pytest.skip("apt-get installed chromium but no `chromium` command is on PATH")
+    return path

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cdp import find_chromium as _chromium
 
 pytestmark = pytest.mark.slow
 
@@ -176,33 +177,6 @@ def test_readme_filters_find_single_runs_and_cells_in_one_list(mlflow_server, fo
     # 3. cells above an ACC threshold
     runs = search(filters[2])
     assert runs and all(r["tags"]["kind"] == "cell" and r["metrics"]["ACC"] > 0.5 for r in runs)
-
-
-def _chromium() -> str:
-    """Path of Debian's chromium; installed with apt-get when missing and possible, else skip."""
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return shutil.which(name)
-    if not shutil.which("apt-get"):
-        pytest.skip("chromium is not installed and apt-get is not available to install it")
-    if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and installing it with apt-get needs root "
-                    "(run: sudo apt-get install chromium)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    steps = [["apt-get", "update"],
-             ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-liberation"]]
-    for step in steps:
-        try:
-            res = subprocess.run(step, env=env, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"chromium is not installed and `{' '.join(step)}` did not finish in 600 s")
-        if res.returncode != 0:
-            pytest.skip(f"chromium is not installed and `{' '.join(step)}` failed "
-                        f"({res.returncode}): {res.stderr.strip()[-500:]}")
-    path = shutil.which("chromium")
-    if not path:
-        pytest.skip("apt-get installed chromium but no `chromium` command is on PATH")
-    return path
 
 
 def _browser(chromium: str, profile: Path, url: str, *mode: str) -> subprocess.CompletedProcess:

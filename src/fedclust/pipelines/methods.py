@@ -18,7 +18,7 @@ from kedro.pipeline import Pipeline, node
 
 from fedclust.pipelines.evaluation.nodes import evaluate_clustering, history_to_mlflow, to_mlflow_metrics
 from fedclust.pipelines.privacy.nodes import report_privacy
-from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history
+from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history, summarize_run
 
 
 def run_timed(fn: Callable, *args, **kwargs):
@@ -76,6 +76,11 @@ def method_pipeline(method: str, calibrate: Callable, train: Callable, *, data: 
                       "centroids_plot", name="plot_centroids", tags=["reporting"])]
                 if "dataset" in data else []
             ),
+            # reads every reporting output back, so none hangs off the modular pipeline in Kedro-Viz
+            node(_bind(summarize_run, method=method),
+                 ["metrics", "privacy", "mlflow_metrics", "mlflow_history", "history_plot",
+                  *(["centroids_plot"] if "dataset" in data else [])],
+                 None, name="summarize", tags=["reporting"]),
         ],
         namespace=method,
         inputs=set(data),

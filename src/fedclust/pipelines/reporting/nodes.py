@@ -57,3 +57,18 @@ def plot_centroids(result, dataset, privacy: dict, partition, method: str):
     if images is not None and int(np.prod(images.shape[1:])) == C.shape[1]:
         return plots.centroid_images_figure(C, images.shape[1:], title)
     return plots.centroid_heatmap_figure(C, title)
+
+
+def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
+    """The last node of a method pipeline: one log line with the headline numbers and where the
+    reports are. It reads every reporting output of the method (metrics, privacy, the MLflow
+    datasets and the plots), so in Kedro-Viz they stay inside the method's modular pipeline
+    instead of hanging off it as free outputs."""
+    import logging
+
+    shown = [f"{key} {float(metrics[key]):.3f}" for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
+             if isinstance(metrics.get(key), (int, float))]
+    eps = _accounted_epsilon(privacy)
+    logging.getLogger(__name__).info(
+        "%s: %s · ε %s (accounted) · %d reports in data/08_reporting/%s/ and MLflow", method,
+        " · ".join(shown) or "no metrics", plots.eps_text(eps), 2 + len(reports), method)
