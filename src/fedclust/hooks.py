@@ -107,6 +107,7 @@ class RunTagsHook:
         self._summary: dict[str, dict] = {}
         self._parent_id: str | None = None
         self._progress = None
+        self._rounds = None
         self._task = None
         self._grid_records: dict[str, list] = {}
 
@@ -215,6 +216,7 @@ class RunTagsHook:
     def before_node_run(self, node, catalog, inputs) -> None:
         self._tag_once()
         self._t0[node.name] = time.perf_counter()
+        self._start_rounds(node)
         method = self._method_of(node) if _METHOD_RUNS.enabled else None
         if method is None or _METHOD_RUNS.open == method:
             return
@@ -240,6 +242,7 @@ class RunTagsHook:
     def after_node_run(self, node, catalog, inputs, outputs) -> None:
         dt = time.perf_counter() - self._t0.pop(node.name, time.perf_counter())
         logger.debug("node %s finished in %.2f s", node.name, dt)
+        self._stop_rounds()
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=node.name)
         method = node.namespace.split(".")[0] if node.namespace else None
@@ -279,6 +282,7 @@ class RunTagsHook:
 
     @hook_impl
     def on_node_error(self, error, node, catalog, inputs, is_async) -> None:
+        self._stop_rounds()
         _METHOD_RUNS.close(status="FAILED")
 
     # ---- terminal --------------------------------------------------------------------------------
@@ -290,16 +294,45 @@ class RunTagsHook:
         if not sys.stderr.isatty():  # quiet in logs, pipes and tests
             return
         try:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            self._progress = Progress(TextColumn("[bold]nodes"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), TextColumn("{task.description}"), transient=True)
-            self._task = self._progress.add_task("", total=total)
+            self._progress = Progress(TextColumn("[bold]{task.fields[unit]:>6}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                      TextColumn("{task.description}"), transient=True)
+            self._task = self._progress.add_task("", total=total, unit="nodes")
             self._progress.start()
         except Exception:  # no rich: no bar
             self._progress = None
 
+    def _start_rounds(self, node) -> None:
+        """A second bar under the nodes' one, over the rounds of a training node, with an ETA: the
+        library's round loops report through :mod:`fedclust.progress`."""
+        if self._progress is None or "training" not in node.tags or self._rounds is not None:
+            return
+        from fedclust import progress
+
+        bar, where = self._progress, node.namespace or node.name
+        task = bar.add_task(where, total=None, unit="rounds")
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None, description=f"{where} · {label}")
+
+        listening = progress.listening(update)
+        listening.__enter__()
+        self._rounds = (task, listening)
+
+    def _stop_rounds(self) -> None:
+        if self._rounds is None:
+            return
+        task, listening = self._rounds
+        self._rounds = None
+        listening.__exit__(None, None, None)
+        if self._progress is not None:
+            self._progress.remove_task(task)
+
     def _stop_progress(self) -> None:
+        self._stop_rounds()
         if self._progress is not None:
             try:
                 self._progress.stop()

@@ -62,3 +62,58 @@ def test_tags_hold_no_python_repr():
     assert _tag_value(["fkm", "dkm"]) == "fkm,dkm"
     assert _tag_value({"b": 1, "a": None}) == '{"a": null, "b": 1}'
     assert _tag_value("<kedro.runner.sequential_runner.SequentialRunner object at 0x7f00>") == "SequentialRunner"
+
+
+class _FakeBar:
+    """Records what the hook asks of rich's Progress."""
+
+    def __init__(self):
+        self.tasks, self.updates, self.removed = {}, [], []
+
+    def add_task(self, description, total=None, **fields):
+        self.tasks[len(self.tasks)] = (description, total, fields)
+        return len(self.tasks) - 1
+
+    def update(self, task, **kw):
+        self.updates.append((task, kw))
+
+    def remove_task(self, task):
+        self.removed.append(task)
+
+
+class _Node:
+    def __init__(self, name, namespace, tags):
+        self.name, self.namespace, self.tags = name, namespace, set(tags)
+
+
+def test_training_nodes_get_a_rounds_bar_fed_by_the_library_loop():
+    """During a training node the library's per-round reports move a second bar (rounds done of the
+    total, for the ETA); it goes away with the node, and reports outside a node reach nobody."""
+    import numpy as np
+
+    from fedclust import progress
+    from fedclust.clustering import fkm
+    from fedclust.hooks import _METHOD_RUNS
+
+    _METHOD_RUNS.__init__()
+    hook = RunTagsHook()
+    bar = hook._progress = _FakeBar()
+    hook._task = bar.add_task("", total=3, unit="nodes")
+    train = _Node("fkm.train", "fkm", ["training"])
+    hook.before_node_run(train, None, {})
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    fkm.run(X, np.arange(60) % 4, 2, rounds=5, seed=0)
+    rounds = [kw for task, kw in bar.updates if task == 1]
+    assert [kw["completed"] for kw in rounds] == [1, 2, 3, 4, 5]
+    assert all(kw["total"] == 5 and kw["description"].startswith("fkm") for kw in rounds)
+    assert bar.tasks[1][2] == {"unit": "rounds"}
+    hook.after_node_run(train, None, {}, {})
+    assert bar.removed == [1]
+    n_updates = len(bar.updates)
+    progress.report("round", 1, 5)  # no node running: nobody listens
+    assert len(bar.updates) == n_updates
+    # a node that does not train gets no rounds bar
+    hook.before_node_run(_Node("fkm.evaluate", "fkm", ["evaluation"]), None, {})
+    assert len(bar.tasks) == 2
+    hook._progress = None

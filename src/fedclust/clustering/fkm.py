@@ -45,6 +45,7 @@ from fedclust.clustering._common import check_init, init_is_private_release, ini
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_scores
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ def run(
             history["ACC"].append(sc["ACC"])
             history["NMI"].append(sc["NMI"])
         logger.info("fkm round %d/%d objective %.5g", t, rounds, history["objective"][-1])
+        report_round("round", t, rounds)
         if progress is not None:
             progress(t, history)
 
