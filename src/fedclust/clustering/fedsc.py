@@ -70,6 +70,11 @@ Z_STEPS = {"official": "official", "fixed_point": "official", "gradient": "gradi
 TRACK_EVERY_ROUND_MAX_N = 2000
 #: Memory budget of one batch of clients in the Z-step (the (P, d, d) temporaries grow as P d^2).
 CHUNK_BYTES = 256 * 2**20
+#: ``final_c``: "paper" = the final C solves the Stage I ridge (eq. 14 with ``lam``); "projection" = the
+#: least-squares projection of phi(X) on span phi(Z) (eq. 14 with this jitter in place of ``lam``; issue 17).
+FINAL_C = ("projection", "paper")
+#: Ridge jitter of ``final_c="projection"`` (K_zz has unit diagonal, so it is relative to K_zz's scale).
+PROJECTION_JITTER = 1e-6
 
 
 # --------------------------------------------------------------------------- math of one client
@@ -462,6 +467,8 @@ def _checked_options(o: dict) -> SimpleNamespace:
         raise ValueError("local_steps must be 1 with z_step='official' (one fixed-point step per round)")
     if not (isinstance(o.participation, (int, float)) and 0.0 < o.participation <= 1.0):
         raise ValueError(f"participation must be in (0, 1], got {o.participation!r}")
+    if o.final_c not in FINAL_C:
+        raise ValueError(f"final_c must be one of {list(FINAL_C)}, got {o.final_c!r}")
     o.lam = _nonneg("lam", o.lam)
     o.r = _pos("r", o.r)
     o.z_lr = _pos("z_lr", o.z_lr)
@@ -621,7 +628,8 @@ def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_ste
 
 
 def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z_lr, participation, tau_z, tau_c,
-           z_noise_std, z_noise_alpha, seed, track, code_compat_pairing=False, progress=None, uploads=None):
+           z_noise_std, z_noise_alpha, seed, track, code_compat_pairing=False, lam_final=None, progress=None,
+           uploads=None):
     """Stage I, federated similarity reconstruction (Algorithm 1 / the official loop of spec 2.6).
 
     Round s: the participants' uploads ``Z_p`` (noised by :func:`perturb_z_uploads` in the factor
@@ -629,7 +637,8 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
     the reconstruction error are logged, and the next round's participants take their local Z step
     (eq. 10/15/16). The last round's local step would be discarded (spec 2.6) and is skipped.
     Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z (spec 2.6
-    RESOLUTION) or, with ``code_compat_pairing``, the code's C of the previous round.
+    RESOLUTION; with ridge weight ``lam_final`` when given, see ``final_c`` of :func:`run`) or, with
+    ``code_compat_pairing``, the code's C of the previous round.
     ``uploads`` (a dict) receives ``Z_clean``/``Z_released`` (data-dependent rounds) and ``Z_server``."""
     n, m = X.shape
     P = len(layout.sizes)
@@ -685,6 +694,8 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
                              z_lr=z_lr, L_est=L_est, tau_z=tau_z)
     if code_compat_pairing and rounds > 1:
         C = C_prev
+    elif lam_final is not None and lam_final != lam:
+        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), tau_c)  # the final C-step (issue 17)
     return {"Z": Z, "C": C, "history": hist, "z_stds": z_stds, "n_part": n_part}
 
 
@@ -762,7 +773,8 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         z_noise_std: float = 0.0, z_noise_alpha: float = 0.0, c_noise_std: float = 0.0, c_noise_alpha: float = 0.0,
         tau_z: float | None = None, tau_c: float | None = None,
         knn: int | None = None, include_self: bool = True, n_init: int = 50, eigen_solver: str = "arpack",
-        graph: str = "min_connected_k", code_compat_pairing: bool = False, track_reconstruction: bool | None = None,
+        graph: str = "min_connected_k", final_c: str = "projection", code_compat_pairing: bool = False,
+        track_reconstruction: bool | None = None,
         attack: bool = False, return_factors: bool = False, return_uploads: bool = False, cluster: bool = True,
         y=None, progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
@@ -774,7 +786,8 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     2. :func:`stage1`, Stage I, S rounds of: :func:`init_dictionaries` (round 1: ``Z_p^0``),
        :func:`perturb_z_uploads` (factor variant, eq. 32), :func:`aggregate` (server mean, eq. 11),
        :func:`c_step` (ridge solve, eq. 14), :func:`stage1_objective` (eq. 8) and
-       :func:`local_z_updates` (fixed-point step of spec 2.5, or gradient steps eq. 15-16);
+       :func:`local_z_updates` (fixed-point step of spec 2.5, or gradient steps eq. 15-16); then the
+       final C from the final Z (spec 2.6; ``final_c``);
     3. :func:`perturb_c_upload` (factor variant, eq. 32) and :func:`factor_release_events` (Thm 3.9
        accounting with the sensitivities of :func:`factor_sensitivities`);
     4. :func:`reconstruct_and_cluster`, Stage II: ``K_hat = C^T K(Z,Z) C`` (eq. 23), kNN graph
@@ -817,6 +830,14 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       :func:`fedclust.clustering.spectral.build_graph` (issue 17). A graph with more than ``k``
       components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
       ``graph_components_paper``.
+    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z, spec 2.6).
+      ``"projection"`` (default, issue 17): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
+      ``lam``, i.e. the least-squares projection of phi(X) on span phi(Z): ``lam`` = 1e-3 cuts the
+      directions of K_zz with eigenvalues below 1e-3 (about 50 of d = 287 on digits), which carry the
+      nearest-neighbour order that the kNN graph needs. ``"paper"``: the Stage I ridge with ``lam``
+      (the paper and code). The perturbed-factor variant (factor noise or ``tau_c``) and
+      ``code_compat_pairing`` always use ``"paper"`` (the released C and Theorem 3.9's bounds are defined
+      with ``lam``); ``info["final_c"]`` says which was used. Stage I itself always uses ``lam``.
     * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
       the final Z (spec 2.6). ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
       (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
@@ -861,12 +882,18 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(rounds), "z_step": o.z_step})
     logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
 
-    # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16)
+    # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16); the final C-step
+    #    with the projection jitter unless the factors are perturbed or clipped (their release uses lam)
+    factor_variant = o.tau_c is not None or any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std,
+                                                                o.c_noise_alpha))
+    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or code_compat_pairing) else "projection"
     track = (n <= TRACK_EVERY_ROUND_MAX_N) if track_reconstruction is None else bool(track_reconstruction)
     s1 = stage1(X, ClientLayout(X, client, sizes), d=d, r=r, lam=o.lam, rounds=rounds, z_step=o.z_step,
                 local_steps=local_steps, z_lr=o.z_lr, participation=participation, tau_z=o.tau_z, tau_c=o.tau_c,
                 z_noise_std=o.z_noise_std, z_noise_alpha=o.z_noise_alpha, seed=seed, track=track,
-                code_compat_pairing=code_compat_pairing, progress=progress, uploads=uploads)
+                code_compat_pairing=code_compat_pairing,
+                lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None, progress=progress,
+                uploads=uploads)
     Z, C, hist = s1["Z"], s1["C"], s1["history"]
     info["participants_per_round"] = s1["n_part"]
 
