@@ -95,7 +95,7 @@ def test_batched_client_steps_equal_per_client_loop():
 # --------------------------------------------------------------------------- end to end
 def test_iris_reconstruction_within_2_percent_after_20_rounds(iris):
     X, y = iris
-    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=20, y=y)
+    res = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=20, y=y, final_c="paper")
     err = res.history["reconstruction_error"]
     assert len(err) == 20 and err[-1] < 0.02 and err[0] > 0.5
     obj = res.history["objective"]
@@ -106,6 +106,10 @@ def test_iris_reconstruction_within_2_percent_after_20_rounds(iris):
     sc = spectral.spectral_clustering(X, 3, seed=0, r=res.info["r"])
     assert res.info["ACC"] >= clustering_accuracy(y, sc.labels) - 0.03
     assert res.uploaded_reals == 20 * 8 * 7 * 4 + 7 * 150
+    # final_c="projection" (default): the same rounds, a final C closer to K than the last round's ridge C
+    res2 = fedsc.run(X, _split(150, 8, 0), 3, seed=0, rounds=20, y=y)
+    assert res2.history == res.history
+    assert res2.info["reconstruction_error"] < err[-1]
 
 
 @pytest.mark.parametrize("seed", [1, 4])
