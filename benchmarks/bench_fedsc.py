@@ -8,6 +8,9 @@ Run from the project root:
     .venv/bin/python benchmarks/bench_fedsc.py --make-extra data/01_raw/fedsc_extra   # two more .mat files
     .venv/bin/python benchmarks/bench_fedsc.py --graphs --seeds 5 \
         --files '../shared/data/fedsc/*.mat' 'data/01_raw/fedsc_extra/*.mat'       # kNN graph choices (issue 17)
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fedsc.py --issue17 --seeds 5   # the issue-17 table:
+        # k-means, SC, FedSC paper rule / new default on the six files (writes the two extra files if missing)
+    .venv/bin/python benchmarks/bench_fedsc.py --diagnose-digits --seeds 5  # the digits gap, one knob at a time
 
 ``--files`` takes any list of ``.mat`` files or glob patterns (samples as columns of ``X``, labels in
 ``Label``; each labelled by its file name) and ``--scale`` their preprocessing (none | minmax |
@@ -155,6 +158,152 @@ def graph_table(names, seeds, P=8):
         print(f"| {name} | " + " | ".join(f"{v:+.3f}" for v in dl) + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
               f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "
               + " / ".join(f"{np.mean(t_g[g]):.2f}" for g in GRAPHS) + " |")
+
+
+ISSUE17_FILES = ["../shared/data/fedsc/*.mat", "data/01_raw/fedsc_extra/*.mat"]
+ISSUE17_COLS = ["K-means", "SC paper", "SC", "FedSC paper", "FedSC final_c=paper", "FedSC"]
+#: FedSC settings of the columns: the paper rule (kNN graph of eq. 25, final C with the Stage I ridge lam),
+#: the paper's final C on the default graph, and the defaults (graph min_connected_k, final_c projection)
+ISSUE17_FEDSC = {"FedSC paper": {"graph": "paper", "final_c": "paper"}, "FedSC final_c=paper": {"final_c": "paper"},
+                 "FedSC": {}}
+
+
+def issue17_table(names, seeds, P=8):
+    """Issue 17's table: k-means, SC (paper kNN graph / default graph), FedSC with the paper rule and with the
+    defaults, ACC and NMI (mean ± std over ``seeds`` seeds, seed = trial), and FedSC - SC per file."""
+    import logging
+    import warnings
+
+    logging.getLogger("fedclust.clustering.spectral").setLevel(logging.ERROR)  # the paper graph's component warnings
+    rows = []
+    for name in names:
+        X, y = load(name)
+        k, n = int(len(np.unique(y))), len(y)
+        per = {c: {"ACC": [], "NMI": []} for c in ISSUE17_COLS}
+        t0 = time.perf_counter()
+        for t in range(seeds):
+            r = spectral.mean_pairwise_distance(X, rng=stream(t, "data"))
+            d = min(spectral.eigen_rank(X, r, rng=stream(t, "data")), 500)
+            client = equal_split(n, P, t)
+            out = {"K-means": fedsc.centralized_kmeans(X, k, seed=t).labels}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out["SC paper"] = spectral.spectral_clustering(X, k, seed=t, r=r, graph="paper").labels
+                out["SC"] = spectral.spectral_clustering(X, k, seed=t, r=r).labels
+                for col, kw in ISSUE17_FEDSC.items():
+                    out[col] = fedsc.run(X, client, k, seed=t, r=r, d=d, track_reconstruction=False, **kw).labels
+            for c in ISSUE17_COLS:
+                sc_ = scores(y, out[c])
+                per[c]["ACC"].append(sc_["ACC"])
+                per[c]["NMI"].append(sc_["NMI"])
+            print(f"  {name} seed {t} (d={d}): " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in ISSUE17_COLS),
+                  flush=True)
+        rows.append((name, n, k, per, time.perf_counter() - t0))
+    for key in ("ACC", "NMI"):
+        print(f"\n### {key}, mean ± std over {seeds} seed(s), P = {P} iid clients, scale = {SCALE}\n")
+        print("| data | n | k | " + " | ".join(ISSUE17_COLS) + " | FedSC paper − SC paper | FedSC − SC |")  # same graph
+        print("|---|---|---|" + "---|" * (len(ISSUE17_COLS) + 2))
+        for name, n, k, per, _ in rows:
+            dp = np.mean(per["FedSC paper"][key]) - np.mean(per["SC paper"][key])
+            dd = np.mean(per["FedSC"][key]) - np.mean(per["SC"][key])
+            print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in ISSUE17_COLS)
+                  + f" | {dp:+.3f} | {dd:+.3f} |")
+    worst = min(np.mean(per["FedSC"]["ACC"]) - np.mean(per["SC"]["ACC"]) for _, _, _, per, _ in rows)
+    print(f"\nworst FedSC − SC (ACC, defaults): {worst:+.3f} ({'within' if worst >= -0.03 else 'NOT within'} 0.03); "
+          f"wall time per file [s]: " + ", ".join(f"{name} {t:.0f}" for name, _, _, _, t in rows))
+
+
+DIAG_HYPOTHESES = [
+    # (label, fedsc.run keyword overrides, z_init of the patched init_dictionaries)
+    ("paper rule (Z0 ~ N(0,1), lam 1e-3, S 20, d rule)", {"final_c": "paper"}, None),
+    ("Z0 scaled to the kernel width: N(0, r^2 P/(2m))", {"final_c": "paper"}, "kernel_scale"),
+    ("Z0 = client mean + std * N(0,1) per feature", {"final_c": "paper"}, "data_scale"),
+    ("Z0 = d random rows of the client", {"final_c": "paper"}, "rows"),
+    ("rounds S = 50", {"final_c": "paper", "rounds": 50}, None),
+    ("d = 500 (rule gives ~287)", {"final_c": "paper", "d": 500}, None),
+    ("lam = 1e-2 (paper)", {"final_c": "paper", "lam": 1e-2}, None),
+    ("lam = 1e-5 (Stage I and final C)", {"final_c": "paper", "lam": 1e-5}, None),
+    ("lam = 1e-6 (Stage I and final C)", {"final_c": "paper", "lam": 1e-6}, None),
+    ("P = 1 client (no federation)", {"final_c": "paper", "P": 1}, None),
+    ("final_c = projection (new default; Stage I lam 1e-3)", {}, None),
+]
+
+
+def digits_diagnostic(seeds, name="Digits", P=8):
+    """The FedSC - SC gap on digits, one knob at a time (``seeds`` seeds each, shared r and d rule), with
+    the kNN-set overlap of K_hat with K (k = ceil(ln n)) and how SC itself moves when the data or its k move."""
+    import math
+    import warnings
+
+    X, y = load(name)
+    k, n = int(len(np.unique(y))), len(y)
+    kk = spectral.knn_k(n)
+    orig_init = fedsc.init_dictionaries
+    ctx = {}
+
+    def patched_init(rng, n_part, d, m):
+        E = orig_init(rng, n_part, d, m)
+        mode, Xc, cl, r = ctx["mode"], ctx["X"], ctx["client"], ctx["r"]
+        parts = np.unique(cl)[:n_part]
+        if mode == "kernel_scale":
+            return E * r * math.sqrt(n_part / (2.0 * m))
+        if mode == "data_scale":
+            return np.stack([Xc[cl == p].mean(0) + Xc[cl == p].std(0) * E[i] for i, p in enumerate(parts)])
+        if mode == "rows":
+            return np.stack([Xc[cl == p][rng.choice(int(np.sum(cl == p)), d, replace=int(np.sum(cl == p)) < d)]
+                             for p in parts])
+        return E
+
+    def overlap(K, Kh):
+        a, b = np.argsort(-K, axis=1)[:, :kk], np.argsort(-Kh, axis=1)[:, :kk]
+        return float(np.mean([len(np.intersect1d(u, v)) / kk for u, v in zip(a, b)]))
+
+    setup = []
+    for t in range(seeds):
+        r = spectral.mean_pairwise_distance(X, rng=stream(t, "data"))
+        d = min(spectral.eigen_rank(X, r, rng=stream(t, "data")), 500)
+        setup.append((r, d, spectral.gaussian_kernel(X, X, r),
+                      spectral.spectral_clustering(X, k, seed=t, r=r).labels))
+    sc_acc = [clustering_accuracy(y, s[3]) for s in setup]
+    print(f"\n### {name}: FedSC - SC gap, one knob at a time ({seeds} seeds; SC {np.mean(sc_acc):.3f})\n")
+    print("| hypothesis | FedSC ACC | FedSC − SC | per seed | rel. error ‖K̂−K‖/‖K‖ | kNN overlap with K |")
+    print("|---|---|---|---|---|---|")
+    fedsc.init_dictionaries = patched_init
+    try:
+        for label, kw, mode in DIAG_HYPOTHESES:
+            accs, errs, ovs = [], [], []
+            for t, (r, d, K, _) in enumerate(setup):
+                kw2 = dict(kw)
+                client = equal_split(n, kw2.pop("P", P), t)
+                ctx.update(mode=mode, X=X, client=client, r=r)
+                kw2.setdefault("d", d)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    res = fedsc.run(X, client, k, seed=t, r=r, track_reconstruction=False, return_factors=True, **kw2)
+                Z, C = res.info["Z"], res.info["C"]
+                accs.append(clustering_accuracy(y, res.labels))
+                errs.append(res.info["reconstruction_error"])
+                ovs.append(overlap(K, C.T @ (spectral.gaussian_kernel(Z, Z, r) @ C)))
+            print(f"| {label} | {fmt(accs)} | {np.mean(accs) - np.mean(sc_acc):+.3f} | "
+                  + " ".join(f"{a:.3f}" for a in accs) + f" | {np.mean(errs):.4f} | {np.mean(ovs):.3f} |", flush=True)
+    finally:
+        fedsc.init_dictionaries = orig_init
+    # references: the best rank-d K, and SC itself under small changes of its input
+    r, d, K, _ = setup[0]
+    w, V = np.linalg.eigh(K)
+    Kd = (V[:, -d:] * w[-d:]) @ V[:, -d:].T
+    print(f"\nbest rank-d K (seed 0, d={d}): rel. error {np.linalg.norm(K - Kd) / np.linalg.norm(K):.4f}, "
+          f"kNN overlap {overlap(K, Kd):.3f}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for eps in (0.1, 0.3):
+            accs = [clustering_accuracy(y, spectral.spectral_clustering(
+                X + eps * stream(t, "noise").standard_normal(X.shape), k, seed=t, r=setup[t][0]).labels)
+                for t in range(seeds)]
+            print(f"SC on X + N(0, {eps}^2) (pixel values 0..16): " + " ".join(f"{a:.3f}" for a in accs))
+        print("SC with kNN k = " + ", ".join(
+            f"{kn}: {clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=0, r=r, knn=kn).labels):.3f}"
+            for kn in (6, 7, 8, 10, 12, 15)))
 
 
 def equal_split(n, P, seed):
@@ -425,7 +574,11 @@ def main():
     ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
                     help="preprocessing of the files (default none: the paper's code uses the files as they are)")
     ap.add_argument("--graphs", action="store_true", help="only the kNN-graph comparison (issue 17) on the files")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs (default 5)")
+    ap.add_argument("--issue17", action="store_true",
+                    help="issue 17's table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
+    ap.add_argument("--diagnose-digits", action="store_true",
+                    help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --issue17, --diagnose-digits (default 5)")
     ap.add_argument("--make-extra", metavar="DIR", default=None, help="write Digits.mat and Subclusters.mat to DIR and exit")
     ap.add_argument("--mnist-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -434,18 +587,27 @@ def main():
     if a.make_extra:
         make_extra(a.make_extra)
         return
-    if a.files:
+    if (a.issue17 or a.diagnose_digits) and not (ROOT / "data/01_raw/fedsc_extra/Digits.mat").is_file():
+        make_extra(ROOT / "data/01_raw/fedsc_extra")
+    patterns = a.files or ([str(ROOT / f) for f in ISSUE17_FILES] if (a.issue17 or a.diagnose_digits) else None)
+    if patterns:
         PATHS.clear()
-        PATHS.update(resolve_files(a.files))
+        PATHS.update(resolve_files(patterns))
     with threadpool_limits(a.threads):
         if a.mnist_child:
             mnist_child(a.mnist_d_max or None)
             return
-        if not a.files and not (DATA / "fedsc").is_dir():
+        if not patterns and not (DATA / "fedsc").is_dir():
             print("FedSC data not found under ../shared/data/fedsc; nothing to benchmark")
             return
         if a.graphs:
             graph_table(list(PATHS), a.seeds)
+            return
+        if a.issue17:
+            issue17_table(list(PATHS), a.seeds)
+            return
+        if a.diagnose_digits:
+            digits_diagnostic(a.seeds)
             return
         if a.diagnose:
             gap_diagnostic("COIL20", trials=a.trials or 5)

@@ -15,7 +15,11 @@ Stage I (Algorithm 1, federated kernel factorization ``phi(X_p) ~ phi(Z) C_p``, 
   ``tau = (2Q - diag(1^T W + 2 1^T Q))/r^2`` (spec 2.5; one step per round); ``z_step="gradient"``
   takes ``local_steps`` plain gradient steps (eq. 16) with a fixed ``z_lr`` or a backtracking 1/L.
   All clients' Z-steps run as batched matmuls / batched solves over a zero-padded (P, N_max, .) layout;
-* server: plain mean of the participating clients' ``Z_p`` (eq. 11).
+* server: plain mean of the participating clients' ``Z_p`` (eq. 11);
+* final C, recomputed from the final Z (spec 2.6 RESOLUTION): ``final_c="projection"`` (default, issue 17)
+  solves eq. (14) with a 1e-6 jitter instead of ``lam`` (the ridge cuts the small-eigenvalue directions
+  of ``K_zz`` that carry the nearest-neighbour order; digits: FedSC 0.840 -> 0.893, SC 0.888);
+  ``"paper"`` keeps ``lam``. ``run`` calls the stages in the order of Algorithm 1 (see its docstring).
 
 Stage II (eq. 12, 23, 25; spec 2.7): ``K_hat = C^T K(Z,Z) C``, global min-max to [0, 1], kNN with
 ``k = ceil(ln n)`` (self included), ``max(S, S^T)``, NJW spectral clustering (sparse eigsh, k-means with
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -69,6 +74,11 @@ Z_STEPS = {"official": "official", "fixed_point": "official", "gradient": "gradi
 TRACK_EVERY_ROUND_MAX_N = 2000
 #: Memory budget of one batch of clients in the Z-step (the (P, d, d) temporaries grow as P d^2).
 CHUNK_BYTES = 256 * 2**20
+#: ``final_c``: "paper" = the final C solves the Stage I ridge (eq. 14 with ``lam``); "projection" = the
+#: least-squares projection of phi(X) on span phi(Z) (eq. 14 with this jitter in place of ``lam``; issue 17).
+FINAL_C = ("projection", "paper")
+#: Ridge jitter of ``final_c="projection"`` (K_zz has unit diagonal, so it is relative to K_zz's scale).
+PROJECTION_JITTER = 1e-6
 
 
 # --------------------------------------------------------------------------- math of one client
@@ -417,7 +427,7 @@ def reconstruction_error(Z: np.ndarray, C: np.ndarray, X: np.ndarray, r: float) 
     return math.sqrt(num / den)
 
 
-# --------------------------------------------------------------------------- FedSC
+# --------------------------------------------------------------------------- FedSC: argument checks
 def _nonneg(name, v):
     if v is None:
         return None
@@ -439,6 +449,326 @@ def _one_of(a_name, a, b_name, b):
         raise ValueError(f"give at most one of {a_name} and {b_name} (both are > 0)")
 
 
+def _checked_options(o: dict) -> SimpleNamespace:
+    """The keyword arguments of :func:`run`, checked (ValueError naming the argument) and normalized
+    (floats, canonical ``z_step``)."""
+    o = SimpleNamespace(**o)
+    if not isinstance(o.rounds, (int, np.integer)) or o.rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {o.rounds!r}")
+    if o.d is not None and (not isinstance(o.d, (int, np.integer)) or o.d < 1):
+        raise ValueError(f"d (dictionary size) must be an int >= 1 or None, got {o.d!r}")
+    if o.d_max is not None and (not isinstance(o.d_max, (int, np.integer)) or o.d_max < 1):
+        raise ValueError(f"d_max must be an int >= 1 or None, got {o.d_max!r}")
+    spectral._check_graph(o.graph)
+    if o.z_step not in Z_STEPS:
+        raise ValueError(f"z_step must be one of {sorted(Z_STEPS)}, got {o.z_step!r}")
+    o.z_step = Z_STEPS[o.z_step]
+    if o.r_rule not in ("global", "federated"):
+        raise ValueError(f"r_rule must be 'global' or 'federated', got {o.r_rule!r}")
+    if not isinstance(o.local_steps, (int, np.integer)) or o.local_steps < 1:
+        raise ValueError(f"local_steps must be an int >= 1, got {o.local_steps!r}")
+    if o.z_step == "official" and o.local_steps != 1:
+        raise ValueError("local_steps must be 1 with z_step='official' (one fixed-point step per round)")
+    if not (isinstance(o.participation, (int, float)) and 0.0 < o.participation <= 1.0):
+        raise ValueError(f"participation must be in (0, 1], got {o.participation!r}")
+    if o.final_c not in FINAL_C:
+        raise ValueError(f"final_c must be one of {list(FINAL_C)}, got {o.final_c!r}")
+    o.lam = _nonneg("lam", o.lam)
+    o.r = _pos("r", o.r)
+    o.z_lr = _pos("z_lr", o.z_lr)
+    for name in ("clip_tau", "tau_z", "tau_c"):
+        setattr(o, name, _pos(name, getattr(o, name)))
+    for a, b in (("data_noise_std", "data_noise_beta"), ("z_noise_std", "z_noise_alpha"),
+                 ("c_noise_std", "c_noise_alpha")):
+        setattr(o, a, _nonneg(a, getattr(o, a)))
+        setattr(o, b, _nonneg(b, getattr(o, b)))
+        _one_of(a, getattr(o, a), b, getattr(o, b))
+    # The perturbed-factor variant is asked for as DP by absolute noise stds with a column clip tau_c.
+    if o.z_noise_std > 0 and o.tau_c is not None and not (
+            o.z_step == "gradient" and o.z_lr is not None and o.local_steps == 1):
+        raise ValueError(
+            "z_noise_std with tau_c asks for differentially private Z uploads, which needs z_step='gradient', a "
+            "fixed z_lr > 0 and local_steps=1 (the sensitivity bound covers one plain gradient step; the code's "
+            "matrix-preconditioned step has no bounded sensitivity)")
+    return o
+
+
+# --------------------------------------------------------------------------- FedSC: the stages of Algorithm 1
+def privatize_data(X, *, clip_tau, data_noise_std, data_noise_beta, seed, uploads=None):
+    """Privacy variant "perturbed data" (eq. 22, Prop. 3.7), applied before anything else.
+
+    Returns ``(X~, sigma, is_dp, events, notes)``: ``X~ = clip_tau(X) + N(0, sigma^2)`` with
+    ``sigma = data_noise_std`` or ``data_noise_beta * std(X)``. Only rows clipped to ``clip_tau`` with an
+    absolute std are a Gaussian mechanism (sensitivity ``2 tau_X``, replace-one); a data-dependent std or
+    unclipped rows are recorded as a non-DP release. ``uploads`` (a dict) receives ``X_clipped`` and
+    ``X_released``."""
+    events, notes = [], []
+    sigma_x = data_noise_std or (data_noise_beta * float((clip_rows(X, clip_tau) if clip_tau else X).std()))
+    if uploads is not None:
+        uploads["X_clipped"] = clip_rows(X, clip_tau) if clip_tau is not None else X
+    X = perturb_data(X, clip_tau, sigma_x, stream(seed, "noise"))
+    data_dp = clip_tau is not None and data_noise_std > 0
+    if data_dp:
+        events.append(GaussianRelease(
+            noise_multipliers=(sigma_x / (2.0 * clip_tau),), count=1, neighbouring="replace_one",
+            unit="sample", label="fedsc_perturbed_data",
+            extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau, "std_rule": "absolute"}))
+        notes.append(f"perturbed data (Prop. 3.7): rows clipped to tau_X={clip_tau:g}, Gaussian noise std {sigma_x:.6g} "
+                     "(L2 sensitivity 2 tau_X, replace-one); r, d, the factors, K_hat and the labels are computed from "
+                     "the perturbed data (post-processing, covered by the guarantee)")
+    elif sigma_x > 0:
+        why = ("its noise std is beta * std(X), computed from the private data" if data_noise_beta
+               else "the rows are not clipped (no clip_tau), so the sensitivity is unbounded")
+        events.append(non_dp_release(f"fedsc perturbed data: {why}", neighbouring="replace_one"))
+    if uploads is not None:
+        uploads["X_released"] = X
+    return X, sigma_x, data_dp, events, notes
+
+
+def kernel_constants(X, client, *, r, d, r_rule, d_tol, d_max, seed, on_private_data, perturbed, info, events):
+    """The kernel width ``r`` (eq. 40 global / eq. 42 federated) and the dictionary size ``d`` (eq. 43,
+    capped at ``d_max``), each computed only when not given. They are computed centrally on the clustered
+    data, as in the paper's experiments; ``on_private_data`` (factor releases of raw data) records each
+    data rule as a non-DP release. Fills ``info`` (``r_source``, ``d_rule``, ``d_source``)."""
+    data_rng = stream(seed, "data")
+    src = "perturbed" if perturbed else "raw"
+    if r is None:
+        r = (spectral.mean_pairwise_distance(X, rng=data_rng) if r_rule == "global"
+             else spectral.federated_mean_distance(X, client, rng=data_rng))
+        info["r_source"] = f"rule eq. {40 if r_rule == 'global' else 42} on the {src} data"
+        if on_private_data:
+            events.append(non_dp_release("fedsc kernel width r computed from the private data (eq. 40/42); pass a public r",
+                                         neighbouring="replace_one"))
+    else:
+        info["r_source"] = "given"
+    if d is None:
+        d = spectral.eigen_rank(X, r, tol=d_tol, rng=data_rng)
+        info["d_rule"] = int(d)
+        if d_max is not None:
+            d = min(d, d_max)
+        info["d_source"] = f"rule eq. 43 on the {src} data"
+        if on_private_data:
+            events.append(non_dp_release("fedsc dictionary size d computed from the private data (eq. 43); pass a "
+                                         "public d", neighbouring="replace_one"))
+    else:
+        info["d_source"] = "given"
+    return r, d
+
+
+class ClientLayout:
+    """The clients' samples in a zero-padded (P, N_max, .) layout, for the batched Z-steps."""
+
+    def __init__(self, X: np.ndarray, client: np.ndarray, sizes: np.ndarray):
+        n, P = X.shape[0], len(sizes)
+        order = np.argsort(client, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        Nmax = int(sizes.max())
+        slot = np.arange(n) - np.repeat(starts, sizes)           # position of each sorted sample in its client
+        self.pad_idx = np.zeros((P, Nmax), dtype=np.int64)
+        self.pad_mask = np.zeros((P, Nmax), dtype=bool)
+        self.pad_idx[client[order], slot] = order
+        self.pad_mask[client[order], slot] = True
+        self.sizes = sizes
+        self.Xpad = X[self.pad_idx] * self.pad_mask[:, :, None]
+
+    def padded(self, A_rows: np.ndarray, who: np.ndarray) -> np.ndarray:
+        """(n, q) per-sample rows -> (len(who), N_max, q) for the clients ``who``, zero padding."""
+        return A_rows[self.pad_idx[who]] * self.pad_mask[who][:, :, None]
+
+
+def init_dictionaries(rng: np.random.Generator, n_part: int, d: int, m: int) -> np.ndarray:
+    """Algorithm 1, line 1 (spec 2.6): every first-round participant draws ``Z_p^0 ~ N(0, 1)`` (d, m)."""
+    return rng.standard_normal((n_part, d, m))
+
+
+def perturb_z_uploads(Zp, *, z_noise_std, z_noise_alpha, rng):
+    """Privacy variant "perturbed factors", the Z half (eq. 32): noise on every uploaded ``Z_p`` (std
+    absolute, or ``alpha * std(Z_p)`` per client). Returns ``(released, mean std)``; ``(Zp, None)``
+    without noise."""
+    if not (z_noise_std > 0 or z_noise_alpha > 0):
+        return Zp, None
+    std = (np.full(len(Zp), z_noise_std) if z_noise_std > 0
+           else z_noise_alpha * Zp.reshape(len(Zp), -1).std(axis=1))
+    return Zp + std[:, None, None] * rng.standard_normal(Zp.shape), float(std.mean())
+
+
+def aggregate(Zp: np.ndarray, tau_z: float | None) -> np.ndarray:
+    """Server, eq. (11): the plain mean of the participants' dictionaries (Frobenius-clipped to
+    ``tau_z`` when given)."""
+    return clip_frobenius(Zp.mean(axis=0), tau_z)
+
+
+def c_step(Z, X, r, lam, tau_c):
+    """Clients, eq. (14): ``(K_zz + lam I) C = K(Z, X)`` for all clients at once (they share Z), columns
+    clipped to ``tau_c`` when given. Returns ``(K_zz, K_zx, C)``."""
+    Kzz = spectral.gaussian_kernel(Z, Z, r)
+    Kzx = spectral.gaussian_kernel(Z, X, r)              # (d, n), shared by all clients
+    return Kzz, Kzx, _clip_columns(ridge_coefficients(Kzz, Kzx, lam), tau_c)
+
+
+def stage1_objective(C, Kzx, Kzz, n, lam, tau_c):
+    """``sum_p f_p(Z, C_p)`` (eq. 8) at the server Z after the C-step; returns ``(objective, K_zz C)``."""
+    # (K_zz + lam I) C = K_zx, so K_zz C = K_zx - lam C for the unclipped ridge solution (lam > 0):
+    # saves a (d, d) x (d, n) product per round (the largest one in the loop when d is large).
+    KzzC = Kzx - lam * C if (tau_c is None and lam > 0) else Kzz @ C
+    return 0.5 * n - _dot(C, Kzx) + 0.5 * _dot(C, KzzC) + 0.5 * lam * _dot(C, C), KzzC
+
+
+def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_step, local_steps, z_lr, L_est, tau_z):
+    """Clients, eq. (10): the local Z update of the participants ``part``, batched over clients: the
+    official preconditioned fixed-point step (spec 2.5) or ``local_steps`` gradient steps (eq. 15-16;
+    ``L_est`` holds the per-client backtracking estimates and is updated in place). The result is
+    Frobenius-clipped to ``tau_z`` (non-expansive: the step's sensitivity holds for the upload)."""
+    r2 = r * r
+    Cpad = layout.padded(C.T, part)
+    if z_step == "official":
+        Zp = official_z_steps(Z, layout.Xpad[part], Cpad, layout.padded(Kzx.T, part), Kzz, r2)
+    else:
+        d, m = Z.shape
+        Zb = np.broadcast_to(Z, (len(part), d, m)).copy()
+        Zp, L_est[part] = _gradient_steps(Zb, layout.Xpad[part], Cpad, layout.sizes[part], r2, lam, local_steps,
+                                          z_lr, L_est[part])
+    return clip_frobenius(Zp, tau_z)
+
+
+def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z_lr, participation, tau_z, tau_c,
+           z_noise_std, z_noise_alpha, seed, track, code_compat_pairing=False, lam_final=None, progress=None,
+           uploads=None):
+    """Stage I, federated similarity reconstruction (Algorithm 1 / the official loop of spec 2.6).
+
+    Round s: the participants' uploads ``Z_p`` (noised by :func:`perturb_z_uploads` in the factor
+    variant) are averaged (eq. 11), every client solves its C-step (eq. 14), the objective (eq. 8) and
+    the reconstruction error are logged, and the next round's participants take their local Z step
+    (eq. 10/15/16). The last round's local step would be discarded (spec 2.6) and is skipped.
+    Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z (spec 2.6
+    RESOLUTION; with ridge weight ``lam_final`` when given, see ``final_c`` of :func:`run`) or, with
+    ``code_compat_pairing``, the code's C of the previous round.
+    ``uploads`` (a dict) receives ``Z_clean``/``Z_released`` (data-dependent rounds) and ``Z_server``."""
+    n, m = X.shape
+    P = len(layout.sizes)
+    n_part = max(1, int(round(participation * P)))
+    samp_rng, init_rng, zn_rng = stream(seed, "sampling"), stream(seed, "init"), stream(seed, "noise/z")
+
+    def choose():  # the participants A^s (Algorithm 1, lines 2 and 12)
+        return np.arange(P) if n_part == P else np.sort(samp_rng.choice(P, size=n_part, replace=False))
+
+    Kxx_full = Kxx_sq = None
+    if track and n <= TRACK_EVERY_ROUND_MAX_N:
+        Kxx_full = spectral.gaussian_kernel(X, X, r)
+        Kxx_sq = float(np.sum(Kxx_full ** 2))
+    part = choose()
+    Zp = init_dictionaries(init_rng, n_part, d, m)
+    C = np.zeros((d, n))
+    C_prev = C
+    Z = None
+    L_est = np.full(P, np.nan)
+    hist = {"objective": [], "reconstruction_error": []}
+    z_stds = []
+    if uploads is not None:
+        uploads.update(Z_clean=[], Z_released=[], Z_server=[])
+    for s in range(rounds):
+        # uploads of round s (the Z_p of round 0 are the random init; all later ones depend on data)
+        Zp_clean = Zp
+        Zp, z_std = perturb_z_uploads(Zp, z_noise_std=z_noise_std, z_noise_alpha=z_noise_alpha, rng=zn_rng)
+        if z_std is not None:
+            z_stds.append(z_std)
+        if uploads is not None and s > 0:
+            uploads["Z_clean"].append(Zp_clean)
+            uploads["Z_released"].append(Zp)
+        Z = aggregate(Zp, tau_z)
+        if uploads is not None:
+            uploads["Z_server"].append(Z)
+        C_prev = C
+        Kzz, Kzx, C = c_step(Z, X, r, lam, tau_c)
+        obj, KzzC = stage1_objective(C, Kzx, Kzz, n, lam, tau_c)
+        hist["objective"].append(obj)
+        vals = {"objective": obj}
+        if track:
+            err = (math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq) if Kxx_sq is not None
+                   else reconstruction_error(Z, C, X, r))
+            hist["reconstruction_error"].append(err)
+            vals["reconstruction_error"] = err
+        logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
+        if progress is not None:
+            progress(s + 1, vals)
+        if s == rounds - 1:
+            break  # the last local step would be discarded (spec 2.6): skip it
+        part = choose()
+        Zp = local_z_updates(Z, C, Kzx, Kzz, layout, part, r=r, lam=lam, z_step=z_step, local_steps=local_steps,
+                             z_lr=z_lr, L_est=L_est, tau_z=tau_z)
+    if code_compat_pairing and rounds > 1:
+        C = C_prev
+    elif lam_final is not None and lam_final != lam:
+        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), tau_c)  # the final C-step (issue 17)
+    return {"Z": Z, "C": C, "history": hist, "z_stds": z_stds, "n_part": n_part}
+
+
+def perturb_c_upload(C, client, sizes, *, c_noise_std, c_noise_alpha, rng):
+    """Privacy variant "perturbed factors", the C half (eq. 32): noise on every ``C_p`` once, at the
+    end (std absolute, or ``alpha * std(C_p)`` per client). Returns ``(released C, mean std)``."""
+    if not (c_noise_std > 0 or c_noise_alpha > 0):
+        return C, 0.0
+    P, d = len(sizes), C.shape[0]
+    if c_noise_std > 0:
+        std_cols = np.full(C.shape[1], c_noise_std)
+    else:
+        s1 = np.bincount(client, weights=C.sum(axis=0), minlength=P)
+        s2 = np.bincount(client, weights=(C * C).sum(axis=0), minlength=P)
+        mean = s1 / (d * sizes)
+        std_p = c_noise_alpha * np.sqrt(np.maximum(s2 / (d * sizes) - mean ** 2, 0.0))
+        std_cols = std_p[client]
+    return C + std_cols[None, :] * rng.standard_normal(C.shape), float(std_cols.mean())
+
+
+def factor_release_events(o, *, d, r, events, notes):
+    """The releases of the perturbed-factor variant (section 3.2, Thm 3.9), appended to ``events`` and
+    ``notes``: the ``rounds - 1`` data-dependent Z uploads and the C upload, as Gaussian mechanisms with
+    the per-sample sensitivities of :func:`factor_sensitivities` when asked for as DP (absolute stds,
+    ``tau_c``, a fixed ``z_lr``), otherwise as non-DP releases naming the reason."""
+    rounds, tau_c = o.rounds, o.tau_c
+    sens = (factor_sensitivities(d=d, r=r, tau_c=tau_c, z_lr=o.z_lr, lam=o.lam if o.lam > 0 else None,
+                                 tau_x=o.clip_tau, tau_z=o.tau_z) if tau_c is not None and o.z_lr is not None else None)
+    if rounds > 1:  # uploads of rounds 2..S depend on the data (round 1 uploads the random init)
+        if o.z_noise_std > 0 and tau_c is not None:  # the DP request was checked in _checked_options
+            events.append(GaussianRelease(
+                noise_multipliers=(o.z_noise_std / sens["z"],), count=rounds - 1, neighbouring="replace_one",
+                unit="sample", label="fedsc_perturbed_Z",
+                extra={"sensitivity": sens["z"], "std": o.z_noise_std, "rounds_with_data": rounds - 1,
+                       "participation": o.participation, "paper_sensitivity": sens.get("z_paper"),
+                       "bound": "2 z_lr tau_c (1 + sqrt(d) tau_c) / (r sqrt(e)) (per-sample gradient terms)"}))
+        else:
+            why = ("its noise std is alpha * std(Z_p), computed from the private data" if o.z_noise_alpha > 0
+                   else "it adds no noise" if o.z_noise_std == 0
+                   else "no column clip tau_c, so the gradient has no sensitivity bound")
+            events.append(non_dp_release(f"fedsc Z_p uploads: {why}", neighbouring="replace_one"))
+    if o.c_noise_std > 0 and tau_c is not None:
+        events.append(GaussianRelease(
+            noise_multipliers=(o.c_noise_std / sens["c"],) if sens else (o.c_noise_std / (2.0 * tau_c),), count=1,
+            neighbouring="replace_one", unit="sample", label="fedsc_perturbed_C",
+            extra={"sensitivity": 2.0 * tau_c, "std": o.c_noise_std, "bound": "2 tau_c (column clip)",
+                   "paper_sensitivity": sens.get("c_paper") if sens else None}))
+    else:
+        why = ("its noise std is alpha * std(C_p), computed from the private data" if o.c_noise_alpha > 0
+               else "it adds no noise" if o.c_noise_std == 0
+               else "no column clip tau_c, so its sensitivity is unbounded")
+        events.append(non_dp_release(f"fedsc C upload: {why}", neighbouring="replace_one"))
+    if all(e.is_private for e in events):
+        dz = f"Delta_Z={sens['z']:.6g}, " if sens else ""
+        notes.append(
+            f"perturbed factors: Z_p uploads (std {o.z_noise_std:.6g}, {rounds - 1} data-dependent rounds) and C "
+            f"(std {o.c_noise_std:.6g}) accounted with per-sample sensitivities {dz}Delta_C={2.0 * tau_c:.6g} "
+            "(replace-one; Theorem 3.9's own sensitivities are not used); r and d were given and must be public")
+
+
+def _evaluation_note(data_dp: bool) -> str:
+    if data_dp:
+        return "outside the guarantee: ACC/NMI/ARI (true labels) are experimenter-side evaluation"
+    return ("outside the guarantee (experimenter-side evaluation on the raw data): the per-round objective and "
+            "reconstruction_error histories, info['reconstruction_error'] and ACC/NMI/ARI; covered: the noisy "
+            "uploads and what is computed from them (Z, C, K_hat, labels)")
+
+
+# --------------------------------------------------------------------------- FedSC
 def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = None, d_tol: float = 0.99,
         d_max: int | None = None,
         r: float | None = None, r_rule: str = "global", lam: float = 1e-3, z_step: str = "official",
@@ -447,10 +777,25 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         z_noise_std: float = 0.0, z_noise_alpha: float = 0.0, c_noise_std: float = 0.0, c_noise_alpha: float = 0.0,
         tau_z: float | None = None, tau_c: float | None = None,
         knn: int | None = None, include_self: bool = True, n_init: int = 50, eigen_solver: str = "arpack",
-        graph: str = "min_connected_k", code_compat_pairing: bool = False, track_reconstruction: bool | None = None,
+        graph: str = "min_connected_k", final_c: str = "projection", code_compat_pairing: bool = False,
+        track_reconstruction: bool | None = None,
         attack: bool = False, return_factors: bool = False, return_uploads: bool = False, cluster: bool = True,
         y=None, progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
+
+    The stages of Algorithm 1 (spec 2.1-2.7), each a function of this module:
+
+    0. :func:`privatize_data`: perturbed data ``X~ = clip(X) + N(0, sigma^2)`` (eq. 22, Prop. 3.7);
+    1. :func:`kernel_constants`: kernel width ``r`` (eq. 40 / 42) and dictionary size ``d`` (eq. 43);
+    2. :func:`stage1`, Stage I, S rounds of: :func:`init_dictionaries` (round 1: ``Z_p^0``),
+       :func:`perturb_z_uploads` (factor variant, eq. 32), :func:`aggregate` (server mean, eq. 11),
+       :func:`c_step` (ridge solve, eq. 14), :func:`stage1_objective` (eq. 8) and
+       :func:`local_z_updates` (fixed-point step of spec 2.5, or gradient steps eq. 15-16); then the
+       final C from the final Z (spec 2.6; ``final_c``);
+    3. :func:`perturb_c_upload` (factor variant, eq. 32) and :func:`factor_release_events` (Thm 3.9
+       accounting with the sensitivities of :func:`factor_sensitivities`);
+    4. :func:`reconstruct_and_cluster`, Stage II: ``K_hat = C^T K(Z,Z) C`` (eq. 23), kNN graph
+       (eq. 25), NJW spectral clustering (eq. 12).
 
     Parameters (defaults = spec 5.4 RESOLUTIONs):
 
@@ -489,6 +834,14 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       :func:`fedclust.clustering.spectral.build_graph` (issue 17). A graph with more than ``k``
       components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
       ``graph_components_paper``.
+    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z, spec 2.6).
+      ``"projection"`` (default, issue 17): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
+      ``lam``, i.e. the least-squares projection of phi(X) on span phi(Z): ``lam`` = 1e-3 cuts the
+      directions of K_zz with eigenvalues below 1e-3 (about 50 of d = 287 on digits), which carry the
+      nearest-neighbour order that the kNN graph needs. ``"paper"``: the Stage I ridge with ``lam``
+      (the paper and code). The perturbed-factor variant (factor noise or ``tau_c``) and
+      ``code_compat_pairing`` always use ``"paper"`` (the released C and Theorem 3.9's bounds are defined
+      with ``lam``); ``info["final_c"]`` says which was used. Stage I itself always uses ``lam``.
     * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
       the final Z (spec 2.6). ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
       (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
@@ -506,261 +859,64 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     ``info["reconstruction_error"]`` is that of the C used in Stage II (after any C noise), the history
     that of the noise-free C of each round.
     """
+    options = {key: v for key, v in locals().items() if key not in ("X", "client", "k", "y", "progress")}
     X, client, P = check_inputs(X, client, k)
+    o = _checked_options(options)
     n, m = X.shape
-    if not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    if d is not None and (not isinstance(d, (int, np.integer)) or d < 1):
-        raise ValueError(f"d (dictionary size) must be an int >= 1 or None, got {d!r}")
-    if d_max is not None and (not isinstance(d_max, (int, np.integer)) or d_max < 1):
-        raise ValueError(f"d_max must be an int >= 1 or None, got {d_max!r}")
-    spectral._check_graph(graph)
-    if z_step not in Z_STEPS:
-        raise ValueError(f"z_step must be one of {sorted(Z_STEPS)}, got {z_step!r}")
-    z_step = Z_STEPS[z_step]
-    if r_rule not in ("global", "federated"):
-        raise ValueError(f"r_rule must be 'global' or 'federated', got {r_rule!r}")
-    if not isinstance(local_steps, (int, np.integer)) or local_steps < 1:
-        raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
-    if z_step == "official" and local_steps != 1:
-        raise ValueError("local_steps must be 1 with z_step='official' (one fixed-point step per round)")
-    if not (isinstance(participation, (int, float)) and 0.0 < participation <= 1.0):
-        raise ValueError(f"participation must be in (0, 1], got {participation!r}")
-    lam = _nonneg("lam", lam)
-    r = _pos("r", r)
-    z_lr = _pos("z_lr", z_lr)
-    clip_tau, tau_z, tau_c = _pos("clip_tau", clip_tau), _pos("tau_z", tau_z), _pos("tau_c", tau_c)
-    data_noise_std, data_noise_beta = _nonneg("data_noise_std", data_noise_std), _nonneg("data_noise_beta", data_noise_beta)
-    z_noise_std, z_noise_alpha = _nonneg("z_noise_std", z_noise_std), _nonneg("z_noise_alpha", z_noise_alpha)
-    c_noise_std, c_noise_alpha = _nonneg("c_noise_std", c_noise_std), _nonneg("c_noise_alpha", c_noise_alpha)
-    _one_of("data_noise_std", data_noise_std, "data_noise_beta", data_noise_beta)
-    _one_of("z_noise_std", z_noise_std, "z_noise_alpha", z_noise_alpha)
-    _one_of("c_noise_std", c_noise_std, "c_noise_alpha", c_noise_alpha)
-    # The perturbed-factor variant is asked for as DP by absolute noise stds with a column clip tau_c.
-    dp_z_request = z_noise_std > 0 and tau_c is not None
-    if dp_z_request and not (z_step == "gradient" and z_lr is not None and local_steps == 1):
-        raise ValueError(
-            "z_noise_std with tau_c asks for differentially private Z uploads, which needs z_step='gradient', a "
-            "fixed z_lr > 0 and local_steps=1 (the sensitivity bound covers one plain gradient step; the code's "
-            "matrix-preconditioned step has no bounded sensitivity)")
     sizes = np.bincount(client, minlength=P)
     if np.any(sizes == 0):
         raise ValueError(f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}")
-
     info: dict = {"n_clients": P}
-    events: list[GaussianRelease] = []
-    notes: list[str] = []
-    uploads: dict = {}
+    uploads: dict | None = {} if return_uploads else None
 
-    # ---- perturbed data (eq. 22), before anything else (r and d are estimated on X~) ----
-    sigma_x = data_noise_std or (data_noise_beta * float((clip_rows(X, clip_tau) if clip_tau else X).std()))
-    if return_uploads:
-        uploads["X_clipped"] = clip_rows(X, clip_tau) if clip_tau is not None else X
-    X = perturb_data(X, clip_tau, sigma_x, stream(seed, "noise"))
-    data_dp = clip_tau is not None and data_noise_std > 0
-    if data_dp:
-        events.append(GaussianRelease(
-            noise_multipliers=(sigma_x / (2.0 * clip_tau),), count=1, neighbouring="replace_one",
-            unit="sample", label="fedsc_perturbed_data",
-            extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau, "std_rule": "absolute"}))
-        notes.append(f"perturbed data (Prop. 3.7): rows clipped to tau_X={clip_tau:g}, Gaussian noise std {sigma_x:.6g} "
-                     "(L2 sensitivity 2 tau_X, replace-one); r, d, the factors, K_hat and the labels are computed from "
-                     "the perturbed data (post-processing, covered by the guarantee)")
-    elif sigma_x > 0:
-        why = ("its noise std is beta * std(X), computed from the private data" if data_noise_beta
-               else "the rows are not clipped (no clip_tau), so the sensitivity is unbounded")
-        events.append(non_dp_release(f"fedsc perturbed data: {why}", neighbouring="replace_one"))
-    if return_uploads:
-        uploads["X_released"] = X
+    # 0. perturbed data (eq. 22), before anything else (r and d are estimated on X~)
+    X, sigma_x, data_dp, events, notes = privatize_data(
+        X, clip_tau=o.clip_tau, data_noise_std=o.data_noise_std, data_noise_beta=o.data_noise_beta, seed=seed,
+        uploads=uploads)
     info["data_noise_std"] = sigma_x
+    # factor releases of the raw data (not post-processing of a DP release)
+    factor_releases = (any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha))
+                       and not data_dp)
 
-    # ---- r, d, k (computed centrally on the clustered data, as in the paper's experiments) ----
-    factor_noise = any(v > 0 for v in (z_noise_std, z_noise_alpha, c_noise_std, c_noise_alpha))
-    # the releases are the factors of the raw data (not post-processing of a DP release)
-    factor_releases = factor_noise and not data_dp
-    data_rng = stream(seed, "data")
-    if r is None:
-        r = (spectral.mean_pairwise_distance(X, rng=data_rng) if r_rule == "global"
-             else spectral.federated_mean_distance(X, client, rng=data_rng))
-        info["r_source"] = f"rule eq. {40 if r_rule == 'global' else 42} on the {'perturbed' if sigma_x > 0 else 'raw'} data"
-        if factor_releases and sigma_x == 0:
-            events.append(non_dp_release("fedsc kernel width r computed from the private data (eq. 40/42); pass a public r",
-                                         neighbouring="replace_one"))
-    else:
-        info["r_source"] = "given"
-    if d is None:
-        d = spectral.eigen_rank(X, r, tol=d_tol, rng=data_rng)
-        info["d_rule"] = int(d)
-        if d_max is not None:
-            d = min(d, d_max)
-        info["d_source"] = f"rule eq. 43 on the {'perturbed' if sigma_x > 0 else 'raw'} data"
-        if factor_releases and sigma_x == 0:
-            events.append(non_dp_release("fedsc dictionary size d computed from the private data (eq. 43); pass a "
-                                         "public d", neighbouring="replace_one"))
-    else:
-        info["d_source"] = "given"
-    knn = spectral.knn_k(n) if knn is None else knn
-    r2 = r * r
-    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": lam, "rounds": int(rounds), "z_step": z_step})
+    # 1. kernel constants r (eq. 40/42) and d (eq. 43); kNN k (eq. 25)
+    r, d = kernel_constants(X, client, r=o.r, d=o.d, r_rule=o.r_rule, d_tol=o.d_tol, d_max=o.d_max, seed=seed,
+                            on_private_data=factor_releases and sigma_x == 0, perturbed=sigma_x > 0, info=info,
+                            events=events)
+    knn = spectral.knn_k(n) if o.knn is None else o.knn
+    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(rounds), "z_step": o.z_step})
     logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
 
-    # ---- zero-padded client layout (P, N_max, .) for the batched Z-steps ----
-    order = np.argsort(client, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    Nmax = int(sizes.max())
-    slot = np.arange(n) - np.repeat(starts, sizes)           # position of each sorted sample in its client
-    pad_idx = np.zeros((P, Nmax), dtype=np.int64)
-    pad_mask = np.zeros((P, Nmax), dtype=bool)
-    pad_idx[client[order], slot] = order
-    pad_mask[client[order], slot] = True
-    Xpad = X[pad_idx] * pad_mask[:, :, None]
-
-    def padded(A_rows, who):  # (n, q) per-sample rows -> (len(who), N_max, q), zero padding
-        return A_rows[pad_idx[who]] * pad_mask[who][:, :, None]
-
-    n_part = max(1, int(round(participation * P)))
-    samp_rng, init_rng = stream(seed, "sampling"), stream(seed, "init")
-    zn_rng, cn_rng = stream(seed, "noise/z"), stream(seed, "noise/c")
-
-    def choose():
-        return np.arange(P) if n_part == P else np.sort(samp_rng.choice(P, size=n_part, replace=False))
-
+    # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16); the final C-step
+    #    with the projection jitter unless the factors are perturbed or clipped (their release uses lam)
+    factor_variant = o.tau_c is not None or any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std,
+                                                                o.c_noise_alpha))
+    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or code_compat_pairing) else "projection"
     track = (n <= TRACK_EVERY_ROUND_MAX_N) if track_reconstruction is None else bool(track_reconstruction)
-    Kxx_sq = None
-    if track:
-        if n <= TRACK_EVERY_ROUND_MAX_N:
-            Kxx_full = spectral.gaussian_kernel(X, X, r)
-            Kxx_sq = float(np.sum(Kxx_full ** 2))
+    s1 = stage1(X, ClientLayout(X, client, sizes), d=d, r=r, lam=o.lam, rounds=rounds, z_step=o.z_step,
+                local_steps=local_steps, z_lr=o.z_lr, participation=participation, tau_z=o.tau_z, tau_c=o.tau_c,
+                z_noise_std=o.z_noise_std, z_noise_alpha=o.z_noise_alpha, seed=seed, track=track,
+                code_compat_pairing=code_compat_pairing,
+                lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None, progress=progress,
+                uploads=uploads)
+    Z, C, hist = s1["Z"], s1["C"], s1["history"]
+    info["participants_per_round"] = s1["n_part"]
 
-    # ---- Stage I (Algorithm 1 / the official loop of spec 2.6) ----
-    part = choose()
-    Zp = init_rng.standard_normal((n_part, d, m))            # Z_p^0 ~ N(0, 1) for the first participants
-    C = np.zeros((d, n))
-    C_prev = C
-    Z = None
-    L_est = np.full(P, np.nan)
-    hist = {"objective": [], "reconstruction_error": []}
-    z_stds = []
-    if return_uploads:
-        uploads.update(Z_clean=[], Z_released=[], Z_server=[])
-    for s in range(rounds):
-        # uploads of round s (the Z_p of round 0 are the random init; all later ones depend on data)
-        if z_noise_std > 0 or z_noise_alpha > 0:
-            std = (np.full(len(part), z_noise_std) if z_noise_std > 0
-                   else z_noise_alpha * Zp.reshape(len(part), -1).std(axis=1))
-            z_stds.append(float(std.mean()))
-            Zp_clean = Zp
-            Zp = Zp + std[:, None, None] * zn_rng.standard_normal(Zp.shape)
-        else:
-            Zp_clean = Zp
-        if return_uploads and s > 0:
-            uploads["Z_clean"].append(Zp_clean)
-            uploads["Z_released"].append(Zp)
-        Z = clip_frobenius(Zp.mean(axis=0), tau_z)        # eq. (11)
-        if return_uploads:
-            uploads["Z_server"].append(Z)
-        Kzz = spectral.gaussian_kernel(Z, Z, r)
-        Kzx = spectral.gaussian_kernel(Z, X, r)              # (d, n), shared by all clients
-        C_prev = C
-        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam), tau_c)   # eq. (14), all clients at once
-        # (K_zz + lam I) C = K_zx, so K_zz C = K_zx - lam C for the unclipped ridge solution (lam > 0):
-        # saves a (d, d) x (d, n) product per round (the largest one in the loop when d is large).
-        KzzC = Kzx - lam * C if (tau_c is None and lam > 0) else Kzz @ C
-        obj = 0.5 * n - _dot(C, Kzx) + 0.5 * _dot(C, KzzC) + 0.5 * lam * _dot(C, C)
-        hist["objective"].append(obj)
-        vals = {"objective": obj}
-        if track and Kxx_sq is not None:
-            err = math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq)
-            hist["reconstruction_error"].append(err)
-            vals["reconstruction_error"] = err
-        elif track:
-            err = reconstruction_error(Z, C, X, r)
-            hist["reconstruction_error"].append(err)
-            vals["reconstruction_error"] = err
-        logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
-        if progress is not None:
-            progress(s + 1, vals)
-        if s == rounds - 1:
-            break  # the last local step would be discarded (spec 2.6): skip it
-        # local updates of the clients that upload next round (eq. 10 / spec 2.5), batched over clients
-        part = choose()
-        Cpad = padded(C.T, part)
-        if z_step == "official":
-            Zp = official_z_steps(Z, Xpad[part], Cpad, padded(Kzx.T, part), Kzz, r2)
-        else:
-            Zb = np.broadcast_to(Z, (len(part), d, m)).copy()
-            Zp, L_est[part] = _gradient_steps(Zb, Xpad[part], Cpad, sizes[part], r2, lam, local_steps, z_lr, L_est[part])
-        Zp = clip_frobenius(Zp, tau_z)  # non-expansive: the sensitivity of the step holds for the upload
-
-    # ---- final pairing (spec 2.6 RESOLUTION: C recomputed from the final Z) ----
-    if code_compat_pairing and rounds > 1:
-        C = C_prev
-    info["participants_per_round"] = n_part
-    # perturbed factors: noise on each C_p once (std absolute or alpha * std(C_p), per client)
-    sigma_c = 0.0
-    if c_noise_std > 0 or c_noise_alpha > 0:
-        if c_noise_std > 0:
-            std_cols = np.full(n, c_noise_std)
-        else:
-            s1 = np.bincount(client, weights=C.sum(axis=0), minlength=P)
-            s2 = np.bincount(client, weights=(C * C).sum(axis=0), minlength=P)
-            mean = s1 / (d * sizes)
-            std_p = c_noise_alpha * np.sqrt(np.maximum(s2 / (d * sizes) - mean ** 2, 0.0))
-            std_cols = std_p[client]
-        sigma_c = float(std_cols.mean())
-        if return_uploads:
-            uploads["C_clean"] = C
-        C = C + std_cols[None, :] * cn_rng.standard_normal(C.shape)
-    if return_uploads:
+    # 3. perturbed factors: noise on each C_p once (eq. 32), and the releases of the variant
+    if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
+        uploads["C_clean"] = C
+    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
+                                  rng=stream(seed, "noise/c"))
+    if uploads is not None:
         uploads.setdefault("C_clean", C)
         uploads["C_released"] = C
-    info["z_noise_std"] = float(np.mean(z_stds)) if z_stds else 0.0
+    info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
     info["c_noise_std"] = sigma_c
-
-    # ---- releases of the perturbed-factor variant (section 3.2) ----
     if factor_releases:
-        sens = (factor_sensitivities(d=d, r=r, tau_c=tau_c, z_lr=z_lr, lam=lam if lam > 0 else None, tau_x=clip_tau,
-                                     tau_z=tau_z) if tau_c is not None and z_lr is not None else None)
-        if rounds > 1:  # uploads of rounds 2..S depend on the data (round 1 uploads the random init)
-            if z_noise_std > 0 and tau_c is not None:  # the DP request was checked above
-                events.append(GaussianRelease(
-                    noise_multipliers=(z_noise_std / sens["z"],), count=rounds - 1, neighbouring="replace_one",
-                    unit="sample", label="fedsc_perturbed_Z",
-                    extra={"sensitivity": sens["z"], "std": z_noise_std, "rounds_with_data": rounds - 1,
-                           "participation": participation, "paper_sensitivity": sens.get("z_paper"),
-                           "bound": "2 z_lr tau_c (1 + sqrt(d) tau_c) / (r sqrt(e)) (per-sample gradient terms)"}))
-            else:
-                why = ("its noise std is alpha * std(Z_p), computed from the private data" if z_noise_alpha > 0
-                       else "it adds no noise" if z_noise_std == 0
-                       else "no column clip tau_c, so the gradient has no sensitivity bound")
-                events.append(non_dp_release(f"fedsc Z_p uploads: {why}", neighbouring="replace_one"))
-        if c_noise_std > 0 and tau_c is not None:
-            events.append(GaussianRelease(
-                noise_multipliers=(c_noise_std / sens["c"],) if sens else (c_noise_std / (2.0 * tau_c),), count=1,
-                neighbouring="replace_one", unit="sample", label="fedsc_perturbed_C",
-                extra={"sensitivity": 2.0 * tau_c, "std": c_noise_std, "bound": "2 tau_c (column clip)",
-                       "paper_sensitivity": sens.get("c_paper") if sens else None}))
-        else:
-            why = ("its noise std is alpha * std(C_p), computed from the private data" if c_noise_alpha > 0
-                   else "it adds no noise" if c_noise_std == 0
-                   else "no column clip tau_c, so its sensitivity is unbounded")
-            events.append(non_dp_release(f"fedsc C upload: {why}", neighbouring="replace_one"))
-        if all(e.is_private for e in events):
-            dz = f"Delta_Z={sens['z']:.6g}, " if sens else ""
-            notes.append(
-                f"perturbed factors: Z_p uploads (std {z_noise_std:.6g}, {rounds - 1} data-dependent rounds) and C "
-                f"(std {c_noise_std:.6g}) accounted with per-sample sensitivities {dz}Delta_C={2.0 * tau_c:.6g} "
-                "(replace-one; Theorem 3.9's own sensitivities are not used); r and d were given and must be public")
+        factor_release_events(o, d=d, r=r, events=events, notes=notes)
     if events:
-        if data_dp:
-            notes.append("outside the guarantee: ACC/NMI/ARI (true labels) are experimenter-side evaluation")
-        else:
-            notes.append(
-                "outside the guarantee (experimenter-side evaluation on the raw data): the per-round objective and "
-                "reconstruction_error histories, info['reconstruction_error'] and ACC/NMI/ARI; covered: the noisy "
-                "uploads and what is computed from them (Z, C, K_hat, labels)")
+        notes.append(_evaluation_note(data_dp))
 
-    # ---- Stage II ----
+    # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
     if cluster:
         ginfo: dict = {}
         labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
@@ -773,7 +929,6 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     info["reconstruction_error"] = err
     if not hist["reconstruction_error"] and err is not None:
         hist["reconstruction_error"].append(err)
-    uploaded = rounds * n_part * d * m + d * n
     if attack:
         info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
     if return_factors:
@@ -787,6 +942,7 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     if notes:
         info["privacy_notes"] = notes
         info["dp_note"] = "; ".join(notes)
+    uploaded = rounds * s1["n_part"] * d * m + d * n
     return ClusteringResult(labels=labels, centroids=None, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)
 
