@@ -117,3 +117,18 @@ def test_absurd_sizes_are_refused_before_the_run(method, given, message):
     with pytest.raises(ParameterError) as err:
         spec.run(ds, part, noise, cfg, 0)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("method", list(REGISTRY))
+def test_every_spec_names_its_library_run(method):
+    spec = REGISTRY[method]
+    fn = spec.library_run
+    assert callable(fn) and spec.library == f"{fn.__module__}:{fn.__name__}"
+    assert spec.family in ("clustering", "clustered_fl")
+
+
+def test_the_benchmark_and_the_registry_share_one_gaussians_per_round_table():
+    from fedclust.grids import benchmark
+
+    assert benchmark.PRIVATE == {"fkm": 1, "fedsc": None, "dp_fedc": None, "fzkm": 1, "dk_pp": 1}
+    assert all(REGISTRY[m].mechanisms_per_round == z for m, z in benchmark.PRIVATE.items())

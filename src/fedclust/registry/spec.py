@@ -43,6 +43,16 @@ class MethodSpec:
     non_dp_steps: Callable[[MethodConfig], list[str]] | None = None
     #: part of the default quick tour (``kedro run``)
     in_tour: bool = False
+    #: the library function the adapter calls, ``"module:function"`` (imported on first use)
+    library: str = ""
+
+    @property
+    def library_run(self) -> Callable:
+        """The library ``run`` of the method (for grids that pass their own keyword arguments)."""
+        import importlib
+
+        module, _, fn = self.library.partition(":")
+        return getattr(importlib.import_module(module), fn)
 
     @property
     def data_inputs(self) -> tuple[str, ...]:
@@ -57,39 +67,46 @@ def _clustering(name, config, calibrate, run, **kw) -> MethodSpec:
     return MethodSpec(name, "clustering", config, calibrate, run, **kw)
 
 
-def _kmeans(name, config, releases) -> MethodSpec:
-    return _clustering(name, config, cl.kmeans_calibrate(name), cl.kmeans_run(name), private=True,
+def _kmeans(name, config, releases, private=True) -> MethodSpec:
+    return _clustering(name, config, cl.kmeans_calibrate(name), cl.kmeans_run(name), private=private,
+                       library=f"fedclust.clustering.{name}:run",
                        mechanisms_per_round=cl.KMEANS_MECHANISMS[name], releases=releases,
                        non_dp_steps=lambda cfg, name=name: cl.non_dp_steps(name, cfg))
 
 
 def _clustered(name, config, in_tour=True) -> MethodSpec:
     return MethodSpec(name, "clustered_fl", config, cfl.clustered_calibrate(name), cfl.clustered_run(name),
-                      private=False, unit="client", releases="client models every round (not private)",
+                      private=False, library=f"fedclust.clustered_fl.{name}:run", unit="client", releases="client models every round (not private)",
                       in_tour=in_tour)
 
 
 _SPECS = [
     _clustering("fkm", C.FKMConfig, cl.fkm_calibrate, cl.fkm_run, private=True, mechanisms_per_round=1,
                 releases="noisy per-cluster sums and counts every round", in_tour=True,
+                library="fedclust.clustering.fkm:run",
                 non_dp_steps=lambda cfg: cl.non_dp_steps("fkm", cfg)),
     _clustering("fedsc", C.FedSCConfig, cl.fedsc_calibrate, cl.fedsc_run, private=True,
-                releases="perturbed data once (data) or noisy Z every round and C once (factors)", in_tour=True),
+                releases="perturbed data once (data) or noisy Z every round and C once (factors)", in_tour=True,
+                library="fedclust.clustering.fedsc:run"),
     _clustering("dp_fedc", C.DPFedCConfig, cl.dp_fedc_calibrate, cl.dp_fedc_run, private=True,
-                releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)", in_tour=True),
+                releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)", in_tour=True,
+                library="fedclust.clustering.dp_fedc:run"),
     _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
     _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
-    _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)"),
+    # DKM has no DP variant (A-1): a private run adds the calibrated noise but reports epsilon = inf
+    _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
     _clustering("fedc_avg", C.FedCAvgConfig, cl.fedc_mf_calibrate("fedc_avg"), cl.fedc_mf_run("fedc_avg"),
-                private=False, releases="local W models every round (not private)", in_tour=True),
+                private=False, releases="local W models every round (not private)", in_tour=True,
+                library="fedclust.clustering.fedc_mf:run_fedcavg"),
     _clustering("fedc_gds", C.FedCGdsConfig, cl.fedc_mf_calibrate("fedc_gds"), cl.fedc_mf_run("fedc_gds"),
-                private=False, releases="W gradients every round (not private)", in_tour=True),
+                private=False, releases="W gradients every round (not private)", in_tour=True,
+                library="fedclust.clustering.fedc_mf:run_fedcgds"),
     _clustered("ifca", C.IFCAConfig),
     _clustered("cfl_mgd", C.CFLMGDConfig),
     _clustered("fedavg", C.FedAvgConfig),
     MethodSpec("rr_cluster", "clustered_fl", C.RRClusterConfig, cfl.rr_calibrate, cfl.rr_run, private=True,
                unit="client", releases="noisy cluster identifiers and clipped, noisy model updates every round",
-               in_tour=True),
+               in_tour=True, library="fedclust.clustered_fl.rr_cluster:run"),
 ]
 
 #: name -> spec, in the order of the quick tour
