@@ -67,8 +67,9 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
         if eps is not None:
             z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=REGISTRY[method].mechanisms_per_round)
         extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
-        return REGISTRY[method].library_run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
-                       noise_multiplier=z, clip=clip if z > 0 else None, **extra)
+        run = REGISTRY[method].library_run
+        return run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
+                   noise_multiplier=z, clip=clip if z > 0 else None, **extra)
     if method == "dp_fedc":
         kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
         if eps is None:

@@ -120,7 +120,8 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
                     warnings.simplefilter("ignore")  # classical formula at eps >= 1, as the paper
                     z = classical_sigma(eps_round, delta, 1.0)
             extra = {"seeding_rounds": 0 if z > 0 else min(5, R - 2)} if c["method"] == "dk_pp" else {}
-            res = REGISTRY[c["method"]].library_run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
+            run = REGISTRY[c["method"]].library_run
+            res = run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
         metrics = clustering_scores(y, res.labels)
         eps_acc = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
         metrics["epsilon_accountant"] = eps_acc
