@@ -132,3 +132,14 @@ def test_the_benchmark_and_the_registry_share_one_gaussians_per_round_table():
 
     assert benchmark.PRIVATE == {"fkm": 1, "fedsc": None, "dp_fedc": None, "fzkm": 1, "dk_pp": 1}
     assert all(REGISTRY[m].mechanisms_per_round == z for m, z in benchmark.PRIVATE.items())
+
+
+def test_the_registry_is_library_code_without_kedro_or_torch_at_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, fedclust.registry, fedclust.registry.clustering, fedclust.registry.clustered_fl; "
+            "print(sorted(m for m in ('kedro', 'torch', 'fedclust.pipelines') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
