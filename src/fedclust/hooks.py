@@ -413,7 +413,9 @@ class ParamsCheckHook:
     Every key set in ``conf/<env>`` or with ``--params`` must exist in ``conf/base`` (a typo such as
     ``fkm.train.roundz`` is an error naming ``fkm.train.rounds``), values must have their default's
     type, and counts (``k``, ``rounds``, ``clients_per_round``, ``n_clients``) must be null or >= 1:
-    see :mod:`fedclust.params_check`. It runs first among the ``before_pipeline_run`` hooks, so a bad
+    see :mod:`fedclust.params_check`. Then every selected method's ``<method>.train`` group is
+    validated through its config class (:data:`fedclust.registry.REGISTRY`: kinds, bounds, choices,
+    checks between keys, and RR-Cluster's ``B <= q M / k`` against ``clustered_fl.data``). It runs first among the ``before_pipeline_run`` hooks, so a bad
     parameter stops the run before kedro-mlflow opens a run and before the first node.
     """
 
@@ -457,6 +459,12 @@ class ParamsCheckHook:
                 check_scheme(part.get("scheme"), {**extra, **(part.get("options") or {})})
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
+        from fedclust.params_check import method_problems
+
+        problems = method_problems(params, used)
+        if problems:
+            head = "invalid parameter" if len(problems) == 1 else f"{len(problems)} invalid parameters"
+            raise ParameterError(f"{head}: " + "; ".join(problems))
 
 
 # ---- user errors and interruptions ----------------------------------------------------------------

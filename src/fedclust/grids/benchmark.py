@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from fedclust.clustering import dk_pp, dkm, dp_fedc, fedc_mf, fedsc, fkm, fzkm, spectral
+from fedclust.clustering import dp_fedc, fedc_mf, fedsc, spectral
 from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
@@ -39,9 +39,12 @@ from fedclust.metrics import clustering_scores
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
+from fedclust.registry import REGISTRY
 
 ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fedc_avg", "fedc_gds", "fedsc", "kmeans", "sc")
-PRIVATE = {"fkm": 1, "fzkm": 1, "dk_pp": 1, "dp_fedc": None, "fedsc": None}  # Gaussians per round
+#: the methods with a DP variant -> Gaussians per round (None: calibrated otherwise), from the registry
+PRIVATE = {name: spec.mechanisms_per_round for name, spec in REGISTRY.items()
+           if spec.family == "clustering" and spec.private}
 #: Why a method without a DP variant is not run under a finite budget (default: no private variant).
 NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant (A-1)"}
 CENTRALIZED = ("kmeans", "sc")
@@ -60,13 +63,13 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
     K = min(int(cfg.get("clients_per_round") or N), N)
     clip = float(cfg.get("clip", 8.0))
     if method in ("fkm", "fzkm", "dk_pp", "dkm"):
-        mod = {"fkm": fkm, "fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method]
         z = 0.0
         if eps is not None:
-            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=PRIVATE[method])
+            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=REGISTRY[method].mechanisms_per_round)
         extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
-        return mod.run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
-                       noise_multiplier=z, clip=clip if z > 0 else None, **extra)
+        run = REGISTRY[method].library_run
+        return run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
+                   noise_multiplier=z, clip=clip if z > 0 else None, **extra)
     if method == "dp_fedc":
         kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
         if eps is None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedclust.clustered_fl import FederatedTensors, cfl_mgd, fedavg, ifca
+from fedclust.clustered_fl import FederatedTensors
 from fedclust.experiments import records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.partition import rotation
+from fedclust.registry.clustered_fl import run_clustered
 
 METRICS = ["test_accuracy", "client_ACC", "client_NMI", "wall_time_s"]
 CURVE_KEYS = ("dataset", "method")
@@ -43,14 +44,9 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         kw = dict(common)
         kw.update((config.get("method_train") or {}).get(method) or {})
         k = len(rd.angles)
-        if method == "fedavg":
-            kw.pop("beta", None)
-            res = fedavg.run(tensors, model, seed=seed, **kw)
-        elif method == "ifca":
-            kw.pop("beta", None)
-            res = ifca.run(tensors, model, k, seed=seed, **kw)
-        else:
-            res = cfl_mgd.run(tensors, model, k, seed=seed, **kw)
+        if method != "cfl_mgd":
+            kw.pop("beta", None)  # IFCA and FedAvg have no momentum
+        res = run_clustered(method, tensors, model, k, seed=seed, **kw)  # the registry's dispatch
         final = res.info["final"]
         metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
         hist = {h: res.history[h] for h in ("test_accuracy", "train_loss", "client_ACC") if res.history.get(h)}

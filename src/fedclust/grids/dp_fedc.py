@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
+from fedclust.clustering import dp_fedc
 from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
@@ -41,8 +41,11 @@ from fedclust.partition import iid, kmeans_split, shards
 from fedclust.privacy.accountants import epsilon as accountant_epsilon
 from fedclust.privacy.mechanisms import classical_sigma
 from fedclust.privacy.paper.dp_fedc import round_epsilon
+from fedclust.registry import REGISTRY
 
-METHODS = {"fkm": fkm, "fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm, "dp_fedc": dp_fedc}
+#: the Table I methods (run functions from the registry)
+METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc")
+
 METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "wall_time_s"]
 
 
@@ -117,7 +120,8 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
                     warnings.simplefilter("ignore")  # classical formula at eps >= 1, as the paper
                     z = classical_sigma(eps_round, delta, 1.0)
             extra = {"seeding_rounds": 0 if z > 0 else min(5, R - 2)} if c["method"] == "dk_pp" else {}
-            res = METHODS[c["method"]].run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
+            run = REGISTRY[c["method"]].library_run
+            res = run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
         metrics = clustering_scores(y, res.labels)
         eps_acc = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
         metrics["epsilon_accountant"] = eps_acc

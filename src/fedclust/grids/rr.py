@@ -19,13 +19,13 @@ import math
 
 import pandas as pd
 
-from fedclust.clustered_fl import FederatedTensors, rr_cluster
-from fedclust.clustered_fl import dp_baselines as dpb
+from fedclust.clustered_fl import FederatedTensors
 from fedclust.clustered_fl.models import MLP
 from fedclust.experiments import eps_label, records_frame, run_cells, summarize
 from fedclust.grids._data import load
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
+from fedclust.registry.clustered_fl import rr_sigmas, run_rr
 
 METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "min_noisy_cluster", "epsilon_accountant",
            "wall_time_s"]
@@ -64,25 +64,11 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
         model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
         private = eps is not None
         kw = dict(train, seed=seed)
-        if method in ("dp_fedavg", "dp_fedprox", "dp_fedper"):
-            sigma = rr_cluster.calibrate(eps, delta, q, T, M, 0.0, bound=bound)[1] if private else 0.0
-            fn = {"dp_fedavg": dpb.dp_fedavg, "dp_fedprox": dpb.dp_fedprox, "dp_fedper": dpb.dp_fedper}[method]
-            extra = {"mu": float(config.get("mu", 0.1))} if method == "dp_fedprox" else {}
-            res = fn(tensors, model, sigma=sigma, clip=clip if private else None, **extra, **kw)
-        else:
-            base = {"dp_ifca": "ifca", "dp_ifca_literal": "ifca", "dp_fesem": "fesem", "dp_fedcam": "fedcam",
-                    "rr_cluster": config.get("base", "ifca")}[method]
-            sg = None
-            if not private:
-                ss = st = 0.0
-            elif base == "fedcam":
-                ss, sg, st = rr_cluster.calibrate_fedcam(eps, delta, q, T, M, bound=bound)
-            else:
-                ss, st = rr_cluster.calibrate(eps, delta, q, T, M, float(config.get("rho_s", 0.5)), bound=bound)
-            res = rr_cluster.run(tensors, model, k, base=base, B=B if method == "rr_cluster" else 0, sigma_s=ss,
-                                 sigma_theta=st, sigma_g=sg, clip=clip if private else None, C_s=float(config.get("C_s", 0.1)),
-                                 noise_calibration="paper_literal" if method == "dp_ifca_literal" else "replace_one",
-                                 **kw)
+        # the RR dispatch of the registry (the same as the rr_cluster pipeline's)
+        base = config.get("base", "ifca")
+        sigmas = rr_sigmas(method, eps, delta, q, T, M, rho_s=float(config.get("rho_s", 0.5)), base=base, bound=bound)
+        res = run_rr(method, tensors, model, k, sigmas=sigmas, clip=clip if private else None, B=B, base=base,
+                     C_s=float(config.get("C_s", 0.1)), mu=float(config.get("mu", 0.1)), **kw)
         final = res.info["final"]
         moved = res.history.get("n_moved") or [0.0]
         label = f"rr_cluster(B={B})" if method == "rr_cluster" else method

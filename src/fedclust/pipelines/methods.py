@@ -1,4 +1,4 @@
-"""The method pipelines, built from one template.
+"""The method pipelines, built from one template and the method registry.
 
 Every training pipeline named ``<method>`` has the same shape, in the namespace ``<method>``:
 
@@ -6,7 +6,8 @@ Every training pipeline named ``<method>`` has the same shape, in the namespace 
 result) -> ``evaluate`` (ACC/NMI/ARI -> metrics.json and MLflow) -> ``report_privacy``
 (privacy.json and MLflow) -> ``report`` (per-round histories and plots to MLflow).
 
-A method contributes only its ``calibrate`` and ``train`` node functions.
+The ``calibrate`` and ``train`` nodes are generic: they validate ``<method>.train`` through the
+method's config class (:data:`fedclust.registry.REGISTRY`) and call its ``calibrate`` / ``run``.
 """
 
 from __future__ import annotations
@@ -19,37 +20,47 @@ from kedro.pipeline import Pipeline, node
 from fedclust.pipelines.evaluation.nodes import evaluate_clustering, history_to_mlflow, to_mlflow_metrics
 from fedclust.pipelines.privacy.nodes import report_privacy
 from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history, summarize_run
-
-
-def run_timed(fn: Callable, *args, **kwargs):
-    """Call a library ``run`` and record its wall time and rounds in ``result.info``."""
-    import time
-
-    t0 = time.perf_counter()
-    result = fn(*args, **kwargs)
-    result.info["wall_time_s"] = time.perf_counter() - t0
-    if "rounds" in kwargs:
-        result.info.setdefault("rounds", kwargs["rounds"])
-    return result
+from fedclust.registry import REGISTRY, MethodSpec
+from fedclust.registry.helpers import n_clusters as _n_clusters
+from fedclust.registry.helpers import require_all_assigned, run_timed  # noqa: F401  (kept importable here)
+from fedclust.registry.spec import estimate_work
 
 
 def n_clusters(train: dict, dataset) -> int:
     """``train.k``, or the number of classes of the data when it is null."""
-    return int(train.get("k") or dataset.n_classes)
-
-
-def require_all_assigned(partition, method: str):
-    if (partition.client < 0).any():
-        raise ValueError(
-            f"{method} clusters every sample, but the partition left {(partition.client < 0).sum()} samples "
-            "without a client (shards with shards_per_label drops some): use another scheme or options"
-        )
+    return _n_clusters(train.get("k"), dataset)
 
 
 def _bind(func: Callable, **kwargs) -> Callable:
     bound = partial(func, **kwargs)
     update_wrapper(bound, func)
     return bound
+
+
+def node_functions(method: str) -> tuple[Callable, Callable]:
+    """``(calibrate, train)`` node functions of ``method``: ``calibrate(privacy, train, *data)`` and
+    ``train(*data, noise, train, seed)`` with ``train`` the ``<method>.train`` parameter dict."""
+    spec: MethodSpec = REGISTRY[method]
+    if spec.family == "clustering":
+        def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
+            return spec.calibrate(privacy, spec.config_from(train), dataset, partition)
+
+        def train(dataset, partition, noise: dict, train: dict, seed: int):
+            cfg = spec.config_from(train)
+            estimate_work(spec, cfg, dataset, partition)
+            return spec.run(dataset, partition, noise, cfg, int(seed))
+    else:
+        def calibrate(privacy: dict, train: dict, rotated) -> dict:
+            return spec.calibrate(privacy, spec.config_from(train), rotated)
+
+        def train(rotated, noise: dict, train: dict, seed: int):
+            cfg = spec.config_from(train)
+            estimate_work(spec, cfg, rotated)
+            return spec.run(rotated, noise, cfg, int(seed))
+    for fn, what in ((calibrate, "calibrate"), (train, "train")):
+        fn.__name__ = fn.__qualname__ = f"{method}_{what}"
+        fn.__doc__ = f"{what} node of {method} (:data:`fedclust.registry.REGISTRY`)"
+    return calibrate, train
 
 
 def method_pipeline(method: str, calibrate: Callable, train: Callable, *, data: list[str], evaluate: Callable,
@@ -102,73 +113,23 @@ def clustered_fl_pipeline(method: str, calibrate: Callable, train: Callable) -> 
                            evaluate_inputs=["result"])
 
 
-def _fkm():
-    from fedclust.pipelines.fkm.nodes import calibrate, train
-
-    return clustering_pipeline("fkm", calibrate, train)
-
-
-def _fedsc():
-    from fedclust.pipelines.fedsc.nodes import calibrate, train
-
-    return clustering_pipeline("fedsc", calibrate, train)
+def create_pipeline(method: str) -> Pipeline:
+    """The pipeline of a registered method."""
+    spec = REGISTRY[method]
+    build = clustering_pipeline if spec.family == "clustering" else clustered_fl_pipeline
+    return build(method, *node_functions(method))
 
 
-def _dp_fedc():
-    from fedclust.pipelines.dp_fedc.nodes import calibrate, train
-
-    return clustering_pipeline("dp_fedc", calibrate, train)
+def _factory(method: str) -> Callable[[], Pipeline]:
+    return lambda: create_pipeline(method)
 
 
-def _kmeans_baseline(method: str):
-    def factory():
-        from fedclust.pipelines.kmeans_baselines.nodes import nodes_for
-
-        return clustering_pipeline(method, *nodes_for(method))
-
-    return factory
-
-
-def _fedc_mf(method: str):
-    def factory():
-        from fedclust.pipelines.fedc_mf.nodes import nodes_for
-
-        return clustering_pipeline(method, *nodes_for(method))
-
-    return factory
-
-
-def _clustered_fl(method: str):
-    def factory():
-        from fedclust.pipelines.clustered_fl.methods import nodes_for
-
-        return clustered_fl_pipeline(method, *nodes_for(method))
-
-    return factory
-
-
-#: name -> (pipeline factory, part of the default quick tour?)
+#: name -> (pipeline factory, part of the default quick tour?); data clustering methods
 METHOD_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
-    "fkm": (_fkm, True),
-    "fedsc": (_fedsc, True),
-    "dp_fedc": (_dp_fedc, True),
-    "fzkm": (_kmeans_baseline("fzkm"), False),
-    "dk_pp": (_kmeans_baseline("dk_pp"), False),
-    "dkm": (_kmeans_baseline("dkm"), False),
-    "fedc_avg": (_fedc_mf("fedc_avg"), True),
-    "fedc_gds": (_fedc_mf("fedc_gds"), True),
+    name: (_factory(name), spec.in_tour) for name, spec in REGISTRY.items() if spec.family == "clustering"
 }
-
-def _rr_cluster():
-    from fedclust.pipelines.clustered_fl.rr import calibrate, train
-
-    return clustered_fl_pipeline("rr_cluster", calibrate, train)
-
 
 #: clustered-FL methods: they run on the rotated clients of the shared rotation stage
 CLUSTERED_FL_PIPELINES: dict[str, tuple[Callable[[], Pipeline], bool]] = {
-    "ifca": (_clustered_fl("ifca"), True),
-    "cfl_mgd": (_clustered_fl("cfl_mgd"), True),
-    "fedavg": (_clustered_fl("fedavg"), True),
-    "rr_cluster": (_rr_cluster, True),
+    name: (_factory(name), spec.in_tour) for name, spec in REGISTRY.items() if spec.family == "clustered_fl"
 }

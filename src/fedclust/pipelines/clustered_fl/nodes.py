@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from fedclust.clustered_fl import FederatedTensors
-from fedclust.clustered_fl.models import MLP, LinearRegression, ifca_cnn
 from fedclust.data import Dataset
 from fedclust.partition import rotation
 from fedclust.partition.report import partition_stats
@@ -34,27 +32,6 @@ def rotation_report(rotated) -> dict:
     stats["angles"] = [float(a) for a in rotated.angles]
     stats["clients_per_group"] = [int((rotated.group == g).sum()) for g in range(len(rotated.angles))]
     return stats
-
-
-def build_model(spec: dict, d_in: int, n_classes: int, image_shape=None):
-    kind = spec.get("type", "mlp")
-    if kind == "mlp":
-        return MLP(d_in=d_in, hidden=spec.get("hidden", 200), n_classes=n_classes)
-    if kind == "cnn":
-        if image_shape is None:
-            raise ValueError("model.type=cnn needs image data")
-        ch = image_shape[0] if len(image_shape) == 3 else 1
-        return ifca_cnn(in_channels=ch, image_size=image_shape[-1], n_classes=n_classes)
-    if kind == "linear":
-        return LinearRegression(d_in)
-    raise ValueError(f"model.type must be mlp, cnn or linear, got {kind!r}")
-
-
-def tensors_and_model(rotated, train: dict):
-    data = FederatedTensors.from_rotated(rotated)
-    n_classes = int(max(rotated.y_train.max(), rotated.y_test.max())) + 1
-    model = build_model(train.get("model") or {}, data.d, n_classes, tuple(rotated.images_train.shape[1:]))
-    return data, model
 
 
 def evaluate_clustered(result) -> dict:

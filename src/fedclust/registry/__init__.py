@@ -1,0 +1,11 @@
+"""The method registry: every method's run adapter, typed config and privacy calibration, in one place.
+
+``REGISTRY[name]`` is a :class:`MethodSpec`; ``spec.config_from(params)`` validates a ``<name>.train``
+group; ``spec.calibrate`` and ``spec.run`` are what the Kedro pipelines, the grids and the benchmark
+call. Plain Python (no Kedro).
+"""
+
+from fedclust.registry.config import MethodConfig, param
+from fedclust.registry.spec import REGISTRY, MethodSpec, clustered_fl_methods, clustering_methods, get
+
+__all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods"]

@@ -1,0 +1,378 @@
+"""Adapters of the federated data clustering methods: ``calibrate(privacy, config, dataset, partition)``
+turns the privacy budget into the run's noise, ``run(dataset, partition, noise, config, seed)`` calls
+the library ``run`` with the config's values. Plain Python (no Kedro); the pipelines and the grids
+call them through :data:`fedclust.registry.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from fedclust.registry import configs as C
+from fedclust.registry.helpers import n_clients_of, n_clusters, refuse_absurd, require_all_assigned, run_timed
+from fedclust.registry.privacy import check_privacy_params, flag_non_dp, non_private_calibration, per_round_noise
+
+logger = logging.getLogger(__name__)
+
+
+def _init_kwargs(cfg) -> dict:
+    return cfg.pick("init", "init_domain")
+
+
+def check_sizes(method: str, cfg, dataset, partition, **extra) -> None:
+    """Refuse counts larger than what they count (``k > n``, ``clients_per_round > clients``, ...)."""
+    n = int(dataset.X.shape[0])
+    checks = [("k", getattr(cfg, "k", None), n, "the number of samples n")]
+    if partition is not None and getattr(cfg, "clients_per_round", None) is not None:
+        checks.append(("clients_per_round", cfg.clients_per_round, n_clients_of(partition), "the number of clients"))
+    checks += [(key, value, limit, what) for key, (value, limit, what) in extra.items()]
+    refuse_absurd(method, checks)
+
+
+# ---- FKM -------------------------------------------------------------------------------------------
+
+def non_dp_steps(method: str, cfg) -> list[str]:
+    """The steps of a *private* run of ``method`` with ``cfg`` that are not DP mechanisms (empty when
+    the run is DP). Mirrors the ``non_dp_release`` events of the library."""
+    steps = []
+    if getattr(cfg, "init", None) == "data":
+        steps.append(f"{method}: init=data makes the initial centroids k private data rows")
+    if method == "fzkm" and cfg.local_iters > 1:
+        steps.append(f"fzkm: local_iters={cfg.local_iters} > 1 has unbounded sensitivity (only local_iters=1 is DP)")
+    if method == "dk_pp" and cfg.seeding_rounds > 0:
+        steps.append(f"dk_pp: the k-means|| seeding ({cfg.seeding_rounds} rounds) uploads data-selected private "
+                     "samples (only seeding_rounds=0 is DP)")
+    if method == "dkm":
+        steps.append("dkm: coreset points and local k-means centres are data-selected private values (no DP variant)")
+    return steps
+
+
+def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
+    """Noise multiplier for the per-cluster sums and counts from the target (epsilon, delta).
+
+    Sample-level DP, add/remove neighbours, no amplification claimed for client sampling (a
+    sample's client may upload in every round), composed over ``rounds`` releases. The upload
+    ``(sums, counts)`` has L2 sensitivity sqrt(clip^2 + 1). A private run with ``init: data``
+    (private rows as W^0) is flagged: a warning now, epsilon = inf in its report.
+    """
+    noise = per_round_noise(privacy, cfg.rounds, cfg.clip)
+    if noise["private"]:
+        noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
+        noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
+        logger.info("fkm: epsilon=%s -> noise multiplier %.4g (std %.4g)", noise["epsilon_target"],
+                    noise["noise_multiplier"], noise["noise_std"])
+    return flag_non_dp(noise, "fkm", non_dp_steps("fkm", cfg))
+
+
+def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
+    """Federated Lloyd on the partitioned data; k defaults to the number of classes."""
+    from fedclust.clustering import fkm
+
+    require_all_assigned(partition, "fkm")
+    check_sizes("fkm", cfg, dataset, partition)
+    return run_timed(fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), rounds=cfg.rounds,
+                     clients_per_round=cfg.clients_per_round, seed=int(seed),
+                     noise_multiplier=float(noise["noise_multiplier"]),
+                     clip=float(noise["clip"]) if noise["private"] else None,
+                     init=cfg.init, init_domain=cfg.init_domain, y=dataset.y)
+
+
+# ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
+
+#: Gaussians released per round by each baseline. DK++: one in its DP variant (seeding_rounds = 0:
+#: a counts round, then Lloyd rounds); its seeding rounds release two, but they are not DP anyway.
+KMEANS_MECHANISMS = {"fzkm": 1, "dk_pp": 1, "dkm": 4}
+_KMEANS_SPECIFIC = {
+    "fzkm": ("fuzzifier", "local_iters", "server_iters", "server_restarts"),
+    "dk_pp": ("seeding_rounds", "oversampling"),
+    "dkm": ("coreset_size", "local_iters", "server_iters", "server_restarts"),
+}
+
+
+def kmeans_calibrate(method: str):
+    def calibrate(privacy: dict, cfg, dataset, partition) -> dict:
+        noise = per_round_noise(privacy, cfg.rounds, cfg.clip, mechanisms_per_round=KMEANS_MECHANISMS[method])
+        return flag_non_dp(noise, method, non_dp_steps(method, cfg))
+
+    calibrate.__name__ = f"{method}_calibrate"
+    return calibrate
+
+
+def kmeans_run(method: str):
+    def run(dataset, partition, noise: dict, cfg, seed: int):
+        from fedclust.clustering import dk_pp, dkm, fzkm
+
+        require_all_assigned(partition, method)
+        check_sizes(method, cfg, dataset, partition)
+        kw = cfg.pick("rounds", "mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
+        kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
+        if noise["private"]:
+            kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
+        fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
+        return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
+
+    run.__name__ = f"{method}_run"
+    return run
+
+
+# ---- DP-FedC ---------------------------------------------------------------------------------------
+
+_DP_FEDC_RUN_KEYS = (
+    "rounds", "Q1", "q2", "Qhat", "b", "rho_factor", "mu_h_factor", "mu_w", "h_step", "alpha_1", "eta_rule",
+    "alpha_2", "c0", "q_cap", "all_clients_update_H", "literal_2rho", "h_init", "init", "init_domain",
+    "constants", "clip",
+)
+
+
+def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) -> dict:
+    """With ``budget: accountant`` ``privacy.epsilon`` is the accounted epsilon of the worst client and
+    the paper's eps_bar (Theorem 3) is solved for; with ``paper`` ``privacy.epsilon`` *is* eps_bar."""
+    from fedclust.clustering import dp_fedc
+
+    target, delta = check_privacy_params(privacy)
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target}
+    if target is None:
+        return {**base, "private": False}
+    eps_bar = target
+    if cfg.budget == "accountant":
+        n_clients = n_clients_of(partition)
+        sched = cfg.pick("rounds", "Qhat", "b", "c0", "q_cap", "q2")
+        sched["clients_per_round"] = cfg.clients_per_round or n_clients
+        sizes = np.bincount(partition.client[partition.client >= 0], minlength=n_clients)
+        eps_bar = dp_fedc.eps_bar_for_budget(target, delta, sizes, accountant=privacy.get("accountant", "rdp"), **sched)
+    return {
+        **base, "private": True, "budget": cfg.budget, "eps_bar": eps_bar, "G": float(cfg.G), "c0": float(cfg.c0),
+        "paper_epsilon": eps_bar,
+        "paper_formula": "DP-FedC Theorem 3, eq. (32): eps_bar = c0 q^2 eps sqrt(pR/(1-q)), per-round sigma eq. (29)",
+        "notes": [
+            "the paper's total-loss bound (32) has an unspecified constant c0 (here "
+            f"{float(cfg.c0)}) and assumes eps <= 1 per round; the accountant's epsilon is the figure that holds",
+            "the accountant's epsilon is the worst client's (clients differ in n_i, hence in q_i and sigma_i; "
+            "sample-level DP composes in parallel over clients)",
+        ],
+    }
+
+
+def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int):
+    from fedclust.clustering import dp_fedc
+
+    require_all_assigned(partition, "dp_fedc")
+    check_sizes("dp_fedc", cfg, dataset, partition)
+    kw = cfg.pick(*_DP_FEDC_RUN_KEYS)
+    kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all clients
+    if noise["private"]:
+        kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
+    result = run_timed(dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed),
+                       y=dataset.y, **kw)
+    # keep the pickled result small: the soft assignments and the sampling log are large and derivable
+    for big in ("H", "sampled_clients"):
+        result.info.pop(big, None)
+    result.info["metrics"] = {"eps_round": float(result.info["eps_round"]),
+                              "zero_columns": float(result.info["zero_columns"])}
+    return result
+
+
+# ---- FedCAvg, FedCGds ------------------------------------------------------------------------------
+
+_FEDC_MF_KEYS = {
+    "fedc_avg": ("rounds", "Q1", "Q2", "q_hat", "gamma", "step_rule", "rho", "nu", "continuation", "rho_tol"),
+    "fedc_gds": ("rounds", "Q1", "Q2", "clients_per_round", "gamma", "step_rule", "rho", "nu", "continuation",
+                 "rho_tol", "rho_trigger"),
+}
+
+
+def fedc_mf_calibrate(method: str):
+    def calibrate(privacy: dict, cfg, dataset, partition) -> dict:
+        return non_private_calibration(privacy, method, "sample")
+
+    calibrate.__name__ = f"{method}_calibrate"
+    return calibrate
+
+
+def fedc_mf_kwargs(method: str, cfg) -> dict:
+    """The library keyword arguments of a FedCAvg/FedCGds config (``q_hat: 0`` and
+    ``continuation: none`` are the library's ``None``)."""
+    kw = cfg.pick(*_FEDC_MF_KEYS[method])
+    if kw.get("q_hat") == 0:
+        kw["q_hat"] = None
+    if kw.get("continuation") == "none":
+        kw["continuation"] = None
+    return kw
+
+
+def fedc_mf_run(method: str):
+    def run(dataset, partition, noise: dict, cfg, seed: int):
+        from fedclust.clustering import fedc_mf
+
+        require_all_assigned(partition, method)
+        check_sizes(method, cfg, dataset, partition)
+        fn = {"fedc_avg": fedc_mf.run_fedcavg, "fedc_gds": fedc_mf.run_fedcgds}[method]
+        result = run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y,
+                           **fedc_mf_kwargs(method, cfg))
+        result.info["metrics"] = ({"rho_final": float(result.info.get("rho_final", float("nan")))}
+                                  if "rho_final" in result.info else {})
+        return result
+
+    run.__name__ = f"{method}_run"
+    return run
+
+
+# ---- FedSC -----------------------------------------------------------------------------------------
+
+_SWEEP_KEYS = ("data_noise_beta", "z_noise_alpha", "c_noise_alpha")
+#: Factor-variant settings used when ``fedsc.train`` leaves them null.
+FACTOR_DEFAULTS = {"tau_c": 1.0, "z_lr": 0.5}
+
+
+def _kernel_rules(dataset, cfg: C.FedSCConfig, seed: int) -> tuple[float, int]:
+    from fedclust.clustering import spectral
+    from fedclust.rng import stream
+
+    rng = stream(seed, "data")
+    r = cfg.r or spectral.mean_pairwise_distance(dataset.X, rng=rng)
+    d = cfg.d or spectral.eigen_rank(dataset.X, r, tol=cfg.d_tol, rng=rng)
+    if cfg.d_max:
+        d = min(int(d), int(cfg.d_max))
+    return float(r), int(d)
+
+
+def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> dict:
+    """FedSC's privacy variants (``privacy_variant``), used when ``privacy.epsilon`` is set:
+
+    * ``data``: every client perturbs its (row-clipped to ``clip_tau``) data once with Gaussian noise
+      (sample-level, replace-one, sensitivity ``2 clip_tau``); sigma from the accountant
+      (``mechanism: accountant``), Proposition 3.7 (``classical``, valid for epsilon < 1) or the
+      analytic Gaussian mechanism (``analytic``). r, d and the rest come from the perturbed data.
+    * ``factors``: noise on every uploaded Z_p (each round) and on C once, calibrated by the accountant
+      (``factor_calibration: accountant``) on the per-sample sensitivities of
+      :func:`fedclust.clustering.fedsc.factor_sensitivities`, or Theorem 3.9's stds (``paper``, needs
+      ``tau_z``). r and d are public (``kernel_constants: public``) or the paper's rules on the raw data
+      (``data``: not private, the run reports epsilon = inf and names the step).
+
+    Without a budget the paper's sweeps ``data_noise_beta``, ``z_noise_alpha``, ``c_noise_alpha`` are
+    available (not DP; the report says so).
+    """
+    from fedclust.clustering import fedsc
+    from fedclust.privacy.paper import fedsc as fedsc_privacy
+
+    eps, delta = check_privacy_params(privacy)
+    sweep = {k: float(getattr(cfg, k)) for k in _SWEEP_KEYS}
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps, **sweep}
+    if eps is None:
+        notes = []
+        if any(sweep.values()):
+            notes.append("noise set relative to the data's std (paper sweep): not calibrated, no DP guarantee")
+        return {**base, "private": False, "variant": None, "notes": notes}
+    if any(sweep.values()):
+        raise ValueError(f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both")
+    tau_x = cfg.clip_tau
+    if cfg.privacy_variant == "data":
+        mech = cfg.mechanism
+        if mech == "accountant":
+            from fedclust.privacy.accountants import calibrate_noise_multiplier
+
+            # the accountant's smallest noise multiplier for one Gaussian release of sensitivity 2 tau_X
+            sigma = calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp")) * 2.0 * tau_x
+        else:
+            sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, tau_x, mechanism=mech)
+        logger.info("fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s -> sigma %.4g", eps, delta, tau_x, sigma)
+        notes = ["r and d are estimated on the perturbed data (post-processing of the DP release)"
+                 if not (cfg.r and cfg.d) else "r and d were given (public)"]
+        if eps >= 1 and mech == "classical":
+            notes.append(
+                f"Prop. 3.7 uses the classical Gaussian mechanism, proven only for epsilon < 1 (here {eps}); "
+                "the accountant's epsilon below is the valid figure"
+            )
+        return {
+            **base, "private": True, "variant": "data", "data_noise_std": sigma, "clip_tau": tau_x, "notes": notes,
+            "data_mechanism": mech, "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, tau_x),
+            "paper_formula": "FedSC Proposition 3.7: epsilon = 2 tau_X sqrt(2 ln(1.25/delta)) / sigma",
+        }
+    share = float(cfg.factor_budget_z)
+    constants, how = cfg.kernel_constants, cfg.factor_calibration
+    rounds = int(cfg.rounds)
+    tau_c = float(cfg.tau_c or FACTOR_DEFAULTS["tau_c"])
+    z_lr = float(cfg.z_lr or FACTOR_DEFAULTS["z_lr"])
+    tau_z, lam = cfg.tau_z, float(cfg.lam)
+    m, k = int(dataset.X.shape[1]), n_clusters(cfg.k, dataset)
+    notes = []
+    if constants == "public":
+        r = float(cfg.r) if cfg.r else fedsc.public_kernel_width(m, tau_x)
+        d = int(cfg.d) if cfg.d else fedsc.public_dictionary_size(m, k)
+        notes.append(f"kernel width r={r:.6g} ({'given' if cfg.r else 'public default sqrt(m/6)'}) and "
+                     f"dictionary size d={d} ({'given' if cfg.d else 'public default 2m'}) read no data")
+    else:
+        # the paper's literal choice: rules on the raw data (stream "data" of seed 0), fixed here so the
+        # sensitivities hold for the run; the run reports epsilon = inf for it (run() adds the release)
+        r, d = _kernel_rules(dataset, cfg, 0)
+    sens = fedsc.factor_sensitivities(d=d, r=r, tau_c=tau_c, z_lr=z_lr, lam=lam, tau_x=tau_x,
+                                      tau_z=float(tau_z) if tau_z else None)
+    z_rounds = rounds - 1  # data-dependent Z uploads (round 1 uploads the random init)
+    paper = None
+    if tau_z:
+        paper = {"ups": float(tau_z) + tau_x, "z": sens["z_paper"], "c": sens["c_paper"]}
+    if how == "paper":
+        if paper is None:
+            raise ValueError("fedsc.train.tau_z must be > 0 for factor_calibration=paper (Theorem 3.9)")
+        s = fedsc_privacy.perturbed_factors_sigmas(
+            eps * share, delta * share, eps * (1 - share), delta * (1 - share),
+            rounds=max(z_rounds, 1), tau_x=tau_x, tau_c=tau_c, tau_z=float(tau_z),
+            upsilon=paper["ups"], r=r, d=d, lam=lam, eta=z_lr,
+        )
+        sigma_z, sigma_c, paper_eps = s["sigma_z"], s["sigma_c"], s["epsilon"]
+        notes.append("noise stds from Theorem 3.9's formulas (paper calibration); the accountant's epsilon uses the "
+                     "per-sample sensitivities and is the valid figure")
+    else:
+        cal = fedsc.factor_noise_stds(eps, delta, rounds=rounds, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share,
+                                      accountant=privacy.get("accountant", "rdp"))
+        sigma_z, sigma_c = cal["z_noise_std"], cal["c_noise_std"]
+        paper_eps = None
+        if paper is not None and z_rounds > 0:
+            paper_eps = (fedsc_privacy.factor_epsilon_z(sigma_z, delta * share, z_rounds, paper["z"])
+                         + fedsc_privacy.factor_epsilon_c(sigma_c, delta * (1 - share), paper["c"]))
+    logger.info("fedsc: perturbed factors, epsilon=%s r=%.4g d=%d -> sigma_z %.4g, sigma_c %.4g", eps, r, d, sigma_z, sigma_c)
+    return {
+        **base, "private": True, "variant": "factors", "clip_tau": tau_x, "r": r, "d": d,
+        "kernel_constants": constants, "factor_calibration": how, "tau_c": tau_c, "z_lr": z_lr,
+        "z_noise_std": sigma_z, "c_noise_std": sigma_c, "sensitivity_z": sens["z"], "sensitivity_c": sens["c"],
+        "notes": notes, "paper_epsilon": paper_eps,
+        "paper_formula": "FedSC Theorem 3.9 (Kairouz composition for Z, Gaussian for C), at the stds used",
+    }
+
+
+_FEDSC_RUN_KEYS = ("rounds", "d", "d_max", "d_tol", "r", "lam", "z_step", "z_lr", "participation", "n_init",
+                   "tau_z", "tau_c", "graph", "final_c")
+
+
+def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
+    from fedclust.clustering import fedsc
+    from fedclust.privacy.events import non_dp_release
+
+    require_all_assigned(partition, "fedsc")
+    n = int(dataset.X.shape[0])
+    check_sizes("fedsc", cfg, dataset, None, d=(cfg.d, n, "the number of samples n"))
+    kw = cfg.pick(*_FEDSC_RUN_KEYS)
+    if noise.get("private"):
+        kw["clip_tau"] = noise["clip_tau"]
+        if noise["variant"] == "data":
+            kw["data_noise_std"] = noise["data_noise_std"]
+        else:
+            kw.update(z_noise_std=noise["z_noise_std"], c_noise_std=noise["c_noise_std"], r=noise["r"], d=noise["d"])
+            kw.update(z_step="gradient", local_steps=1, tau_c=noise["tau_c"], z_lr=noise["z_lr"])
+            kw.pop("d_max", None)
+    else:
+        kw.update({k: noise[k] for k in _SWEEP_KEYS if noise.get(k)})
+    result = run_timed(fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed),
+                       y=dataset.y, **kw)
+    if noise.get("private") and noise.get("kernel_constants") == "data":
+        result.dp_events.append(non_dp_release(
+            "fedsc kernel width r and dictionary size d computed from the private data (eq. 40/43, "
+            "kernel_constants=data)", neighbouring="replace_one"))
+    result.info["metrics"] = {
+        key: float(result.info[key]) for key in ("NMI_paper", "reconstruction_error", "d", "r", "knn_k", "graph_components")
+        if result.info.get(key) is not None
+    }
+    return result

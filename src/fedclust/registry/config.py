@@ -1,0 +1,169 @@
+"""Typed, frozen method configurations: the one source of defaults and validation.
+
+A method's config class is a frozen dataclass whose fields are the keys of ``<method>.train`` in
+``conf/base`` with the same defaults (a test checks that they agree). Each field is declared with
+:func:`param`: its default, its kind (``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``
+or a tuple of kinds), and optional ``choices``, bounds and ``count`` (an integer >= 1).
+
+:meth:`MethodConfig.from_params` builds a config from a parameter dict (the YAML group):
+
+* an unknown key is an error naming it and the nearest valid key;
+* ``null`` (or an absent key) means the default, the only default path; a field whose default is
+  ``None`` keeps ``None``, which the method resolves by its documented rule (``k = null``: the
+  number of classes);
+* a value of the wrong kind, outside its bounds or not among its choices is an error naming it;
+* :meth:`MethodConfig.problems` adds the checks between fields (RR-Cluster's ``B`` and ``method``).
+
+Every problem is reported at once, in one :class:`~fedclust.params_check.ParameterError`.
+Plain Python (no Kedro).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any, ClassVar, Mapping
+
+from fedclust.params_check import ParameterError, _nearest, show
+
+_KIND_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+               "list": "a list", "dict": "a group of parameters"}
+
+
+def param(default: Any, kind: str | tuple[str, ...], *, choices=None, ge=None, gt=None, le=None, lt=None,
+          count: bool = False, doc: str = "") -> Any:
+    """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits."""
+    meta = {"kind": kind if isinstance(kind, tuple) else (kind,), "choices": tuple(choices) if choices else None,
+            "ge": ge, "gt": gt, "le": le, "lt": lt, "count": count, "doc": doc}
+    if isinstance(default, (dict, list)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _matches(value, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "int":
+        return isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
+    if kind == "float":
+        return isinstance(value, numbers.Real)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "list":
+        return isinstance(value, (list, tuple))
+    if kind == "dict":
+        return isinstance(value, Mapping)
+    raise TypeError(f"unknown kind {kind!r}")
+
+
+def _convert(value, kind: str):
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind == "list":
+        return list(value)
+    if kind == "dict":
+        return dict(value)
+    return value
+
+
+def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
+    """``(converted value, problems)`` of one non-null ``value`` against its field's ``meta``."""
+    kinds = meta["kind"]
+    kind = next((k for k in kinds if _matches(value, k)), None)
+    if kind is None:
+        want = " or ".join(_KIND_NAMES[k] for k in kinds)
+        if meta["count"]:
+            want = "null (the default) or an integer >= 1"
+        return value, [f"{path} must be {want}, got {show(value)}"]
+    value = _convert(value, kind)
+    if kind == "float" and not math.isfinite(value):
+        return value, [f"{path} must be a finite number, got {show(value)}"]
+    if meta["count"] and kind == "int" and value < 1:
+        return value, [f"{path} must be null (the default) or an integer >= 1, got {show(value)}"]
+    if meta["choices"] is not None and kind == "str" and value not in meta["choices"]:
+        near = _nearest(value, meta["choices"])
+        hint = f"; did you mean {near!r}?" if near else ""
+        return value, [f"{path} must be one of {list(meta['choices'])}, got {value!r}{hint}"]
+    if kind in ("int", "float"):
+        for bound, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                                ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+            b = meta[bound]
+            if b is not None and not ok(value, b):
+                return value, [f"{path} must be {word} {b}, got {show(value)}"]
+    return value, []
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method's config (see the module docstring)."""
+
+    #: the parameter group it is read from, for messages (``fkm.train``)
+    GROUP: ClassVar[str] = "train"
+
+    @classmethod
+    def fields(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every key with its default, as YAML writes it."""
+        out = {}
+        for name, f in cls.fields().items():
+            out[name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        return out
+
+    @classmethod
+    def collect(cls, params: Mapping[str, Any] | None, where: str | None = None) -> tuple[dict, list[str]]:
+        """``(values, problems)`` for ``params``: every field's value (defaults filled in)."""
+        where = where or cls.GROUP
+        fields = cls.fields()
+        values, problems = cls.defaults(), []
+        for key, value in dict(params or {}).items():
+            path = f"{where}.{key}"
+            if key not in fields:
+                near = _nearest(str(key), list(fields))
+                hint = f"; did you mean '{where}.{near}'?" if near else ""
+                problems.append(f"unknown parameter '{path}'{hint} (valid keys: {', '.join(sorted(fields))})")
+                continue
+            if value is None:
+                continue  # null means the default
+            values[key], found = check_value(path, value, fields[key].metadata)
+            problems.extend(found)
+        return values, problems
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None = None, where: str | None = None, **overrides):
+        """The config of ``params`` (a ``<method>.train`` dict) and ``overrides``; raises
+        :class:`~fedclust.params_check.ParameterError` naming every problem."""
+        values, problems = cls.collect({**dict(params or {}), **overrides}, where)
+        if not problems:
+            cfg = cls(**values)
+            problems = cfg.problems(where or cls.GROUP)
+            if not problems:
+                return cfg
+        head = "invalid parameter" if len(problems) == 1 else f"{len(problems)} invalid parameters"
+        raise ParameterError(f"{head}: " + "; ".join(problems))
+
+    def problems(self, where: str) -> list[str]:
+        """Checks between fields (override); one line per problem."""
+        return []
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def set(self) -> dict[str, Any]:
+        """The fields that are not ``None`` (keyword arguments for a library ``run``)."""
+        return {k: v for k, v in self.as_dict().items() if v is not None}
+
+    def pick(self, *keys: str) -> dict[str, Any]:
+        """The non-null values of ``keys``."""
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)

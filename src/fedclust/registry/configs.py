@@ -1,0 +1,244 @@
+"""One frozen config class per method: the keys of ``<method>.train`` with their defaults.
+
+``conf/base/parameters_<...>.yml`` shows the same defaults (``tests/registry`` checks that they
+agree). ``None`` as a default means "resolved by the method's documented rule" (``k``: the number
+of classes / rotation groups; ``clients_per_round``: all clients; ``init``: data rows when not
+private, ``uniform_box`` when private; ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fedclust.clustering._common import INITS, MECHANISMS
+from fedclust.registry.config import MethodConfig, param
+
+_frozen = dataclasses.dataclass(frozen=True)
+
+K = dict(kind="int", count=True)
+_INIT_DOC = "W^0: null = data rows when not private, uniform_box when private"
+
+
+# ---- federated data clustering -------------------------------------------------------------------
+
+@_frozen
+class FKMConfig(MethodConfig):
+    k: int | None = param(None, **K, doc="null = number of classes")
+    rounds: int = param(20, **K)
+    clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
+    clip: float = param(1.0, "float", gt=0, doc="L2 bound on every sample when private")
+    init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
+    init_domain: list | None = param(None, "list", doc="[low, high] public feature domain (null = [0, 1])")
+
+
+@_frozen
+class _KMeansBaselineConfig(MethodConfig):
+    k: int | None = param(None, **K)
+    rounds: int = param(20, **K)
+    clients_per_round: int | None = param(None, **K)
+    mechanism: str = param("classical", "str", choices=MECHANISMS)
+    clip: float = param(8.0, "float", gt=0)
+    init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
+    init_domain: list | None = param(None, "list")
+
+
+@_frozen
+class FZKMConfig(_KMeansBaselineConfig):
+    fuzzifier: float = param(2.0, "float", gt=1)
+    local_iters: int = param(1, **K, doc="> 1 is not DP")
+    server_iters: int = param(20, **K)
+    server_restarts: int = param(2, **K)
+
+
+@_frozen
+class DKPPConfig(_KMeansBaselineConfig):
+    seeding_rounds: int = param(5, "int", ge=0, doc="k-means|| rounds; > 0 is not DP")
+    oversampling: float | None = param(None, "float", gt=0, doc="null = 2k")
+
+
+@_frozen
+class DKMConfig(_KMeansBaselineConfig):
+    coreset_size: int | None = param(None, **K, doc="null = 20k")
+    local_iters: int = param(5, **K)
+    server_iters: int = param(10, **K)
+    server_restarts: int = param(1, **K)
+
+
+@_frozen
+class DPFedCConfig(MethodConfig):
+    k: int | None = param(None, **K)
+    rounds: int = param(30, **K)
+    clients_per_round: int | None = param(5, **K)
+    Q1: int = param(10, **K)
+    q2: int | str = param("diminishing", ("int", "str"), choices=("diminishing",))
+    Qhat: int = param(10, **K)
+    b: int = param(50, **K)
+    rho_factor: float = param(1.0e-2, "float", gt=0)
+    mu_h_factor: float = param(1.0e-10, "float", ge=0)
+    mu_w: float = param(0.0, "float", ge=0)
+    h_step: str = param("stable", "str", choices=("stable", "fast", "paper_literal"))
+    alpha_1: float | None = param(None, "float", gt=0)
+    eta_rule: str = param("per_client", "str", choices=("per_client", "rms"))
+    alpha_2: float | None = param(None, "float", gt=0)
+    budget: str = param("accountant", "str", choices=("accountant", "paper"))
+    G: float = param(0.03, "float", gt=0)
+    c0: float = param(1.0, "float", gt=0)
+    q_cap: float = param(0.99, "float", gt=0, lt=1)
+    all_clients_update_H: bool = param(True, "bool")
+    literal_2rho: bool = param(False, "bool")
+    h_init: str = param("uniform", "str", choices=("uniform", "nearest"))
+    constants: str | None = param(None, "str", choices=("public", "data"))
+    clip: float | None = param(None, "float", gt=0)
+    init: str | None = param(None, "str", choices=INITS)
+    init_domain: list | None = param(None, "list")
+
+    def problems(self, where):
+        if isinstance(self.q2, int) and self.q2 < 1:
+            return [f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2}"]
+        return []
+
+
+@_frozen
+class FedSCConfig(MethodConfig):
+    k: int | None = param(None, **K)
+    rounds: int = param(20, **K)
+    d: int | None = param(None, **K, doc="dictionary size; null = eigenvalue rule (eq. 43)")
+    d_tol: float = param(0.99, "float", gt=0, le=1, doc="the eigenvalue rule's share")
+    d_max: int | None = param(500, **K)
+    r: float | None = param(None, "float", gt=0)
+    lam: float = param(1.0e-3, "float", gt=0)
+    z_step: str = param("official", "str", choices=("official", "fixed_point", "gradient", "gd"))
+    z_lr: float | None = param(None, "float", gt=0)
+    participation: float = param(1.0, "float", gt=0, le=1)
+    n_init: int = param(50, **K)
+    graph: str = param("min_connected_k", "str", choices=("paper", "min_connected_k", "mst"))
+    final_c: str = param("projection", "str", choices=("projection", "paper"),
+                         doc="the C sent to Stage II: final C-step with a 1e-6 jitter, or the paper's lam")
+    privacy_variant: str = param("data", "str", choices=("data", "factors"))
+    clip_tau: float = param(4.0, "float", gt=0)
+    mechanism: str = param("accountant", "str", choices=("accountant", "classical", "analytic"))
+    tau_z: float | None = param(None, "float", gt=0)
+    tau_c: float | None = param(None, "float", gt=0)
+    factor_budget_z: float = param(0.5, "float", gt=0, lt=1)
+    factor_calibration: str = param("accountant", "str", choices=("accountant", "paper"))
+    kernel_constants: str = param("public", "str", choices=("public", "data"))
+    data_noise_beta: float = param(0.0, "float", ge=0)
+    z_noise_alpha: float = param(0.0, "float", ge=0)
+    c_noise_alpha: float = param(0.0, "float", ge=0)
+
+    def problems(self, where):
+        if self.d is not None and self.d_max is not None and self.d > self.d_max:
+            return [f"{where}.d={self.d} exceeds {where}.d_max={self.d_max}"]
+        return []
+
+
+@_frozen
+class _FedCMFConfig(MethodConfig):
+    k: int | None = param(None, **K)
+    rounds: int = param(60, **K)
+    Q1: int = param(10, **K)
+
+
+_CONT = dict(choices=("sncp", "none"), doc="sncp (rho-continuation) | none")
+
+
+@_frozen
+class FedCAvgConfig(_FedCMFConfig):
+    Q2: int = param(1, **K)
+    q_hat: int = param(10, "int", ge=0, doc="diminishing Q2^s = floor(q_hat/s)+1; 0 = constant Q2")
+    gamma: float = param(1.1, "float", gt=0)
+    step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
+    rho: float = param(1.0e-8, "float", gt=0)
+    nu: float = param(1.0e-10, "float", ge=0)
+    continuation: str = param("sncp", "str", **_CONT)
+    rho_tol: float = param(8.0e-5, "float", gt=0)
+
+
+@_frozen
+class FedCGdsConfig(_FedCMFConfig):
+    Q2: int = param(100, **K)
+    clients_per_round: int | None = param(None, **K)
+    gamma: float = param(1.1, "float", gt=0)
+    step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
+    rho: float = param(1.0e-8, "float", gt=0)
+    nu: float = param(1.0e-10, "float", ge=0)
+    continuation: str = param("sncp", "str", **_CONT)
+    rho_tol: float = param(8.0e-5, "float", gt=0)
+    rho_trigger: str = param("round", "str", choices=("round", "epoch"))
+
+
+# ---- clustered federated learning ----------------------------------------------------------------
+
+_MLP = {"type": "mlp", "hidden": 32}
+
+
+@_frozen
+class _EngineConfig(MethodConfig):
+    rounds: int = param(60, **K)
+    lr: float = param(0.1, "float", gt=0)
+    local_steps: int = param(10, **K)
+    participation: float = param(0.25, "float", gt=0, le=1)
+    eval_every: int = param(5, "int", ge=0)
+    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 1024")
+    model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
+
+    def problems(self, where):
+        kind = self.model.get("type", "mlp")
+        if kind not in ("mlp", "cnn", "linear"):
+            return [f"{where}.model.type must be one of ['mlp', 'cnn', 'linear'], got {kind!r}"]
+        return []
+
+
+@_frozen
+class CFLMGDConfig(_EngineConfig):
+    k: int | None = param(None, **K, doc="null = number of rotation groups")
+    option: str = param("II", "str", choices=("I", "II"))
+    beta: float = param(0.9, "float", ge=0, lt=1)
+    lr_decay: float = param(1.0, "float", gt=0)
+    batch_size: int | None = param(None, **K)
+
+
+@_frozen
+class IFCAConfig(_EngineConfig):
+    k: int | None = param(None, **K)
+    aggregation: str = param("model", "str", choices=("model", "gradient"))
+
+
+@_frozen
+class FedAvgConfig(_EngineConfig):
+    pass
+
+
+RR_METHODS = ("rr_cluster", "dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox", "dp_fedper")
+
+
+@_frozen
+class RRClusterConfig(MethodConfig):
+    method: str = param("rr_cluster", "str", choices=RR_METHODS)
+    base: str = param("ifca", "str", choices=("ifca", "fesem", "fedcam"))
+    k: int | None = param(None, **K)
+    B: int = param(4, "int", ge=0, doc="every cluster gets >= B updates (B <= participation * clients / k)")
+    rho_s: float = param(0.5, "float", ge=0, lt=1)
+    C_s: float = param(0.1, "float", gt=0, le=1)
+    clip: float = param(0.3, "float", gt=0)
+    noise_calibration: str = param("replace_one", "str", choices=("replace_one", "paper_literal"))
+    calibration_bound: str = param("accountant", "str", choices=("accountant", "wang_general"))
+    server_lr: float = param(1.0, "float", gt=0)
+    mu: float = param(0.01, "float", ge=0)
+    rounds: int = param(30, **K)
+    lr: float = param(0.1, "float", gt=0)
+    local_steps: int = param(5, **K)
+    participation: float = param(0.5, "float", gt=0, le=1)
+    eval_every: int = param(5, "int", ge=0)
+    model: dict = param(_MLP, "dict")
+
+    def feasibility(self, n_clients: int, k: int, where: str = "rr_cluster.train") -> list[str]:
+        """``B <= m / k`` with ``m = round(participation * n_clients)`` sampled clients (spec 002)."""
+        if self.method != "rr_cluster" or self.B == 0:
+            return []
+        m = max(1, int(round(self.participation * n_clients)))
+        if self.B * k > m:
+            return [f"{where}.B={self.B} is infeasible: every one of k={k} clusters needs B updates but a round samples "
+                    f"only m = round(participation*clients) = round({self.participation}*{n_clients}) = {m} clients "
+                    f"(needs B <= m/k = {m // k}): lower B or raise participation / clustered_fl.data.n_clients"]
+        return []

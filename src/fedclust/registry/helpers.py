@@ -1,0 +1,86 @@
+"""Helpers shared by the method adapters (a leaf module: it imports no adapter and no pipeline)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from fedclust.params_check import ParameterError
+
+logger = logging.getLogger("fedclust.registry")
+
+
+def run_timed(fn: Callable, *args, **kwargs):
+    """Call a library ``run`` and record its wall time and rounds in ``result.info``."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    result.info["wall_time_s"] = time.perf_counter() - t0
+    if "rounds" in kwargs:
+        result.info.setdefault("rounds", kwargs["rounds"])
+    return result
+
+
+def n_clusters(k: int | None, dataset) -> int:
+    """``k``, or the number of classes of the data when it is null."""
+    return int(k or dataset.n_classes)
+
+
+def require_all_assigned(partition, method: str):
+    if (partition.client < 0).any():
+        raise ValueError(
+            f"{method} clusters every sample, but the partition left {(partition.client < 0).sum()} samples "
+            "without a client (shards with shards_per_label drops some): use another scheme or options"
+        )
+
+
+def n_clients_of(partition) -> int:
+    return int(np.asarray(partition.client).max()) + 1
+
+
+def refuse_absurd(method: str, checks: list[tuple[str, float | None, float, str]]) -> None:
+    """Raise one :class:`ParameterError` for every ``(key, value, limit, what)`` with ``value > limit``:
+    ``d > n`` and the like, which would run for hours (or fail deep inside) instead of saying so."""
+    bad = [f"{method}.train.{key}={value} exceeds {what} ({limit})" for key, value, limit, what in checks
+           if value is not None and value > limit]
+    if bad:
+        raise ParameterError("; ".join(bad))
+
+
+def log_work(method: str, rounds: int, clients: int, cost: float, unit: str) -> float:
+    """Log a one-line estimate of the work of a run, ``rounds x clients x cost`` (``cost``: per client
+    and round, in ``unit``), and return it; a run far beyond the quick tour says so before it starts."""
+    total = float(rounds) * float(clients) * float(cost)
+    logger.info("%s: work estimate %d rounds x %d clients x %.3g %s = %.3g", method, rounds, clients, cost, unit, total)
+    if total > 1e12:
+        logger.warning("%s: the work estimate (%.3g %s) is very large: this run may take hours", method, total, unit)
+    return total
+
+
+# ---- clustered FL: tensors and model ---------------------------------------------------------------
+
+def build_model(spec: dict, d_in: int, n_classes: int, image_shape=None):
+    from fedclust.clustered_fl.models import MLP, LinearRegression, ifca_cnn
+
+    kind = spec.get("type", "mlp")
+    if kind == "mlp":
+        return MLP(d_in=d_in, hidden=spec.get("hidden", 200), n_classes=n_classes)
+    if kind == "cnn":
+        if image_shape is None:
+            raise ValueError("model.type=cnn needs image data")
+        ch = image_shape[0] if len(image_shape) == 3 else 1
+        return ifca_cnn(in_channels=ch, image_size=image_shape[-1], n_classes=n_classes)
+    if kind == "linear":
+        return LinearRegression(d_in)
+    raise ValueError(f"model.type must be mlp, cnn or linear, got {kind!r}")
+
+
+def tensors_and_model(rotated, model: dict | None):
+    from fedclust.clustered_fl import FederatedTensors
+
+    data = FederatedTensors.from_rotated(rotated)
+    n_classes = int(max(rotated.y_train.max(), rotated.y_test.max())) + 1
+    net = build_model(model or {}, data.d, n_classes, tuple(rotated.images_train.shape[1:]))
+    return data, net

@@ -1,0 +1,156 @@
+"""The method registry: one :class:`MethodSpec` per method, read by the Kedro pipelines, the grids and
+the benchmark (no second dispatch table).
+
+A spec names the method's config class (its parameters, defaults and checks), its ``calibrate``
+(privacy budget -> noise; a non-private method's records epsilon = inf) and its ``run`` adapter,
+and what it releases. Adding a method: its library ``run``, an adapter + config class here, and a
+``conf/base/parameters_<name>.yml`` with the same defaults (``tests/registry`` checks the two agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from fedclust.registry import clustered_fl as cfl
+from fedclust.registry import clustering as cl
+from fedclust.registry import configs as C
+from fedclust.registry.config import MethodConfig
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method: what the pipelines and grids need to run it.
+
+    ``calibrate(privacy, config, *data) -> noise`` and ``run(*data, noise, config, seed) -> result``,
+    with ``data`` = ``(dataset, partition)`` for ``family="clustering"`` and ``(rotated,)`` for
+    ``family="clustered_fl"``.
+    """
+
+    name: str
+    family: Literal["clustering", "clustered_fl"]
+    config: type[MethodConfig]
+    calibrate: Callable
+    run: Callable
+    #: does it have a differentially private variant (else its report says epsilon = inf)
+    private: bool
+    #: the privacy unit (``sample`` or ``client``) and what a private run releases
+    unit: str = "sample"
+    releases: str = ""
+    #: Gaussians released per round, when fixed (the accountant composes rounds x this); None otherwise
+    mechanisms_per_round: int | None = None
+    #: ``(config) -> [steps that are not DP]`` for a method some of whose settings are not DP
+    non_dp_steps: Callable[[MethodConfig], list[str]] | None = None
+    #: part of the default quick tour (``kedro run``)
+    in_tour: bool = False
+    #: the library function the adapter calls, ``"module:function"`` (imported on first use)
+    library: str = ""
+
+    @property
+    def library_run(self) -> Callable:
+        """The library ``run`` of the method (for grids that pass their own keyword arguments)."""
+        import importlib
+
+        module, _, fn = self.library.partition(":")
+        return getattr(importlib.import_module(module), fn)
+
+    @property
+    def data_inputs(self) -> tuple[str, ...]:
+        return ("dataset", "partition") if self.family == "clustering" else ("rotated_data",)
+
+    def config_from(self, params: dict | None) -> MethodConfig:
+        """The validated config of ``<name>.train`` (an error names every bad key)."""
+        return self.config.from_params(params, where=f"{self.name}.train")
+
+
+def _clustering(name, config, calibrate, run, **kw) -> MethodSpec:
+    return MethodSpec(name, "clustering", config, calibrate, run, **kw)
+
+
+def _kmeans(name, config, releases, private=True) -> MethodSpec:
+    return _clustering(name, config, cl.kmeans_calibrate(name), cl.kmeans_run(name), private=private,
+                       library=f"fedclust.clustering.{name}:run",
+                       mechanisms_per_round=cl.KMEANS_MECHANISMS[name], releases=releases,
+                       non_dp_steps=lambda cfg, name=name: cl.non_dp_steps(name, cfg))
+
+
+def _clustered(name, config, in_tour=True) -> MethodSpec:
+    return MethodSpec(name, "clustered_fl", config, cfl.clustered_calibrate(name), cfl.clustered_run(name),
+                      private=False, library=f"fedclust.clustered_fl.{name}:run", unit="client", releases="client models every round (not private)",
+                      in_tour=in_tour)
+
+
+_SPECS = [
+    _clustering("fkm", C.FKMConfig, cl.fkm_calibrate, cl.fkm_run, private=True, mechanisms_per_round=1,
+                releases="noisy per-cluster sums and counts every round", in_tour=True,
+                library="fedclust.clustering.fkm:run",
+                non_dp_steps=lambda cfg: cl.non_dp_steps("fkm", cfg)),
+    _clustering("fedsc", C.FedSCConfig, cl.fedsc_calibrate, cl.fedsc_run, private=True,
+                releases="perturbed data once (data) or noisy Z every round and C once (factors)", in_tour=True,
+                library="fedclust.clustering.fedsc:run"),
+    _clustering("dp_fedc", C.DPFedCConfig, cl.dp_fedc_calibrate, cl.dp_fedc_run, private=True,
+                releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)", in_tour=True,
+                library="fedclust.clustering.dp_fedc:run"),
+    _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
+    _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
+    # DKM has no DP variant (A-1): a private run adds the calibrated noise but reports epsilon = inf
+    _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
+    _clustering("fedc_avg", C.FedCAvgConfig, cl.fedc_mf_calibrate("fedc_avg"), cl.fedc_mf_run("fedc_avg"),
+                private=False, releases="local W models every round (not private)", in_tour=True,
+                library="fedclust.clustering.fedc_mf:run_fedcavg"),
+    _clustering("fedc_gds", C.FedCGdsConfig, cl.fedc_mf_calibrate("fedc_gds"), cl.fedc_mf_run("fedc_gds"),
+                private=False, releases="W gradients every round (not private)", in_tour=True,
+                library="fedclust.clustering.fedc_mf:run_fedcgds"),
+    _clustered("ifca", C.IFCAConfig),
+    _clustered("cfl_mgd", C.CFLMGDConfig),
+    _clustered("fedavg", C.FedAvgConfig),
+    MethodSpec("rr_cluster", "clustered_fl", C.RRClusterConfig, cfl.rr_calibrate, cfl.rr_run, private=True,
+               unit="client", releases="noisy cluster identifiers and clipped, noisy model updates every round",
+               in_tour=True, library="fedclust.clustered_fl.rr_cluster:run"),
+]
+
+#: name -> spec, in the order of the quick tour
+REGISTRY: dict[str, MethodSpec] = {s.name: s for s in _SPECS}
+
+
+def get(name: str) -> MethodSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        from fedclust.params_check import _nearest
+
+        near = _nearest(name, list(REGISTRY))
+        raise ValueError(f"unknown method {name!r}" + (f"; did you mean {near!r}?" if near else "")
+                         + f" (valid: {', '.join(REGISTRY)})") from None
+
+
+def clustering_methods() -> list[str]:
+    return [n for n, s in REGISTRY.items() if s.family == "clustering"]
+
+
+def clustered_fl_methods() -> list[str]:
+    return [n for n, s in REGISTRY.items() if s.family == "clustered_fl"]
+
+
+def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
+    """Log (one line) and return a rough work estimate of a run: rounds x clients per round x cost per
+    client and round (sample-feature-cluster operations for data clustering, sample-gradient steps
+    for clustered FL)."""
+    from fedclust.registry.helpers import log_work, n_clients_of
+
+    rounds = int(getattr(cfg, "rounds", 1) or 1)
+    if spec.family == "clustering":
+        dataset, partition = data
+        n, m = (int(s) for s in dataset.X.shape[:2])
+        N = max(n_clients_of(partition), 1)
+        k = int(getattr(cfg, "k", None) or dataset.n_classes)
+        clients = int(getattr(cfg, "clients_per_round", None) or N)
+        if spec.name == "fedsc":
+            clients = max(1, round(cfg.participation * N))
+            k = int(cfg.d or min(cfg.d_max or n, n))  # the dictionary size plays k's part
+        return log_work(spec.name, rounds, clients, n / N * m * k, "sample x feature x cluster ops")
+    (rotated,) = data
+    M = int(rotated.group.size)
+    clients = max(1, round(float(getattr(cfg, "participation", 1.0)) * M))
+    per_client = len(rotated.y_train) / max(M, 1)
+    return log_work(spec.name, rounds, clients, per_client * int(getattr(cfg, "local_steps", 1)), "sample-gradient steps")

@@ -1,0 +1,145 @@
+"""The method registry's typed configs: one source of defaults (equal to conf/base), unknown keys,
+wrong types, zero counts and absurd sizes are errors naming the parameter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from fedclust.params_check import ParameterError
+from fedclust.registry import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _base_train_groups() -> dict[str, dict]:
+    """``<method>: <train dict>`` of every conf/base/parameters_*.yml."""
+    out = {}
+    for path in sorted((ROOT / "conf" / "base").glob("parameters*.yml")):
+        for name, group in (yaml.safe_load(path.read_text()) or {}).items():
+            if isinstance(group, dict) and isinstance(group.get("train"), dict):
+                out[name] = group["train"]
+    return out
+
+
+def test_every_method_pipeline_group_is_registered():
+    assert set(_base_train_groups()) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("method", list(REGISTRY))
+def test_config_defaults_equal_the_yaml_defaults(method):
+    yaml_train = _base_train_groups()[method]
+    defaults = REGISTRY[method].config.defaults()
+    assert set(defaults) == set(yaml_train), (set(defaults) ^ set(yaml_train))
+    for key, value in yaml_train.items():
+        assert defaults[key] == value and type(defaults[key]) is type(value), (key, defaults[key], value)
+    # and the YAML group itself is valid (null means default: it builds the default config)
+    assert REGISTRY[method].config_from(yaml_train) == REGISTRY[method].config()
+
+
+def test_resolved_disagreements_take_the_documented_values():
+    """RR-Cluster's B and participation were 4 / 0.5 in YAML and 8 / 0.1 in code."""
+    cfg = REGISTRY["rr_cluster"].config()
+    assert (cfg.B, cfg.participation) == (4, 0.5)
+    assert REGISTRY["fedsc"].config().mechanism == "accountant"
+
+
+@pytest.mark.parametrize("method, given, message", [
+    ("fkm", {"roundz": 5}, "unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"),
+    ("rr_cluster", {"participaton": 0.5}, "did you mean 'rr_cluster.train.participation'?"),
+    ("fkm", {"rounds": "abc"}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 'abc'"),
+    ("fkm", {"rounds": 0}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 0"),
+    ("dkm", {"k": 0}, "dkm.train.k must be null (the default) or an integer >= 1, got 0"),
+    ("fkm", {"clip": True}, "fkm.train.clip must be a number, got true"),
+    ("fkm", {"clip": -1.0}, "fkm.train.clip must be > 0, got -1.0"),
+    ("dp_fedc", {"budget": "papr"}, "dp_fedc.train.budget must be one of ['accountant', 'paper'], got 'papr'; did you mean 'paper'?"),
+    ("dp_fedc", {"q2": 0}, "dp_fedc.train.q2 must be 'diminishing' or an integer >= 1, got 0"),
+    ("fedsc", {"mechanism": "laplace"}, "fedsc.train.mechanism must be one of"),
+    ("fedsc", {"factor_budget_z": 1.0}, "fedsc.train.factor_budget_z must be < 1, got 1.0"),
+    ("ifca", {"model": 3}, "ifca.train.model must be a group of parameters, got 3"),
+    ("cfl_mgd", {"model": {"type": "rnn"}}, "cfl_mgd.train.model.type must be one of"),
+    ("fedc_gds", {"clients_per_round": 2.5}, "fedc_gds.train.clients_per_round must be null (the default) or an integer >= 1, got 2.5"),
+])
+def test_bad_values_are_errors_naming_the_parameter(method, given, message):
+    with pytest.raises(ParameterError) as err:
+        REGISTRY[method].config_from(given)
+    assert message in str(err.value)
+
+
+def test_all_problems_are_reported_at_once_and_null_means_default():
+    with pytest.raises(ParameterError, match="2 invalid parameters") as err:
+        REGISTRY["fkm"].config_from({"roundz": 5, "clip": "x"})
+    assert "fkm.train.roundz" in str(err.value) and "fkm.train.clip" in str(err.value)
+    cfg = REGISTRY["fkm"].config_from({"rounds": None, "clip": None, "k": 3})
+    assert (cfg.rounds, cfg.clip, cfg.k) == (20, 1.0, 3)
+    assert REGISTRY["fkm"].config_from({"rounds": 7.0}).rounds == 7  # an integral float is an int
+
+
+def test_configs_are_frozen():
+    cfg = REGISTRY["fkm"].config()
+    with pytest.raises(Exception):
+        cfg.rounds = 3
+
+
+def test_rr_threshold_feasibility_names_B():
+    cfg = REGISTRY["rr_cluster"].config_from({"B": 6, "participation": 0.5})
+    msg = cfg.feasibility(n_clients=40, k=4)
+    assert len(msg) == 1 and "rr_cluster.train.B=6 is infeasible" in msg[0] and "B <= m/k = 5" in msg[0]
+    assert cfg.replace(B=5).feasibility(n_clients=40, k=4) == []
+    assert cfg.replace(method="dp_ifca").feasibility(n_clients=40, k=4) == []  # no rebalancing: B unused
+
+
+# ---- absurd sizes ---------------------------------------------------------------------------------
+
+def _small_data(n=60, m=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(c, 0.3, size=(n // 3, m)) for c in (0.0, 2.0, 4.0)])
+    ds = SimpleNamespace(X=X, y=np.repeat(np.arange(3), n // 3), n_classes=3, images=None)
+    return ds, SimpleNamespace(client=np.arange(n) % 5)
+
+
+@pytest.mark.parametrize("method, given, message", [
+    ("fedsc", {"d": 500, "rounds": 2}, "fedsc.train.d=500 exceeds the number of samples n (60)"),
+    ("fkm", {"k": 100}, "fkm.train.k=100 exceeds the number of samples n (60)"),
+    ("fkm", {"clients_per_round": 9}, "fkm.train.clients_per_round=9 exceeds the number of clients (5)"),
+    ("dp_fedc", {"clients_per_round": 12}, "dp_fedc.train.clients_per_round=12 exceeds the number of clients (5)"),
+    ("fzkm", {"k": 61}, "fzkm.train.k=61 exceeds the number of samples n (60)"),
+])
+def test_absurd_sizes_are_refused_before_the_run(method, given, message):
+    spec = REGISTRY[method]
+    ds, part = _small_data()
+    cfg = spec.config_from(given)
+    noise = spec.calibrate({"epsilon": None}, cfg, ds, part)
+    with pytest.raises(ParameterError) as err:
+        spec.run(ds, part, noise, cfg, 0)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("method", list(REGISTRY))
+def test_every_spec_names_its_library_run(method):
+    spec = REGISTRY[method]
+    fn = spec.library_run
+    assert callable(fn) and spec.library == f"{fn.__module__}:{fn.__name__}"
+    assert spec.family in ("clustering", "clustered_fl")
+
+
+def test_the_benchmark_and_the_registry_share_one_gaussians_per_round_table():
+    from fedclust.grids import benchmark
+
+    assert benchmark.PRIVATE == {"fkm": 1, "fedsc": None, "dp_fedc": None, "fzkm": 1, "dk_pp": 1}
+    assert all(REGISTRY[m].mechanisms_per_round == z for m, z in benchmark.PRIVATE.items())
+
+
+def test_the_registry_is_library_code_without_kedro_or_torch_at_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, fedclust.registry, fedclust.registry.clustering, fedclust.registry.clustered_fl; "
+            "print(sorted(m for m in ('kedro', 'torch', 'fedclust.pipelines') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
