@@ -93,8 +93,8 @@ def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         with Page(chromium, tmp_path / "profile", 1600, 1000) as page:
-            page.goto(f"{base}/404.html")
-            page.evaluate("localStorage.setItem('KedroViz', JSON.stringify({showFeatureHints: false, theme: 'light'})); true")
+            page.before_each_load("localStorage.setItem('KedroViz', "
+                                  "JSON.stringify({showFeatureHints: false, theme: 'light'}))")
             page.goto(f"{base}/", settle_s=2)
             text = page.wait_for_text(["data_processing", "partitioning", *_method_namespaces()], timeout_s=60)
             time.sleep(3)  # the layout animation

@@ -96,6 +96,11 @@ class Page:
         self.call("Page.navigate", url=url)
         time.sleep(settle_s)
 
+    def before_each_load(self, script: str) -> None:
+        """Run ``script`` in every new document before its own scripts (e.g. to set local storage
+        the app reads at start-up)."""
+        self.call("Page.addScriptToEvaluateOnNewDocument", source=script)
+
     def evaluate(self, expression: str):
         res = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in res:
