@@ -233,11 +233,6 @@ def weighted_lloyd(P: np.ndarray, w: np.ndarray, C0: np.ndarray, iters: int = 20
     return C
 
 
-def kmeans_cost(X: np.ndarray, C: np.ndarray) -> float:
-    """Mean squared distance to the nearest centroid (the objective the baselines report)."""
-    return float(nearest(X, C)[1].sum() / X.shape[0])
-
-
 # ----------------------------------------------------------------------------------------------
 # logging and DP calibration
 # ----------------------------------------------------------------------------------------------

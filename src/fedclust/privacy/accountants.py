@@ -5,9 +5,9 @@ and asks an RDP (Mironov 2017) or PLD (privacy-loss-distribution, Koskela et al.
 accountant for the ε spent at a given δ. :func:`calibrate_noise_multiplier` runs the same
 accountant backwards: the smallest noise multiplier that reaches a target ε.
 
-Event structure (:func:`to_dp_event`): a release is ``count`` repetitions of one step,
+Event structure (:func:`_key_event`): a release is ``count`` repetitions of one step,
 ``SelfComposedDpEvent(step, count)``. The step is the sampling event wrapped around the step's
-Gaussians (``GaussianDpEvent`` for one, ``ComposedDpEvent`` for several):
+Gaussian (one ``GaussianDpEvent`` with the effective noise multiplier, below):
 
 * ``sampling="none"``: the Gaussians themselves;
 * ``"poisson"``: ``PoissonSampledDpEvent(sampling_rate, ...)``;
@@ -66,7 +66,6 @@ __all__ = [
     "WOR_ADD_REMOVE",
     "effective_noise_multiplier",
     "split_noise_multipliers",
-    "to_dp_event",
     "epsilon",
     "calibrate_noise_multiplier",
     "accounting_notes",
@@ -119,32 +118,6 @@ def _as_releases(releases) -> list[GaussianRelease]:
     if isinstance(releases, (GaussianRelease, dict)):
         releases = [releases]
     return [_as_release(r) for r in releases]
-
-
-def _gaussians(z: tuple[float, ...]) -> dpa.DpEvent:
-    if len(z) == 1:
-        return dpa.GaussianDpEvent(z[0])
-    return dpa.ComposedDpEvent([dpa.GaussianDpEvent(v) for v in z])
-
-
-def to_dp_event(release: GaussianRelease) -> dpa.DpEvent:
-    """The ``dp_accounting`` event that describes ``release`` (structure in the module docstring).
-
-    A release with zero noise on any component gives ``NonPrivateDpEvent``; ``count == 0`` gives
-    ``NoOpDpEvent``. The neighbouring relation is not part of a DP event: pass it to the accountant
-    (:func:`epsilon` does this).
-    """
-    r = _as_release(release)
-    if r.count == 0:
-        return dpa.NoOpDpEvent()
-    if not r.is_private:
-        return dpa.NonPrivateDpEvent()
-    step = _gaussians(r.noise_multipliers)
-    if r.sampling == "poisson":
-        step = dpa.PoissonSampledDpEvent(r.sampling_rate, step)
-    elif r.sampling == "without_replacement":
-        step = dpa.SampledWithoutReplacementDpEvent(int(r.population), int(r.sample_size), step)
-    return dpa.SelfComposedDpEvent(step, int(r.count))
 
 
 def _accounting_key(r: GaussianRelease, wor_add_remove: str):

@@ -74,14 +74,14 @@ from fedclust.clustered_fl.engine.data import FederatedTensors, Params
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB, _Batcher, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, client_norms,
-    local_gradient, local_train, segment_counts, segment_mean_keep, segment_sum,
+    local_gradient, local_train, segment_counts, segment_sum,
 )
 from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, run_clustered_fl
 
 __all__ = [
     "FederatedTensors", "ServerState", "ClientUpdates", "RoundContext", "Aggregation",
     "Aggregator", "ModelAveraging", "GradientAveraging", "DeltaAveraging",
-    "segment_sum", "segment_counts", "segment_mean_keep", "client_norms",
+    "segment_sum", "segment_counts", "client_norms",
     "client_model_losses", "assign_clusters", "local_train", "local_gradient",
     "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "evaluate", "bytes_per_client",
     "DEFAULT_CHUNK_MB",

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.data import Params
-from fedclust.clustered_fl.engine.kernels import segment_counts, segment_mean_keep
+from fedclust.clustered_fl.engine.kernels import segment_counts
 
 
 @dataclass
@@ -161,11 +161,6 @@ class Aggregator:
             out[n] = torch.where(cc > 0, acc["mom"][n] / cc.clamp(min=1), old)
         return out
 
-    @staticmethod
-    def _momentum(state, updates, g, counts):
-        if updates.momentum is None:
-            return state.momentum
-        return {n: segment_mean_keep(updates.momentum[n], g, state.momentum[n], counts) for n in state.momentum}
 
 
 class ModelAveraging(Aggregator):

@@ -222,14 +222,3 @@ def client_norms(values: Params) -> torch.Tensor:
 def segment_counts(index: torch.Tensor, k: int) -> torch.Tensor:
     """(k,) number of rows in every segment."""
     return torch.bincount(index, minlength=k)
-
-
-def segment_mean_keep(values: torch.Tensor, index: torch.Tensor, old: torch.Tensor,
-                      counts: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-segment mean of ``values``; a segment with no rows keeps its row of ``old``."""
-    k = old.shape[0]
-    if counts is None:
-        counts = segment_counts(index, k)
-    sums = segment_sum(values, index, k)
-    c = counts.to(values.dtype).reshape(-1, *([1] * (values.ndim - 1)))
-    return torch.where(c > 0, sums / c.clamp(min=1), old)
