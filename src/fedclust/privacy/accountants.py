@@ -58,6 +58,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_epsilon
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_rate, check_steps
 from fedclust.privacy.events import NEIGHBOURING, SAMPLING, GaussianRelease
 
@@ -314,24 +315,11 @@ def calibrate_noise_multiplier(
         r = GaussianRelease(split_noise_multipliers(z, w), **rel)
         return epsilon([r], d, accountant, wor_add_remove=wor_add_remove)
 
-    lo, hi = 1.0, 1.0
-    if eps_of(hi) > eps_t:
-        while eps_of(hi) > eps_t:
-            lo, hi = hi, hi * 2.0
-            if hi > max_noise_multiplier:
-                raise ValueError(
-                    f"target_epsilon={eps_t:g} is not reachable with a noise multiplier <= {max_noise_multiplier:g} "
-                    f"(delta={d:g}, steps={T}); increase target_epsilon or delta"
-                )
-    else:
-        while eps_of(lo) <= eps_t:
-            lo, hi = lo / 2.0, lo
-            if lo < 1e-8:
-                return hi
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if eps_of(mid) > eps_t:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    def unreachable():
+        return ValueError(
+            f"target_epsilon={eps_t:g} is not reachable with a noise multiplier <= {max_noise_multiplier:g} "
+            f"(delta={d:g}, steps={T}); increase target_epsilon or delta"
+        )
+
+    return log_bisect(lambda z: eps_of(z) > eps_t, rtol, max_value=max_noise_multiplier, min_value=1e-8,
+                      unreachable=unreachable)

@@ -154,28 +154,37 @@ class Aggregator:
         """``u_p = mean_{i in S_p} u_i`` (an empty cluster, or no momentum messages: kept)."""
         if not acc["mom"]:
             return state.momentum
-        c = acc["counts"]
-        out = {}
-        for n, old in state.momentum.items():
-            cc = c.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
-            out[n] = torch.where(cc > 0, acc["mom"][n] / cc.clamp(min=1), old)
-        return out
+        return {n: _mean_or_keep(acc["mom"][n], acc["counts"], old) for n, old in state.momentum.items()}
 
 
+def _mean_or_keep(sums: torch.Tensor, counts: torch.Tensor, old: torch.Tensor, scale: float = 1.0,
+                  base: torch.Tensor | None = None) -> torch.Tensor:
+    """``sums / counts`` per cluster, or ``base + scale * sums / counts`` when ``base`` is given; an
+    empty cluster keeps its row of ``old``."""
+    c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+    new = sums / c.clamp(min=1) if base is None else base + scale * sums / c.clamp(min=1)
+    return torch.where(c > 0, new, old)
 
-class ModelAveraging(Aggregator):
-    """Option II / IFCA / FedAvg (spec 004 eq. 6): per-cluster mean of the clients' models and momenta."""
 
-    name = "model_averaging"
+class _SumAggregator(Aggregator):
+    """The built-in strategies: per-cluster running sums (:meth:`Aggregator._start`), so a round is
+    ``begin`` + ``accumulate`` per chunk + ``end``. A subclass that overrides ``__call__`` (it needs
+    the whole round at once, e.g. RR-Cluster's server) does not support chunks."""
 
     def supports_chunks(self):
-        return type(self).__call__ is ModelAveraging.__call__
+        return type(self).__call__ is _SumAggregator.__call__
 
     def __call__(self, state, updates, ctx):
         return self._fold(state, updates, ctx)
 
     def begin(self, state, updates, ctx):
         return self._start(state, self.groups(updates, ctx), ctx.k)
+
+
+class ModelAveraging(_SumAggregator):
+    """Option II / IFCA / FedAvg (spec 004 eq. 6): per-cluster mean of the clients' models and momenta."""
+
+    name = "model_averaging"
 
     def accumulate(self, acc, chunk, rows, ctx):
         g = acc["g"][rows]
@@ -186,15 +195,11 @@ class ModelAveraging(Aggregator):
     def end(self, state, acc, ctx):
         c, params = acc["counts"], {}
         for n, old in state.params.items():
-            if n not in acc["sums"]:
-                params[n] = old
-                continue
-            cc = c.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
-            params[n] = torch.where(cc > 0, acc["sums"][n] / cc.clamp(min=1), old)
+            params[n] = _mean_or_keep(acc["sums"][n], c, old) if n in acc["sums"] else old
         return Aggregation(params, self._momentum_end(state, acc), acc["g"], c.numpy().copy())
 
 
-class GradientAveraging(Aggregator):
+class GradientAveraging(_SumAggregator):
     """Option I (spec 004 eq. 5): ``chi_p <- chi_p - (lr_t/norm) sum_{i in S_p} u_i``, ``u_p = mean u_i``.
 
     ``normalization="total"`` (spec: ``norm = m``, the total number of clients; the cluster step is
@@ -208,17 +213,6 @@ class GradientAveraging(Aggregator):
             raise ValueError(f"normalization must be 'total' or 'sampled', got {normalization!r}")
         self.normalization = normalization
 
-    def supports_chunks(self):
-        return type(self).__call__ is GradientAveraging.__call__
-
-    def __call__(self, state, updates, ctx):
-        if updates.momentum is None:
-            raise ValueError("GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')")
-        return self._fold(state, updates, ctx)
-
-    def begin(self, state, updates, ctx):
-        return self._start(state, self.groups(updates, ctx), ctx.k)
-
     def accumulate(self, acc, chunk, rows, ctx):
         if chunk.momentum is None:
             raise ValueError("GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')")
@@ -231,7 +225,7 @@ class GradientAveraging(Aggregator):
         return Aggregation(params, self._momentum_end(state, acc), acc["g"], acc["counts"].numpy().copy())
 
 
-class DeltaAveraging(Aggregator):
+class DeltaAveraging(_SumAggregator):
     """``chi_p <- chi_p + server_lr * privatize(sum_{i in S_p} clip(Delta_i)) / |S_p|`` (empty: kept).
 
     With the default hooks (no clip, no noise, the clients' own choices) and ``server_lr=1`` this
@@ -255,15 +249,6 @@ class DeltaAveraging(Aggregator):
     def privatize_sums(self, sums: Params, counts: torch.Tensor, ctx: RoundContext) -> Params:
         return sums
 
-    def supports_chunks(self):
-        return type(self).__call__ is DeltaAveraging.__call__
-
-    def __call__(self, state, updates, ctx):
-        return self._fold(state, updates, ctx)
-
-    def begin(self, state, updates, ctx):
-        return self._start(state, self.groups(updates, ctx), ctx.k)
-
     def accumulate(self, acc, chunk, rows, ctx):
         g = acc["g"][rows]
         for n, v in self.clip_deltas(chunk.deltas(), chunk, ctx).items():
@@ -274,8 +259,5 @@ class DeltaAveraging(Aggregator):
         counts = acc["counts"]
         sums = {n: acc["sums"][n] if n in acc["sums"] else torch.zeros_like(v) for n, v in state.params.items()}
         sums = self.privatize_sums(sums, counts, ctx)
-        params = {}
-        for n, old in state.params.items():
-            c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
-            params[n] = torch.where(c > 0, old + self.server_lr * sums[n] / c.clamp(min=1), old)
+        params = {n: _mean_or_keep(sums[n], counts, old, self.server_lr, base=old) for n, old in state.params.items()}
         return Aggregation(params, self._momentum_end(state, acc), acc["g"], counts.numpy().copy())

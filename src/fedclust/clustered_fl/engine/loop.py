@@ -214,8 +214,7 @@ class ClusteredFLEngine:
         d, step = self.data, self.chunk_clients
         out = []
         for a in range(0, len(clients), step):
-            idx = torch.as_tensor(clients[a:a + step], dtype=torch.long)
-            out.append(client_model_losses(self.model, params, d.X_train[idx], d.y_train[idx], d.n_train[idx],
+            out.append(client_model_losses(self.model, params, *self.client_data(clients[a:a + step]),
                                            max_rows=self.max_rows)[0])
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=d.X_train.dtype)
 
@@ -226,32 +225,48 @@ class ClusteredFLEngine:
     # --------------------------------------------------------------------------------------------
     def client_round(self, state: ServerState, clients: np.ndarray, lr: float) -> ClientUpdates:
         """Steps 2-3 for the given clients: batched cluster estimation, then batched local update."""
-        d = self.data
-        idx = torch.as_tensor(clients, dtype=torch.long)
-        X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        X, y, n = self.client_data(clients)
         t0 = time.perf_counter()
         # eq. (8): every client evaluates all k models on its local data, one batched forward
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         chosen = assign_clusters(losses)
         t1 = time.perf_counter()
-        start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
-        mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
-        if self.local_update == "model":
-            params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
-                                      beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                      gen=self.rngs["minibatch"])
-            steps = self.local_steps
-        else:
-            mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
-                                 gen=self.rngs["minibatch"])
-            params, steps = start, 1
-        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
-        self.n_local_samples += int(per_step.sum()) * steps
+        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"])
         t2 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         self.timing["local"] += t2 - t1
         return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
                              momentum=mom, n_samples=n)
+
+    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen):
+        """Step 3 for clients that chose ``chosen``: gather their start models and momenta, train
+        (Option II) or take the momentum-gradient (Option I) with minibatch draws from ``gen``, and
+        count the local samples. Returns (start, params, momentum)."""
+        start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
+        mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
+        if self.local_update == "model":
+            params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
+                                      beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
+                                      gen=gen)
+            steps = self.local_steps
+        else:
+            mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
+                                 gen=gen)
+            params, steps = start, 1
+        self.count_local_samples(n, steps)
+        return start, params, mom
+
+    def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The padded training data ``X, y, n`` of the given clients (a gathered copy)."""
+        idx = torch.as_tensor(clients, dtype=torch.long)
+        d = self.data
+        return d.X_train[idx], d.y_train[idx], d.n_train[idx]
+
+    def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
+        """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
+        batch, or at most ``batch_size`` per step) to ``n_local_samples``."""
+        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+        self.n_local_samples += int(per_step.sum()) * steps
 
     def _chunked(self, n_sampled: int) -> bool:
         """Whether this round runs in chunks (more clients than one chunk, and a chunk-capable setup)."""
@@ -290,27 +305,14 @@ class ClusteredFLEngine:
         for a in range(0, S, self.chunk_clients):
             rows = slice(a, min(S, a + self.chunk_clients))
             t1 = time.perf_counter()
-            idx = torch.as_tensor(clients[rows], dtype=torch.long)
-            X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+            X, y, n = self.client_data(clients[rows])
             ch = chosen[rows]
-            start = {k: v.index_select(0, ch) for k, v in state.params.items()}
-            mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
-            if self.local_update == "model":
-                params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
-                                          beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                          gen=tape.view(rows))
-                steps = self.local_steps
-            else:
-                mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
-                                     gen=tape.view(rows))
-                params, steps = start, 1
-            per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
-            self.n_local_samples += int(per_step.sum()) * steps
+            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows))
             t2 = time.perf_counter()
             chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
                                   params=params, momentum=mom, n_samples=n)
             self.aggregator.accumulate(acc, chunk, rows, ctx)
-            del chunk, params, mom, start, mom0, X, y
+            del chunk, params, mom, start, X, y
             self.timing["local"] += t2 - t1
             self.timing["aggregate"] += time.perf_counter() - t2
         t2 = time.perf_counter()
