@@ -23,21 +23,15 @@ Then a full vectorized run reports test accuracy / client ACC.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, ServerState  # noqa: E402
-from fedclust.partition.rotation import rotation  # noqa: E402
+from fedclust import bench
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, ServerState
 
 
 def build_data(n_clients=1200, n=16, n_test=4, seed=0, tile=4) -> FederatedTensors:
@@ -47,10 +41,9 @@ def build_data(n_clients=1200, n=16, n_test=4, seed=0, tile=4) -> FederatedTenso
     images, y = d.images / 16.0, d.target
     perm = np.random.default_rng(seed).permutation(len(y))
     te, tr = perm[:300], perm[300:]
-    rd = rotation(np.tile(images[tr], (tile, 1, 1)), np.tile(y[tr], tile), n_groups=4, n_clients=n_clients,
-                  samples_per_client=n, test_per_client=n_test, seed=seed,
-                  images_test=np.tile(images[te], (tile, 1, 1)), y_test=np.tile(y[te], tile))
-    return FederatedTensors.from_rotated(rd)
+    return bench.rotated(np.tile(images[tr], (tile, 1, 1)), np.tile(y[tr], tile), n_clients=n_clients, n=n,
+                         n_test=n_test, seed=seed, images_test=np.tile(images[te], (tile, 1, 1)),
+                         y_test=np.tile(y[te], tile))
 
 
 class LoopEngine:
@@ -104,20 +97,25 @@ class LoopEngine:
 
 
 def time_rounds(step, state, rounds):
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        state = step(state)
-    return state, time.perf_counter() - t0
+    def go():
+        nonlocal state
+        for _ in range(rounds):
+            state = step(state)
+        return state
+
+    return bench.timed(go)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rounds (< 1 minute)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1 suits these tiny per-client tensors on a shared 2-core machine)")
+    # --threads 1 suits these tiny per-client tensors on a shared 2-core machine
+    ap = bench.parser(__doc__, quick="fewer rounds (< 1 minute)", threads=1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    with bench.session(args):
+        return run(args)
+
+
+def run(args):
     data = build_data(seed=args.seed)
     loop_rounds, vec_rounds, full_rounds = (2, 20, 60) if args.quick else (5, 100, 300)
     cfg = dict(rounds=full_rounds, lr=0.1, beta=0.9, local_steps=10, participation=0.2, seed=args.seed,
@@ -145,10 +143,8 @@ def main(argv=None):
     rows.append(("per-client loop", loop_rounds, dt_loop))
     loop_rate = loop_rounds / dt_loop
 
-    print("| engine | rounds timed | wall (s) | rounds/s | speed-up vs loop |")
-    print("|---|---|---|---|---|")
-    for name, r, dt in rows:
-        print(f"| {name} | {r} | {dt:.2f} | {r / dt:.2f} | {r / dt / loop_rate:.1f}x |")
+    bench.table(["engine", "rounds timed", "wall (s)", "rounds/s", "speed-up vs loop"],
+                [(name, r, f"{dt:.2f}", f"{r / dt:.2f}", f"{r / dt / loop_rate:.1f}x") for name, r, dt in rows])
     for impl, st in engines.items():
         diff = max(float((st.params[k] - st_loop.params[k]).abs().max()) for k in st.params)
         mdiff = max(float((st.momentum[k] - st_loop.momentum[k]).abs().max()) for k in st.momentum)
@@ -158,11 +154,10 @@ def main(argv=None):
     print(f"vectorized (bmm) is {speed:.1f}x faster than the per-client loop (target >= 10x): "
           f"{'yes' if speed >= 10 else 'NO'}")
 
-    t0 = time.perf_counter()
-    res = ClusteredFLEngine(data, MLP(64, 32, 10), 4, **{**cfg, "test_select": "train"}).run()
+    res, wall = bench.timed(ClusteredFLEngine(data, MLP(64, 32, 10), 4, **{**cfg, "test_select": "train"}).run)
     fin = res.info["final"]
     print(f"\nfull vectorized CFL-MGD run, {full_rounds} rounds incl. final evaluation: "
-          f"{time.perf_counter() - t0:.1f} s; test accuracy {fin['test_accuracy']:.4f} (each client picks its "
+          f"{wall:.1f} s; test accuracy {fin['test_accuracy']:.4f} (each client picks its "
           f"model by its training loss), client ACC {fin['client_ACC']:.3f}, NMI {fin['client_NMI']:.3f}, "
           f"final cluster sizes {np.bincount(res.assignment, minlength=4).tolist()}")
     return 0

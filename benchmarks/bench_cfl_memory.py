@@ -37,57 +37,25 @@ import argparse
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-MNIST = ROOT.parent / "shared" / "data" / "mnist"
+from fedclust import bench
+
 N_TRAIN, N_TEST, K = 30, 10, 4
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the peak resident set size (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
-def _peak_mb(reset_ok: bool) -> float:
-    if reset_ok:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def build_data(n_clients: int, seed: int = 0):
     import torch
 
     from fedclust.clustered_fl import FederatedTensors
-    from fedclust.data.files import load_mnist_folder
-
-    ds = load_mnist_folder(MNIST, split="test")
-    images = (ds.images / 255.0).astype(np.float32)
+    _, labels, images = bench.mnist_test()
+    images = images.astype(np.float32)
     rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(ds.y))
+    perm = rng.permutation(len(labels))
     pools = {"train": perm[:8000], "test": perm[8000:]}
     group = np.arange(n_clients) % K
     out = {}
@@ -98,7 +66,7 @@ def build_data(n_clients: int, seed: int = 0):
         offs = rng.integers(0, len(pool), n_clients)
         idx = order[(offs[:, None] + np.arange(per)[None, :]) % len(pool)]  # (N, per), distinct per client
         out[split] = (torch.from_numpy(rot[group[:, None], idx]),  # (N, per, 784) float32
-                      torch.from_numpy(ds.y[pool][idx]), torch.full((n_clients,), per))
+                      torch.from_numpy(labels[pool][idx]), torch.full((n_clients,), per))
         del rot
     (Xtr, ytr, ntr), (Xte, yte, nte) = out["train"], out["test"]
     return FederatedTensors(X_train=Xtr, y_train=ytr, n_train=ntr, X_test=Xte, y_test=yte, n_test=nte,
@@ -110,18 +78,16 @@ def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None)
 
     from fedclust.clustered_fl import MLP, ClusteredFLEngine
 
-    torch.set_num_threads(threads)
+    bench.set_threads(threads)
     N = max(320, S)
     data = build_data(N)
     gc.collect()
-    data_mb = _rss_mb()
-    reset_ok = _reset_peak()
+    data_mb = bench.rss_mb()
+    reset_ok = bench.reset_peak_rss()
     eng = ClusteredFLEngine(data, MLP(784, 200, 10), K, rounds=rounds, lr=0.1, local_steps=10, batch_size=10,
                             clients_per_round=S, eval_every=0, seed=0, max_chunk_mb=chunk_mb, method="ifca")
-    t0 = time.perf_counter()
-    res = eng.run()
-    wall = time.perf_counter() - t0
-    peak = _peak_mb(reset_ok)
+    res, wall = bench.timed(eng.run)
+    peak = bench.peak_rss_mb(reset_ok)
     train_s = sum(res.info["timing"][p] for p in ("assign", "local", "aggregate"))
     if save:
         torch.save(res.params, save)
@@ -132,11 +98,10 @@ def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = bench.parser(__doc__, threads=1)
     ap.add_argument("--sizes", default="32,320,3200,10000", help="clients per round, comma separated")
     ap.add_argument("--max-chunk-mb", type=float, default=None, help="chunk budget (default: the engine's)")
     ap.add_argument("--unchunked-up-to", type=int, default=3200, help="largest S also run unchunked")
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", default=None, help="rounds per size (default: 10 below 3,200, else 1)")
     ap.add_argument("--data-clustering", default=None, metavar="SCALES",
                     help="instead: peak memory of DP-FedC, FedCAvg/FedCGds and FedSC at these multiples of "
@@ -146,16 +111,25 @@ def main():
     ap.add_argument("--worker", nargs=4, metavar=("S", "CHUNK_MB", "ROUNDS", "SAVE"), help=argparse.SUPPRESS)
     ap.add_argument("--dc-worker", nargs=3, metavar=("METHOD", "SCALE", "ROUNDS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.dc_worker or a.worker:  # a child process: one JSON line on stdout
+        worker_main(a)
+        return
+    with bench.session(a):
+        run(a)
+
+
+def worker_main(a):
     if a.dc_worker:
         m, sc, R = a.dc_worker
         print(json.dumps(dc_worker(m, int(sc), int(R), a.threads)))
-        return
-    if a.data_clustering:
-        dc_main([int(s) for s in a.data_clustering.split(",")], a.dc_rounds, a.threads, a.dc_timeout)
-        return
-    if a.worker:
+    else:
         S, mb, R, save = a.worker
         print(json.dumps(worker(int(S), float(mb), int(R), a.threads, save or None)))
+
+
+def run(a):
+    if a.data_clustering:
+        dc_main([int(s) for s in a.data_clustering.split(",")], a.dc_rounds, a.threads, a.dc_timeout)
         return
     from fedclust.clustered_fl.engine import DEFAULT_CHUNK_MB
 
@@ -211,17 +185,12 @@ def dc_worker(method: str, scale: int, rounds: int, threads: int) -> dict:
     k = 10; FedCAvg/FedCGds: synthetic linear model M = 2000, n = 10,000*scale, k = 20, P = 100*scale;
     FedSC: MNIST tiled, P = 8*scale clients, d = 100, Stage I only (``cluster=False``; Stage II is
     centralized spectral clustering on the server)."""
-    import torch
-
-    torch.set_num_threads(threads)
+    bench.set_threads(threads)
     from fedclust.partition.iid import iid
 
     rng = np.random.default_rng(0)
     if method in ("dp_fedc", "fedsc"):
-        from fedclust.data.files import load_mnist_folder
-
-        ds = load_mnist_folder(MNIST, split="test")
-        X = np.tile(ds.X.astype(np.float64) / 255.0, (scale, 1))
+        X = np.tile(bench.mnist_test()[0], (scale, 1))
         X += 1e-3 * rng.standard_normal(X.shape)  # tiled copies are not exact duplicates
     else:
         from fedclust.data.synthetic import linear_model
@@ -230,24 +199,22 @@ def dc_worker(method: str, scale: int, rounds: int, threads: int) -> dict:
     P = {"dp_fedc": 100, "fedcavg": 100, "fedcgds": 100, "fedsc": 8}[method] * scale
     client = iid(X.shape[0], P, seed=0).client
     gc.collect()
-    data_mb = _rss_mb()
-    reset_ok = _reset_peak()
-    t0 = time.perf_counter()
+    data_mb = bench.rss_mb()
+    reset_ok = bench.reset_peak_rss()
     if method == "dp_fedc":
         from fedclust.clustering import dp_fedc
 
-        dp_fedc.run(X, client, 10, rounds=rounds, clients_per_round=30 * scale, seed=0)
+        _, wall = bench.timed(dp_fedc.run, X, client, 10, rounds=rounds, clients_per_round=30 * scale, seed=0)
     elif method in ("fedcavg", "fedcgds"):
         from fedclust.clustering import fedc_mf
 
         fn = fedc_mf.run_fedcavg if method == "fedcavg" else fedc_mf.run_fedcgds
-        fn(X, client, 20, rounds=rounds, seed=0)
+        _, wall = bench.timed(fn, X, client, 20, rounds=rounds, seed=0)
     else:
         from fedclust.clustering import fedsc
 
-        fedsc.run(X, client, 10, rounds=rounds, d=100, seed=0, cluster=False)
-    wall = time.perf_counter() - t0
-    peak = _peak_mb(reset_ok)
+        _, wall = bench.timed(fedsc.run, X, client, 10, rounds=rounds, d=100, seed=0, cluster=False)
+    peak = bench.peak_rss_mb(reset_ok)
     return {"method": method, "scale": scale, "n": int(X.shape[0]), "clients": P, "rounds": rounds,
             "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb, "wall_s": wall}
 

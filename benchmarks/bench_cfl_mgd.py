@@ -16,33 +16,19 @@ training next to the rate of a plain ``torch.mm`` (and ``torch.bmm``) of the sam
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from fedclust.clustered_fl import MLP, FederatedTensors, cfl_mgd, fedavg, ifca  # noqa: E402
-from fedclust.data.files import load_mnist_folder  # noqa: E402
-from fedclust.partition.rotation import rotation  # noqa: E402
-
-MNIST_DIR = ROOT / ".." / "shared" / "data" / "mnist"
+from fedclust import bench
+from fedclust.clustered_fl import MLP, FederatedTensors, cfl_mgd, fedavg, ifca
 
 
 def build_data(n_clients: int, n: int, n_test: int, seed: int, max_images: int | None = None) -> FederatedTensors:
-    ds = load_mnist_folder(MNIST_DIR, split="test")
-    images, y = ds.images / 255.0, ds.y
-    if max_images is not None:
-        images, y = images[:max_images], y[:max_images]
-    rd = rotation(images, y, n_groups=4, n_clients=n_clients, samples_per_client=n, test_per_client=n_test,
-                  seed=seed)
-    return FederatedTensors.from_rotated(rd)
+    _, y, images = bench.mnist_test(max_images=max_images)
+    return bench.rotated(images, y, n_clients=n_clients, n=n, n_test=n_test, seed=seed)
 
 
 def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) -> float:
@@ -64,24 +50,25 @@ def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) ->
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="40 rounds on 160 clients (< 1 minute)")
+    # --threads 0 = auto: 2 on an idle 2-core machine, 1 when other processes keep it busy (OpenMP
+    # threads then stall on each other)
+    ap = bench.parser(__doc__, quick="40 rounds on 160 clients (< 1 minute)", threads=0)
     ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads; 0 = auto: 2 on an idle 2-core machine, 1 when other processes keep it "
-                         "busy (OpenMP threads then stall on each other)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--beta", type=float, default=0.9)
     ap.add_argument("--eval-every", type=int, default=10)
     args = ap.parse_args(argv)
-    threads = args.threads
-    if threads <= 0:
+    if args.threads <= 0:
         cpus = os.cpu_count() or 1
-        threads = 1 if os.getloadavg()[0] > cpus - 0.5 else min(2, cpus)
-    torch.set_num_threads(threads)
-    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists():
-        print(f"MNIST test set not found under {MNIST_DIR}; nothing to do")
+        args.threads = 1 if os.getloadavg()[0] > cpus - 0.5 else min(2, cpus)
+    with bench.session(args):
+        return run(args)
+
+
+def run(args):
+    if not bench.have_mnist():
+        print(f"MNIST test set not found under {bench.MNIST_DIR}; nothing to do")
         return 0
     n_clients, rounds = (160, 40) if args.quick else (320, 300)
     if args.rounds is not None:

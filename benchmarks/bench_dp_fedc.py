@@ -31,16 +31,14 @@ Data: ``../shared/data/mnist`` (the 10,000-image MNIST test set, pixels / 255), 
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
+from fedclust import bench
 from fedclust.clustering import dk_pp, dkm, dp_fedc, fkm, fzkm
 from fedclust.clustering._common import SegmentLayout, initial_centroids, public_centroids, sample_clients
-from fedclust.data.files import load_mnist_folder
 from fedclust.data.synthetic import gaussian_mixture
 from fedclust.metrics import clustering_accuracy
 from fedclust.partition.iid import iid
@@ -53,16 +51,8 @@ N_CLIENTS, K_DEFAULT, DELTA, B = 100, 30, 1e-4, 50
 
 
 def ms(a):
-    a = np.asarray(a, dtype=float)
-    return f"{100 * a.mean():5.1f} ± {100 * a.std():4.1f}"
-
-
-def load(path):
-    p = Path(path)
-    if not p.is_dir():
-        raise SystemExit(f"MNIST folder {p} not found (expected t10k-images-idx3-ubyte.gz and labels)")
-    ds = load_mnist_folder(p, "test")
-    return ds.X.astype(np.float64) / 255.0, ds.y
+    """ACC in percent, mean ± std."""
+    return bench.mean_std(a, scale=100, nd=1, width=5)
 
 
 def partition(y, split, seed):
@@ -217,19 +207,16 @@ def timing(X, y, G, R_full, reps, quick=False):
         with dp_fedc._blas_threads(1):
             dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)  # warm-up (caches, allocator)
             dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
-            tv, tl, tt = [], [], []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                H1, C1, _ = dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
-                tv.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                H2, C2, _ = dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
-                tl.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                H3, C3, _ = dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, h_grad_form="textbook", **kw)
-                tt.append(time.perf_counter() - t0)
+            res: dict = {}
+            med = bench.interleaved({
+                "vec": lambda: dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw),
+                "loop": lambda: dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw),
+                "textbook": lambda: dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, h_grad_form="textbook",
+                                                       **kw),
+            }, reps, results=res)
+        (H1, C1, _), (H2, C2, _), (H3, C3, _) = res["vec"], res["loop"], res["textbook"]
         err = max(np.abs(H1 - H2).max(), np.abs(C1 - C2).max(), np.abs(H1 - H3).max(), np.abs(C1 - C3).max())
-        out.append((data, N, Kr, Q2, np.median(tv), np.median(tl), np.median(tt), err))
+        out.append((data, N, Kr, Q2, med["vec"], med["loop"], med["textbook"], err))
     print(f"\n## 3. Wall time of one round (n=10000, k=10, Q1=10, b={B}, DP noise on, 1 BLAS thread, "
           f"median of {reps})\n")
     print("loop A = per-client loop with W'X_i computed once per round (as the vectorized round); loop B = "
@@ -241,10 +228,8 @@ def timing(X, y, G, R_full, reps, quick=False):
         print(f"| {data} | {N} ({y.size // N}) | {Kr} | {Q2} | {1e3 * a:.1f} | {1e3 * b:.1f} | {b / a:.1f}x | "
               f"{1e3 * c:.1f} | {c / a:.1f}x | {e:.1e} |")
     for q2, eb in ((5, 20.0),) if quick else ((5, 20.0), ("diminishing", 20.0), (5, None)):  # N=100, K=30
-        t0 = time.perf_counter()
-        r = dp_fedc.run(X, client, k, rounds=R_full, clients_per_round=K, seed=seed, q2=q2, G=G if eb else None, eps_bar=eb,
-                        clip=float(np.sqrt(X.shape[1])) if eb else None, y=y)
-        dt = time.perf_counter() - t0
+        r, dt = bench.timed(dp_fedc.run, X, client, k, rounds=R_full, clients_per_round=K, seed=seed, q2=q2,
+                            G=G if eb else None, eps_bar=eb, clip=float(np.sqrt(X.shape[1])) if eb else None, y=y)
         print(f"- full run, R={R_full}, Q2={q2}, eps_bar={eb if eb else 'inf'} (ACC/NMI logged every round): "
               f"{dt:.1f} s (final ACC {100 * r.history['ACC'][-1]:.1f} %)")
 
@@ -282,9 +267,8 @@ def privacy_cost(X, y, seeds, R, Gs, clip, eps_bar=20.0, N=N_CLIENTS, K=K_DEFAUL
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 seed, R = 4, K in {10, 30}, short timings (< 1 minute)")
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mnist"))
+    ap = bench.parser(__doc__, quick="1 seed, R = 4, K in {10, 30}, short timings (< 1 minute)")
+    ap.add_argument("--data", default=str(bench.MNIST_DIR), help="MNIST folder (default ../shared/data/mnist)")
     ap.add_argument("--G", type=float, default=0.03,
                     help="DP-FedC gradient clip bound for the private runs (non-private runs are unclipped)")
     ap.add_argument("--rho-variant", type=float, default=1e-7,
@@ -303,6 +287,11 @@ def main():
                     help="use sklearn's digits (1797 x 64, pixels / 16) instead of MNIST, N = 20 clients, K = 10")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: table,claims,timing,cost")
     a = ap.parse_args()
+    with bench.session(a):
+        run(a)
+
+
+def run(a):
     global N_CLIENTS, K_DEFAULT
     if a.digits:
         from sklearn.datasets import load_digits
@@ -311,7 +300,7 @@ def main():
         X = X.astype(np.float64) / 16.0
         N_CLIENTS, K_DEFAULT = 20, 10
     else:
-        X, y = load(a.data)
+        X, y, _ = bench.mnist_test(a.data)
     seeds = [0] if a.quick else [0, 1, 2, 3, 4]
     R = 4 if a.quick else 100
     clip = float(a.clip) if a.clip else float(np.sqrt(X.shape[1]))

@@ -27,12 +27,12 @@ MNIST is read from ``../shared/data/mnist`` (test set, pixels / 255); it is skip
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 
+from fedclust import bench
+from fedclust.bench import fmt, table, timed
 from fedclust.clustering import fedc_mf as F
 from fedclust.data.synthetic import linear_model
 from fedclust.metrics import clustering_accuracy
@@ -40,9 +40,6 @@ from fedclust.partition.iid import iid
 from fedclust.partition.kmeans_split import kmeans_split
 from fedclust.partition.power_law import power_law
 from fedclust.partition.shards import shards
-
-MNIST_DIR = Path("../shared/data/mnist")
-
 
 # --------------------------------------------------------------------------- data
 def synthetic(quick: bool, seed: int = 0):
@@ -59,13 +56,9 @@ def synthetic(quick: bool, seed: int = 0):
 
 
 def mnist(quick: bool, seed: int = 0):
-    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists():
+    if not bench.have_mnist():
         return None
-    from fedclust.data.files import load_mnist_folder
-
-    ds = load_mnist_folder(MNIST_DIR, split="test")
-    X = ds.X.astype(np.float64) / 255.0
-    y = ds.y
+    X, y, _ = bench.mnist_test()
     if quick:
         idx = np.random.default_rng(seed).choice(X.shape[0], 1000, replace=False)
         X, y = X[idx], y[idx]
@@ -79,33 +72,6 @@ def mnist(quick: bool, seed: int = 0):
         keep = c >= 0
         parts[name] = (keep, c[keep])
     return X, y, parts
-
-
-# --------------------------------------------------------------------------- helpers
-def fmt(x, nd=3):
-    if isinstance(x, str):
-        return x
-    if x is None or (isinstance(x, float) and not np.isfinite(x)):
-        return "n/a"
-    if abs(x) >= 1e4 or (abs(x) < 1e-3 and x != 0):
-        return f"{x:.2e}"
-    return f"{x:.{nd}f}"
-
-
-def table(headers, rows):
-    w = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w[i]) for i, c in enumerate(cells)) + " |"  # noqa: E731
-    print(line(headers))
-    print("|" + "|".join("-" * (x + 2) for x in w) + "|")
-    for r in rows:
-        print(line(r))
-    print()
-
-
-def timed(fn, *a, **kw):
-    t = time.perf_counter()
-    r = fn(*a, **kw)
-    return r, time.perf_counter() - t
 
 
 # --------------------------------------------------------------------------- per-client loop references
@@ -344,12 +310,16 @@ def rho_trigger_study(X, y, client, trials, quick):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, < 1 minute")
+    ap = bench.parser(__doc__, quick="small sizes, < 1 minute")
     ap.add_argument("--trials", type=int, default=None, help="common random initializations for table 3")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: conv,clust,mnist,time,rho")
     ap.add_argument("--trials5", type=int, default=10, help="seeds for table 5 (rho trigger, issue 17)")
     args = ap.parse_args()
+    with bench.session(args):
+        run(args)
+
+
+def run(args):
     quick = args.quick
     skip = set(filter(None, args.skip.split(",")))
     t0 = time.perf_counter()
@@ -371,7 +341,7 @@ def main():
         datasets = {"syn_noniid": (X, y, parts["syn_noniid"], tau_syn)}
         mn = None if "mnist" in skip else mnist(quick)
         if mn is None and "mnist" not in skip:
-            print(f"(MNIST skipped: {MNIST_DIR} not found)\n")
+            print(f"(MNIST skipped: {bench.MNIST_DIR} not found)\n")
         elif mn is not None:
             Xm, ym, mparts = mn
             for name, (keep, c) in mparts.items():

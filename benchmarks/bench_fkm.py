@@ -14,14 +14,12 @@ Prints three tables:
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
-
 import numpy as np
 from sklearn.cluster import KMeans
 
+from fedclust import bench
 from fedclust.clustering import fkm
+from fedclust.clustering._common import initial_centroids, masked_means, nearest
 from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
 from fedclust.partition import iid, shards
@@ -33,15 +31,12 @@ def loop_round(X, client, C, chosen):
     tot, cnt = np.zeros((k, m)), np.zeros(k)
     for i in chosen:
         Xi = X[client == i]
-        lab, _ = fkm.nearest_centroid(Xi, C)
+        lab, _ = nearest(Xi, C)
         for l in range(k):
             sel = lab == l
             tot[l] += Xi[sel].sum(0)
             cnt[l] += sel.sum()
-    C = C.copy()
-    ok = cnt >= 1
-    C[ok] = tot[ok] / cnt[ok, None]
-    return C
+    return masked_means(C, tot, cnt, cnt >= 1)
 
 
 def init_table(seeds=(0, 1, 2), epsilons=(None, 4.0, 16.0), rounds: int = 20, clip: float = 1.0):
@@ -58,8 +53,7 @@ def init_table(seeds=(0, 1, 2), epsilons=(None, 4.0, 16.0), rounds: int = 20, cl
         "uniform_ball r=1": None,  # built per seed below
     }
     print(f"\n## FKM ACC by initialisation: digits, iid, 10 clients, {rounds} rounds, clip {clip} (private)\n")
-    print("| init | " + " | ".join("no DP" if e is None else f"eps={e:g}" for e in epsilons) + " |")
-    print("|---" * (len(epsilons) + 1) + "|")
+    rows = []
     for name, kw in inits.items():
         cells = []
         for eps in epsilons:
@@ -73,29 +67,32 @@ def init_table(seeds=(0, 1, 2), epsilons=(None, 4.0, 16.0), rounds: int = 20, cl
                             clip=clip if z > 0 else None, **kw_s)
                 accs.append(clustering_scores(y, r.labels)["ACC"])
             cells.append(f"{np.mean(accs):.3f} ± {np.std(accs):.3f}")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        rows.append([name, *cells])
+    bench.table(["init", *("no DP" if e is None else f"eps={e:g}" for e in epsilons)], rows)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--mnist", default="../shared/data/mnist")
+    ap = bench.parser(__doc__, quick="2 seeds, 20 rounds")
+    ap.add_argument("--mnist", default=str(bench.MNIST_DIR), help="MNIST folder (default ../shared/data/mnist)")
     ap.add_argument("--init-only", action="store_true", help="only the initialisation table")
     args = ap.parse_args()
+    with bench.session(args):
+        run(args)
+
+
+def run(args):
     if args.init_only:
         init_table()
         return
     seeds = range(2 if args.quick else 5)
     rounds = 20 if args.quick else 50
-    if Path(args.mnist).exists():
+    if bench.have_mnist(args.mnist):
         ds = prepare_dataset("mnist", path=args.mnist)
     else:
         print(f"(MNIST not found at {args.mnist}: using digits)")
         ds = prepare_dataset("digits")
     k = ds.n_classes
     print(f"## ACC on {ds.name}: n={ds.n_samples}, m={ds.n_features}, k={k}, 10 clients, {rounds} rounds\n")
-    print("| method | ACC mean ± std | NMI mean ± std |")
-    print("|---|---|---|")
     rows = {"sklearn KMeans (pooled, n_init=10)": [], "FKM iid": [], "FKM shards (2 labels/client)": []}
     for s in seeds:
         rows["sklearn KMeans (pooled, n_init=10)"].append(
@@ -104,33 +101,32 @@ def main():
         for name, part in (("FKM iid", iid(ds.n_samples, 10, seed=s)), ("FKM shards (2 labels/client)", shards(ds.y, 10, 2, seed=s))):
             r = fkm.run(ds.X, part.client, k, rounds=rounds, seed=s)
             rows[name].append(clustering_scores(ds.y, r.labels))
-    for name, vals in rows.items():
-        acc = np.array([v["ACC"] for v in vals])
-        nmi = np.array([v["NMI"] for v in vals])
-        print(f"| {name} | {acc.mean():.4f} ± {acc.std():.4f} | {nmi.mean():.4f} ± {nmi.std():.4f} |")
+    bench.table(["method", "ACC mean ± std", "NMI mean ± std"],
+                [(name, bench.mean_std([v["ACC"] for v in vals], nd=4), bench.mean_std([v["NMI"] for v in vals], nd=4))
+                 for name, vals in rows.items()])
 
-    print("\n## One round: vectorized vs per-client loop\n")
-    print("| clients | samples | vectorized s/round | loop s/round | speed-up |")
-    print("|---|---|---|---|---|")
+    print("## One round: vectorized vs per-client loop (median of 5 interleaved repeats)\n")
     X = ds.X.astype(np.float64)
+    rows = []
     for n_clients in (10, 100, 1000, 5000):
         part = iid(ds.n_samples, n_clients, seed=0)
-        C = fkm.init_from_data(X, k, 0)
-        reps = 5
+        C = initial_centroids(X, k, 0, init="data")
         chosen = np.arange(n_clients)
         rng = np.random.default_rng(0)
         x_sq = np.einsum("ij,ij->i", X, X)  # computed once per run in fkm.run
-        t = time.perf_counter()
-        for _ in range(reps):
-            lab, _ = fkm.nearest_centroid(X, C, x_sq)
-            C_vec = fkm.aggregate_round(X, part.client, lab, C, chosen, n_clients, 0.0, rng)
-        t_vec = (time.perf_counter() - t) / reps
-        t = time.perf_counter()
-        for _ in range(reps):
-            loop_round(X, part.client, C, np.arange(n_clients))
-        t_loop = (time.perf_counter() - t) / reps
-        same = np.allclose(C_vec, loop_round(X, part.client, C, chosen))  # the same centroids
-        print(f"| {n_clients} | {ds.n_samples} | {t_vec:.4f} | {t_loop:.4f} | {t_loop / t_vec:.1f}x{'' if same else ' (MISMATCH)'} |")
+
+        def vectorized():
+            lab, _ = nearest(X, C, x_sq)
+            return fkm.aggregate_round(X, part.client, lab, C, chosen, n_clients, 0.0, rng)
+
+        out: dict = {}
+        med = bench.interleaved({"vec": vectorized, "loop": lambda: loop_round(X, part.client, C, chosen)}, 5,
+                                results=out)
+        same = np.allclose(out["vec"], out["loop"])  # the same centroids
+        t_vec, t_loop = med["vec"], med["loop"]
+        rows.append((n_clients, ds.n_samples, f"{t_vec:.4f}", f"{t_loop:.4f}",
+                     f"{t_loop / t_vec:.1f}x{'' if same else ' (MISMATCH)'}"))
+    bench.table(["clients", "samples", "vectorized s/round", "loop s/round", "speed-up"], rows)
     init_table()
 
 

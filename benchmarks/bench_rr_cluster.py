@@ -47,35 +47,27 @@ max parameter difference).
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from fedclust import bench
+from fedclust.clustered_fl import MLP, FederatedTensors
+from fedclust.clustered_fl import dp_baselines as dpb
+from fedclust.clustered_fl import rr_cluster
+from fedclust.clustered_fl.engine import client_model_losses, local_train
+from fedclust.privacy.accountants import epsilon as accounted
+from fedclust.rng import stream
 
-from fedclust.clustered_fl import MLP, FederatedTensors  # noqa: E402
-from fedclust.clustered_fl import dp_baselines as dpb  # noqa: E402
-from fedclust.clustered_fl import rr_cluster  # noqa: E402
-from fedclust.clustered_fl.engine import client_model_losses, local_train  # noqa: E402
-from fedclust.data.files import load_mnist_folder  # noqa: E402
-from fedclust.partition.rotation import rotation  # noqa: E402
-from fedclust.privacy.accountants import epsilon as accounted  # noqa: E402
-from fedclust.rng import stream  # noqa: E402
-
-MNIST_DIR = ROOT / ".." / "shared" / "data" / "mnist"
 DELTA, Q, C_S = 1e-3, 0.1, 0.1
 TUNE_SEED = 100
 CLIPS = (0.1, 0.3, 1.0)
 
 
 def load_images():
-    ds = load_mnist_folder(MNIST_DIR, split="test")
+    ds = bench.mnist_raw()
     img = ds.images.astype(np.float32)[:, 4:24, 4:24] / 255.0
     return img.reshape(-1, 10, 2, 10, 2).mean((2, 4)), ds.y
 
@@ -83,9 +75,8 @@ def load_images():
 def build(images, y, setting: str, seed: int, M: int):
     ratios = None if setting == "balanced" else (2, 1, 1)
     G = 4 if setting == "balanced" else 3
-    rd = rotation(images, y, n_groups=G, ratios=ratios, n_clients=M, samples_per_client=8, test_per_client=2,
-                  seed=seed, reuse=False)
-    return FederatedTensors.from_rotated(rd), G
+    return bench.rotated(images, y, n_groups=G, ratios=ratios, n_clients=M, n=8, n_test=2, seed=seed,
+                         reuse=False), G
 
 
 # (label, kind, B, noise calibration): every method replace-one (amendment A-2)
@@ -123,7 +114,7 @@ def run_one(data, k, kind, B, calib, eps, clip, seed, T, M):
 
 def fmt(vals, pct=True):
     v = np.asarray(vals, dtype=float) * (100 if pct else 1)
-    return f"{v.mean():5.1f} ± {v.std():4.1f}" if v.size > 1 else f"{v.mean():5.1f}"
+    return bench.mean_std(v, nd=1, width=5) if v.size > 1 else f"{v.mean():5.1f}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -161,14 +152,11 @@ def engine_vs_loop(images, y, M, T):
     data, k = build(images, y, "balanced", 0, M)
     model = MLP(data.d, (), 10)
     ss, st = rr_cluster.calibrate(4, DELTA, Q, T, M, 0.5)
-    t0 = time.perf_counter()
-    res = rr_cluster.run(data, model, k, B=0, sigma_s=ss, sigma_theta=st, clip=0.3, lr=0.1,
-                         local_steps=5, rounds=T, participation=Q, seed=0, eval_every=0)
+    res, t_all = bench.timed(rr_cluster.run, data, model, k, B=0, sigma_s=ss, sigma_theta=st, clip=0.3, lr=0.1,
+                             local_steps=5, rounds=T, participation=Q, seed=0, eval_every=0)
     t_vec = res.info["timing"]["assign"] + res.info["timing"]["local"] + res.info["timing"]["aggregate"]
-    t_all = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = loop_reference(data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st, f=2, seed=0)
-    t_loop = time.perf_counter() - t0
+    ref, t_loop = bench.timed(loop_reference, data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st,
+                              f=2, seed=0)
     diff = max(float((res.params[n] - ref[n]).abs().max()) for n in ref)
     print(f"\n## Vectorized engine vs per-client loop (DP-IFCA, eps=4, balanced, {T} rounds, {int(Q * M)} clients/round)\n")
     print("| implementation | training wall (s) | rounds/s |")
@@ -283,17 +271,18 @@ def few_clients(datasets, seeds, epss, M, quick):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="1 seed, eps in {4, inf}, T=15, fixed C (< 1 min)")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
+    ap = bench.parser(__doc__, quick="1 seed, eps in {4, inf}, T=15, fixed C (< 1 min)", seeds=5, threads=1)
     ap.add_argument("--no-extras", action="store_true",
                     help="only the Table 1 and Table 4 layouts (skip the larger-B, few-clients, synthetic and "
                          "engine-vs-loop sections)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").exists():
-        print(f"MNIST not found in {MNIST_DIR}; nothing to do")
+    with bench.session(args):
+        run(args)
+
+
+def run(args):
+    if not bench.have_mnist():
+        print(f"MNIST not found in {bench.MNIST_DIR}; nothing to do")
         return
     M = 1000
     if args.quick:

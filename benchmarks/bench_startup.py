@@ -20,7 +20,7 @@ The numbers depend on the machine's load; compare before/after on the same machi
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
 import re
 import shutil
@@ -31,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from fedclust import bench
+
+ROOT = Path(__file__).resolve().parents[1]  # the project this script belongs to
 PY = sys.executable
 KEDRO = str(Path(PY).with_name("kedro"))
 ENV = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
@@ -54,11 +56,11 @@ IMPORTS = {
 TINY = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=6"
 
 
-def time_python(code: str) -> tuple[float, str]:
-    t0 = time.perf_counter()
+def run_python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; its last printed line when it prints (else "")."""
     out = subprocess.run([PY, "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True)
     lines = out.stdout.strip().splitlines()
-    return time.perf_counter() - t0, (lines[-1].strip() if "print(" in code and lines else "")
+    return lines[-1].strip() if "print(" in code and lines else ""
 
 
 def project_copy(dest: Path) -> Path:
@@ -104,18 +106,21 @@ def time_run(project: Path) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one repetition instead of three")
+    parser = bench.parser(__doc__, quick="one repetition instead of three")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--run-only", action="store_true", help="only the tiny `kedro run`, not the imports")
     args = parser.parse_args()
-    repeat = 1 if args.quick else args.repeat
+    with bench.session(args):
+        run(args)
 
-    rows = []
-    for label, code in ({} if args.run_only else IMPORTS).items():
-        results = [time_python(code) for _ in range(repeat)]
-        note = results[-1][1]
-        rows.append((f"{label} ({note})" if note else label, statistics.median(t for t, _ in results)))
+
+def run(args) -> None:
+    repeat = 1 if args.quick else args.repeat
+    notes: dict = {}
+    imports = {} if args.run_only else IMPORTS
+    med = bench.interleaved({label: functools.partial(run_python, code) for label, code in imports.items()},
+                            repeat, results=notes)
+    rows = [(f"{label} ({notes[label]})" if notes[label] else label, med[label]) for label in imports]
     with tempfile.TemporaryDirectory() as tmp:
         project = project_copy(Path(tmp))
         time_run(project)  # first run creates the MLflow store: not what a user pays every time
@@ -126,14 +131,12 @@ def main() -> None:
 
     print(f"\nStart-up cost (median of {repeat}; each import in a fresh interpreter, including "
           "the interpreter's own start)\n")
-    print("| step | seconds |")
-    print("|---|---:|")
-    for label, seconds in rows:
-        print(f"| import {label} | {seconds:.2f} |")
-    print(f"| `kedro run --pipelines=fkm` (tiny): wall | {wall:.2f} |")
-    print(f"| ... before the first node starts | {first:.2f} |")
-    print(f"| ... inside nodes | {nodes:.2f} |")
-    print(f"| ... overhead (wall - inside nodes) | {wall - nodes:.2f} |")
+    bench.table(["step", "seconds"], [(f"import {label}", f"{seconds:.2f}") for label, seconds in rows] + [
+        ("`kedro run --pipelines=fkm` (tiny): wall", f"{wall:.2f}"),
+        ("... before the first node starts", f"{first:.2f}"),
+        ("... inside nodes", f"{nodes:.2f}"),
+        ("... overhead (wall - inside nodes)", f"{wall - nodes:.2f}"),
+    ])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from fedclust.clustered_fl import (
     MLP, Aggregator, ClientUpdates, ClusteredFLEngine, DeltaAveraging, FederatedTensors, GradientAveraging,
     LinearRegression, ModelAveraging, RoundContext, ServerState, assign_clusters, cfl_mgd,
-    client_model_losses, evaluate, ifca_cnn, local_gradient, local_train, segment_mean_keep,
+    client_model_losses, evaluate, ifca_cnn, local_gradient, local_train,
 )
 from fedclust.clustered_fl.engine import _Batcher
 
@@ -292,12 +292,6 @@ def test_delta_averaging_default_equals_model_averaging_and_groups_hook_moves_up
     # cluster 0: delta 3 alone; cluster 1: deltas 1 (trained from chi_0) and 4
     assert torch.allclose(c.params["w"], torch.tensor([[3.0], [10.0 + 2.5]]))
     assert c.cluster_sizes.tolist() == [1, 2]
-
-
-def test_segment_mean_keep_keeps_empty_rows():
-    v = torch.tensor([[1.0], [3.0]])
-    out = segment_mean_keep(v, torch.tensor([2, 2]), torch.tensor([[5.0], [6.0], [7.0]]))
-    assert out.squeeze().tolist() == [5.0, 6.0, 2.0]
 
 
 def test_custom_aggregator_plugs_in_and_records_dp_events():

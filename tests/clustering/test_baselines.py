@@ -157,12 +157,15 @@ def test_private_initial_centroids_do_not_depend_on_the_data(mod, mixture, monke
 
     X, y, client = mixture
     seen = []
+    original = common.initial_centroids
 
     def spy(*args, **kwargs):
-        seen.append(common.initial_centroids(*args, **kwargs))
+        seen.append(original(*args, **kwargs))
         return seen[-1]
 
+    # the method's own import, or the shared setup (_common.baseline_setup) that calls it
     monkeypatch.setattr(mod, "initial_centroids", spy, raising=False)
+    monkeypatch.setattr(common, "initial_centroids", spy)
     kw = {**_dp_kw(mod), "rounds": 1}
     a = mod.run(X, client, 4, seed=5, **kw)
     b = mod.run(X[::-1] + 3.0, client, 4, seed=5, **kw)

@@ -1,4 +1,4 @@
-"""Accountants on dp-accounting: events, epsilon, calibration (pinned to direct dp-accounting calls)."""
+"""Accountants on dp-accounting: epsilon, calibration (pinned to direct dp-accounting calls)."""
 
 import math
 
@@ -15,7 +15,6 @@ from fedclust.privacy.accountants import (
     effective_noise_multiplier,
     epsilon,
     split_noise_multipliers,
-    to_dp_event,
 )
 
 NR = dpa.NeighboringRelation
@@ -25,18 +24,6 @@ def _direct_rdp(event, relation=NR.ADD_OR_REMOVE_ONE, delta=1e-5):
     acc = RdpAccountant(orders=DEFAULT_RDP_ORDERS, neighboring_relation=relation)
     acc.compose(event)
     return acc.get_epsilon(delta)
-
-
-def test_to_dp_event_structure():
-    e = to_dp_event(GaussianRelease((1.1,), count=7, sampling="poisson", sampling_rate=0.01))
-    assert e == dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(1.1)), 7)
-    e = to_dp_event(GaussianRelease((2.0, 3.0), count=3))
-    assert e == dpa.SelfComposedDpEvent(
-        dpa.ComposedDpEvent([dpa.GaussianDpEvent(2.0), dpa.GaussianDpEvent(3.0)]), 3)
-    e = to_dp_event(GaussianRelease((2.0,), count=4, sampling="without_replacement", population=100, sample_size=10))
-    assert e == dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(100, 10, dpa.GaussianDpEvent(2.0)), 4)
-    assert to_dp_event(GaussianRelease((0.0, 1.0), count=2)) == dpa.NonPrivateDpEvent()
-    assert to_dp_event(GaussianRelease((1.0,), count=0)) == dpa.NoOpDpEvent()
 
 
 def test_epsilon_matches_dp_accounting_abadi_setting():

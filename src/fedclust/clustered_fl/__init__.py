@@ -18,10 +18,10 @@ from fedclust.clustered_fl.engine import (
     Aggregation, Aggregator, ClientUpdates, ClusteredFLEngine, ClusteredFLResult, DeltaAveraging,
     FederatedTensors, GradientAveraging, ModelAveraging, RoundContext, ServerState, assign_clusters,
     client_model_losses, client_norms, evaluate, local_gradient, local_train, run_clustered_fl, segment_counts,
-    segment_mean_keep, segment_sum,
+    segment_sum,
 )
 from fedclust.clustered_fl.models import (
-    MLP, BatchedModel, IFCACNN, LinearRegression, ModuleModel, ifca_cnn, n_parameters, stack_module_params,
+    MLP, BatchedModel, IFCACNN, LinearRegression, ModuleModel, ifca_cnn, stack_module_params,
 )
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "Aggregation", "Aggregator", "ClientUpdates", "ClusteredFLEngine", "ClusteredFLResult", "DeltaAveraging",
     "FederatedTensors", "GradientAveraging", "ModelAveraging", "RoundContext", "ServerState",
     "assign_clusters", "client_model_losses", "client_norms", "evaluate", "local_gradient", "local_train", "run_clustered_fl",
-    "segment_counts", "segment_mean_keep", "segment_sum",
-    "MLP", "BatchedModel", "IFCACNN", "LinearRegression", "ModuleModel", "ifca_cnn", "n_parameters",
-    "stack_module_params",
+    "segment_counts", "segment_sum",
+    "MLP", "BatchedModel", "IFCACNN", "LinearRegression", "ModuleModel", "ifca_cnn", "stack_module_params",
 ]

@@ -196,9 +196,8 @@ class FedPerEngine(ClusteredFLEngine):
         return state
 
     def client_round(self, state, clients, lr):
-        d = self.data
         idx = torch.as_tensor(clients, dtype=torch.long)
-        X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        X, y, n = self.client_data(clients)
         S = len(clients)
         t0 = time.perf_counter()
         start = {}
@@ -210,8 +209,7 @@ class FedPerEngine(ClusteredFLEngine):
         for name in self.head_keys:  # the head stays on the client
             self.heads[name][idx] = params[name]
             params[name] = start[name]
-        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
-        self.n_local_samples += int(per_step.sum()) * self.local_steps
+        self.count_local_samples(n, self.local_steps)
         self.timing["local"] += time.perf_counter() - t0
         return ClientUpdates(clients=clients, chosen=torch.zeros(S, dtype=torch.long), losses=losses,
                              start_params=start, params=params, momentum=None, n_samples=n)

@@ -35,7 +35,6 @@ Inputs are always flattened rows (``d`` features); models that need images resha
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -46,7 +45,7 @@ from torch.func import functional_call, vmap
 
 __all__ = [
     "BatchedModel", "MLP", "ModuleModel", "IFCACNN", "ifca_cnn", "LinearRegression",
-    "stack_module_params", "n_parameters", "LOSSES",
+    "stack_module_params", "LOSSES",
 ]
 
 #: loss kinds: per-sample cross-entropy on logits, or 1/2 squared error on a scalar output
@@ -460,8 +459,3 @@ class LinearRegression(BatchedModel):
 
     def flops_per_sample(self):
         return {"forward": 2.0 * self.d, "train_step": 4.0 * self.d}
-
-
-def n_parameters(params: dict[str, torch.Tensor]) -> int:
-    """Number of reals in ONE copy of stacked parameters."""
-    return int(sum(math.prod(v.shape[1:]) for v in params.values()))

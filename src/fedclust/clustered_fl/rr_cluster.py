@@ -458,9 +458,7 @@ class FeSEMEngine(ClusteredFLEngine):
         self.last_center = np.full(self.data.n_clients, -1, dtype=np.int64)
 
     def client_round(self, state, clients, lr):
-        d = self.data
-        idx = torch.as_tensor(clients, dtype=torch.long)
-        X, y, n = d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        X, y, n = self.client_data(clients)
         t0 = time.perf_counter()
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         last = torch.as_tensor(self.last_center[clients])
@@ -475,8 +473,7 @@ class FeSEMEngine(ClusteredFLEngine):
         chosen = torch.argmin(torch.cdist(flat_i.double(), flat_c.double()), dim=1)
         self.last_center[clients] = chosen.numpy()
         anchor = {k: v.index_select(0, chosen) for k, v in state.params.items()}
-        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
-        self.n_local_samples += int(per_step.sum()) * self.local_steps
+        self.count_local_samples(n, self.local_steps)
         self.timing["assign"] += t1 - t0
         self.timing["local"] += time.perf_counter() - t1
         return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=anchor, params=params,

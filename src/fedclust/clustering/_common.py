@@ -8,7 +8,9 @@ baselines (spec 000, A11).
 
 from __future__ import annotations
 
+import logging
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -142,9 +144,8 @@ def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None, *, 
     """The shared W^0 (spec 000, A9; amendment A-1).
 
     ``init_centroids`` if given (the caller vouches that they are public); else by ``init``:
-    ``"data"``: k distinct random data rows drawn from stream ``"init"`` (the same rows as
-    :func:`fedclust.clustering.fkm.init_from_data`; not private: a private run that uses it must
-    report epsilon = inf, see :func:`init_is_private_release`); ``"uniform_box"`` /
+    ``"data"``: k distinct random data rows drawn from stream ``"init"`` (not private: a private
+    run that uses it must report epsilon = inf, see :func:`init_is_private_release`); ``"uniform_box"`` /
     ``"uniform_ball"``: :func:`public_centroids`.
     """
     m = X.shape[1]
@@ -188,9 +189,10 @@ def sq_dists(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = None) -> np
     return np.maximum(d2, 0.0, out=d2)
 
 
-def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest-centroid index of every row and its squared distance."""
-    d2 = sq_dists(X, C)
+def nearest(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest-centroid index of every row and its squared distance (``x_sq``: the squared row norms
+    of X, to skip recomputing them every round)."""
+    d2 = sq_dists(X, C, x_sq)
     lab = d2.argmin(1)
     return lab, d2[np.arange(X.shape[0]), lab]
 
@@ -212,6 +214,15 @@ def weighted_kmeanspp(P: np.ndarray, w: np.ndarray, k: int, rng: np.random.Gener
     return np.array(C)
 
 
+def masked_means(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """The server's centre update of a Lloyd step: a copy of ``C`` (k, m) whose rows ``ok`` become
+    ``sums / counts``; the other clusters (empty, or with a noisy count below the threshold) keep
+    their centre."""
+    C = C.copy()
+    C[ok] = sums[ok] / counts[ok, None]
+    return C
+
+
 def weighted_lloyd(P: np.ndarray, w: np.ndarray, C0: np.ndarray, iters: int = 20) -> np.ndarray:
     """Weighted Lloyd iterations on a small point set, warm-started at ``C0``; a centre that gets
     no (positive) weight keeps its previous position."""
@@ -222,20 +233,12 @@ def weighted_lloyd(P: np.ndarray, w: np.ndarray, C0: np.ndarray, iters: int = 20
         lab, _ = nearest(P, C)
         onehot = (lab[None, :] == np.arange(k)[:, None]) * w[None, :]  # (k, |P|) weighted
         mass = onehot.sum(1)
-        sums = onehot @ P
-        ok = mass > 0
-        newC = C.copy()
-        newC[ok] = sums[ok] / mass[ok, None]
+        newC = masked_means(C, onehot @ P, mass, mass > 0)
         if np.allclose(newC, C, rtol=0, atol=1e-12):
             C = newC
             break
         C = newC
     return C
-
-
-def kmeans_cost(X: np.ndarray, C: np.ndarray) -> float:
-    """Mean squared distance to the nearest centroid (the objective the baselines report)."""
-    return float(nearest(X, C)[1].sum() / X.shape[0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +251,32 @@ def new_history(y, extra=()) -> dict[str, list[float]]:
     for name in extra:
         h[name] = []
     return h
+
+
+def round_logger(name: str, history: dict, X: np.ndarray, y, rounds: int, progress, log=None):
+    """``log_round(t, C)``: the end of a baseline's round t, with centres C: the objective (mean squared
+    distance to the nearest centre), ACC/NMI when ``y`` is given, a log line, ``progress(t, history)``."""
+    log = log or logging.getLogger(f"fedclust.clustering.{name}")
+
+    def log_round(t: int, C: np.ndarray) -> None:
+        lab, d2 = nearest(X, C)
+        history["objective"].append(float(d2.sum() / X.shape[0]))
+        log_scores(history, y, lab)
+        log.info("%s round %d/%d objective %.5g", name, t, rounds, history["objective"][-1])
+        if progress is not None:
+            progress(t, history)
+
+    return log_round
+
+
+def init_release(private: bool, init: str, init_centroids, what: str) -> list:
+    """The release of a private run whose W^0 is k private data rows (``init="data"``): one
+    ``non_dp_release`` naming ``what`` (epsilon = inf); empty otherwise."""
+    if private and init_is_private_release(init, init_centroids):
+        from fedclust.privacy.events import non_dp_release
+
+        return [non_dp_release(f"{what} are k private data rows (init='data')")]
+    return []
 
 
 def log_scores(history: dict, y, labels: np.ndarray) -> None:
@@ -297,6 +326,34 @@ def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
     )
 
 
+class BaselineSetup(NamedTuple):
+    z: float  # noise multiplier of a round's release (0 = not private)
+    private: bool
+    clip: float | None  # public L2 bound on every sample (None when not private and not given)
+    lay: SegmentLayout  # rows sorted by client
+    Xc: np.ndarray  # clipped rows in client order
+    init: str  # how W^0 was drawn
+    C0: np.ndarray  # (k, m) initial centres
+
+
+def baseline_setup(X: np.ndarray, client: np.ndarray, n_clients: int, k: int, seed: int, *, noise_multiplier,
+                   epsilon, delta, mechanism: str, clip, init_centroids, init, init_domain) -> BaselineSetup:
+    """The common start of the sampled-client k-means baselines (DK++, DKM, FZKM): the noise
+    multiplier (:func:`baseline_noise_multiplier`), the public clip (:func:`data_clip`), the clipped
+    rows in client order (every client must have a sample) and the initial centres."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    z = baseline_noise_multiplier(noise_multiplier, epsilon, delta, mechanism)
+    private = z > 0
+    clip = data_clip(X, clip, private)
+    lay = SegmentLayout(client, n_clients)
+    check_all_clients_nonempty(lay.sizes)
+    Xc = clip_data(X, clip)[lay.order]
+    init = check_init(init, private)
+    C0 = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
+    return BaselineSetup(z, private, clip, lay, Xc, init, C0)
+
+
 # ----------------------------------------------------------------------------------------------
 # segment / padded layouts of the sampled clients
 # ----------------------------------------------------------------------------------------------
@@ -310,15 +367,15 @@ def segment_sums(values: np.ndarray, seg: np.ndarray, n_seg: int, weights: np.nd
     return np.asarray(M @ v).reshape((n_seg,) + values.shape[1:])
 
 
-def padded_rows(lay: SegmentLayout, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(K, n_max) sorted-row indices of the clients' samples (padding repeats the first row) and
-    the (K, n_max) validity mask."""
+def padded_data(lay: SegmentLayout, Xs: np.ndarray, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The padded client layout: the clients' samples (rows of ``Xs``, sorted by client) as one
+    (K, n_max, m) array, zero on padding, and the (K, n_max) validity mask."""
     sz = lay.sizes[clients]
     nmax = int(sz.max())
     pos = np.arange(nmax)[None, :]
     mask = pos < sz[:, None]
     rows = lay.offsets[clients][:, None] + np.where(mask, pos, 0)
-    return rows, mask
+    return Xs[rows] * mask[..., None], mask
 
 
 def noisy(x: np.ndarray, std: float, rng: np.random.Generator | None) -> np.ndarray:
@@ -342,12 +399,8 @@ def lloyd_round(Xc: np.ndarray, lay: SegmentLayout, S: np.ndarray, C: np.ndarray
     seg = slot * k + lab
     sums = noisy(segment_sums(Xr, seg, K * k), std_sum, rng_noise)
     cnts = noisy(np.bincount(seg, minlength=K * k).astype(np.float64), std_cnt, rng_noise)
-    tot = sums.reshape(K, k, m).sum(0)
     cnt = cnts.reshape(K, k).sum(0)
-    ok = cnt >= 1.0
-    C = C.copy()
-    C[ok] = tot[ok] / cnt[ok, None]
-    return C
+    return masked_means(C, sums.reshape(K, k, m).sum(0), cnt, cnt >= 1.0)
 
 
 def weighted_cost(P: np.ndarray, w: np.ndarray, C: np.ndarray) -> float:

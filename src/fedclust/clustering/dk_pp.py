@@ -48,22 +48,16 @@ import math
 import numpy as np
 
 from fedclust.clustering._common import (
-    MECHANISMS,
-    SegmentLayout,
-    baseline_noise_multiplier,
-    check_all_clients_nonempty,
+    baseline_setup,
     check_clients_per_round,
     check_int,
-    clip_data,
-    check_init,
-    data_clip,
     init_is_private_release,
-    initial_centroids,
+    init_release,
     lloyd_round,
-    log_scores,
     nearest,
     new_history,
     noisy,
+    round_logger,
     sample_clients,
     server_kmeans,
     with_blas_limit,
@@ -126,16 +120,9 @@ def run(
     if not ell > 0 or math.isinf(ell):
         raise ValueError(f"oversampling must be a finite number > 0, got {oversampling!r}")
     recluster_iters = check_int("recluster_iters", recluster_iters, 1)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    z = baseline_noise_multiplier(noise_multiplier, epsilon, delta, mechanism)
-    private = z > 0
-    clip = data_clip(X, clip, private)
-    lay = SegmentLayout(client, N)
-    check_all_clients_nonempty(lay.sizes)
-    Xc = clip_data(X, clip)[lay.order]
-    init = check_init(init, private)
-    C0 = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
+    z, private, clip, lay, Xc, init, C0 = baseline_setup(
+        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
+        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
 
     rng_s = stream(seed, "sampling")
     rng_mb = stream(seed, "minibatch")  # data-level random choices (which samples are selected)
@@ -143,13 +130,7 @@ def run(
     hist = new_history(y)
     uploaded = 0
 
-    def log_round(t, centres):
-        lab, d2 = nearest(X, centres)
-        hist["objective"].append(float(d2.sum() / n))
-        log_scores(hist, y, lab)
-        logger.info("dk_pp round %d/%d objective %.5g", t, R, hist["objective"][-1])
-        if progress is not None:
-            progress(t, hist)
+    log_round = round_logger("dk_pp", hist, X, y, R, progress, logger)
 
     # ---- 1. k-means|| seeding ----
     cand = C0.copy()
@@ -191,9 +172,7 @@ def run(
         log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = []
-    if private and init_is_private_release(init, init_centroids):
-        events.append(non_dp_release("dk_pp initial candidates are k private data rows (init='data')"))
+    events = init_release(private, init, init_centroids, "dk_pp initial candidates")
     if private:
         if seeding_rounds:
             events.append(non_dp_release(

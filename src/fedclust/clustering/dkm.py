@@ -44,22 +44,15 @@ import logging
 import numpy as np
 
 from fedclust.clustering._common import (
-    MECHANISMS,
-    SegmentLayout,
-    baseline_noise_multiplier,
-    check_all_clients_nonempty,
+    baseline_setup,
     check_clients_per_round,
     check_int,
-    clip_data,
-    check_init,
-    data_clip,
-    init_is_private_release,
-    initial_centroids,
-    log_scores,
+    init_release,
     nearest,
     new_history,
     noisy,
-    padded_rows,
+    padded_data,
+    round_logger,
     sample_clients,
     server_kmeans,
     sq_dists,
@@ -160,16 +153,9 @@ def run(
     local_iters = check_int("local_iters", local_iters, 1)
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    z = baseline_noise_multiplier(noise_multiplier, epsilon, delta, mechanism)
-    private = z > 0
-    clip = data_clip(X, clip, private)
-    lay = SegmentLayout(client, N)
-    check_all_clients_nonempty(lay.sizes)
-    Xc = clip_data(X, clip)[lay.order]
-    init = check_init(init, private)
-    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
+    z, private, clip, lay, Xc, init, C = baseline_setup(
+        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
+        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
     std_cost = z * 4.0 * clip**2 if private else 0.0
@@ -177,13 +163,13 @@ def run(
     rng_s, rng_mb, rng_server = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "server")
     rng_noise = stream(seed, "noise") if private else None
     hist = new_history(y)
+    log_round = round_logger("dkm", hist, X, y, R, progress, logger)
     uploaded = 0
     store_pts: dict[int, np.ndarray] = {}
     store_w: dict[int, np.ndarray] = {}
     for t in range(1, R + 1):
         S = sample_clients(rng_s, N, K)
-        rows, mask = padded_rows(lay, S)
-        Xp = Xc[rows] * mask[..., None]
+        Xp, mask = padded_data(lay, Xc, S)
         B, dmin, sizes = local_kmeans(Xp, mask, k, local_iters, rng_mb)
         cost = noisy(dmin.sum(1), std_cost, rng_noise)  # (K,) local costs (uploaded)
         cost = np.maximum(cost, 1e-12)
@@ -218,17 +204,10 @@ def run(
         w = np.concatenate(list(store_w.values()))
         C = server_kmeans(P, w, C, rng_server, server_iters, server_restarts)
 
-        labels_now, d2 = nearest(X, C)
-        hist["objective"].append(float(d2.sum() / n))
-        log_scores(hist, y, labels_now)
-        logger.info("dkm round %d/%d objective %.5g", t, R, hist["objective"][-1])
-        if progress is not None:
-            progress(t, hist)
+        log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = []
-    if private and init_is_private_release(init, init_centroids):
-        events.append(non_dp_release("dkm initial centres are k private data rows (init='data')"))
+    events = init_release(private, init, init_centroids, "dkm initial centres")
     if private:
         events.append(non_dp_release(
             "dkm coreset: uploaded points are private samples chosen by their own distances and the local "

@@ -100,20 +100,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedclust.clustering._common import (
-    DEFAULT_DOMAIN,
-    SegmentLayout,
     check_all_clients_nonempty,
     check_clients_per_round,
     check_float,
     check_init,
     check_int,
     clip_data,
-    init_is_private_release,
+    DEFAULT_DOMAIN,
+    init_release,
     initial_centroids,
     log_scores,
     nearest,
     new_history,
     sample_clients,
+    SegmentLayout,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.privacy.accountants import RDP_ORDERS
@@ -946,8 +946,7 @@ def run(
     if private:
         worst = client_privacy(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b, eps_bar=eps_bar,
                                delta=delta, c0=c0, q_cap=q_cap)
-        if init_is_private_release(init, init_centroids):
-            events.append(non_dp_release("dp_fedc initial centroids W^0 are k private data rows (init='data')"))
+        events += init_release(private, init, init_centroids, "dp_fedc initial centroids W^0")
         if constants == "data":
             events.append(non_dp_release(
                 "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "

@@ -41,7 +41,7 @@ import math
 import numpy as np
 from scipy import sparse
 
-from fedclust.clustering._common import check_init, init_is_private_release, initial_centroids
+from fedclust.clustering._common import check_init, init_release, initial_centroids, masked_means, nearest
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_scores
 from fedclust.privacy.events import GaussianRelease, non_dp_release
@@ -49,25 +49,6 @@ from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
-
-
-def nearest_centroid(X: np.ndarray, C: np.ndarray, x_sq: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Index of the nearest centroid of every row of X, and the squared distance to it.
-
-    ``x_sq`` (the squared row norms of X) can be passed to skip recomputing them every round.
-    """
-    if x_sq is None:
-        x_sq = np.einsum("ij,ij->i", X, X)
-    d2 = x_sq[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :]
-    np.maximum(d2, 0.0, out=d2)
-    lab = d2.argmin(1)
-    return lab, d2[np.arange(X.shape[0]), lab]
-
-
-def init_from_data(X: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """k distinct data rows drawn uniformly (stream "init"): the shared W^0 of spec 000, A9 (the
-    ``init="data"`` case of :func:`fedclust.clustering._common.initial_centroids`)."""
-    return initial_centroids(X, k, seed, init="data")
 
 
 def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) -> np.ndarray:
@@ -95,10 +76,7 @@ def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) ->
         agg_std = noise_std * np.sqrt(K)
         tot += rng.normal(0.0, agg_std, size=tot.shape)
         cnt += rng.normal(0.0, agg_std, size=cnt.shape)
-    C = C.copy()
-    ok = cnt >= 1.0  # an (almost) empty cluster keeps its old centroid
-    C[ok] = tot[ok] / cnt[ok, None]
-    return C
+    return masked_means(C, tot, cnt, cnt >= 1.0)  # an (almost) empty cluster keeps its old centroid
 
 
 def run(
@@ -167,12 +145,12 @@ def run(
     # every sample under the current C is computed once per round and serves both the evaluation of
     # round t and the local step of round t+1.
     x_sq = np.einsum("ij,ij->i", X, X)
-    lab_all, _ = nearest_centroid(X, C, x_sq)
+    lab_all, _ = nearest(X, C, x_sq)
     for t in range(1, rounds + 1):
         chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
         C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, std, r_noise)
         uploaded += K * k * (m + 1)
-        lab_all, d2 = nearest_centroid(X, C, x_sq)
+        lab_all, d2 = nearest(X, C, x_sq)
         history["objective"].append(float(d2.sum() / n))
         if y is not None:
             sc = clustering_scores(y, lab_all)
@@ -184,9 +162,7 @@ def run(
             progress(t, history)
 
     labels = lab_all
-    events = []
-    if private and init_is_private_release(init, init_centroids):
-        events.append(non_dp_release("initial centroids are k private data rows (init='data')", unit="sample"))
+    events = init_release(private, init, init_centroids, "initial centroids")
     if private:
         events.append(
             GaussianRelease(

@@ -45,23 +45,17 @@ import math
 import numpy as np
 
 from fedclust.clustering._common import (
-    MECHANISMS,
-    SegmentLayout,
-    baseline_noise_multiplier,
-    check_all_clients_nonempty,
+    baseline_setup,
     check_clients_per_round,
     check_float,
     check_int,
-    clip_data,
-    check_init,
-    data_clip,
     init_is_private_release,
-    initial_centroids,
-    log_scores,
+    init_release,
     nearest,
     new_history,
     noisy,
-    padded_rows,
+    padded_data,
+    round_logger,
     sample_clients,
     server_kmeans,
     sq_dists,
@@ -150,16 +144,9 @@ def run(
     local_iters = check_int("local_iters", local_iters, 1)
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    z = baseline_noise_multiplier(noise_multiplier, epsilon, delta, mechanism)
-    private = z > 0
-    clip = data_clip(X, clip, private)
-    lay = SegmentLayout(client, N)
-    check_all_clients_nonempty(lay.sizes)
-    Xc = clip_data(X, clip)[lay.order]
-    init = check_init(init, private)
-    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
+    z, private, clip, lay, Xc, init, C = baseline_setup(
+        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
+        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
 
@@ -167,11 +154,11 @@ def run(
     rng_server = stream(seed, "server")
     rng_noise = stream(seed, "noise") if private else None
     hist = new_history(y)
+    log_round = round_logger("fzkm", hist, X, y, R, progress, logger)
     uploaded = 0
     for t in range(1, R + 1):
         S = sample_clients(rng_s, N, K)
-        rows, mask = padded_rows(lay, S)
-        Xp = Xc[rows] * mask[..., None]
+        Xp, mask = padded_data(lay, Xc, S)
         Ssum, M = local_fcm_stats(Xp, mask, C, fuzzifier, local_iters)
         Ssum = noisy(Ssum, std, rng_noise)
         M = noisy(M, std, rng_noise)
@@ -180,17 +167,10 @@ def run(
         w = np.maximum(M, 0.0).ravel()
         C = server_kmeans(V, w, C, rng_server, server_iters, server_restarts)
 
-        lab, d2 = nearest(X, C)
-        hist["objective"].append(float(d2.sum() / n))
-        log_scores(hist, y, lab)
-        logger.info("fzkm round %d/%d objective %.5g", t, R, hist["objective"][-1])
-        if progress is not None:
-            progress(t, hist)
+        log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = []
-    if private and init_is_private_release(init, init_centroids):
-        events.append(non_dp_release("fzkm initial centres are k private data rows (init='data')"))
+    events = init_release(private, init, init_centroids, "fzkm initial centres")
     if private and local_iters > 1:
         events.append(non_dp_release(
             f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "

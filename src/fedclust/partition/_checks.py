@@ -49,3 +49,15 @@ def check_labels(y, name: str = "y") -> np.ndarray:
 def check_n_clients(n_clients, n_samples: int) -> int:
     """1 <= n_clients <= n_samples."""
     return check_int("n_clients", n_clients, 1, n_samples)
+
+
+def check_label_scheme(y, n_clients, labels_per_client):
+    """The common checks of the label-skew schemes (shards, power_law): ``y`` (n,) labels, ``n_clients``
+    in 1..n, ``labels_per_client`` in 1..L. Returns ``(y, n, n_clients, labels, L, c)``."""
+    y = check_labels(y)
+    n = y.size
+    n_clients = check_n_clients(n_clients, n)
+    labels = np.unique(y)
+    L = labels.size
+    c = check_int("labels_per_client", labels_per_client, 1, L)
+    return y, n, n_clients, labels, L, c

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_labels, check_n_clients, check_positive_float
+from fedclust.partition._checks import check_int, check_label_scheme, check_positive_float
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
@@ -33,12 +33,7 @@ def power_law(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, sigm
     Raises ValueError when a label has fewer than ``base`` samples per client holding it, for
     ``sigma <= 0``, ``labels_per_client`` outside 1..L, or ``n_clients`` > samples.
     """
-    y = check_labels(y)
-    n = y.size
-    n_clients = check_n_clients(n_clients, n)
-    labels = np.unique(y)
-    L = labels.size
-    c = check_int("labels_per_client", labels_per_client, 1, L)
+    y, n, n_clients, labels, L, c = check_label_scheme(y, n_clients, labels_per_client)
     sigma = check_positive_float("sigma", sigma)
     base = check_int("base", base, 1)
     rng = stream(seed, "partition")

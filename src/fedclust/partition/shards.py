@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_labels, check_n_clients
+from fedclust.partition._checks import check_int, check_label_scheme
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
@@ -51,12 +51,7 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
 
     Returns a :class:`Partition`; ``meta["client_labels"]`` is the (n_clients, c) label choice.
     """
-    y = check_labels(y)
-    n = y.size
-    n_clients = check_n_clients(n_clients, n)
-    labels = np.unique(y)
-    L = labels.size
-    c = check_int("labels_per_client", labels_per_client, 1, L)
+    y, n, n_clients, labels, L, c = check_label_scheme(y, n_clients, labels_per_client)
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
     rng = stream(seed, "partition")

@@ -13,7 +13,6 @@ from fedclust.privacy.accountants import (
     effective_noise_multiplier,
     epsilon,
     split_noise_multipliers,
-    to_dp_event,
 )
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import (
@@ -40,5 +39,4 @@ __all__ = [
     "json_ready",
     "privacy_report",
     "split_noise_multipliers",
-    "to_dp_event",
 ]

@@ -40,10 +40,3 @@ def check_positive(x, name: str) -> float:
     if not v > 0 or math.isinf(v):
         raise ValueError(f"{name} must be a finite number > 0, got {x!r}")
     return v
-
-
-def check_nonnegative(x, name: str) -> float:
-    v = float(x)
-    if not v >= 0 or math.isinf(v):
-        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
-    return v

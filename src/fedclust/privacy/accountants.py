@@ -5,9 +5,9 @@ and asks an RDP (Mironov 2017) or PLD (privacy-loss-distribution, Koskela et al.
 accountant for the ε spent at a given δ. :func:`calibrate_noise_multiplier` runs the same
 accountant backwards: the smallest noise multiplier that reaches a target ε.
 
-Event structure (:func:`to_dp_event`): a release is ``count`` repetitions of one step,
+Event structure (:func:`_key_event`): a release is ``count`` repetitions of one step,
 ``SelfComposedDpEvent(step, count)``. The step is the sampling event wrapped around the step's
-Gaussians (``GaussianDpEvent`` for one, ``ComposedDpEvent`` for several):
+Gaussian (one ``GaussianDpEvent`` with the effective noise multiplier, below):
 
 * ``sampling="none"``: the Gaussians themselves;
 * ``"poisson"``: ``PoissonSampledDpEvent(sampling_rate, ...)``;
@@ -58,6 +58,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_epsilon
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_rate, check_steps
 from fedclust.privacy.events import NEIGHBOURING, SAMPLING, GaussianRelease
 
@@ -66,7 +67,6 @@ __all__ = [
     "WOR_ADD_REMOVE",
     "effective_noise_multiplier",
     "split_noise_multipliers",
-    "to_dp_event",
     "epsilon",
     "calibrate_noise_multiplier",
     "accounting_notes",
@@ -119,32 +119,6 @@ def _as_releases(releases) -> list[GaussianRelease]:
     if isinstance(releases, (GaussianRelease, dict)):
         releases = [releases]
     return [_as_release(r) for r in releases]
-
-
-def _gaussians(z: tuple[float, ...]) -> dpa.DpEvent:
-    if len(z) == 1:
-        return dpa.GaussianDpEvent(z[0])
-    return dpa.ComposedDpEvent([dpa.GaussianDpEvent(v) for v in z])
-
-
-def to_dp_event(release: GaussianRelease) -> dpa.DpEvent:
-    """The ``dp_accounting`` event that describes ``release`` (structure in the module docstring).
-
-    A release with zero noise on any component gives ``NonPrivateDpEvent``; ``count == 0`` gives
-    ``NoOpDpEvent``. The neighbouring relation is not part of a DP event: pass it to the accountant
-    (:func:`epsilon` does this).
-    """
-    r = _as_release(release)
-    if r.count == 0:
-        return dpa.NoOpDpEvent()
-    if not r.is_private:
-        return dpa.NonPrivateDpEvent()
-    step = _gaussians(r.noise_multipliers)
-    if r.sampling == "poisson":
-        step = dpa.PoissonSampledDpEvent(r.sampling_rate, step)
-    elif r.sampling == "without_replacement":
-        step = dpa.SampledWithoutReplacementDpEvent(int(r.population), int(r.sample_size), step)
-    return dpa.SelfComposedDpEvent(step, int(r.count))
 
 
 def _accounting_key(r: GaussianRelease, wor_add_remove: str):
@@ -341,24 +315,11 @@ def calibrate_noise_multiplier(
         r = GaussianRelease(split_noise_multipliers(z, w), **rel)
         return epsilon([r], d, accountant, wor_add_remove=wor_add_remove)
 
-    lo, hi = 1.0, 1.0
-    if eps_of(hi) > eps_t:
-        while eps_of(hi) > eps_t:
-            lo, hi = hi, hi * 2.0
-            if hi > max_noise_multiplier:
-                raise ValueError(
-                    f"target_epsilon={eps_t:g} is not reachable with a noise multiplier <= {max_noise_multiplier:g} "
-                    f"(delta={d:g}, steps={T}); increase target_epsilon or delta"
-                )
-    else:
-        while eps_of(lo) <= eps_t:
-            lo, hi = lo / 2.0, lo
-            if lo < 1e-8:
-                return hi
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if eps_of(mid) > eps_t:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    def unreachable():
+        return ValueError(
+            f"target_epsilon={eps_t:g} is not reachable with a noise multiplier <= {max_noise_multiplier:g} "
+            f"(delta={d:g}, steps={T}); increase target_epsilon or delta"
+        )
+
+    return log_bisect(lambda z: eps_of(z) > eps_t, rtol, max_value=max_noise_multiplier, min_value=1e-8,
+                      unreachable=unreachable)

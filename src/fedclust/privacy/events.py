@@ -65,12 +65,6 @@ class GaussianRelease:
         """False when any component has zero noise (a non-private release: epsilon is infinite)."""
         return all(v > 0 for v in self.noise_multipliers)
 
-    def to_dp_event(self):
-        """This release as a ``dp_accounting`` DP event (see :func:`fedclust.privacy.accountants.to_dp_event`)."""
-        from fedclust.privacy.accountants import to_dp_event
-
-        return to_dp_event(self)
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["noise_multipliers"] = list(self.noise_multipliers)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_positive, check_steps
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import PrivacyWarning, analytic_sigma
@@ -151,18 +152,7 @@ def factor_epsilon_z(sigma_z: float, delta_z: float, rounds: int, sensitivity_z:
     def need(e):  # sigma required for epsilon e
         return math.sqrt(8.0 * S * D * D * math.log(math.e + e / d)) / e
 
-    lo, hi = 1.0, 1.0
-    while need(hi) > s:
-        hi *= 2.0
-    while need(lo) <= s:
-        lo /= 2.0
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if need(mid) > s:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return log_bisect(lambda e: need(e) > s, rtol)
 
 
 def factor_sigma_c(epsilon_c: float, delta_c: float, sensitivity_c: float, *, mechanism: str = "classical") -> float:

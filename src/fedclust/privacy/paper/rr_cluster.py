@@ -51,6 +51,7 @@ import math
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_rate, check_steps
 from fedclust.privacy.events import GaussianRelease
 
@@ -258,22 +259,8 @@ def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: flo
         c = T * np.asarray(subsampled_rdp(orders, q, s_eff, bound=bound, take_min=take_min))
         return _eps_from_curve(orders, c, d)[0]
 
-    lo, hi = 1.0, 1.0
-    if eps_of(hi) > eps_t:
-        while eps_of(hi) > eps_t:
-            lo, hi = hi, 2.0 * hi
-            if hi > 1e7:
-                raise ValueError(f"target_epsilon={eps_t:g} is unreachable with bound={bound!r} (T={T}, q={q})")
-    else:
-        while eps_of(lo) <= eps_t:
-            lo, hi = lo / 2.0, lo
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if eps_of(mid) > eps_t:
-            lo = mid
-        else:
-            hi = mid
-    s_eff = hi
+    s_eff = log_bisect(lambda s: eps_of(s) > eps_t, rtol, max_value=1e7, unreachable=lambda: ValueError(
+        f"target_epsilon={eps_t:g} is unreachable with bound={bound!r} (T={T}, q={q})"))
     rho = float(rho_s)
     sigma_theta = s_eff / math.sqrt(1.0 - rho)
     sigma_s = math.inf if rho == 0.0 else s_eff / math.sqrt(rho)

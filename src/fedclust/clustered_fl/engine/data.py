@@ -1,0 +1,149 @@
+"""Engine data: :class:`FederatedTensors`, the padded per-client layout (rows grouped by client,
+padding masked out of every loss), and the padding mask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+Params = dict[str, torch.Tensor]
+
+
+def _flat_rows(split: str, X, y, client, n_clients, group):
+    """Rows = samples (images flattened), labels and client ids of one split (``"train"``/``"test"``),
+    checked to have one entry per row; ``n_clients`` defaults to ``len(group)`` or ``max(client)+1``."""
+    X = np.asarray(X)
+    X = X.reshape(X.shape[0], -1)
+    y = np.asarray(y)
+    client = np.asarray(client).astype(np.int64)
+    if y.shape != (X.shape[0],) or client.shape != (X.shape[0],):
+        raise ValueError(f"y_{split} and client_{split} must have one entry per row of X_{split}")
+    if n_clients is None:
+        n_clients = len(group) if group is not None else int(client.max()) + 1
+    return X, y, client, int(n_clients)
+
+
+def _pad_by_client(X: np.ndarray, y: np.ndarray, client: np.ndarray, n_clients: int):
+    """Group rows by client into padded arrays (no loop over clients)."""
+    keep = client >= 0
+    X, y, client = X[keep], y[keep], client[keep]
+    if client.size and client.max() >= n_clients:
+        raise ValueError(f"client ids must be < n_clients={n_clients}, got max {client.max()}")
+    counts = np.bincount(client, minlength=n_clients)
+    order = np.argsort(client, kind="stable")
+    cs = client[order]
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pos = np.arange(cs.size) - offsets[cs]
+    n_max = max(int(counts.max(initial=0)), 1)
+    Xp = np.zeros((n_clients, n_max) + X.shape[1:], dtype=X.dtype)
+    yp = np.zeros((n_clients, n_max), dtype=y.dtype)
+    Xp[cs, pos] = X[order]
+    yp[cs, pos] = y[order]
+    return Xp, yp, counts
+
+
+@dataclass
+class FederatedTensors:
+    """Per-client padded data for the engine.
+
+    * ``X_train`` (N, n_max, d) float, ``y_train`` (N, n_max) int64 labels (or float targets for
+      regression), ``n_train`` (N,) true number of samples of each training client (rows past it are
+      padding and never enter a loss);
+    * ``X_test``/``y_test``/``n_test`` the same for the ``M`` test clients (optional);
+    * ``group`` (N,) true group of every training client; ``test_group`` (M,) of every test client.
+    """
+
+    X_train: torch.Tensor
+    y_train: torch.Tensor
+    n_train: torch.Tensor
+    X_test: torch.Tensor | None = None
+    y_test: torch.Tensor | None = None
+    n_test: torch.Tensor | None = None
+    group: np.ndarray | None = None
+    test_group: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.X_train.ndim != 3:
+            raise ValueError(f"X_train must be (n_clients, n_max, d), got shape {tuple(self.X_train.shape)}")
+        N, n_max = self.X_train.shape[:2]
+        if tuple(self.y_train.shape) != (N, n_max):
+            raise ValueError(f"y_train must be (n_clients, n_max) = {(N, n_max)}, got {tuple(self.y_train.shape)}")
+        self.n_train = torch.as_tensor(self.n_train, dtype=torch.long)
+        if tuple(self.n_train.shape) != (N,):
+            raise ValueError(f"n_train must have one entry per client ({N}), got {tuple(self.n_train.shape)}")
+        if (self.n_train < 0).any() or (self.n_train > n_max).any():
+            raise ValueError(f"n_train entries must be in [0, n_max={n_max}]")
+        if self.group is not None:
+            self.group = np.asarray(self.group).astype(np.int64)
+            if self.group.shape != (N,):
+                raise ValueError(f"group must have one entry per training client ({N}), got {self.group.shape}")
+        if self.X_test is not None:
+            if self.X_test.ndim != 3 or self.X_test.shape[2] != self.X_train.shape[2]:
+                raise ValueError("X_test must be (n_test_clients, m_max, d) with the same d as X_train")
+            M = self.X_test.shape[0]
+            self.n_test = torch.as_tensor(self.n_test, dtype=torch.long)
+            if tuple(self.n_test.shape) != (M,):
+                raise ValueError(f"n_test must have one entry per test client ({M})")
+            if self.test_group is None and self.group is not None and M == N:
+                self.test_group = self.group
+            if self.test_group is not None:
+                self.test_group = np.asarray(self.test_group).astype(np.int64)
+        if not torch.isfinite(self.X_train).all():
+            raise ValueError("X_train contains NaN or infinite values")
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.X_train.shape[0])
+
+    @property
+    def n_test_clients(self) -> int:
+        return 0 if self.X_test is None else int(self.X_test.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.X_train.shape[2])
+
+    @classmethod
+    def from_arrays(cls, X_train, y_train, client_train, X_test=None, y_test=None, client_test=None,
+                    group=None, test_group=None, *, n_clients: int | None = None,
+                    n_test_clients: int | None = None, dtype=torch.float32) -> "FederatedTensors":
+        """Build from flat arrays, rows = samples (the layout of ``fedclust.partition.rotation``).
+
+        ``client_train`` (n,) gives the training client of every row (-1 = unused); ``client_test``
+        the test client of every test row. Images (n, H, W[, C]) are flattened. Integer ``y`` are class
+        labels; float ``y`` are regression targets. ``n_clients`` defaults to ``len(group)`` or
+        ``max(client_train)+1``.
+        """
+        X_train, y_train, client_train, n_clients = _flat_rows("train", X_train, y_train, client_train, n_clients,
+                                                               group)
+        if client_train.max(initial=-1) >= n_clients:
+            raise ValueError(f"client_train has ids up to {client_train.max()} but there are only n_clients="
+                             f"{n_clients} clients (the length of group when given)")
+        is_cls = np.issubdtype(y_train.dtype, np.integer)
+        ydt = torch.long if is_cls else dtype
+        Xp, yp, cnt = _pad_by_client(X_train, y_train, client_train, int(n_clients))
+        kw: dict[str, Any] = {}
+        if X_test is not None:
+            if y_test is None or client_test is None:
+                raise ValueError("X_test needs y_test and client_test")
+            X_test, y_test, client_test, n_test_clients = _flat_rows("test", X_test, y_test, client_test,
+                                                                     n_test_clients, test_group)
+            Xq, yq, cq = _pad_by_client(X_test, y_test, client_test, n_test_clients)
+            kw = dict(X_test=torch.as_tensor(Xq, dtype=dtype), y_test=torch.as_tensor(yq, dtype=ydt),
+                      n_test=torch.as_tensor(cq))
+        return cls(X_train=torch.as_tensor(Xp, dtype=dtype), y_train=torch.as_tensor(yp, dtype=ydt),
+                   n_train=torch.as_tensor(cnt), group=group, test_group=test_group, **kw)
+
+    @classmethod
+    def from_rotated(cls, data, dtype=torch.float32) -> "FederatedTensors":
+        """From an object with the fields of ``fedclust.partition.rotation``'s ``RotatedData``
+        (``X_train, y_train, client_train, X_test, y_test, client_test, group``)."""
+        return cls.from_arrays(data.X_train, data.y_train, data.client_train, data.X_test, data.y_test,
+                               data.client_test, data.group, getattr(data, "test_group", None), dtype=dtype)
+
+
+def _mask(n: torch.Tensor, n_max: int) -> torch.Tensor:
+    return torch.arange(n_max, device=n.device).unsqueeze(0) < n.unsqueeze(1)

@@ -1,0 +1,224 @@
+"""Engine kernels: batched losses of k models on many clients, cluster estimation (eq. 8), minibatch
+draws (:class:`_Batcher`, the round's :class:`_DrawTape`), batched local training (Options I and II),
+the memory estimate of one client, and segment sums for the server."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from fedclust.clustered_fl.engine.data import Params, _mask
+from fedclust.clustered_fl.models import BatchedModel
+
+
+@torch.no_grad()
+def client_model_losses(model: BatchedModel, params: Params, X: torch.Tensor, y: torch.Tensor,
+                        n: torch.Tensor, *, with_correct: bool = False, max_rows: int = 1 << 16):
+    """Loss of every one of the k models on every client's data, batched.
+
+    ``X`` (C, n_max, d), ``y`` (C, n_max), ``n`` (C,) -> ``losses`` (C, k) (mean over each client's
+    samples) and, with ``with_correct``, ``correct`` (C, k) numbers of correct predictions. Clients are
+    processed in chunks of at most ``max_rows`` rows (memory bound), each chunk in one forward of all k
+    models (:meth:`BatchedModel.forward_shared`).
+    """
+    C, n_max = X.shape[:2]
+    k = next(iter(params.values())).shape[0]
+    losses = torch.empty(C, k, dtype=X.dtype)
+    correct = torch.empty(C, k, dtype=torch.long) if with_correct else None
+    step = max(1, max_rows // max(n_max, 1))
+    for a in range(0, C, step):  # memory chunks of many clients each (not one client at a time)
+        b = min(C, a + step)
+        Xc, yc, nc = X[a:b], y[a:b], n[a:b]
+        c = b - a
+        out = model.forward_shared(params, Xc.reshape(c * n_max, -1))  # (k, c*n_max, o)
+        yk = yc.reshape(1, -1).expand(k, -1)
+        m = _mask(nc, n_max).reshape(1, c, n_max).to(X.dtype)
+        ls = model.sample_losses(out, yk).reshape(k, c, n_max)
+        losses[a:b] = ((ls * m).sum(-1) / nc.clamp(min=1).to(X.dtype)).t()
+        if with_correct:
+            cr = model.correct(out, yk).reshape(k, c, n_max) & m.bool()
+            correct[a:b] = cr.sum(-1).t()
+    return losses, correct
+
+
+def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
+    """argmin over models of (C, k) losses; ties go to the lowest index (first minimum)."""
+    return torch.argmin(losses, dim=1)
+
+
+class _Batcher:
+    """Per-step (mini)batches for all sampled clients at once.
+
+    ``batch_size=None``: full local batch every step. Otherwise every client draws ``batch_size`` of
+    its own samples: per step without replacement (``epochs=None``), or from one fresh permutation
+    per local epoch (``epochs`` given; IFCA's CIFAR protocol). Draws come from the numpy stream
+    ``gen`` ("minibatch").
+    """
+
+    def __init__(self, X, y, n, batch_size, epochs, gen):
+        self.X, self.y, self.n = X, y, n
+        self.B, self.n_max = X.shape[0], X.shape[1]
+        self.bs, self.epochs, self.gen = batch_size, epochs, gen
+        self.full_mask = _mask(n, self.n_max).to(X.dtype)
+        self.perm = None
+        if batch_size is not None:
+            self.per_epoch = math.ceil(self.n_max / batch_size)
+
+    def _perm(self):
+        keys = self.gen.random((self.B, self.n_max))
+        keys[~_mask(self.n, self.n_max).numpy()] = np.inf  # padding goes last
+        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable"))
+
+    def __call__(self, s: int):
+        if self.bs is None or self.bs >= self.n_max:
+            return self.X, self.y, self.full_mask, self.n
+        if self.epochs is None:
+            idx = self._perm()[:, : self.bs]
+            nb = self.n.clamp(max=self.bs)
+        else:
+            j = s % self.per_epoch
+            if j == 0:
+                self.perm = self._perm()
+            lo = j * self.bs
+            idx = self.perm[:, lo: lo + self.bs]
+            nb = (self.n - lo).clamp(min=0, max=self.bs)
+        d = self.X.shape[2:]
+        Xb = torch.gather(self.X, 1, idx.reshape(self.B, -1, *([1] * len(d))).expand(-1, -1, *d))
+        yb = torch.gather(self.y, 1, idx)
+        mb = _mask(nb, idx.shape[1]).to(self.X.dtype)
+        return Xb, yb, mb, nb
+
+
+class _DrawTape:
+    """The minibatch draws of a whole round, shared by its chunks of clients.
+
+    :class:`_Batcher` draws ``gen.random((B, n_max))`` keys (one row per client) per step or per epoch.
+    An unchunked round draws them for all S sampled clients at once; a chunked round must consume the
+    stream identically, so the first chunk that asks for draw ``j`` draws it for all S clients and every
+    chunk reads its own rows. Memory: S x n_max doubles per draw (steps draws at most), small next to
+    the padded data (S x n_max x d floats).
+    """
+
+    def __init__(self, gen: np.random.Generator, S: int):
+        self.gen, self.S, self.draws = gen, S, []
+
+    def view(self, rows: slice) -> "_TapeView":
+        return _TapeView(self, rows)
+
+
+class _TapeView:
+    def __init__(self, tape: _DrawTape, rows: slice):
+        self.tape, self.rows, self.j = tape, rows, 0
+
+    def random(self, shape):
+        t = self.tape
+        if self.j == len(t.draws):
+            t.draws.append(t.gen.random((t.S,) + tuple(shape[1:])))
+        out = t.draws[self.j][self.rows]
+        self.j += 1
+        if out.shape != tuple(shape):
+            raise RuntimeError(f"minibatch draw {self.j - 1}: a chunk asked for {tuple(shape)}, the tape holds {out.shape}")
+        return out
+
+
+#: Default memory budget of one chunk of clients (``max_chunk_mb=None``).
+DEFAULT_CHUNK_MB = 1024.0
+
+
+def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0,
+                     batch_size: int | None = None) -> int:
+    """Estimated working memory of ONE sampled client in a round (bytes), used to size the chunks.
+
+    Per client: the parameter-sized stacks of a round (start model, trained model, gradient, momentum
+    and its start, the aggregator's delta and a temporary: 7 copies of the P parameters of one model,
+    5 without momentum), its padded data gathered twice (the client's rows and the step's batch), and
+    the activations of the local step (MLP: the widths of its layers; other models: 16 x d per sample,
+    a generous guess for small CNNs) for the forward and backward pass. An estimate, not a bound: the
+    allocator, BLAS buffers and the model's own temporaries come on top.
+    """
+    itemsize = next(iter(params.values())).element_size()
+    k = next(iter(params.values())).shape[0]
+    P = sum(int(v.numel()) for v in params.values()) // max(k, 1)
+    copies = 7 if beta > 0 else 5
+    rows = n_max if batch_size is None else min(batch_size, n_max)
+    sizes = getattr(model, "sizes", None)
+    width = int(sum(sizes[1:])) if sizes is not None else 16 * d
+    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width))
+
+
+def local_train(model: BatchedModel, params: Params, momentum: Params | None, X: torch.Tensor,
+                y: torch.Tensor, n: torch.Tensor, *, steps: int, lr: float, beta: float = 0.0,
+                batch_size: int | None = None, local_epochs: int | None = None,
+                gen: np.random.Generator | None = None) -> tuple[Params, Params | None]:
+    """``steps`` heavy-ball steps for all B clients at once (spec 004, Alg. 1 LocalUpdate):
+
+    ``u <- beta*u + grad phi_b(w_b; batch_b)``; ``w_b <- w_b - lr*u`` (no dampening/Nesterov). With
+    ``beta == 0`` this is plain (S)GD and the returned momentum is None. ``params``/``momentum`` are
+    stacked (B, ...) and are not modified. A client whose batch is empty (only with ``local_epochs``
+    and unequal sizes) skips that step.
+    """
+    w = {k: v.detach().clone() for k, v in params.items()}
+    u = None
+    if beta > 0:
+        u = ({k: v.detach().clone() for k, v in momentum.items()} if momentum is not None
+             else {k: torch.zeros_like(v) for k, v in params.items()})
+    if batch_size is not None and gen is None:
+        raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
+    batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
+    for s in range(steps):
+        Xb, yb, mb, nb = batcher(s)
+        skip = (nb == 0)
+        any_skip = bool(skip.any())
+        if not any_skip and model.fused_step_(w, u, Xb, yb, mb, nb, lr, beta):
+            continue  # the model did the whole step in place (same arithmetic, fewer memory passes)
+        _, grads = model.loss_and_grad(w, Xb, yb, mb, nb)
+        with torch.no_grad():
+            for k, g in grads.items():
+                if u is not None:
+                    if any_skip:
+                        keep = skip.reshape(-1, *([1] * (g.ndim - 1)))
+                        u[k] = torch.where(keep, u[k], u[k] * beta + g)
+                        w[k].sub_(torch.where(keep, torch.zeros_like(g), u[k]), alpha=lr)
+                    else:
+                        torch.add(g, u[k], alpha=beta, out=u[k])  # u <- beta*u + g (one pass)
+                        w[k].sub_(u[k], alpha=lr)  # w <- w - lr*u
+                else:
+                    w[k].sub_(g, alpha=lr)  # g is 0 for an empty batch
+    return w, u
+
+
+def local_gradient(model: BatchedModel, params: Params, momentum: Params | None, X, y, n, *,
+                   beta: float = 0.0, batch_size: int | None = None,
+                   gen: np.random.Generator | None = None) -> Params:
+    """Option I (spec 004 eq. 3 with the index fix of 2.4): ``u_i = beta*u_{p_i} + grad phi_i(chi_{p_i})``
+    for all B clients at once (full local batch, or one minibatch of ``batch_size``)."""
+    if batch_size is not None and gen is None:
+        raise ValueError("local_gradient with batch_size needs a numpy Generator gen (stream 'minibatch')")
+    Xb, yb, mb, nb = _Batcher(X, y, n, batch_size, None, gen)(0)
+    _, grads = model.loss_and_grad(params, Xb, yb, mb, nb)
+    out = {}
+    for k, g in grads.items():
+        out[k] = g if (beta == 0 or momentum is None) else momentum[k] * beta + g
+    return out
+
+
+def segment_sum(values: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
+    """Sum of the rows of ``values`` (S, ...) per segment ``index`` (S,) in [0, k): (k, ...)."""
+    out = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype)
+    return out.index_add_(0, index, values)
+
+
+def client_norms(values: Params) -> torch.Tensor:
+    """(S,) L2 norm of every client's message over all parameters (for clipping, e.g. RR-Cluster)."""
+    sq = None
+    for v in values.values():
+        t = v.reshape(v.shape[0], -1).pow(2).sum(1)
+        sq = t if sq is None else sq + t
+    return sq.sqrt()
+
+
+def segment_counts(index: torch.Tensor, k: int) -> torch.Tensor:
+    """(k,) number of rows in every segment."""
+    return torch.bincount(index, minlength=k)

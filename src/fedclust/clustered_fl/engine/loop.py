@@ -1,0 +1,426 @@
+"""The engine loop: :class:`ClusteredFLEngine` (validation, init, client sampling, one round whole or
+in chunks, evaluation records) and :func:`run_clustered_fl`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedclust.clustered_fl.engine.aggregation import (
+    Aggregation, Aggregator, ClientUpdates, GradientAveraging, ModelAveraging, RoundContext, ServerState,
+)
+from fedclust.clustered_fl.engine.data import FederatedTensors, Params
+from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
+from fedclust.clustered_fl.engine.kernels import (
+    DEFAULT_CHUNK_MB, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, local_gradient,
+    local_train, segment_counts,
+)
+from fedclust.clustered_fl.models import BatchedModel
+from fedclust.metrics import client_clustering_scores
+from fedclust.rng import stream
+
+logger = logging.getLogger(__name__)
+
+
+_OPTIONS = {"model": "model", "ii": "model", "II": "model", "gradient": "gradient", "i": "gradient", "I": "gradient"}
+
+
+def _num(name, v, lo=None, hi=None, lo_open=False, hi_open=False, integer=False):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    if integer and int(v) != v:
+        raise ValueError(f"{name} must be an integer, got {v!r}")
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and (v >= hi if hi_open else v > hi))
+    if bad:
+        rng = f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{')' if hi_open else ']'}"
+        raise ValueError(f"{name} must be in {rng}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+class ClusteredFLEngine:
+    """Configured clustered-FL run on one data set; see the module docstring for a round.
+
+    Parameters (validated up front; every error names the parameter):
+
+    * ``k`` clusters (1 = FedAvg); ``rounds`` T; ``lr`` eta0 with ``lr_decay`` per round;
+    * ``beta`` heavy-ball momentum in [0, 1) (0 = IFCA/FedAvg);
+    * ``local_update`` ``"model"`` (Option II, H = ``local_steps`` steps) or ``"gradient"`` (Option I);
+    * ``batch_size`` None = full local batch, else minibatches (``local_epochs`` given: epochs x
+      ceil(n_max/batch_size) steps over per-epoch permutations, overriding ``local_steps``);
+    * ``participation`` q (round(q*m) clients per round) or ``clients_per_round``; ``sampling``
+      ``"fixed"`` (that many without replacement) or ``"poisson"`` (each client with probability q);
+    * ``aggregator``: an :class:`Aggregator` (default :class:`ModelAveraging` for Option II,
+      :class:`GradientAveraging` for Option I);
+    * ``init_params``/``init_momentum``: start from given stacked tensors (else ``k`` independent random
+      inits from stream "init"); ``init_min_fraction``: IFCA's restart heuristic (redraw the init until
+      every cluster gets at least this fraction of a sampled set of clients under the initial argmin;
+      IFCA used 0.35 for k=2 and 0.10 for k=4), at most ``init_max_restarts`` redraws;
+    * ``eval_every`` evaluate every this many rounds (0 = only after the last round; the last round is
+      always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
+      ``"train"``; ``progress(round, record)`` optional callback;
+    * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
+      1024): the round's clients are evaluated, trained and folded into the aggregation
+      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
+      does not grow with the clients per round. Chunks consume the random streams exactly as one
+      batch does; a chunked round equals the unchunked one up to float summation order. A round that
+      fits in one chunk runs unchanged. An aggregator without the chunked protocol
+      (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
+      still gets the whole round at once (a warning says the budget is not kept).
+    """
+
+    def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
+                 lr: float = 0.1, lr_decay: float = 1.0, beta: float = 0.0, local_update: str = "model",
+                 local_steps: int = 10, batch_size: int | None = None, local_epochs: int | None = None,
+                 participation: float = 0.1, clients_per_round: int | None = None, sampling: str = "fixed",
+                 aggregator: Aggregator | None = None, seed: int = 0,
+                 init_params: Params | None = None, init_momentum: Params | None = None,
+                 init_min_fraction: float | None = None, init_max_restarts: int = 20,
+                 eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
+                 max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
+                 progress: Callable[[int, dict], None] | None = None):
+        if not isinstance(data, FederatedTensors):
+            raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
+        if not isinstance(model, BatchedModel):
+            raise ValueError(f"model must be a BatchedModel, got {type(model).__name__}")
+        if model.n_inputs != data.d:
+            raise ValueError(f"model expects {model.n_inputs} input features but the data have d={data.d}")
+        N = data.n_clients
+        self.k = _num("k", k, 1, integer=True)
+        self.rounds = _num("rounds", rounds, 1, integer=True)
+        self.lr = _num("lr", lr, 0, lo_open=True)
+        self.lr_decay = _num("lr_decay", lr_decay, 0, 1, lo_open=True)
+        self.beta = _num("beta", beta, 0, 1, hi_open=True)
+        if local_update not in _OPTIONS:
+            raise ValueError(f"local_update must be one of 'model' (Option II) or 'gradient' (Option I), got {local_update!r}")
+        self.local_update = _OPTIONS[local_update]
+        self.local_steps = _num("local_steps", local_steps, 1, integer=True)
+        self.batch_size = None if batch_size is None else _num("batch_size", batch_size, 1, integer=True)
+        self.local_epochs = None if local_epochs is None else _num("local_epochs", local_epochs, 1, integer=True)
+        if self.local_epochs is not None:
+            if self.batch_size is None:
+                raise ValueError("local_epochs needs a batch_size (minibatches per epoch)")
+            self.local_steps = self.local_epochs * math.ceil(int(data.X_train.shape[1]) / self.batch_size)
+        if clients_per_round is not None:
+            self.S = _num("clients_per_round", clients_per_round, 1, N, integer=True)
+        else:
+            q = _num("participation", participation, 0, 1, lo_open=True)
+            self.S = max(1, int(round(q * N)))
+        self.participation = self.S / N
+        if sampling not in ("fixed", "poisson"):
+            raise ValueError(f"sampling must be 'fixed' or 'poisson', got {sampling!r}")
+        if sampling == "poisson" and clients_per_round is not None:
+            raise ValueError("sampling='poisson' takes participation (the rate q), not clients_per_round")
+        self.sampling = sampling
+        if self.k > self.S and init_min_fraction is not None:
+            raise ValueError(f"init_min_fraction needs k <= clients per round ({self.S}), got k={self.k}")
+        if aggregator is None:
+            aggregator = GradientAveraging() if self.local_update == "gradient" else ModelAveraging()
+        if not isinstance(aggregator, Aggregator):
+            raise ValueError(f"aggregator must be an Aggregator, got {type(aggregator).__name__}")
+        self.aggregator = aggregator
+        self.seed = _num("seed", seed, 0, integer=True)
+        if init_min_fraction is not None:
+            init_min_fraction = _num("init_min_fraction", init_min_fraction, 0, 1.0 / self.k, lo_open=True)
+        self.init_min_fraction = init_min_fraction
+        self.init_max_restarts = _num("init_max_restarts", init_max_restarts, 0, integer=True)
+        self.eval_every = _num("eval_every", eval_every, 0, integer=True)
+        if train_eval not in ("sampled", "all"):
+            raise ValueError(f"train_eval must be 'sampled' or 'all', got {train_eval!r}")
+        if test_select not in ("test", "train"):
+            raise ValueError(f"test_select must be 'test' or 'train', got {test_select!r}")
+        self.train_eval, self.test_select = train_eval, test_select
+        self.max_rows = _num("max_rows", max_rows, 1, integer=True)
+        self.max_chunk_mb = DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0,
+                                                                               lo_open=True)
+        self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
+        self._warned_unbounded = False
+        self.data, self.model, self.method, self.progress = data, model, method, progress
+        self.init_params, self.init_momentum = init_params, init_momentum
+        self.rngs = {name: stream(self.seed, name) for name in ("init", "sampling", "minibatch", "noise")}
+        self.dp_events: list = []
+        self.timing = {"assign": 0.0, "local": 0.0, "aggregate": 0.0, "eval": 0.0}
+        self.n_local_samples = 0  # sum over rounds and steps of the samples processed in local training
+
+    # --------------------------------------------------------------------------------------------
+    def _check_stacked(self, name, p: Params, like: Params | None = None) -> Params:
+        if not isinstance(p, dict) or not p:
+            raise ValueError(f"{name} must be a non-empty dict of stacked tensors")
+        out = {}
+        for n, v in p.items():
+            v = torch.as_tensor(v, dtype=self.data.X_train.dtype).clone()
+            if v.shape[0] != self.k:
+                raise ValueError(f"{name}[{n!r}] must have k={self.k} rows, got shape {tuple(v.shape)}")
+            if like is not None and (n not in like or like[n].shape != v.shape):
+                raise ValueError(f"{name}[{n!r}] does not match the parameter shapes")
+            out[n] = v
+        if like is not None and set(out) != set(like):
+            raise ValueError(f"{name} must have the same names as the parameters")
+        return out
+
+    def init_state(self) -> ServerState:
+        """k independent random inits (stream "init"), optionally IFCA's restart heuristic."""
+        dt = self.data.X_train.dtype
+        info = {"init_restarts": 0, "init_min_fraction_reached": None}
+        if self.init_params is not None:
+            params = self._check_stacked("init_params", self.init_params)
+        else:
+            rng = self.rngs["init"]
+            best, best_frac = None, -1.0
+            for attempt in range(self.init_max_restarts + 1):
+                params = self.model.init(self.k, rng, dtype=dt)
+                if self.init_min_fraction is None:
+                    break
+                idx = np.sort(rng.choice(self.data.n_clients, self.S, replace=False))
+                losses = self._losses(params, idx)
+                frac = float(segment_counts(assign_clusters(losses), self.k).min()) / self.S
+                if frac > best_frac:
+                    best, best_frac = params, frac
+                info["init_restarts"] = attempt
+                if frac >= self.init_min_fraction:
+                    break
+            else:
+                logger.warning("IFCA restart heuristic: no init reached min fraction %.3f in %d redraws "
+                               "(best %.3f); using the best", self.init_min_fraction, self.init_max_restarts, best_frac)
+            if self.init_min_fraction is not None:
+                params = best
+                info["init_min_fraction_reached"] = best_frac
+        if self.init_momentum is not None:
+            momentum = self._check_stacked("init_momentum", self.init_momentum, params)
+        else:
+            momentum = {n: torch.zeros_like(v) for n, v in params.items()}
+        self.init_info = info
+        self._set_chunk(params)
+        return ServerState(params=params, momentum=momentum, round=0)
+
+    def _set_chunk(self, params: Params) -> None:
+        per = bytes_per_client(self.model, params, int(self.data.X_train.shape[1]), self.data.d, beta=self.beta,
+                               batch_size=self.batch_size)
+        self.bytes_per_client = per
+        self.chunk_clients = max(1, int(self.max_chunk_mb * 2**20 // per))
+
+    def _losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
+        """(len(clients), k) losses of every model on the given clients, gathering their data one chunk
+        of ``chunk_clients`` at a time (the gathered copy of a round's data stays bounded)."""
+        if self.chunk_clients is None:
+            self._set_chunk(params)
+        d, step = self.data, self.chunk_clients
+        out = []
+        for a in range(0, len(clients), step):
+            out.append(client_model_losses(self.model, params, *self.client_data(clients[a:a + step]),
+                                           max_rows=self.max_rows)[0])
+        return torch.cat(out) if out else torch.zeros(0, self.k, dtype=d.X_train.dtype)
+
+    def lr_at(self, t: int) -> float:
+        """``lr * lr_decay**(t-1)`` for round t = 1..T."""
+        return self.lr * self.lr_decay ** (t - 1)
+
+    # --------------------------------------------------------------------------------------------
+    def client_round(self, state: ServerState, clients: np.ndarray, lr: float) -> ClientUpdates:
+        """Steps 2-3 for the given clients: batched cluster estimation, then batched local update."""
+        X, y, n = self.client_data(clients)
+        t0 = time.perf_counter()
+        # eq. (8): every client evaluates all k models on its local data, one batched forward
+        losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
+        chosen = assign_clusters(losses)
+        t1 = time.perf_counter()
+        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"])
+        t2 = time.perf_counter()
+        self.timing["assign"] += t1 - t0
+        self.timing["local"] += t2 - t1
+        return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
+                             momentum=mom, n_samples=n)
+
+    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen):
+        """Step 3 for clients that chose ``chosen``: gather their start models and momenta, train
+        (Option II) or take the momentum-gradient (Option I) with minibatch draws from ``gen``, and
+        count the local samples. Returns (start, params, momentum)."""
+        start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
+        mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
+        if self.local_update == "model":
+            params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
+                                      beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
+                                      gen=gen)
+            steps = self.local_steps
+        else:
+            mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
+                                 gen=gen)
+            params, steps = start, 1
+        self.count_local_samples(n, steps)
+        return start, params, mom
+
+    def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The padded training data ``X, y, n`` of the given clients (a gathered copy)."""
+        idx = torch.as_tensor(clients, dtype=torch.long)
+        d = self.data
+        return d.X_train[idx], d.y_train[idx], d.n_train[idx]
+
+    def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
+        """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
+        batch, or at most ``batch_size`` per step) to ``n_local_samples``."""
+        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+        self.n_local_samples += int(per_step.sum()) * steps
+
+    def _chunked(self, n_sampled: int) -> bool:
+        """Whether this round runs in chunks (more clients than one chunk, and a chunk-capable setup)."""
+        if self.chunk_clients is None or n_sampled <= self.chunk_clients:
+            return False
+        ok = self.aggregator.supports_chunks() and type(self).client_round is ClusteredFLEngine.client_round
+        if not ok and not self._warned_unbounded:
+            logger.warning("max_chunk_mb=%g: %d clients per round need %d chunks, but %s cannot aggregate in "
+                           "chunks; the round runs at once (its memory grows with the clients per round)",
+                           self.max_chunk_mb, n_sampled, math.ceil(n_sampled / self.chunk_clients),
+                           type(self.aggregator).__name__ if not self.aggregator.supports_chunks()
+                           else type(self).__name__)
+            self._warned_unbounded = True
+        return ok
+
+    def chunked_round(self, state: ServerState, clients: np.ndarray, lr: float,
+                      ctx: RoundContext) -> tuple[ClientUpdates, Aggregation]:
+        """Steps 2-4 in chunks of ``chunk_clients`` clients: (i) the cluster estimate of every sampled
+        client (losses only, chunk by chunk), (ii) the aggregator's :meth:`~Aggregator.begin` with the
+        round's choices, (iii) per chunk: gather its data, start models and momenta, local training
+        (minibatch draws from the round's :class:`_DrawTape`), :meth:`~Aggregator.accumulate`; then
+        :meth:`~Aggregator.end`. Peak memory: one chunk's working set plus the (S, k) losses."""
+        d = self.data
+        S = len(clients)
+        t0 = time.perf_counter()
+        losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
+        chosen = assign_clusters(losses)
+        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]
+        updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
+                                momentum=None, n_samples=n_all, chunked=True)
+        t1 = time.perf_counter()
+        self.timing["assign"] += t1 - t0
+        acc = self.aggregator.begin(state, updates, ctx)
+        self.timing["aggregate"] += time.perf_counter() - t1
+        tape = _DrawTape(self.rngs["minibatch"], S)
+        for a in range(0, S, self.chunk_clients):
+            rows = slice(a, min(S, a + self.chunk_clients))
+            t1 = time.perf_counter()
+            X, y, n = self.client_data(clients[rows])
+            ch = chosen[rows]
+            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows))
+            t2 = time.perf_counter()
+            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
+                                  params=params, momentum=mom, n_samples=n)
+            self.aggregator.accumulate(acc, chunk, rows, ctx)
+            del chunk, params, mom, start, X, y
+            self.timing["local"] += t2 - t1
+            self.timing["aggregate"] += time.perf_counter() - t2
+        t2 = time.perf_counter()
+        agg = self.aggregator.end(state, acc, ctx)
+        self.timing["aggregate"] += time.perf_counter() - t2
+        return updates, agg
+
+    def sample_clients(self) -> np.ndarray:
+        """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
+        ``round(q*m)`` clients without replacement (default; spec 002, 2.8), or Poisson sampling (every
+        client independently with probability q; the number varies and may be 0)."""
+        rng = self.rngs["sampling"]
+        if self.sampling == "poisson":
+            return np.flatnonzero(rng.random(self.data.n_clients) < self.participation)
+        return np.sort(rng.choice(self.data.n_clients, self.S, replace=False))
+
+    def step(self, state: ServerState) -> tuple[ServerState, ClientUpdates, Aggregation]:
+        """One full communication round; returns the new state, the client updates and the aggregation."""
+        t = state.round + 1
+        lr = self.lr_at(t)
+        clients = self.sample_clients()
+        if len(clients) == 0:  # Poisson sampling drew nobody: nothing is sent, nothing changes
+            empty = {k: v[:0] for k, v in state.params.items()}
+            updates = ClientUpdates(clients=clients, chosen=torch.zeros(0, dtype=torch.long),
+                                    losses=torch.zeros(0, self.k), start_params=empty, params=empty,
+                                    momentum=None, n_samples=torch.zeros(0, dtype=torch.long))
+            agg = Aggregation(state.params, state.momentum, updates.chosen, np.zeros(self.k, dtype=np.int64))
+            return ServerState(params=state.params, momentum=state.momentum, round=t), updates, agg
+        ctx = RoundContext(round=t, lr=lr, k=self.k, n_clients=self.data.n_clients, n_sampled=len(clients),
+                           beta=self.beta, rngs=self.rngs, dp_events=self.dp_events)
+        if self.chunk_clients is None:  # a state built by the caller, not by init_state
+            self._set_chunk(state.params)
+        if self._chunked(len(clients)):
+            updates, agg = self.chunked_round(state, clients, lr, ctx)
+        else:
+            updates = self.client_round(state, clients, lr)
+            t0 = time.perf_counter()
+            agg = self.aggregator(state, updates, ctx)
+            self.timing["aggregate"] += time.perf_counter() - t0
+        return ServerState(params=agg.params, momentum=agg.momentum, round=t), updates, agg
+
+    def _record(self, history, t, lr, state, updates, agg):
+        t0 = time.perf_counter()
+        rec: dict[str, Any] = {"round": t, "lr": lr}
+        ev = evaluate(self.model, state.params, self.data, train=self.train_eval == "all", test=True,
+                      test_select=self.test_select, max_rows=self.max_rows)
+        if self.train_eval == "all":
+            rec["train_loss"] = ev["train_loss"]
+            rec["client_ACC"], rec["client_NMI"] = ev.get("client_ACC", float("nan")), ev.get("client_NMI", float("nan"))
+        else:
+            rec["train_loss"] = (float(updates.losses.min(dim=1).values.mean()) if len(updates.clients)
+                                 else float("nan"))
+            if self.data.group is not None and len(updates.clients):
+                sc = client_clustering_scores(self.data.group[updates.clients], updates.chosen.numpy())
+                rec["client_ACC"], rec["client_NMI"] = sc["client_ACC"], sc["client_NMI"]
+            else:
+                rec["client_ACC"] = rec["client_NMI"] = float("nan")
+        rec["test_accuracy"] = ev.get("test_accuracy", float("nan"))
+        rec["test_loss"] = ev.get("test_loss", float("nan"))
+        rec["cluster_sizes"] = [int(c) for c in agg.cluster_sizes]
+        for key, v in agg.info.items():
+            if isinstance(v, (int, float, np.integer, np.floating)):
+                rec[key] = float(v)
+        for key, v in rec.items():
+            history.setdefault(key, []).append(v)
+        self.timing["eval"] += time.perf_counter() - t0
+        return rec
+
+    def run(self) -> ClusteredFLResult:
+        """Run all rounds and return a :class:`ClusteredFLResult`."""
+        wall0 = time.perf_counter()
+        state = self.init_state()
+        history: dict[str, list] = {k: [] for k in ("round", "lr", "train_loss", "test_accuracy", "test_loss",
+                                                    "client_ACC", "client_NMI", "cluster_sizes")}
+        for t in range(1, self.rounds + 1):
+            lr = self.lr_at(t)
+            state, updates, agg = self.step(state)
+            if (self.eval_every and t % self.eval_every == 0) or t == self.rounds:
+                rec = self._record(history, t, lr, state, updates, agg)
+                logger.info("%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
+                            self.method, t, self.rounds, rec["train_loss"], rec["test_accuracy"],
+                            rec["client_ACC"], rec["cluster_sizes"])
+                if self.progress is not None:
+                    self.progress(t, rec)
+        t0 = time.perf_counter()
+        final = evaluate(self.model, state.params, self.data, train=True, test=True,
+                         test_select=self.test_select, max_rows=self.max_rows)
+        self.timing["final_eval"] = time.perf_counter() - t0
+        self.dp_events.extend(self.aggregator.finish(self.rounds, self.data.n_clients, self.S))
+        info = {
+            "method": self.method, "k": self.k, "rounds": self.rounds, "lr": self.lr, "lr_decay": self.lr_decay,
+            "beta": self.beta, "local_update": self.local_update, "local_steps": self.local_steps,
+            "batch_size": self.batch_size, "clients_per_round": self.S, "sampling": self.sampling, "participation": self.participation,
+            "n_clients": self.data.n_clients, "aggregator": self.aggregator.name, "seed": self.seed,
+            "init": "given" if self.init_params is not None else (
+                "random+ifca_restart" if self.init_min_fraction is not None else "random"),
+            **self.init_info,
+            "final": {k: v for k, v in final.items() if not isinstance(v, np.ndarray)},
+            "timing": dict(self.timing), "wall_time": time.perf_counter() - wall0,
+            "local_samples": self.n_local_samples,
+            "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
+            "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
+        }
+        return ClusteredFLResult(params=state.params, momentum=state.momentum, assignment=final["assignment"],
+                                 test_assignment=final.get("test_assignment"), history=history,
+                                 dp_events=list(self.dp_events), info=info)
+
+
+def run_clustered_fl(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
+    """``ClusteredFLEngine(data, model, k, **kwargs).run()``."""
+    return ClusteredFLEngine(data, model, k, **kwargs).run()
