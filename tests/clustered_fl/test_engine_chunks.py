@@ -150,14 +150,15 @@ def test_pipeline_node_passes_max_chunk_mb(method):
     from sklearn.datasets import load_digits
 
     from fedclust.partition.rotation import rotation
-    from fedclust.pipelines.clustered_fl import methods
+    from fedclust.pipelines.methods import node_functions
 
     d = load_digits()
     rd = rotation(d.images / 16.0, d.target, n_groups=2, n_clients=20, samples_per_client=20, test_per_client=5,
                   seed=0)
     train = {"rounds": 2, "participation": 0.5, "local_steps": 2, "eval_every": 1, "model": {"type": "mlp", "hidden": 8}}
-    small = methods.train(rd, {}, {**train, "max_chunk_mb": 0.02}, 0, method=method)
-    default = methods.train(rd, {}, {**train, "max_chunk_mb": None}, 0, method=method)
+    _, train_node = node_functions(method)
+    small = train_node(rd, {}, {**train, "max_chunk_mb": 0.02}, 0)
+    default = train_node(rd, {}, {**train, "max_chunk_mb": None}, 0)
     assert small.info["max_chunk_mb"] == 0.02 and small.info["chunks_per_round"] > 1
     assert default.info["chunks_per_round"] == 1
     for n in default.params:
