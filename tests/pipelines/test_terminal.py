@@ -117,3 +117,40 @@ def test_training_nodes_get_a_rounds_bar_fed_by_the_library_loop():
     hook.before_node_run(_Node("fkm.evaluate", "fkm", ["evaluation"]), None, {})
     assert len(bar.tasks) == 2
     hook._progress = None
+
+
+def test_every_family_reports_its_rounds():
+    """The rounds bar is fed by every kind of loop: the k-means baselines' shared round logger
+    (FZKM), DP-FedC, FedCGds, FedSC's Stage I and the clustered-FL engine (IFCA)."""
+    import numpy as np
+
+    from fedclust import progress
+    from fedclust.clustered_fl import FederatedTensors, ifca
+    from fedclust.clustered_fl.models import MLP
+    from fedclust.clustering import dp_fedc, fedc_mf, fedsc, fzkm
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 0.3, size=(40, 4)) for c in (0.0, 3.0)])
+    y = np.repeat([0, 1], 40)
+    client = np.arange(80) % 4
+    seen: dict[str, list] = {}
+    runs = {
+        "fzkm": lambda: fzkm.run(X, client, 2, rounds=3, seed=0, clients_per_round=4),
+        "dp_fedc": lambda: dp_fedc.run(X, client, 2, rounds=3, seed=0, clients_per_round=4),
+        "fedc_gds": lambda: fedc_mf.run_fedcgds(X, client, 2, rounds=3, seed=0),
+        "fedsc": lambda: fedsc.run(X, client, 2, rounds=3, seed=0),
+    }
+    for name, call in runs.items():
+        with progress.listening(lambda label, done, total, name=name: seen.setdefault(name, []).append((done, total))):
+            call()
+    assert seen["fzkm"] == [(1, 3), (2, 3), (3, 3)]
+    assert seen["dp_fedc"] == [(1, 3), (2, 3), (3, 3)]
+    assert seen["fedc_gds"][0] == (1, 3) and seen["fedc_gds"][-1][0] <= 3
+    assert seen["fedsc"] == [(1, 3), (2, 3), (3, 3)]
+    imgs = rng.normal(size=(80, 1, 4, 4)).astype("float32")
+    data = FederatedTensors.from_arrays(imgs.reshape(80, -1), y, client, X_test=imgs.reshape(80, -1), y_test=y,
+                                        client_test=client, group=np.array([0, 0, 1, 1]))
+    got = []
+    with progress.listening(lambda label, done, total: got.append((done, total))):
+        ifca.run(data, MLP(d_in=16, hidden=8, n_classes=2), 2, rounds=2, seed=0, local_steps=1)
+    assert got == [(1, 2), (2, 2)]

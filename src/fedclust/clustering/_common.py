@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedclust.metrics import clustering_scores
+from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 MECHANISMS = ("classical", "analytic")
@@ -263,6 +264,7 @@ def round_logger(name: str, history: dict, X: np.ndarray, y, rounds: int, progre
         history["objective"].append(float(d2.sum() / X.shape[0]))
         log_scores(history, y, lab)
         log.info("%s round %d/%d objective %.5g", name, t, rounds, history["objective"][-1])
+        report_round("round", t, rounds)
         if progress is not None:
             progress(t, history)
 

@@ -118,6 +118,7 @@ from fedclust.clustering._common import (
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.events import non_dp_release
+from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -934,6 +935,7 @@ def run(
             hist["grad_norm_median"].append(st["grad_norm_median"])
             logger.info("dp_fedc round %d/%d F=%.6g%s", t, R, hist["objective"][-1],
                         f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
+            report_round("round", t, R)
             if progress is not None:
                 progress(t, hist)
 

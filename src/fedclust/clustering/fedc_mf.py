@@ -114,6 +114,7 @@ import numpy as np
 
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_accuracy, nmi
+from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -612,6 +613,7 @@ def _drive_loop(engine, hist, *, rounds, continuation, rho_growth, rho_tol, tol,
         if progress is not None:
             progress(s, {key: v[-1] for key, v in hist.items()})
         logger.info("%s round %d: F=%.6g eps=%.3g rho=%.3g comm=%d", engine.name, s, F, eps, rho_used, comm)
+        report_round("round (at most)", s, rounds)
         if not np.isfinite(F):
             stop = "diverged"
             break

@@ -65,6 +65,7 @@ from sklearn.cluster import KMeans
 from fedclust.clustering import spectral
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.progress import report as report_round
 from fedclust.rng import stream, torch_seed
 
 logger = logging.getLogger(__name__)
@@ -689,6 +690,7 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
             hist["reconstruction_error"].append(err)
             vals["reconstruction_error"] = err
         logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
+        report_round("Stage I round", s + 1, rounds)
         if progress is not None:
             progress(s + 1, vals)
         if s == rounds - 1:

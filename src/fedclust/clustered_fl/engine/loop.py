@@ -23,6 +23,7 @@ from fedclust.clustered_fl.engine.kernels import (
 )
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.metrics import client_clustering_scores
+from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -390,6 +391,7 @@ class ClusteredFLEngine:
         for t in range(1, self.rounds + 1):
             lr = self.lr_at(t)
             state, updates, agg = self.step(state)
+            report_round("round", t, self.rounds)
             if (self.eval_every and t % self.eval_every == 0) or t == self.rounds:
                 rec = self._record(history, t, lr, state, updates, agg)
                 logger.info("%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
