@@ -185,10 +185,14 @@ def _iter_ray(fn, cells, idx, threads, options):
     ray = import_ray()
     started = False
     if not ray.is_initialized():
-        init = {"address": options.get("address"), "include_dashboard": False, "log_to_driver": True,
-                **dict(options.get("init_options") or {})}
-        if options.get("num_cpus") and not init.get("address"):
-            init["num_cpus"] = int(options["num_cpus"])
+        address = options.get("address")
+        init = {"address": address}
+        if not address:  # a local instance of num_cpus CPUs (default: all), no dashboard
+            init["include_dashboard"] = False
+            if options.get("num_cpus"):
+                init["num_cpus"] = int(options["num_cpus"])
+        init.update(options.get("init_options") or {})
+        logger.info("ray: %s", f"connecting to {address}" if address else "starting a local instance")
         ray.init(**init)
         started = True
     remote = ray.remote(num_cpus=1, max_retries=0)(call_cell)
