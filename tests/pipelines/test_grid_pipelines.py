@@ -57,3 +57,64 @@ def test_privacy_audit_pipeline_writes_audits_and_child_runs(run_pipeline, mlflo
     assert len(child) == 1 and child[0].data.tags["method"] == "fkm"
     assert child[0].data.metrics["epsilon_audited"] <= child[0].data.metrics["epsilon"]
     assert "audit.json" in {a.path for a in client.list_artifacts(child[0].info.run_id)}
+
+
+def test_grid_pipeline_shows_cells_records_tables_and_plots_as_nodes():
+    # issue 14: Kedro-Viz shows data -> cells -> records -> tables -> plots, not one opaque node
+    from fedclust.pipelines.grids import GRID_PIPELINES
+
+    pipe = GRID_PIPELINES["dp_fedc_grid"]()
+    edges = {n.name.split(".")[-1]: (set(n.inputs), set(n.outputs)) for n in pipe.nodes}
+    assert edges["prepare_cells"] == ({"params:dp_fedc_grid.config", "params:data_paths"}, {"dp_fedc_grid.cells"})
+    assert edges["run_cells"] == ({"dp_fedc_grid.cells", "dp_fedc_grid.cell_store"}, {"dp_fedc_grid.records"})
+    assert edges["tabulate"][0] == {"dp_fedc_grid.records"} and "dp_fedc_grid.tables" in edges["tabulate"][1]
+    assert edges["plot"] == ({"dp_fedc_grid.tables", "dp_fedc_grid.records"},
+                             {"dp_fedc_grid.sweep_plot", "dp_fedc_grid.curves_plot"})
+    bench = {n.name.split(".")[-1] for n in GRID_PIPELINES["benchmark"]().nodes}
+    assert {"prepare_cells", "run_cells", "tabulate", "plot", "figures"} <= bench
+
+
+def test_interrupted_grid_keeps_finished_cells_in_mlflow_and_on_disk_and_resumes(run_pipeline, mlflow_runs, kedro_project,
+                                                                               monkeypatch):
+    # issue 15, item 4: a grid interrupted after some cells lost all of them
+    import json
+    import pickle
+
+    import pytest
+
+    from fedclust.executors import same_results
+    from fedclust.grids import dp_fedc
+
+    config = {"dataset": "iris", "n_clients": 5, "rounds": 3, "seeds": 1, "parts": ["table1"], "table1_K": 5,
+              "table1_methods": ["fkm", "dkm", "dp_fedc"], "rho_factors": [1e-2]}  # 3 methods x 2 budgets = 6 cells
+    real = dp_fedc.run_cell
+    calls = []
+
+    def failing(cell):
+        calls.append(cell)
+        if len(calls) == 3:
+            raise RuntimeError("injected failure in cell 3")
+        return real(cell)
+
+    monkeypatch.setattr(dp_fedc, "run_cell", failing)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run_pipeline("dp_fedc_grid", {"dp_fedc_grid": {"config": config}})
+    store = kedro_project / "data/08_reporting/dp_fedc_grid/cells.jsonl"
+    assert len(store.read_text().splitlines()) == 2
+    client, runs = mlflow_runs()
+    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2  # logged as they finished
+    assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["FAILED"]
+
+    calls.clear()
+    monkeypatch.setattr(dp_fedc, "run_cell", lambda cell: calls.append(cell) or real(cell))
+    run_pipeline("dp_fedc_grid", {"dp_fedc_grid": {"config": config}})
+    assert len(calls) == 4  # the 2 finished cells were not run again
+    client, runs = mlflow_runs()
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.status == "FINISHED")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 6 and sum(r.data.tags.get("resumed") == "true" for r in children) == 2
+    (version,) = (kedro_project / "data/07_model_output/dp_fedc_grid/records.pkl").iterdir()
+    records = pickle.loads((version / "records.pkl").read_bytes())
+    uninterrupted = dp_fedc.run(config)
+    assert len(uninterrupted) == 6 and same_results(records, uninterrupted)  # timings aside
+    assert len({json.loads(x)["key"] for x in store.read_text().splitlines()}) == 6

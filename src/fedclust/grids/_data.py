@@ -1,11 +1,40 @@
-"""Data loading shared by the grids (the same loader as the pipelines' data stage)."""
+"""Data loading shared by the grids (the same loader as the pipelines' data stage), and a small
+per-process cache: a grid cell is a pure function of its dict, so a worker process (or this one)
+loads a data set or builds a partition once and reuses it for the next cells that name it."""
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
+from typing import Any, Callable
+
 from fedclust.data import Dataset
 from fedclust.data.registry import prepare_dataset
+
+_CACHES: dict[str, OrderedDict] = {"data": OrderedDict(), "small": OrderedDict()}
+_SIZES = {"data": 2, "small": 64}
+
+
+def memo(key: Any, build: Callable[[], Any], cache: str = "small"):
+    """``build()``, computed once per ``key`` in this process (LRU: 2 data sets, 64 small objects)."""
+    store = _CACHES[cache]
+    k = json.dumps(key, sort_keys=True, default=str)
+    if k in store:
+        store.move_to_end(k)
+        return store[k]
+    value = build()
+    store[k] = value
+    while len(store) > _SIZES[cache]:
+        store.popitem(last=False)
+    return value
 
 
 def load(name: str, data_paths: dict | None, seed: int = 0, **options) -> Dataset:
     path = (data_paths or {}).get(name)
     return prepare_dataset(name, path=path, seed=seed, **options)
+
+
+def load_cached(name: str, data_paths: dict | None, seed: int = 0, **options) -> Dataset:
+    """:func:`load`, once per process for the same arguments (callers must not modify the arrays)."""
+    path = (data_paths or {}).get(name)
+    return memo(("load", name, path, seed, options), lambda: load(name, data_paths, seed, **options), "data")

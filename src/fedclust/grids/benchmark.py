@@ -33,8 +33,10 @@ import pandas as pd
 
 from fedclust.clustering import dp_fedc, fedc_mf, fedsc, spectral
 from fedclust.clustering._common import default_init, initial_centroids
-from fedclust.experiments import eps_label, records_frame, run_cells, summarize
-from fedclust.grids._data import load
+from fedclust.executors import without_execution
+from fedclust.experiments import eps_label, records_frame, summarize
+from fedclust.grids import run_grid
+from fedclust.grids._data import load, load_cached, memo
 from fedclust.metrics import clustering_scores
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
@@ -117,74 +119,95 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     return W0, init
 
 
-def run(config: dict, data_paths: dict | None = None) -> list[dict]:
+#: the config keys that enumerate the data-clustering cells (a cell carries its own value of them)
+AXES = ("datasets", "partitions", "seeds", "epsilons", "clustered_fl")
+
+
+def _check_methods(config: dict) -> list[str]:
     methods = list(config.get("methods", ALL_METHODS))
     bad = [m for m in methods if m not in ALL_METHODS]
     if bad:
         raise ValueError(f"benchmark.config.methods: unknown {bad}; valid: {list(ALL_METHODS)}")
-    delta = float(config.get("delta", 1e-5))
-    n_clients = int(config.get("n_clients", 10))
-    cells = [
-        (ds, part, seed, eps)
+    return methods
+
+
+def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """The data-clustering cells: one per (data set, partition, seed, epsilon), every method in it
+    (they share the partition and W^0)."""
+    _check_methods(config)
+    shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
+    return [
+        {"kind": "data", "dataset": ds, "partition": dict(part), "seed": seed, "epsilon": eps, "config": shared,
+         "data_paths": dict(data_paths or {})}
         for ds in config.get("datasets", ["digits"])
         for part in config.get("partitions", [{"scheme": "iid"}])
         for seed in range(int(config.get("seeds", 2)))
         for eps in config.get("epsilons", [None, 2.0])
     ]
-    data_cache: dict = {}
-    part_cache: dict = {}
 
-    def run_cell(cell):
-        ds_name, part, seed, eps = cell
-        if ds_name not in data_cache:
-            data_cache[ds_name] = load(ds_name, data_paths)
-        data = data_cache[ds_name]
-        X, y = data.X.astype(np.float64), data.y
-        k = data.n_classes
-        plabel = _partition_label(part)
-        key = (ds_name, plabel, seed)
-        if key not in part_cache:
-            opts = {kk: v for kk, v in part.items() if kk != "scheme"}
-            part_cache[key] = make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
-                                             seed=seed, **opts).client
-        client = part_cache[key]
-        W0, init = shared_init(X, k, seed, eps, config)  # the same initial centroids for every method of a cell
-        out = []
-        for method in methods:
-            tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
-            params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
-                      "n_clients": n_clients, "method": method, "init": init}
-            if method == "dk_pp":
-                params["seeding_rounds"] = dk_pp_seeding_rounds(int(config.get("rounds", 20)), eps)
-            name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
-            if eps is not None and method not in PRIVATE:
-                why = ("centralized reference" if method in CENTRALIZED
-                       else NOT_DP.get(method, "the method has no private variant"))
-                out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
-                            "metrics": {}, "history": {}, "note": why})
-                continue
-            t0 = time.perf_counter()
-            res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
-            wall = time.perf_counter() - t0
-            metrics = clustering_scores(y, res.labels)
-            metrics["wall_time_s"] = wall
-            metrics["uploaded_reals"] = float(res.uploaded_reals)
-            metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
-            if "eps_bar" in res.info:
-                metrics["dp_fedc_eps_bar"] = float(res.info["eps_bar"])
-            hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
-            rec = {"name": name, "tags": {**tags, "status": "ok"}, "params": {**params, "status": "ok"},
-                   "metrics": metrics, "history": hist}
-            if seed == 0 and eps is None:
-                rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
-            out.append(rec)
-        return {"name": f"{ds_name}/{plabel}/seed={seed}/eps={eps_label(eps)}", "children": out}
 
-    nested = run_cells(cells, run_cell, label="benchmark")
-    records = [c for r in nested for c in r["children"]]
-    for r in records:  # wall time is per method; drop the cell-level one
-        r["metrics"].pop("cell_wall_time_s", None)
-    return records
+def run_cell(cell: dict) -> list[dict]:
+    """The records of one cell (a pure function of ``cell``): every method of a data-clustering
+    cell, or one clustered-FL cell (``kind``: ``cfl``, ``cfl_na``, ``rr``; :func:`clustered_fl_cells`)."""
+    kind = cell.get("kind", "data")
+    if kind != "data":
+        return _run_clustered_fl_cell(cell)
+    ds_name, part, seed, eps = cell["dataset"], cell["partition"], cell["seed"], cell["epsilon"]
+    config, data_paths = cell["config"], cell["data_paths"]
+    methods = list(config.get("methods", ALL_METHODS))
+    delta = float(config.get("delta", 1e-5))
+    n_clients = int(config.get("n_clients", 10))
+    data = load_cached(ds_name, data_paths)
+    X, y = data.X.astype(np.float64), data.y
+    k = data.n_classes
+    plabel = _partition_label(part)
+    opts = {kk: v for kk, v in part.items() if kk != "scheme"}
+    client = memo(("benchmark_partition", ds_name, data_paths.get(ds_name), part, n_clients, seed),
+                  lambda: make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
+                                         seed=seed, **opts).client)
+    W0, init = shared_init(X, k, seed, eps, config)  # the same initial centroids for every method of a cell
+    out = []
+    for method in methods:
+        tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
+        params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
+                  "n_clients": n_clients, "method": method, "init": init}
+        if method == "dk_pp":
+            params["seeding_rounds"] = dk_pp_seeding_rounds(int(config.get("rounds", 20)), eps)
+        name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
+        if eps is not None and method not in PRIVATE:
+            why = ("centralized reference" if method in CENTRALIZED
+                   else NOT_DP.get(method, "the method has no private variant"))
+            out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
+                        "metrics": {}, "history": {}, "note": why})
+            continue
+        t0 = time.perf_counter()
+        res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
+        wall = time.perf_counter() - t0
+        metrics = clustering_scores(y, res.labels)
+        metrics["wall_time_s"] = wall
+        metrics["uploaded_reals"] = float(res.uploaded_reals)
+        metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+        if "eps_bar" in res.info:
+            metrics["dp_fedc_eps_bar"] = float(res.info["eps_bar"])
+        hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
+        rec = {"name": name, "tags": {**tags, "status": "ok"}, "params": {**params, "status": "ok"},
+               "metrics": metrics, "history": hist}
+        if seed == 0 and eps is None:
+            rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
+        out.append(rec)
+    for rec in out:
+        rec["tags"]["family"] = "data_clustering"
+    return out
+
+
+def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
+    """The data-clustering half (:func:`cells`) on ``config.executor`` (:func:`fedclust.grids.run_grid`)."""
+    return run_grid(_DataHalf, config, data_paths, label="benchmark", **run_options)
+
+
+class _DataHalf:
+    cells = staticmethod(cells)
+    run_cell = staticmethod(run_cell)
 
 
 CFL_METHODS = ("cfl_mgd", "ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg")
@@ -192,12 +215,14 @@ CFL_PRIVATE = ("rr_cluster", "dp_ifca", "dp_fedavg")
 CFL_METRICS = ["test_accuracy", "client_ACC", "client_NMI", "epsilon_accountant", "wall_time_s"]
 
 
-def run_clustered_fl(config: dict, data_paths: dict | None = None) -> list[dict]:
-    """The clustered-FL half: every method on the same rotated clients, budgets and seeds.
 
-    Non-private methods (CFL-MGD, IFCA, FedAvg) run at epsilon = inf and are reported as not
-    applicable under a finite budget; RR-Cluster and the DP baselines are calibrated to it
-    (client-level, the run's delta) through :mod:`fedclust.grids.rr`.
+def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """The clustered-FL half's cells: every method on the same rotated clients, budgets and seeds.
+
+    Non-private methods (CFL-MGD, IFCA, FedAvg) run at epsilon = inf (cells of :mod:`fedclust.grids.cfl`)
+    and are reported as not applicable under a finite budget (one ``cfl_na`` cell per data set);
+    RR-Cluster and the DP baselines are calibrated to it (client-level, the run's delta) through the
+    cells of :mod:`fedclust.grids.rr`.
     """
     from fedclust.grids import cfl, rr
 
@@ -213,49 +238,83 @@ def run_clustered_fl(config: dict, data_paths: dict | None = None) -> list[dict]
     train = {"rounds": int(cfg.get("rounds", 30)), "lr": float(cfg.get("lr", 0.1)), "local_steps": int(cfg.get("local_steps", 5)),
              "participation": float(cfg.get("participation", 0.25)), "eval_every": 5}
     epsilons = cfg.get("epsilons", [None, 8.0])
+    seeds = int(config.get("seeds", 2))
+    partition = f"rotation({rotation['n_groups']} groups)"
     out: list[dict] = []
     public = [m for m in methods if m not in CFL_PRIVATE]
     for ds in cfg.get("datasets", ["digits"]):
         if public:
-            recs = cfl.run({"datasets": [ds], "methods": public, "seeds": int(config.get("seeds", 2)), "rotation": rotation,
-                            "train": {**train, "beta": 0.9, "model": {"type": "mlp", "hidden": int(cfg.get("hidden", 32))}}},
-                           data_paths)
-            for r in recs:
-                r["tags"]["epsilon"] = "inf"
-                r["metrics"]["epsilon_accountant"] = math.inf  # non-private
-            out += recs
-            for eps in [e for e in epsilons if e is not None]:
-                for m in public:
-                    for seed in range(int(config.get("seeds", 2))):
-                        out.append({"name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
-                                    "tags": {"method": m, "dataset": ds, "partition": f"rotation({rotation['n_groups']} groups)",
-                                             "epsilon": eps_label(eps), "status": "not applicable"},
-                                    "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
-                                    "metrics": {}, "history": {}, "note": "the method has no private variant"})
+            sub = {"datasets": [ds], "methods": public, "seeds": seeds, "rotation": rotation,
+                   "train": {**train, "beta": 0.9, "model": {"type": "mlp", "hidden": int(cfg.get("hidden", 32))}}}
+            out += [{"kind": "cfl", "cell": c} for c in cfl.cells(sub, data_paths)]
+            finite = [e for e in epsilons if e is not None]
+            if finite:
+                out.append({"kind": "cfl_na", "dataset": ds, "epsilons": finite, "methods": public, "seeds": seeds,
+                            "partition": partition})
         private = [m for m in methods if m in CFL_PRIVATE]
         if private:
-            recs = rr.run({"dataset": ds, "settings": ["balanced"], "n_clients": rotation["n_clients"],
-                           "samples_per_client": rotation["samples_per_client"], "test_per_client": rotation["test_per_client"],
-                           "participation": train["participation"], "rounds": train["rounds"], "lr": train["lr"],
-                           "local_steps": train["local_steps"], "hidden": [], "clip": float(cfg.get("clip", 0.3)),
-                           "delta": float(config.get("delta", 1e-5)), "epsilons": epsilons,
-                           "seeds": int(config.get("seeds", 2)), "methods": private, "Bs": [int(cfg.get("B", 4))]},
-                          data_paths)
-            for r in recs:
-                r["tags"]["partition"] = f"rotation({rotation['n_groups']} groups)"
-            out += recs
-    for r in out:
-        r["tags"].setdefault("status", "ok")
-        r["tags"]["family"] = "clustered_fl"
+            sub = {"dataset": ds, "settings": ["balanced"], "n_clients": rotation["n_clients"],
+                   "samples_per_client": rotation["samples_per_client"], "test_per_client": rotation["test_per_client"],
+                   "participation": train["participation"], "rounds": train["rounds"], "lr": train["lr"],
+                   "local_steps": train["local_steps"], "hidden": [], "clip": float(cfg.get("clip", 0.3)),
+                   "delta": float(config.get("delta", 1e-5)), "epsilons": epsilons,
+                   "seeds": seeds, "methods": private, "Bs": [int(cfg.get("B", 4))]}
+            out += [{"kind": "rr", "cell": c, "partition": partition} for c in rr.cells(sub, data_paths)]
     return out
 
 
-def run_all(config: dict, data_paths: dict | None = None) -> list[dict]:
-    """Both halves: federated data clustering (:func:`run`) and clustered FL (:func:`run_clustered_fl`)."""
-    records = run(config, data_paths)
-    for r in records:
-        r["tags"]["family"] = "data_clustering"
-    return records + run_clustered_fl(config, data_paths)
+def _run_clustered_fl_cell(cell: dict) -> list[dict]:
+    from fedclust.grids import cfl, rr
+
+    kind = cell["kind"]
+    if kind == "cfl":
+        recs = cfl.run_cell(cell["cell"])
+        for r in recs:
+            r["tags"]["epsilon"] = "inf"
+            r["metrics"]["epsilon_accountant"] = math.inf  # non-private
+    elif kind == "cfl_na":
+        ds = cell["dataset"]
+        recs = [{"name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
+                 "tags": {"method": m, "dataset": ds, "partition": cell["partition"], "epsilon": eps_label(eps),
+                          "status": "not applicable"},
+                 "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
+                 "metrics": {}, "history": {}, "note": "the method has no private variant"}
+                for eps in cell["epsilons"] for m in cell["methods"] for seed in range(cell["seeds"])]
+    elif kind == "rr":
+        recs = rr.run_cell(cell["cell"])
+        for r in recs:
+            r["tags"]["partition"] = cell["partition"]
+    else:
+        raise ValueError(f"unknown benchmark cell kind {kind!r}")
+    for r in recs:
+        r["tags"].setdefault("status", "ok")
+        r["tags"]["family"] = "clustered_fl"
+    return recs
+
+
+def run_clustered_fl(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
+    """The clustered-FL half (:func:`clustered_fl_cells`) on ``config.executor``."""
+    return run_grid(_ClusteredFLHalf, config, data_paths, label="benchmark", **run_options)
+
+
+class _ClusteredFLHalf:
+    cells = staticmethod(clustered_fl_cells)
+    run_cell = staticmethod(run_cell)
+
+
+def all_cells(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """Both halves' cells: data clustering (:func:`cells`), then clustered FL (:func:`clustered_fl_cells`)."""
+    return cells(config, data_paths) + clustered_fl_cells(config, data_paths)
+
+
+class _Both:
+    cells = staticmethod(all_cells)
+    run_cell = staticmethod(run_cell)
+
+
+def run_all(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
+    """Both halves: federated data clustering and clustered FL, one executor for all their cells."""
+    return run_grid(_Both, config, data_paths, label="benchmark", **run_options)
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:

@@ -30,6 +30,7 @@ Data (issue 17): ``datasets`` is any list of entries, each
 from __future__ import annotations
 
 import glob
+import sys
 import time
 from pathlib import Path
 
@@ -37,7 +38,10 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dsc, fedsc, spectral
-from fedclust.experiments import records_frame, run_cells, summarize
+from fedclust.executors import without_execution
+from fedclust.experiments import records_frame, summarize
+from fedclust.grids import run_grid
+from fedclust.grids._data import memo
 from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
 from fedclust.partition import iid
@@ -122,73 +126,83 @@ def resolve_datasets(entries, data_paths: dict | None = None, scale: str = "minm
     return out
 
 
-def run(config: dict, data_paths: dict | None = None) -> list[dict]:
+#: the config keys that enumerate the cells (a cell carries its own value of them)
+AXES = ("datasets", "trials")
+
+
+def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """One cell per (data set, trial): the data set's resolved source (:func:`resolve_datasets`) and
+    the shared settings (the graph checked and filled in)."""
     scale = config.get("scale") or "minmax"
     graph = spectral._check_graph(config.get("graph") or "min_connected_k")
     sources = resolve_datasets(config.get("datasets", ["fedsc_iris"]), data_paths, scale)
-    datasets = list(sources)
-    trials = int(config.get("trials", 3))
+    shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
+    shared.update(scale=scale, graph=graph)
+    return [{"dataset": ds, "trial": t, "source": src, "config": shared}
+            for ds, src in sources.items() for t in range(int(config.get("trials", 3)))]
+
+
+def run_cell(cell: dict) -> list[dict]:
+    """Every method and sweep of one (data set, trial) cell (a pure function of ``cell``)."""
+    ds_name, trial, source = cell["dataset"], cell["trial"], cell["source"]
+    config = cell["config"]
+    graph = config["graph"]
     P = int(config.get("n_clients", 8))
     rounds = int(config.get("rounds", 20))
     n_init = int(config.get("n_init", 10))
     sweeps = set(config.get("sweeps", ["noise", "d", "factors", "P"]))
-    cells = [(ds, t) for ds in datasets for t in range(trials)]
-    data_cache: dict[str, object] = {}
+    data = memo(("fedsc_data", source), lambda: prepare_dataset(seed=0, **source), "data")
+    X0, y, k = data.X.astype(np.float64), data.y, data.n_classes
+    client = iid(X0.shape[0], P, seed=trial).client
+    out = []
+    for beta in config.get("betas", [0.0]) if "noise" in sweeps else []:
+        X = X0 + beta * X0.std() * stream(trial, "noise").standard_normal(X0.shape) if beta > 0 else X0
+        r = spectral.mean_pairwise_distance(X, rng=stream(trial, "data"))
+        d = spectral.eigen_rank(X, r, rng=stream(trial, "data"))
+        if config.get("d_max"):
+            d = min(d, int(config["d_max"]))
+        p = {"beta": beta}
+        for method, fn in (
+            ("kmeans", lambda: fedsc.centralized_kmeans(X, k, seed=trial)),
+            ("sc", lambda: spectral.spectral_clustering(X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
+            ("dsc", lambda: dsc.run(X, client, k, seed=trial)),
+        ):
+            res, t = _timed(fn)
+            out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
+        res, t = _timed(lambda: fedsc.run(X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
+                                          graph=graph))
+        out.append(_record("fedsc", "noise", ds_name, trial, y, res.labels, p, res.history, metrics={
+            "reconstruction_error": res.info.get("reconstruction_error"), "d": d, "wall_time_s": t,
+            "uploaded_reals": res.uploaded_reals}))
+        out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
+        one, t = _timed(lambda: fedsc.run(X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
+                                      n_init=n_init, graph=graph))
+        out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
+    r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
+    for d in config.get("d_values", [None]) if "d" in sweeps else []:
+        res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init,
+                        graph=graph)
+        out.append(_record("fedsc", "d", ds_name, trial, y, res.labels, {"d": "rule" if d is None else d},
+                           metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]}))
+    for az, ac in config.get("alphas", []) if "factors" in sweeps else []:
+        res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"),
+                        z_noise_alpha=az, c_noise_alpha=ac, n_init=n_init, graph=graph)
+        out.append(_record("fedsc", "factors", ds_name, trial, y, res.labels, {"alpha_z": az, "alpha_c": ac},
+                           metrics={"reconstruction_error": res.info.get("reconstruction_error")}))
+    for P_ in config.get("P_values", []) if "P" in sweeps else []:
+        cl = iid(X0.shape[0], int(P_), seed=trial).client
+        res = fedsc.run(X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init,
+                        graph=graph)
+        out.append(_record("fedsc", "P", ds_name, trial, y, res.labels, {"P": int(P_)}))
+    for rec in out:  # what every cell shares: the data's scaling and the graph
+        rec["params"].update(scale=source["scale"], graph=graph)
+        rec["tags"]["graph"] = graph
+    return out
 
-    def run_cell(cell):
-        ds_name, trial = cell
-        if ds_name not in data_cache:
-            data_cache[ds_name] = prepare_dataset(seed=0, **sources[ds_name])
-        data = data_cache[ds_name]
-        X0, y, k = data.X.astype(np.float64), data.y, data.n_classes
-        client = iid(X0.shape[0], P, seed=trial).client
-        out = []
-        for beta in config.get("betas", [0.0]) if "noise" in sweeps else []:
-            X = X0 + beta * X0.std() * stream(trial, "noise").standard_normal(X0.shape) if beta > 0 else X0
-            r = spectral.mean_pairwise_distance(X, rng=stream(trial, "data"))
-            d = spectral.eigen_rank(X, r, rng=stream(trial, "data"))
-            if config.get("d_max"):
-                d = min(d, int(config["d_max"]))
-            p = {"beta": beta}
-            for method, fn in (
-                ("kmeans", lambda: fedsc.centralized_kmeans(X, k, seed=trial)),
-                ("sc", lambda: spectral.spectral_clustering(X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
-                ("dsc", lambda: dsc.run(X, client, k, seed=trial)),
-            ):
-                res, t = _timed(fn)
-                out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
-            res, t = _timed(lambda: fedsc.run(X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
-                                              graph=graph))
-            out.append(_record("fedsc", "noise", ds_name, trial, y, res.labels, p, res.history, metrics={
-                "reconstruction_error": res.info.get("reconstruction_error"), "d": d, "wall_time_s": t,
-                "uploaded_reals": res.uploaded_reals}))
-            out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
-            one, t = _timed(lambda: fedsc.run(X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
-                                          n_init=n_init, graph=graph))
-            out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
-        r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
-        for d in config.get("d_values", [None]) if "d" in sweeps else []:
-            res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init,
-                            graph=graph)
-            out.append(_record("fedsc", "d", ds_name, trial, y, res.labels, {"d": "rule" if d is None else d},
-                               metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]}))
-        for az, ac in config.get("alphas", []) if "factors" in sweeps else []:
-            res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"),
-                            z_noise_alpha=az, c_noise_alpha=ac, n_init=n_init, graph=graph)
-            out.append(_record("fedsc", "factors", ds_name, trial, y, res.labels, {"alpha_z": az, "alpha_c": ac},
-                               metrics={"reconstruction_error": res.info.get("reconstruction_error")}))
-        for P_ in config.get("P_values", []) if "P" in sweeps else []:
-            cl = iid(X0.shape[0], int(P_), seed=trial).client
-            res = fedsc.run(X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init,
-                            graph=graph)
-            out.append(_record("fedsc", "P", ds_name, trial, y, res.labels, {"P": int(P_)}))
-        for rec in out:  # what every cell shares: the data's scaling and the graph
-            rec["params"].update(scale=sources[ds_name]["scale"], graph=graph)
-            rec["tags"]["graph"] = graph
-        return {"name": f"{ds_name}/trial={trial}", "children": out}
 
-    nested = run_cells(cells, run_cell, label="fedsc_grid")
-    return [child for rec in nested for child in rec["children"]]
+def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
+    """Every cell on ``config.executor`` (:func:`fedclust.grids.run_grid`)."""
+    return run_grid(sys.modules[__name__], config, data_paths, label="fedsc_grid", **run_options)
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:

@@ -3,9 +3,9 @@
 Each method's canary audit (:mod:`fedclust.privacy.audits`) is run with the noise on and off
 (:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower bound,
 the noise-off bound (the audit's power) and the verdicts ``sound`` (audited <= accounted) and
-``powerful`` (noise-off > accounted). Cases run in a process pool of ``workers`` processes (each
-with one BLAS/torch thread); every case is a pure function of its options and the seed, so the
-records do not depend on ``workers``.
+``powerful`` (noise-off > accounted). Cases run on ``executor`` (default: a process pool of
+``workers`` processes, each with one BLAS/torch thread; :mod:`fedclust.executors`); every case is a
+pure function of its options and the seed, so the records do not depend on the executor.
 
 No Kedro imports here.
 """
@@ -30,6 +30,9 @@ DEFAULTS = {
     "power_check": True,
     "workers": 2,
     "cases": {},  # per-method factory options, e.g. {fkm: {epsilon: 2.0}}
+    "executor": None,  # null = processes with `workers` workers (serial for 1); or serial, processes, ray
+    "executor_options": {},
+    "resume": True,
 }
 
 
@@ -135,38 +138,56 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     }
 
 
-def run(config: dict | None, data_paths: dict | None = None) -> list[dict]:
-    """Audit every selected method (see :data:`DEFAULTS`); returns one record per method, in order."""
+def execution_config(cfg: dict) -> dict:
+    """The executor settings of a checked config: ``executor: null`` means a pool of ``workers``
+    processes (serial for one worker), as before executors existed."""
+    out = {"executor": cfg.get("executor"), "executor_options": dict(cfg.get("executor_options") or {}),
+           "resume": cfg.get("resume", True)}
+    if out["executor"] is None:
+        workers = int(cfg["workers"])
+        out["executor"] = "serial" if workers == 1 else "processes"
+        if workers > 1:
+            out["executor_options"].setdefault("max_workers", workers)
+    return out
+
+
+def cells(config: dict | None, data_paths: dict | None = None) -> list[dict]:
+    """One cell per selected method: its case options and the audit settings."""
     cfg = check_config(config)
-    jobs = [(m, dict((cfg["cases"] or {}).get(m) or {})) for m in cfg["methods"]]
-    common = (cfg["n_runs"], int(cfg["seed"]), float(cfg["alpha"]), bool(cfg["power_check"]))
-    workers = min(int(cfg["workers"]), len(jobs)) or 1
-    logger.info("privacy audit: %d method(s) %s, %s worker(s)", len(jobs), [m for m, _ in jobs], workers)
-    t_all = time.perf_counter()
-    done: dict[str, dict] = {}
+    return [{"method": m, "options": dict((cfg["cases"] or {}).get(m) or {}), "n_runs": cfg["n_runs"],
+             "seed": int(cfg["seed"]), "alpha": float(cfg["alpha"]), "power_check": bool(cfg["power_check"])}
+            for m in cfg["methods"]]
 
-    def _log(rec: dict) -> None:
-        met = rec["metrics"]
-        logger.info("audit %-12s eps accounted %.3f  audited %.3f  noise-off %s  %s  (%.1f s) [%d/%d]",
-                    rec["name"], met["epsilon"], met["epsilon_audited"],
-                    f"{met['epsilon_audited_noise_off']:.3f}" if "epsilon_audited_noise_off" in met else "-",
-                    "sound" if met["sound"] else "UNSOUND", met["audit_time_s"], len(done), len(jobs))
 
-    if workers == 1:
-        for m, opts in jobs:
-            done[m] = audit_one(m, opts, *common)
-            _log(done[m])
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+def run_cell(cell: dict) -> list[dict]:
+    """One method's audit record (a pure function of ``cell``)."""
+    return [audit_one(cell["method"], cell["options"], cell["n_runs"], cell["seed"], cell["alpha"], cell["power_check"])]
 
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = {pool.submit(audit_one, m, opts, *common): m for m, opts in jobs}
-            for fut in as_completed(futs):
-                done[futs[fut]] = fut.result()
-                _log(done[futs[fut]])
-    logger.info("privacy audit finished in %.1f s", time.perf_counter() - t_all)
-    return [done[m] for m, _ in jobs]
+
+def log_record(rec: dict) -> None:
+    met = rec["metrics"]
+    logger.info("audit %-12s eps accounted %.3f  audited %.3f  noise-off %s  %s  (%.1f s)",
+                rec["name"], met["epsilon"], met["epsilon_audited"],
+                f"{met['epsilon_audited_noise_off']:.3f}" if "epsilon_audited_noise_off" in met else "-",
+                "sound" if met["sound"] else "UNSOUND", met["audit_time_s"])
+
+
+def run(config: dict | None, data_paths: dict | None = None, store=None, on_done=None) -> list[dict]:
+    """Audit every selected method (see :data:`DEFAULTS`); returns one record per method, in order."""
+    import sys
+
+    from fedclust.grids import run_grid
+
+    cfg = check_config(config)
+
+    def done(i, recs, resumed):
+        for r in recs:
+            log_record(r)
+        if on_done is not None:
+            on_done(i, recs, resumed)
+
+    return run_grid(sys.modules[__name__], {**cfg, **execution_config(cfg)}, data_paths, label="privacy_audit",
+                    store=store, on_done=done)
 
 
 COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_noise_off", "sound",

@@ -16,13 +16,17 @@ Table 4 layout (clustering accuracy, epsilon x B).
 from __future__ import annotations
 
 import math
+import sys
+import time
 
 import pandas as pd
 
 from fedclust.clustered_fl import FederatedTensors
 from fedclust.clustered_fl.models import MLP
-from fedclust.experiments import eps_label, records_frame, run_cells, summarize
-from fedclust.grids._data import load
+from fedclust.executors import without_execution
+from fedclust.experiments import eps_label, records_frame, summarize
+from fedclust.grids import run_grid
+from fedclust.grids._data import load_cached, memo
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry.clustered_fl import rr_sigmas, run_rr
@@ -33,8 +37,31 @@ CURVE_KEYS = ("setting", "method", "epsilon")
 SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
 
 
-def run(config: dict, data_paths: dict | None = None) -> list[dict]:
-    data = load(config.get("dataset", "digits"), data_paths)
+#: the config keys that enumerate the cells (a cell carries its own value of them)
+AXES = ("settings", "epsilons", "seeds", "methods", "Bs")
+
+
+def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
+    """One cell per (setting, epsilon, seed, method, B), with the shared settings and the data paths."""
+    shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
+    out = []
+    for setting in config.get("settings", ["balanced", "imbalanced"]):
+        for eps in config.get("epsilons", [None, 8.0, 4.0, 2.0]):
+            for seed in range(int(config.get("seeds", 2))):
+                for method in config.get("methods", ["dp_ifca", "rr_cluster", "dp_fedavg"]):
+                    for B in (config.get("Bs", [4, 8]) if method == "rr_cluster" else [0]):
+                        out.append({"setting": setting, "epsilon": eps, "seed": seed, "method": method, "B": int(B),
+                                    "config": shared, "data_paths": dict(data_paths or {})})
+    return out
+
+
+def run_cell(cell: dict) -> list[dict]:
+    """One run's record (a pure function of ``cell``)."""
+    t0 = time.perf_counter()
+    config, data_paths = cell["config"], cell["data_paths"]
+    setting, eps, seed, method, B = cell["setting"], cell["epsilon"], cell["seed"], cell["method"], cell["B"]
+    ds = config.get("dataset", "digits")
+    data = load_cached(ds, data_paths)
     M = int(config.get("n_clients", 200))
     q = float(config.get("participation", 0.25))
     T = int(config.get("rounds", 30))
@@ -44,51 +71,47 @@ def run(config: dict, data_paths: dict | None = None) -> list[dict]:
     hidden = config.get("hidden", [])
     clip = float(config.get("clip", 0.3))
     bound = config.get("calibration_bound", "accountant")
-    cells = []
-    for setting in config.get("settings", ["balanced", "imbalanced"]):
-        for eps in config.get("epsilons", [None, 8.0, 4.0, 2.0]):
-            for seed in range(int(config.get("seeds", 2))):
-                for method in config.get("methods", ["dp_ifca", "rr_cluster", "dp_fedavg"]):
-                    for B in (config.get("Bs", [4, 8]) if method == "rr_cluster" else [0]):
-                        cells.append((setting, eps, seed, method, int(B)))
-    cache: dict = {}
+    spc, tpc = int(config.get("samples_per_client", 8)), int(config.get("test_per_client", 2))
 
-    def run_cell(cell):
-        setting, eps, seed, method, B = cell
-        if (setting, seed) not in cache:
-            rd = rotation(data.images, data.y, n_clients=M, samples_per_client=int(config.get("samples_per_client", 8)),
-                          test_per_client=int(config.get("test_per_client", 2)), seed=seed, reuse=False, **SETTINGS[setting])
-            cache[(setting, seed)] = (rd, FederatedTensors.from_rotated(rd))
-        rd, tensors = cache[(setting, seed)]
-        k = len(rd.angles)
-        model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
-        private = eps is not None
-        kw = dict(train, seed=seed)
-        # the RR dispatch of the registry (the same as the rr_cluster pipeline's)
-        base = config.get("base", "ifca")
-        sigmas = rr_sigmas(method, eps, delta, q, T, M, rho_s=float(config.get("rho_s", 0.5)), base=base, bound=bound)
-        res = run_rr(method, tensors, model, k, sigmas=sigmas, clip=clip if private else None, B=B, base=base,
-                     C_s=float(config.get("C_s", 0.1)), mu=float(config.get("mu", 0.1)), **kw)
-        final = res.info["final"]
-        moved = res.history.get("n_moved") or [0.0]
-        label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
-        metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
-        metrics["mean_moved"] = float(sum(moved) / len(moved))
-        before = res.history.get("sizes_before_rr") or []
-        if before:
-            metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
-        metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
-        hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
-        return {
-            "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
-            "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps)},
-            "params": {"setting": setting, "epsilon": eps_label(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
-                       "participation": q, "rounds": T, "clip": clip},
-            "metrics": metrics,
-            "history": hist,
-        }
+    def build():
+        rd = rotation(data.images, data.y, n_clients=M, samples_per_client=spc, test_per_client=tpc, seed=seed,
+                      reuse=False, **SETTINGS[setting])
+        return rd, FederatedTensors.from_rotated(rd)
 
-    return run_cells(cells, run_cell, label="rr_grid")
+    rd, tensors = memo(("rr_rotation", ds, data_paths.get(ds), setting, seed, M, spc, tpc), build)
+    k = len(rd.angles)
+    model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
+    private = eps is not None
+    kw = dict(train, seed=seed)
+    # the RR dispatch of the registry (the same as the rr_cluster pipeline's)
+    base = config.get("base", "ifca")
+    sigmas = rr_sigmas(method, eps, delta, q, T, M, rho_s=float(config.get("rho_s", 0.5)), base=base, bound=bound)
+    res = run_rr(method, tensors, model, k, sigmas=sigmas, clip=clip if private else None, B=B, base=base,
+                 C_s=float(config.get("C_s", 0.1)), mu=float(config.get("mu", 0.1)), **kw)
+    final = res.info["final"]
+    moved = res.history.get("n_moved") or [0.0]
+    label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
+    metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
+    metrics["mean_moved"] = float(sum(moved) / len(moved))
+    before = res.history.get("sizes_before_rr") or []
+    if before:
+        metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
+    metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+    hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
+    metrics["wall_time_s"] = time.perf_counter() - t0
+    return [{
+        "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
+        "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps)},
+        "params": {"setting": setting, "epsilon": eps_label(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
+                   "participation": q, "rounds": T, "clip": clip},
+        "metrics": metrics,
+        "history": hist,
+    }]
+
+
+def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
+    """Every cell on ``config.executor`` (:func:`fedclust.grids.run_grid`)."""
+    return run_grid(sys.modules[__name__], config, data_paths, label="rr_grid", **run_options)
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:

@@ -1,12 +1,15 @@
 """The experiment-grid pipelines (``<name>_grid``), built from one template.
 
-``run_grid`` (parameters -> records, every cell one nested MLflow run) -> ``tabulate`` (mean ± std
-tables as CSV and Markdown in data/08_reporting/<name>_grid/ and MLflow) -> ``plot``.
-The grid itself is a plain library function in :mod:`fedclust.grids`.
+``prepare_cells`` (parameters -> the grid's cells and executor) -> ``run_cells`` (cells -> records on
+the chosen executor; every finished cell is at once a nested MLflow run and a line of
+data/08_reporting/<name>/cells.jsonl, from which a re-run resumes) -> ``tabulate`` (mean ± std tables
+as CSV and Markdown in data/08_reporting/<name>/ and MLflow) -> ``plot``. The grid itself is plain
+library code in :mod:`fedclust.grids` (``cells``, ``run_cell``) and :mod:`fedclust.executors`.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Callable
 
 import pandas as pd
@@ -45,25 +48,64 @@ def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_ac
     return plots.curves_figure(records, keys, metrics, max_curves=max_curves)
 
 
-def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric: str = "ACC",
-                  curve_keys=("method",)) -> Pipeline:
-    """A ``<name>`` pipeline around ``run(config, data_paths) -> records`` and ``tables(records)``."""
+def prepare_cells_node(module, name: str, with_data_paths: bool = True,
+                       settings: Callable[[dict], dict] | None = None) -> Callable:
+    """``prepare_cells(config[, data_paths]) -> {"grid", "cells", "executor", "options", "resume"}``;
+    ``settings(config)`` gives the executor keys where a grid has its own defaults."""
+    from fedclust.executors import execution
 
-    def run_grid(config: dict, data_paths: dict) -> tuple[list[dict], list[dict]]:
-        records = run(config, data_paths)
-        return records, records
+    def prepare_cells(config: dict, data_paths: dict | None = None) -> dict:
+        ex = execution(settings(config) if settings else config)
+        cells = module.cells(config, data_paths) if with_data_paths else module.cells(config)
+        return {"grid": name, "cells": cells, **ex}
+
+    return prepare_cells
+
+
+def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None = None) -> Callable:
+    """``run_cells(cells, cell_store) -> records``: ``module.run_cell`` on every cell with the chosen
+    executor; each finished cell is logged to MLflow and appended to the store as it finishes."""
+    from fedclust.executors import run_cells
+    from fedclust.grids import cell_name
+    from fedclust.pipelines.mlflow_io import cell_run_logger
+
+    def run_cells_(plan: dict, cell_store) -> list[dict]:
+        log = cell_run_logger(f"{name}/")
+
+        def on_done(i, records, resumed):
+            log(i, records, resumed)
+            for rec in records if on_record is not None else ():
+                on_record(rec)
+
+        results = run_cells(module.run_cell, plan["cells"], plan["executor"], plan["options"], on_done=on_done,
+                            store=cell_store, resume=plan["resume"], label=name, name=cell_name)
+        return [rec for res in results for rec in res]
+
+    run_cells_.__name__ = "run_cells"
+    return run_cells_
+
+
+def grid_pipeline(name: str, module, tables: Callable, title: str, metric: str = "ACC",
+                  curve_keys=("method",)) -> Pipeline:
+    """A ``<name>`` pipeline around ``module.cells(config, data_paths)``, ``module.run_cell(cell)``
+    and ``tables(records)``: prepare_cells -> run_cells -> tabulate -> plot."""
 
     def tabulate(records: list[dict]):
         tabs = tables(records)
         csv, md = _tables_to_outputs(tabs, title)
-        return csv, md, plot_sweeps(tabs, metric), plot_curves(records, curve_keys)
+        return tabs, csv, md
 
-    run_grid.__name__ = "run_grid"
-    tabulate.__name__ = "tabulate"
+    def plot(tabs: dict, records: list[dict]):
+        return plot_sweeps(tabs, metric), plot_curves(records, curve_keys)
+
     return Pipeline(
         [
-            node(run_grid, ["params:config", "params:data_paths"], ["records", "child_runs"], name="run_grid", tags=["training", "grid"]),
-            node(tabulate, "records", ["summary_csv", "summary_md", "sweep_plot", "curves_plot"], name="tabulate", tags=["reporting", "grid"]),
+            node(prepare_cells_node(module, name), ["params:config", "params:data_paths"], "cells",
+                 name="prepare_cells", tags=["grid"]),
+            node(run_cells_node(module, name), ["cells", "cell_store"], "records", name="run_cells",
+                 tags=["training", "grid"]),
+            node(tabulate, "records", ["tables", "summary_csv", "summary_md"], name="tabulate", tags=["reporting", "grid"]),
+            node(plot, ["tables", "records"], ["sweep_plot", "curves_plot"], name="plot", tags=["reporting", "grid"]),
         ],
         namespace=name,
         parameters={"params:data_paths"},
@@ -73,13 +115,13 @@ def grid_pipeline(name: str, run: Callable, tables: Callable, title: str, metric
 def _fedsc_grid():
     from fedclust.grids import fedsc
 
-    return grid_pipeline("fedsc_grid", fedsc.run, fedsc.tables, "FedSC grid: ACC/NMI mean ± std over trials")
+    return grid_pipeline("fedsc_grid", fedsc, fedsc.tables, "FedSC grid: ACC/NMI mean ± std over trials")
 
 
 def _dp_fedc_grid():
     from fedclust.grids import dp_fedc
 
-    return grid_pipeline("dp_fedc_grid", dp_fedc.run, dp_fedc.tables,
+    return grid_pipeline("dp_fedc_grid", dp_fedc, dp_fedc.tables,
                          "DP-FedC grid: Table I layout and the eps_bar / K / split sweep (mean ± std over seeds)",
                          curve_keys=dp_fedc.CURVE_KEYS)
 
@@ -87,12 +129,14 @@ def _dp_fedc_grid():
 def _fedc_mf_grid():
     from fedclust.grids import fedc_mf
 
-    return grid_pipeline("fedc_mf_grid", fedc_mf.run, fedc_mf.tables,
+    return grid_pipeline("fedc_mf_grid", fedc_mf, fedc_mf.tables,
                          "FedCAvg / FedCGds grid (mean ± std over common initializations)", curve_keys=fedc_mf.CURVE_KEYS)
 
 
 def _benchmark():
     from fedclust.grids import benchmark
+
+    both = SimpleNamespace(cells=benchmark.all_cells, run_cell=benchmark.run_cell)  # data clustering + clustered FL
 
     def figures(records: list[dict], config: dict, data_paths: dict):
         chance = benchmark.chance_levels(records, data_paths)
@@ -109,7 +153,7 @@ def _benchmark():
         )
 
     figures.__name__ = "benchmark_figures"
-    base = grid_pipeline("benchmark", benchmark.run_all, benchmark.tables,
+    base = grid_pipeline("benchmark", both, benchmark.tables,
                          "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
                          curve_keys=benchmark.CURVE_KEYS)
     extra = Pipeline(
@@ -126,7 +170,7 @@ def _benchmark():
 def _cfl_grid():
     from fedclust.grids import cfl
 
-    return grid_pipeline("cfl_grid", cfl.run, cfl.tables,
+    return grid_pipeline("cfl_grid", cfl, cfl.tables,
                          "CFL-MGD / IFCA / FedAvg on rotated data (Table 2 layout: test accuracy, mean ± std over seeds)",
                          metric="test_accuracy", curve_keys=cfl.CURVE_KEYS)
 
@@ -139,7 +183,7 @@ def _rr_grid():
         return rr.privacy_utility_figure(records, chance), rr.rounds_figure(records)
 
     figures.__name__ = "rr_grid_figures"
-    base = grid_pipeline("rr_grid", rr.run, rr.tables,
+    base = grid_pipeline("rr_grid", rr, rr.tables,
                          "RR-Cluster grid: Table 1 (test accuracy) and Table 4 (clustering accuracy) layouts",
                          metric="test_accuracy", curve_keys=rr.CURVE_KEYS)
     extra = Pipeline(
@@ -163,10 +207,6 @@ def _chance_of_classes(datasets: list[str], data_paths: dict | None) -> float | 
 def _privacy_audit():
     from fedclust.grids import privacy_audit
 
-    def run_audits(config: dict) -> tuple[list[dict], list[dict]]:
-        records = privacy_audit.run(config)
-        return records, records
-
     def tabulate_audits(records: list[dict]):
         tabs = privacy_audit.tables(records)
         csv, md = _tables_to_outputs(tabs, "Privacy audit: ε accounted (upper bound) vs ε audited (lower bound, "
@@ -187,7 +227,12 @@ def _privacy_audit():
 
     return Pipeline(
         [
-            node(run_audits, "params:config", ["records", "child_runs"], name="run_audits", tags=["privacy", "audit"]),
+            node(prepare_cells_node(privacy_audit, "privacy_audit", with_data_paths=False,
+                                    settings=lambda c: privacy_audit.execution_config(privacy_audit.check_config(c))),
+                 "params:config", "cells",
+                 name="prepare_cells", tags=["privacy", "audit"]),
+            node(run_cells_node(privacy_audit, "privacy_audit", on_record=privacy_audit.log_record),
+                 ["cells", "cell_store"], "records", name="run_cells", tags=["privacy", "audit"]),
             node(tabulate_audits, "records", ["summary_csv", "summary_md", "audit_plot", "audits"],
                  name="tabulate_audits", tags=["reporting", "audit"]),
             node(check_verdicts, "records", None, name="check_verdicts", tags=["privacy", "audit"]),

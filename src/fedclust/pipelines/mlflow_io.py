@@ -14,9 +14,9 @@ metric names, so that the MLflow UI shows them in one table with shared columns 
 
 The method is a tag (``tags.method``), never a prefix of a metric name.
 
-:class:`MlflowChildRunsDataset` logs every record of an experiment grid as a nested MLflow run
-under the run that kedro-mlflow opened for the pipeline, with the record's tags, parameters, final
-metrics, per-round histories and ``metrics.json``/``privacy.json`` artifacts.
+:func:`cell_run_logger` logs every record of an experiment grid as a nested MLflow run under the
+run that kedro-mlflow opened for the pipeline, as soon as its cell finishes, with the record's tags,
+parameters, final metrics, per-round histories and ``metrics.json``/``privacy.json`` artifacts.
 :class:`MlflowMethodRunDataset` logs the final metrics of a method pipeline and its
 ``metrics.json``/``privacy.json`` into the method's run (see :class:`fedclust.hooks.RunTagsHook`).
 """
@@ -141,49 +141,107 @@ def cell_privacy(rec: dict) -> dict:
     }
 
 
+def _parent_tags() -> dict[str, str]:
+    import mlflow
+
+    parent = mlflow.active_run()
+    if parent is None or not hasattr(parent, "data"):
+        return {}
+    return {k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")}
+
+
+def log_cell_run(rec: dict, prefix: str = "", parent_tags: dict | None = None, extra_tags: dict | None = None) -> None:
+    """Log one record (a grid cell) as a run nested under the active run (a top-level run when none
+    is active): its tags (``kind = cell``), params, final metrics in the shared schema, per-round
+    histories and ``metrics.json``/``privacy.json`` artifacts."""
+    import mlflow
+
+    nested = mlflow.active_run() is not None
+    parent_tags = _parent_tags() if parent_tags is None else parent_tags
+    name = f"{prefix}{rec.get('name', '')}"
+    with mlflow.start_run(run_name=name, nested=nested):
+        tags = {k: v for k, v in parent_tags.items() if k in ("pipeline", "seed")}
+        tags.update({k: str(v) for k, v in (rec.get("tags") or {}).items()})
+        if "epsilon" in tags:  # one spelling everywhere: "4", "inf"
+            eps = _number(tags["epsilon"])
+            tags["epsilon"] = eps_label(eps) if eps is not None else tags["epsilon"]
+        tags["kind"] = "cell"
+        tags.update(extra_tags or {})
+        mlflow.set_tags(tags)
+        params = {k: str(v)[:500] for k, v in (rec.get("params") or {}).items()}
+        if params:
+            mlflow.log_params(params)
+        not_applicable = tags.get("status") == "not applicable"
+        if rec.get("metrics") or not not_applicable:
+            _log_metrics(schema_metrics(rec.get("metrics") or {}, (rec.get("artifacts") or {}).get("privacy.json")))
+        _log_histories(rec.get("history") or {})
+        arts = dict(rec.get("artifacts") or {})
+        if not not_applicable:
+            arts.setdefault("metrics.json", rec.get("metrics") or {})
+            arts.setdefault("privacy.json", cell_privacy(rec))
+        for fname, content in arts.items():
+            mlflow.log_dict(_json_ready(content), fname)
+
+
+def cell_run_logger(prefix: str = ""):
+    """``on_done(index, records, resumed)`` for :func:`fedclust.executors.run_cells`: every record of a
+    finished cell becomes a nested MLflow run at once (so an interrupted grid keeps what finished in
+    MLflow); a cell taken from the grid's store is tagged ``resumed = true``."""
+    import mlflow
+
+    parent = _parent_tags()
+    enabled = mlflow.active_run() is not None
+
+    def on_done(index: int, records: list[dict], resumed: bool) -> None:
+        if not enabled:  # tracking off (no run open for the pipeline): nothing to log
+            return
+        for rec in records:
+            log_cell_run(rec, prefix, parent, {"resumed": "true"} if resumed else None)
+
+    return on_done
+
+
 class MlflowChildRunsDataset(AbstractDataset):
-    """Save-only: one nested MLflow run per record."""
+    """Save-only: one nested MLflow run per record (:func:`log_cell_run`). The grid pipelines log
+    their cells as they finish instead (:func:`cell_run_logger`)."""
 
     def __init__(self, run_name_prefix: str = "", metadata: dict[str, Any] | None = None):
         self._prefix = run_name_prefix
         self.metadata = metadata
 
     def _save(self, records: list[dict]) -> None:
-        import mlflow
-
-        parent = mlflow.active_run()
-        parent_tags = {}
-        if parent is not None:
-            parent_tags = {k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")} if hasattr(parent, "data") else {}
+        parent = _parent_tags()
         for rec in records:
-            name = f"{self._prefix}{rec.get('name', '')}"
-            with mlflow.start_run(run_name=name, nested=parent is not None):
-                tags = {k: v for k, v in parent_tags.items() if k in ("pipeline", "seed")}
-                tags.update({k: str(v) for k, v in (rec.get("tags") or {}).items()})
-                if "epsilon" in tags:  # one spelling everywhere: "4", "inf"
-                    eps = _number(tags["epsilon"])
-                    tags["epsilon"] = eps_label(eps) if eps is not None else tags["epsilon"]
-                tags["kind"] = "cell"
-                mlflow.set_tags(tags)
-                params = {k: str(v)[:500] for k, v in (rec.get("params") or {}).items()}
-                if params:
-                    mlflow.log_params(params)
-                not_applicable = tags.get("status") == "not applicable"
-                if rec.get("metrics") or not not_applicable:
-                    _log_metrics(schema_metrics(rec.get("metrics") or {}, (rec.get("artifacts") or {}).get("privacy.json")))
-                _log_histories(rec.get("history") or {})
-                arts = dict(rec.get("artifacts") or {})
-                if not not_applicable:
-                    arts.setdefault("metrics.json", rec.get("metrics") or {})
-                    arts.setdefault("privacy.json", cell_privacy(rec))
-                for fname, content in arts.items():
-                    mlflow.log_dict(_json_ready(content), fname)
+            log_cell_run(rec, self._prefix, parent)
 
     def _load(self):
         raise DatasetError("MlflowChildRunsDataset is save-only: read the runs with the MLflow client or UI")
 
     def _describe(self) -> dict[str, Any]:
         return {"run_name_prefix": self._prefix}
+
+
+class CellStoreDataset(AbstractDataset):
+    """Load-only: the finished cells of a grid on disk (:class:`fedclust.executors.CellStore`, JSON
+    lines), which the grid's ``run_cells`` node appends to as cells finish and resumes from."""
+
+    def __init__(self, filepath: str, metadata: dict[str, Any] | None = None):
+        self._filepath = filepath
+        self.metadata = metadata
+
+    def _load(self):
+        from fedclust.executors import CellStore
+
+        return CellStore(self._filepath)
+
+    def _save(self, data) -> None:
+        raise DatasetError("CellStoreDataset is load-only: the run_cells node appends to the store itself")
+
+    def _exists(self) -> bool:
+        return True
+
+    def _describe(self) -> dict[str, Any]:
+        return {"filepath": self._filepath}
 
 
 class MlflowMethodRunDataset(AbstractDataset):
