@@ -35,8 +35,8 @@ repeats. Then the ratios engine/Flower and engine/loop, and the FLOP rate of loc
 its ``timing["local"]``; loop: the time inside the training steps) next to ``torch.mm`` and
 ``torch.bmm`` of the same total shapes (the first layer of one local step of all sampled clients).
 
-    python benchmarks/bench_vs_frameworks.py [--rounds 20] [--repeats 3] [--quick] \
-        [--systems engine loop flower] [--threads 1 2] [--json out.json]
+    python benchmarks/bench_vs_frameworks.py [--rounds 10] [--rounds-mt 3] [--repeats 3] [--quick] \
+        [--systems engine loop flower] [--algos FedAvg IFCA] [--threads 1 2] [--json out.json]
 
 Flower is optional: ``pip install -e ".[compare]"`` (a separate venv keeps the project's clean);
 without it the script runs ``engine`` and ``loop`` and says how to install it.
@@ -62,11 +62,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_cfl_mgd import build_data, mm_rate  # noqa: E402
-
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors  # noqa: E402
-from fedclust.clustered_fl.engine import ModelAveraging, evaluate  # noqa: E402
 from fedclust.threads import apply_thread_setting, thread_limits  # noqa: E402
+
+# The Flower client imports this module in every Ray worker: it needs only torch and numpy, so the
+# engine, the data loaders and bench_cfl_mgd are imported inside the functions that use them.
 
 N_CLIENTS, N_TRAIN, N_TEST, S = 320, 30, 25, 32
 STEPS, BATCH, LR = 10, 10, 0.1
@@ -127,7 +126,9 @@ class RoundClock:
 # The per-client update: the plain torch loop and the body of the Flower client
 # ================================================================================================
 def make_module() -> torch.nn.Module:
-    return MLP(*SIZES).module()
+    """The plain torch model of a client: the same layers and parameter names ("0.weight", ...) as
+    ``fedclust.clustered_fl.MLP(784, 200, 10).module()``."""
+    return torch.nn.Sequential(torch.nn.Linear(SIZES[0], SIZES[1]), torch.nn.ReLU(), torch.nn.Linear(SIZES[1], SIZES[2]))
 
 
 def client_update(models: list[dict[str, torch.Tensor]], X: torch.Tensor, y: torch.Tensor, *, lr: float,
@@ -172,7 +173,10 @@ def average(state: dict[str, torch.Tensor], results: list[tuple[int, dict]], k: 
 # ================================================================================================
 # Systems
 # ================================================================================================
-def run_engine(data: FederatedTensors, k: int, init: dict, rounds: int, seed: int) -> dict:
+def run_engine(data, k: int, init: dict, rounds: int, seed: int) -> dict:
+    from fedclust.clustered_fl import MLP, ClusteredFLEngine
+    from fedclust.clustered_fl.engine import ModelAveraging
+
     eng = ClusteredFLEngine(data, MLP(*SIZES), k, rounds=rounds, lr=LR, beta=0.0, local_update="model",
                             local_steps=STEPS, batch_size=BATCH, clients_per_round=S, aggregator=ModelAveraging(),
                             seed=seed, init_params=init, eval_every=0,
@@ -189,7 +193,7 @@ def run_engine(data: FederatedTensors, k: int, init: dict, rounds: int, seed: in
     return {"params": st.params, "clock": clock, "local_s": eng.timing["local"] - local0}
 
 
-def run_loop(data: FederatedTensors, k: int, init: dict, rounds: int, seed: int) -> dict:
+def run_loop(data, k: int, init: dict, rounds: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, 16, 1])
     gen = torch.Generator().manual_seed(seed)
     params = {name: v.clone() for name, v in init.items()}
@@ -227,8 +231,11 @@ def _client_data(path: str):
     return _DATA[path]
 
 
-def _flower_apps(k: int, init: dict, rounds: int, data_path: str, seed: int, out: dict, threads: int):
-    """The ClientApp and ServerApp of one Flower run (``out`` receives the final models and the clock)."""
+def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str, seed: int, out: dict,
+                 threads: int):
+    """The ClientApp and ServerApp of one Flower simulation that runs every job ``(algorithm, k, initial
+    stacked models)`` in turn, ``rounds`` rounds each, on the same Ray actors; ``out[algorithm]`` receives
+    the final models and the round clock."""
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
@@ -259,6 +266,10 @@ def _flower_apps(k: int, init: dict, rounds: int, data_path: str, seed: int, out
         trained under its cluster's keys, the server averages per cluster (weighted by examples; equal
         here) and keeps the model of a cluster nobody chose."""
 
+        def __init__(self, k: int, **kwargs):
+            super().__init__(**kwargs)
+            self.k = k
+
         def configure_train(self, server_round, arrays, config, grid):
             self._current = arrays
             return super().configure_train(server_round, arrays, config, grid)
@@ -266,11 +277,10 @@ def _flower_apps(k: int, init: dict, rounds: int, data_path: str, seed: int, out
         def aggregate_train(self, server_round, replies):
             replies = [r for r in replies if not r.has_error()]
             new = ArrayRecord({name: a for name, a in self._current.items()})
-            for j in range(k):
+            for j in range(self.k):
                 mine = [r.content for r in replies if int(r.content["metrics"]["cluster"]) == j]
                 if mine:
-                    agg = aggregate_arrayrecords(mine, self.weighted_by_key)
-                    for name, a in agg.items():
+                    for name, a in aggregate_arrayrecords(mine, self.weighted_by_key).items():
                         new[name] = a
             return new, None
 
@@ -279,29 +289,34 @@ def _flower_apps(k: int, init: dict, rounds: int, data_path: str, seed: int, out
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         with thread_limits(threads):
-            cls = _IFCAStrategy if k > 1 else FedAvg
-            strategy = cls(fraction_train=S / N_CLIENTS, fraction_evaluate=0.0, min_train_nodes=S,
-                           min_available_nodes=N_CLIENTS)
-            start = ArrayRecord({f"c{j}/{name}": v[j].clone() for j in range(k) for name, v in init.items()})
-            clock = RoundClock()
-            out["clock"] = clock
+            for algo, k, init in jobs:
+                kw = dict(fraction_train=S / N_CLIENTS, fraction_evaluate=0.0, min_train_nodes=S,
+                          min_available_nodes=N_CLIENTS)
+                strategy = _IFCAStrategy(k, **kw) if k > 1 else FedAvg(**kw)
+                start = ArrayRecord({f"c{j}/{name}": v[j].clone() for j in range(k) for name, v in init.items()})
+                clock = RoundClock()
 
-            def stamp(server_round, arrays):
-                clock.stamp()  # called before round 1 and after every round
-                return None
+                def stamp(server_round, arrays, clock=clock):
+                    clock.stamp()  # called before round 1 and after every round
+                    return None
 
-            cfg = ConfigRecord({"data": data_path, "k": k, "lr": LR, "steps": STEPS, "batch": BATCH, "seed": seed})
-            res = strategy.start(grid=grid, initial_arrays=start, num_rounds=rounds, train_config=cfg,
-                                 evaluate_fn=stamp)
-            sd = res.arrays.to_torch_state_dict()
-            out["params"] = {name: torch.stack([sd[f"c{j}/{name}"] for j in range(k)]) for name in init}
+                cfg = ConfigRecord({"data": data_path, "k": k, "lr": LR, "steps": STEPS, "batch": BATCH,
+                                    "seed": seed})
+                res = strategy.start(grid=grid, initial_arrays=start, num_rounds=rounds, train_config=cfg,
+                                     evaluate_fn=stamp)
+                sd = res.arrays.to_torch_state_dict()
+                out[algo] = {"clock": clock,
+                             "params": {name: torch.stack([sd[f"c{j}/{name}"] for j in range(k)]) for name in init}}
 
     return client_app, server_app
 
 
-def run_flower(data: FederatedTensors, k: int, init: dict, rounds: int, seed: int, threads: int,
+def run_flower(data, jobs: list[tuple[str, int, dict]], rounds: int, seed: int, threads: int,
                workdir: str) -> dict:
+    """One Flower simulation running every job in turn; returns ``{algorithm: result}``."""
     from flwr.simulation import run_simulation
+
+    logging.getLogger("flwr").setLevel(logging.ERROR)  # per-round INFO and the run_simulation deprecation
 
     import bench_vs_frameworks as me  # the apps must be importable by Ray workers (not __main__)
 
@@ -309,9 +324,8 @@ def run_flower(data: FederatedTensors, k: int, init: dict, rounds: int, seed: in
     if not os.path.exists(path):
         torch.save((data.X_train, data.y_train, data.n_train), path)
     out: dict = {}
-    client_app, server_app = me._flower_apps(k, init, rounds, path, seed, out, threads)
+    client_app, server_app = me._flower_apps(jobs, rounds, path, seed, out, threads)
     old_pp = os.environ.get("PYTHONPATH")
-    t0 = time.perf_counter()
     try:
         run_simulation(server_app=server_app, client_app=client_app, num_supernodes=N_CLIENTS,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
@@ -322,12 +336,10 @@ def run_flower(data: FederatedTensors, k: int, init: dict, rounds: int, seed: in
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old_pp
-    total = time.perf_counter() - t0
-    if "params" not in out:
-        raise RuntimeError("the Flower run returned no models (see the log above)")
-    clock = out["clock"]
-    out["startup_s"] = total - (clock.wall[-1] - clock.wall[0])
-    return out
+    missing = [algo for algo, _, _ in jobs if algo not in out]
+    if missing:
+        raise RuntimeError(f"the Flower run returned no models for {missing} (see the log above)")
+    return {algo: out[algo] for algo, _, _ in jobs}
 
 
 def flower_available() -> bool:
@@ -345,9 +357,13 @@ def flower_available() -> bool:
 # ================================================================================================
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=None, help="rounds per run (default 20; --quick 5)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds per run at the first --threads setting (default 10; --quick 4)")
+    ap.add_argument("--rounds-mt", type=int, default=3,
+                    help="rounds per run at the other --threads settings (default 3: their timings only; the "
+                         "math, hence the accuracy, does not depend on the threads)")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; --quick 1)")
-    ap.add_argument("--quick", action="store_true", help="5 rounds, 1 repeat, threads 1 only (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="4 rounds, 1 repeat, threads 1 only (a smoke run)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     ap.add_argument("--threads", nargs="+", type=int, default=None,
@@ -355,11 +371,19 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write every measurement and the summary to this file")
     args = ap.parse_args(argv)
-    rounds = args.rounds or (5 if args.quick else 20)
+    from bench_cfl_mgd import build_data, mm_rate
+
+    from fedclust.clustered_fl import MLP
+    from fedclust.clustered_fl.engine import evaluate
+
+    ref = MLP(*SIZES).module().state_dict()
+    assert {n: v.shape for n, v in make_module().state_dict().items()} == {n: v.shape for n, v in ref.items()}
+    rounds = args.rounds or (4 if args.quick else 10)
+    rounds_mt = args.rounds_mt
     repeats = args.repeats or (1 if args.quick else 3)
     threads_list = args.threads or ([1] if args.quick else [1, 2])
-    if rounds < 2:
-        ap.error("--rounds must be >= 2 (round 1 is a warm-up)")
+    if rounds < 2 or rounds_mt < 2:
+        ap.error("--rounds and --rounds-mt must be >= 2 (round 1 is a warm-up)")
     systems = list(args.systems)
     if "flower" in systems and not flower_available():
         print(f"Flower is not installed: running {', '.join(s for s in systems if s != 'flower')} only. "
@@ -368,104 +392,128 @@ def main(argv=None):
     if "flower" in systems:
         os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        logging.getLogger("flwr").setLevel(logging.WARNING)
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
     data = build_data(N_CLIENTS, N_TRAIN, N_TEST, args.seed)
-    inits = {name: MLP(*SIZES).init(k, args.seed) for name, k in ALGOS.items()}
     print(f"rotated MNIST (test set): {data.n_clients} clients x {N_TRAIN} train / {N_TEST} test images, 4 rotations, "
           f"MLP {'-'.join(map(str, SIZES))}, {STEPS} SGD steps of batch {BATCH}, lr {LR}, {S} clients/round, "
-          f"{rounds} rounds (round 1 = warm-up, not timed), {repeats} repeats, threads {threads_list}, "
+          f"{rounds} rounds at threads {threads_list[0]} and {rounds_mt} at other settings (round 1 = warm-up, not "
+          f"timed), {repeats} repeats, threads {threads_list}, "
           f"systems {systems}\n", flush=True)
 
     runs = []
     workdir = tempfile.mkdtemp(prefix="fedclust_bench_")
     for rep in range(repeats):
         order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+        seed = args.seed + rep  # a new init, client sample and minibatch stream per repeat, shared by all systems
+        inits = {name: MLP(*SIZES).init(k, seed) for name, k in ALGOS.items()}
         for threads in threads_list:
-            for algo in args.algos:
-                k = ALGOS[algo]
-                for system in order:
-                    with thread_limits(threads):
-                        if system == "engine":
-                            r = run_engine(data, k, inits[algo], rounds, args.seed)
-                        elif system == "loop":
-                            r = run_loop(data, k, inits[algo], rounds, args.seed)
-                        else:
-                            r = run_flower(data, k, inits[algo], rounds, args.seed, threads, workdir)
-                        ev = evaluate(MLP(*SIZES), r["params"], data, train=False, test=True)
+            R = rounds if threads == threads_list[0] else rounds_mt
+            for system in order:
+                t_run = time.perf_counter()
+                if system == "flower":  # one simulation (one Ray start) runs every algorithm in turn
+                    res = run_flower(data, [(a, ALGOS[a], inits[a]) for a in args.algos], R, seed, threads, workdir)
+                    t_run = (time.perf_counter() - t_run) / len(args.algos)
+                for algo in args.algos:
+                    k = ALGOS[algo]
+                    refs = {}
+                    if system == "engine":  # the torch.mm references, measured next to every engine run
+                        with thread_limits(threads):
+                            refs = {"torch_mm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1]),
+                                    "torch_bmm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1], batch=S),
+                                    "torch_mm_one_client_gflops": mm_rate(BATCH, SIZES[0], SIZES[1], reps=200)}
+                    if system != "flower":
+                        t_run = time.perf_counter()
+                        with thread_limits(threads):
+                            r = (run_engine if system == "engine" else run_loop)(data, k, inits[algo], R, seed)
+                        t_run = time.perf_counter() - t_run
+                    else:
+                        r = res[algo]
+                    ev = evaluate(MLP(*SIZES), r["params"], data, train=False, test=True)
                     wall, cpu, nr = r["clock"].timed()
                     upd = S * nr
-                    rec = {"repeat": rep, "threads": threads, "algo": algo, "system": system, "rounds": rounds,
-                           "timed_rounds": nr, "wall_s": wall, "cpu_s": cpu, "updates_per_s": upd / wall,
-                           "cpu_ms_per_update": 1e3 * cpu / upd, "test_accuracy": float(ev["test_accuracy"]),
-                           "local_s": r.get("local_s"), "startup_s": r.get("startup_s")}
+                    rec = {"repeat": rep, "seed": seed, "threads": threads, "algo": algo, "system": system,
+                           "rounds": R, "timed_rounds": nr, "wall_s": wall, "cpu_s": cpu,
+                           "updates_per_s": upd / wall, "cpu_ms_per_update": 1e3 * cpu / upd,
+                           "test_accuracy": float(ev["test_accuracy"]),
+                           "first_round_s": r["clock"].wall[1] - r["clock"].wall[0], "local_s": r.get("local_s"),
+                           "run_wall_s": t_run, **refs}
                     runs.append(rec)
                     print(f"  rep {rep} threads {threads} {algo:6s} {system:6s}: {rec['updates_per_s']:8.1f} updates/s, "
-                          f"{rec['cpu_ms_per_update']:7.2f} CPU-ms/update, test acc {rec['test_accuracy']:.4f}"
-                          + (f", start-up {rec['startup_s']:.1f} s" if rec["startup_s"] is not None else ""),
-                          flush=True)
+                          f"{rec['cpu_ms_per_update']:7.2f} CPU-ms/update, test acc {rec['test_accuracy']:.4f} after {R} "
+                          f"rounds (round 1: {rec['first_round_s']:.1f} s"
+                          + ")", flush=True)
 
     # ------------------------------------------------------------------------------------ summary
-    flops_update = STEPS * BATCH * MLP(*SIZES).flops_per_sample()["train_step"]
+    fps = MLP(*SIZES).flops_per_sample()
+    flops_local = STEPS * BATCH * fps["train_step"]
+    flops_assign = lambda k: k * N_TRAIN * fps["forward"] if k > 1 else 0.0  # noqa: E731
     summary = []
     for threads in threads_list:
-        with thread_limits(threads):
-            mm = mm_rate(S * BATCH, SIZES[0], SIZES[1])
-            bmm = mm_rate(S * BATCH, SIZES[0], SIZES[1], batch=S)
-            mm1 = mm_rate(BATCH, SIZES[0], SIZES[1], reps=200)
         for algo in args.algos:
-            row = {"threads": threads, "algo": algo, "torch_mm_gflops": mm, "torch_bmm_gflops": bmm,
-                   "torch_mm_one_client_gflops": mm1}
+            row = {"threads": threads, "algo": algo}
+            if "engine" in systems:
+                for key in ("torch_mm_gflops", "torch_bmm_gflops", "torch_mm_one_client_gflops"):
+                    row[key] = statistics.median(r[key] for r in runs if r["threads"] == threads
+                                                 and r["algo"] == algo and r["system"] == "engine")
             for system in systems:
                 rs = [r for r in runs if r["threads"] == threads and r["algo"] == algo and r["system"] == system]
                 med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
                 row[system] = {"updates_per_s": med("updates_per_s"), "cpu_ms_per_update": med("cpu_ms_per_update"),
+                               "rounds": rs[0]["rounds"], "first_round_s": med("first_round_s"),
                                "test_accuracy": med("test_accuracy"),
                                "test_accuracy_all": [r["test_accuracy"] for r in rs]}
                 if system in ("engine", "loop"):
                     row[system]["local_gflops"] = statistics.median(
-                        S * r["timed_rounds"] * flops_update / r["local_s"] / 1e9 for r in rs)
-                if system == "flower":
-                    row[system]["startup_s"] = med("startup_s")
+                        S * r["timed_rounds"] * flops_local / r["local_s"] / 1e9 for r in rs)
             summary.append(row)
 
-    print("\n| threads | algorithm | system | client updates/s | CPU-ms / update | test accuracy (median; all) | "
-          "engine speed-up |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| threads | algorithm | system | rounds | client updates/s | CPU-ms / update | round 1 (s) | "
+          "test accuracy (median; all repeats) | engine speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in summary:
         for system in systems:
             s = row[system]
             sp = row["engine"]["updates_per_s"] / s["updates_per_s"] if "engine" in systems else float("nan")
             accs = ", ".join(f"{a:.3f}" for a in s["test_accuracy_all"])
-            print(f"| {row['threads']} | {row['algo']} | {system} | {s['updates_per_s']:.0f} | "
-                  f"{s['cpu_ms_per_update']:.2f} | {s['test_accuracy']:.3f} ({accs}) | "
+            print(f"| {row['threads']} | {row['algo']} | {system} | {s['rounds']} | {s['updates_per_s']:.0f} | "
+                  f"{s['cpu_ms_per_update']:.2f} | {s['first_round_s']:.1f} | {s['test_accuracy']:.3f} ({accs}) | "
                   f"{'' if system == 'engine' else f'{sp:.1f}x'} |")
     if "flower" in systems:
-        print("\nFlower start-up (Ray init, actors; not in the rates above), median s: "
-              + ", ".join(f"threads {r['threads']} {r['algo']}: {r['flower']['startup_s']:.1f}" for r in summary))
+        print("\nround 1 (not in the rates): Flower's includes starting Ray and its client actors.")
     if "engine" in systems:
-        print(f"\nlocal training FLOP rate (GFLOP/s; {flops_update / 1e6:.0f} MFLOP per client update) next to "
-              f"torch.mm ({S * BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}: one local step of all {S} clients) and "
-              f"torch.bmm ({S} x {BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}); the loop next to torch.mm of one "
-              f"client's step ({BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}):")
-        print("| threads | algorithm | engine | torch.mm | engine / mm | torch.bmm | loop | mm of one client | "
-              "loop / that mm |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"\nFLOP rates (GFLOP/s). Local training: {flops_local / 1e6:.0f} MFLOP per client update; IFCA's "
+              f"cluster estimate adds k x {N_TRAIN} forward passes ({flops_assign(4) / 1e6:.0f} MFLOP at k=4). "
+              f"torch.mm: {S * BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]} (the first layer of one local step of all "
+              f"{S} clients, one shared weight); torch.bmm: {S} x ({BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}) "
+              f"(one weight per client, as in the engine); one client: {BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}; "
+              f"all measured next to every engine run (medians). "
+              f"'ceiling' = client updates/s if every FLOP of a round ran at the torch.mm rate.")
+        print("| threads | algorithm | engine local | engine whole round | torch.mm | torch.bmm | local / mm | "
+              "local / bmm | ceiling updates/s | ceiling / Flower | loop local | mm of one client |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in summary:
-            e = row["engine"]["local_gflops"]
+            e, mm, bmm = row["engine"]["local_gflops"], row["torch_mm_gflops"], row["torch_bmm_gflops"]
+            f_upd = flops_local + flops_assign(ALGOS[row["algo"]])
+            whole = row["engine"]["updates_per_s"] * f_upd / 1e9
+            ceil = mm * 1e9 / f_upd
+            fl = row["flower"]["updates_per_s"] if "flower" in systems else float("nan")
             lp = row["loop"]["local_gflops"] if "loop" in systems else float("nan")
-            print(f"| {row['threads']} | {row['algo']} | {e:.1f} | {row['torch_mm_gflops']:.1f} | "
-                  f"{e / row['torch_mm_gflops']:.2f} | {row['torch_bmm_gflops']:.1f} | {lp:.1f} | "
-                  f"{row['torch_mm_one_client_gflops']:.1f} | {lp / row['torch_mm_one_client_gflops']:.2f} |")
+            row["engine"]["round_gflops"], row["ceiling_updates_per_s"] = whole, ceil
+            print(f"| {row['threads']} | {row['algo']} | {e:.1f} | {whole:.1f} | {mm:.1f} | {bmm:.1f} | {e / mm:.2f} | "
+                  f"{e / bmm:.2f} | {ceil:.0f} | {(f'{ceil / fl:.1f}x' if fl == fl else '-')} | {lp:.1f} | {row['torch_mm_one_client_gflops']:.1f} |")
+        print()
         for row in summary:
             for other in ("flower", "loop"):
                 if other in systems:
                     sp = row["engine"]["updates_per_s"] / row[other]["updates_per_s"]
-                    print(f"threads {row['threads']} {row['algo']}: engine / {other} = {sp:.1f}x"
+                    cpu = row[other]["cpu_ms_per_update"] / row["engine"]["cpu_ms_per_update"]
+                    print(f"threads {row['threads']} {row['algo']}: engine / {other} = {sp:.1f}x updates/s, "
+                          f"{cpu:.1f}x less CPU per update"
                           + (f" (target >= 10x: {'yes' if sp >= 10 else 'NO'})" if other == "flower" else ""))
     print("\nTimings on a shared machine: compare within this run only (systems interleaved per repeat).")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": {"rounds": rounds, "repeats": repeats, "threads": threads_list,
+        Path(args.json).write_text(json.dumps({"config": {"rounds": rounds, "rounds_mt": rounds_mt, "repeats": repeats, "threads": threads_list,
                                                           "systems": systems, "seed": args.seed},
                                                "runs": runs, "summary": summary}, indent=1))
         print(f"wrote {args.json}")
