@@ -127,6 +127,10 @@ class RunTagsHook:
             params = catalog.load("parameters")
         except Exception:  # a catalog without parameters: nothing to tag
             params = {}
+        # the one place where a run's thread setting is applied (fedclust.threads; README "Threads")
+        from fedclust.threads import apply_thread_setting
+
+        apply_thread_setting((params.get("compute") or {}).get("threads"))
         ds = params.get("dataset", {}) or {}
         part = params.get("partition", {}) or {}
         priv = params.get("privacy", {}) or {}

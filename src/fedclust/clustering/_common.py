@@ -427,15 +427,12 @@ def server_kmeans(P: np.ndarray, w: np.ndarray, C_prev: np.ndarray | None, rng: 
 
 
 def blas_limit(n: int | None):
-    """Context limiting BLAS threads to ``n`` (no-op for None). The federated rounds are many small
-    products, which multi-threaded OpenBLAS runs several times slower on a busy CPU."""
-    from contextlib import nullcontext
+    """Context limiting BLAS/OpenMP (and torch, if imported) threads to ``n`` (no-op for None); see
+    :func:`fedclust.threads.thread_limits`. The federated rounds are many small products, which
+    multi-threaded OpenBLAS runs several times slower on a busy CPU."""
+    from fedclust.threads import thread_limits
 
-    if n is None:
-        return nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=check_int("blas_threads", n, 1), user_api="blas")
+    return thread_limits(n, name="blas_threads")
 
 
 def with_blas_limit(fn):

@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -474,12 +473,11 @@ def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarr
 
 
 def _blas_threads(n):
-    """Context limiting BLAS threads to n (no-op for None)."""
-    if n is None:
-        return nullcontext()
-    from threadpoolctl import threadpool_limits
+    """Context limiting BLAS/OpenMP (and torch, if imported) threads to n (no-op for None); see
+    :func:`fedclust.threads.thread_limits`."""
+    from fedclust.threads import thread_limits
 
-    return threadpool_limits(limits=int(n), user_api="blas")
+    return thread_limits(n, name="blas_threads")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -107,7 +107,6 @@ entry per round, and ``uploaded_reals`` = the last "comm_reals".
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from typing import Any, Callable
 
 import numpy as np
@@ -131,21 +130,19 @@ RHO_TRIGGERS = ("round", "epoch")
 ProgressFn = Callable[[int, dict], Any]
 
 
-_BLAS = {"ctl": None, "threads": None}
+_BLAS = {"threads": None}
 
 
 def _blas_limit(n_threads):
-    """A context limiting BLAS to ``n_threads`` (None: the number found at import), or a no-op."""
-    try:
-        if _BLAS["ctl"] is None:
-            from threadpoolctl import ThreadpoolController
+    """A context limiting BLAS/OpenMP (and torch, if imported) threads to ``n_threads`` (None: the BLAS
+    thread count found at the first call); see :func:`fedclust.threads.thread_limits`."""
+    from fedclust.threads import current_threads, thread_limits
 
-            ctl = ThreadpoolController()
-            _BLAS["threads"] = max([c.num_threads for c in ctl.lib_controllers if c.user_api == "blas"] or [1])
-            _BLAS["ctl"] = ctl
-        return _BLAS["ctl"].limit(limits=n_threads or _BLAS["threads"], user_api="blas")
-    except Exception:  # threadpoolctl missing or failing: leave BLAS alone
-        return nullcontext()
+    if n_threads is None:
+        if _BLAS["threads"] is None:
+            _BLAS["threads"] = current_threads()["blas"] or 1
+        n_threads = _BLAS["threads"]
+    return thread_limits(n_threads, name="blas_threads")
 
 
 def _one_blas_thread():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import time
 
 import pandas as pd
@@ -73,19 +72,10 @@ def check_config(config: dict | None) -> dict:
 
 
 def _limit_threads() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    try:
-        from threadpoolctl import threadpool_limits
+    """One thread per audit worker (torch, BLAS/OpenMP and the environment of its children)."""
+    from fedclust.threads import apply_thread_setting
 
-        threadpool_limits(1)
-    except Exception:  # pragma: no cover - threadpoolctl is a scikit-learn dependency
-        pass
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except Exception:  # pragma: no cover
-        pass
+    apply_thread_setting(1)
 
 
 def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool) -> dict:
