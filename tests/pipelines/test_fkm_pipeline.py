@@ -78,3 +78,18 @@ def test_bad_partition_parameter_stops_the_run_with_its_name(run_pipeline):
     params = {**TINY, "partition": {"scheme": "dirichlet", "n_clients": 6, "options": {"alpha": -1.0}}}
     with pytest.raises(Exception, match="alpha"):
         run_pipeline("fkm", params)
+
+
+def test_compute_threads_is_applied_once_at_the_start_of_a_run(run_pipeline):
+    """``compute.threads`` sets torch's and BLAS's threads for the run (fedclust.threads), in one
+    place, before the first node."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from fedclust.threads import thread_limits
+
+    with thread_limits(1):  # restores this process's settings afterwards
+        run_pipeline("fkm", {"compute": {"threads": 2}, "dataset": {"n_per_class": 10},
+                             "partition": {"n_clients": 4}, "fkm": {"train": {"rounds": 2}}})
+        assert torch.get_num_threads() == 2
+        assert {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"} <= {2}

@@ -69,6 +69,6 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     shown = [f"{key} {float(metrics[key]):.3f}" for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
              if isinstance(metrics.get(key), (int, float))]
     eps = _accounted_epsilon(privacy)
-    logging.getLogger(__name__).info(
-        "%s: %s · ε %s (accounted) · %d reports in data/08_reporting/%s/ and MLflow", method,
-        " · ".join(shown) or "no metrics", plots.eps_text(eps), 2 + len(reports), method)
+    budget = f"ε {plots.eps_text(eps)} (accounted)" if math.isfinite(eps) else "no DP"
+    logging.getLogger(__name__).info("%s: %s · %s · reports in data/08_reporting/%s/", method,
+                                     " · ".join(shown) or "no metrics", budget, method)
