@@ -23,30 +23,13 @@ import time
 import torch
 
 from fedclust import bench
+from fedclust.bench import mm_rate
 from fedclust.clustered_fl import MLP, FederatedTensors, cfl_mgd, fedavg, ifca
 
 
 def build_data(n_clients: int, n: int, n_test: int, seed: int, max_images: int | None = None) -> FederatedTensors:
     _, y, images = bench.mnist_test(max_images=max_images)
     return bench.rotated(images, y, n_clients=n_clients, n=n, n_test=n_test, seed=seed)
-
-
-def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) -> float:
-    """GFLOP/s of a plain torch.mm (M x K) @ (K x N), or torch.bmm with `batch` blocks of M/batch rows."""
-    if batch is None:
-        a, b = torch.randn(M, K), torch.randn(K, N)
-        f = lambda: torch.mm(a, b)  # noqa: E731
-    else:
-        a, b = torch.randn(batch, M // batch, K), torch.randn(batch, K, N)
-        f = lambda: torch.bmm(a, b)  # noqa: E731
-    f()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return 2.0 * M * K * N / best / 1e9
 
 
 def main(argv=None):

@@ -39,11 +39,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
-from fedclust.clustering import dsc, fedsc, spectral  # noqa: E402
-from fedclust.metrics import clustering_accuracy, nmi  # noqa: E402
-from fedclust.rng import stream  # noqa: E402
+from fedclust.clustering import dsc, fedsc, spectral
+from fedclust.metrics import clustering_accuracy, nmi
+from fedclust.rng import stream
 
 DATA = ROOT.parent / "shared" / "data"
 FILES = {"Iris": "Iris_tsne.mat", "Bank": "Bank_tsne.mat", "COIL20": "COIL20_tsne.mat"}

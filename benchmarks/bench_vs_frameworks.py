@@ -2,7 +2,7 @@
 
 Workload (issue 16): rotated MNIST built from the 10,000-image MNIST test set (``../shared/data/mnist``),
 P = 4 rotations (0/90/180/270), 320 clients (80 per rotation) of 30 training images each, plus 25 held-out
-test images per client with the same rotation (``bench_cfl_mgd.build_data``), MLP 784-200-10, 10 local
+test images per client with the same rotation (``fedclust.bench.rotated``, as ``bench_cfl_mgd.py``), MLP 784-200-10, 10 local
 SGD steps with minibatches of 10 (drawn without replacement per step), lr 0.1, 32 clients per round,
 FedAvg (k = 1) and IFCA (k = 4, model averaging). Every system starts from the same initial models.
 
@@ -58,11 +58,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from fedclust.threads import apply_thread_setting, thread_limits  # noqa: E402
+from fedclust.threads import apply_thread_setting, thread_limits
 
 # The Flower client imports this module in every Ray worker: it needs only torch and numpy, so the
 # engine, the data loaders and bench_cfl_mgd are imported inside the functions that use them.
@@ -371,7 +367,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write every measurement and the summary to this file")
     args = ap.parse_args(argv)
-    from bench_cfl_mgd import build_data, mm_rate
+    from fedclust import bench
+    from fedclust.bench import mm_rate
 
     from fedclust.clustered_fl import MLP
     from fedclust.clustered_fl.engine import evaluate
@@ -394,7 +391,8 @@ def main(argv=None):
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
-    data = build_data(N_CLIENTS, N_TRAIN, N_TEST, args.seed)
+    _, y, images = bench.mnist_test()
+    data = bench.rotated(images, y, n_clients=N_CLIENTS, n=N_TRAIN, n_test=N_TEST, seed=args.seed)
     print(f"rotated MNIST (test set): {data.n_clients} clients x {N_TRAIN} train / {N_TEST} test images, 4 rotations, "
           f"MLP {'-'.join(map(str, SIZES))}, {STEPS} SGD steps of batch {BATCH}, lr {LR}, {S} clients/round, "
           f"{rounds} rounds at threads {threads_list[0]} and {rounds_mt} at other settings (round 1 = warm-up, not "

@@ -300,3 +300,23 @@ def rotated(images: np.ndarray, y: np.ndarray, *, n_clients: int, n: int, n_test
     rd = rotation(images, y, n_groups=n_groups, n_clients=n_clients, samples_per_client=n,
                   test_per_client=n_test, seed=seed, **kwargs)
     return FederatedTensors.from_rotated(rd)
+
+
+def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) -> float:
+    """GFLOP/s of a plain torch.mm (M x K) @ (K x N), or torch.bmm with `batch` blocks of M/batch rows."""
+    import torch
+
+    if batch is None:
+        a, b = torch.randn(M, K), torch.randn(K, N)
+        f = lambda: torch.mm(a, b)  # noqa: E731
+    else:
+        a, b = torch.randn(batch, M // batch, K), torch.randn(batch, K, N)
+        f = lambda: torch.bmm(a, b)  # noqa: E731
+    f()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2.0 * M * K * N / best / 1e9

@@ -149,7 +149,11 @@ def test_concurrent_runs_read_only_what_they_wrote(tmp_path, project_copy):
         folder.mkdir(parents=True)
         (folder / f"{name}.json").write_text(json.dumps(planted))
     init_store(project)
-    procs = {seed: kedro_run(project, "--pipelines=fkm", f"--params={TINY},seed={seed}") for seed in (1, 2)}
+    procs = {}
+    for seed in (1, 2):  # overlapping runs, 0.3 s apart so that their save versions (Kedro's millisecond
+        # timestamps) differ: two runs that start in the same millisecond would collide on every file
+        procs[seed] = kedro_run(project, "--pipelines=fkm", f"--params={TINY},seed={seed}")
+        time.sleep(0.3)
     for seed, proc in procs.items():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
