@@ -86,6 +86,7 @@ handlers:
 loggers:
   kedro: {level: INFO}
   fedclust: {level: INFO}
+  fedclust.hooks: {level: DEBUG}   # its per-node 'finished in' lines
 root: {handlers: [console]}
 """
 
