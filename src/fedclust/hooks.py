@@ -584,3 +584,43 @@ def _kill_open_runs() -> None:
             logger.warning("MLflow run %s was interrupted: marked KILLED", active.info.run_id)
     except Exception as exc:  # never fail at exit
         logger.warning("could not mark the interrupted MLflow run as KILLED: %s", exc)
+
+
+def install_fast_exit() -> None:
+    """End a finished ``kedro run`` process without the interpreter's slow teardown.
+
+    When ``kedro run`` ends, Python's finalisation of the modules a run imports (MLflow, scikit-learn,
+    the BigQuery client that kedro-datasets pulls in, ...) takes about 1.3 s on a 2-core machine:
+    a fifth of a small run. Kedro's CLI ends with ``sys.exit(code)``; in the CLI process of ``kedro
+    run`` only, that call runs every ``atexit`` handler (MLflow, logging, ours), flushes the standard
+    streams and leaves with ``os._exit(code)``: same exit code, same side effects, no module teardown.
+    Sessions inside another process (tests, notebooks) are not affected."""
+    import os
+    import sys
+
+    argv = sys.argv
+    if not argv or os.path.basename(argv[0]) not in ("kedro", "kedro.exe") or "run" not in argv[1:2]:
+        return
+    if os.environ.get("FEDCLUST_SLOW_EXIT"):
+        return
+    plain_exit = sys.exit
+
+    def fast_exit(code=0):
+        import atexit
+
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code
+        else:  # sys.exit("message"): printed, status 1
+            print(code, file=sys.stderr)
+            status = 1
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # never lose the exit status: fall back to the normal exit
+            plain_exit(code)
+        os._exit(status)
+
+    sys.exit = fast_exit

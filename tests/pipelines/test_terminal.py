@@ -154,3 +154,31 @@ def test_every_family_reports_its_rounds():
     with progress.listening(lambda label, done, total: got.append((done, total))):
         ifca.run(data, MLP(d_in=16, hidden=8, n_classes=2), 2, rounds=2, seed=0, local_steps=1)
     assert got == [(1, 2), (2, 2)]
+
+
+def test_fast_exit_only_for_kedro_run_and_keeps_the_status(monkeypatch):
+    """``kedro run`` leaves through ``os._exit`` after every atexit handler has run (no slow module
+    teardown), with the status ``sys.exit`` was given; other processes keep the normal ``sys.exit``."""
+    import atexit
+    import os
+    import sys
+
+    from fedclust.hooks import install_fast_exit
+
+    plain = sys.exit
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "viz", "build"])
+    install_fast_exit()
+    assert sys.exit is plain
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "run", "--pipelines=fkm"])
+    monkeypatch.delenv("FEDCLUST_SLOW_EXIT", raising=False)
+    install_fast_exit()
+    fast = sys.exit
+    monkeypatch.setattr(sys, "exit", plain)  # restored after the test whatever happens
+    assert fast is not plain
+    calls = []
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append("atexit"))
+    monkeypatch.setattr(os, "_exit", lambda status: calls.append(status))
+    for code, status in ((0, 0), (None, 0), (1, 1), (2, 2), ("bad input", 1)):
+        calls.clear()
+        fast(code)
+        assert calls == ["atexit", status]
