@@ -76,39 +76,26 @@ def without_execution(config: dict | None) -> dict:
 
 @contextlib.contextmanager
 def limited_threads(n: int | None):
-    """Run the body with ``n`` BLAS (threadpoolctl) and torch threads; ``None`` leaves them as they are."""
+    """Run the body with ``n`` torch and BLAS/OpenMP threads (:func:`fedclust.threads.thread_limits`);
+    ``None`` or 0 leaves them as they are. torch is imported first, so that a cell that imports it
+    inside the block runs with ``n`` threads too (bit-identical results across executors)."""
     if not n:
         yield
         return
-    n = int(n)
-    torch = None
-    try:
-        import torch as _torch
+    import torch  # noqa: F401  (cached after the first cell)
 
-        torch = _torch
-        before = torch.get_num_threads()
-        torch.set_num_threads(n)
-    except Exception:  # pragma: no cover - torch is a dependency
-        torch = None
-    try:
-        from threadpoolctl import threadpool_limits
+    from fedclust.threads import thread_limits
 
-        ctx = threadpool_limits(n)
-    except Exception:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        ctx = contextlib.nullcontext()
-    try:
-        with ctx:
-            yield
-    finally:
-        if torch is not None:
-            torch.set_num_threads(before)
+    with thread_limits(int(n), name="threads_per_cell"):
+        yield
 
 
 def _worker_init(threads: int | None) -> None:
-    """A pool worker: ``threads`` threads for BLAS/OpenMP before any numerics are imported."""
+    """A pool worker: ``threads`` threads for BLAS/OpenMP (and torch) before any numerics are imported."""
     if threads:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(int(threads))
+        from fedclust.threads import apply_thread_setting
+
+        apply_thread_setting(int(threads), name="threads_per_cell")
 
 
 def call_cell(fn: Callable, cell: Any, threads: int | None = 1, cwd: str | None = None):
@@ -269,10 +256,17 @@ def cell_key(cell: Any) -> str:
 
 
 def code_version() -> str:
-    """A hash of the library's source (``fedclust`` without its Kedro side): stored results from
-    other code are not resumed."""
+    """A hash of the library's source (``fedclust`` without its Kedro side) and of the versions of the
+    numerical packages it builds on: stored results from other code are not resumed."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("numpy", "scipy", "scikit-learn", "torch", "dp-accounting"):  # numerics we build on
+        try:
+            h.update(f"{dist}=={version(dist)}".encode())
+        except PackageNotFoundError:
+            pass
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root).as_posix()
         if rel.startswith("pipelines/") or rel in ("hooks.py", "settings.py", "pipeline_registry.py", "__main__.py"):

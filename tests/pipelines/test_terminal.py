@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fedclust.hooks import RunTagsHook, _tag_value
 
 PARAMS = "dataset.name=digits,dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=4"
@@ -178,7 +180,17 @@ def test_fast_exit_only_for_kedro_run_and_keeps_the_status(monkeypatch):
     calls = []
     monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append("atexit"))
     monkeypatch.setattr(os, "_exit", lambda status: calls.append(status))
+    import threading
+
+    monkeypatch.setattr(threading, "_shutdown", lambda: calls.append("threads"))
+    # only Kedro's last exit (KedroCLI.main, after its CLI hooks) is fast: run `fast` as if from there
+    kedro_cli = compile("fast(code)", "/venv/lib/site-packages/kedro/framework/cli/cli.py", "exec")
     for code, status in ((0, 0), (None, 0), (1, 1), (2, 2), ("bad input", 1)):
         calls.clear()
-        fast(code)
-        assert calls == ["atexit", status]
+        exec(kedro_cli, {"fast": fast, "code": code})
+        assert calls == ["threads", "atexit", status]
+    # click's own sys.exit, or one inside a node, raises SystemExit as usual
+    calls.clear()
+    with pytest.raises(SystemExit) as exc:
+        fast(3)
+    assert exc.value.code == 3 and calls == []

@@ -71,20 +71,12 @@ def check_config(config: dict | None) -> dict:
     return cfg
 
 
-def _limit_threads() -> None:
-    """One thread per audit worker (torch, BLAS/OpenMP and the environment of its children)."""
-    from fedclust.threads import apply_thread_setting
-
-    apply_thread_setting(1)
-
-
 def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
     from fedclust.experiments import eps_label
     from fedclust.privacy.audit import audit_case
     from fedclust.privacy.audits import cases
 
-    _limit_threads()
     factory = cases()[method]
     eps_param = inspect.signature(factory).parameters.get("epsilon")
     target = options.get("epsilon", None if eps_param is None else eps_param.default)
@@ -151,7 +143,11 @@ def cells(config: dict | None, data_paths: dict | None = None) -> list[dict]:
 
 def run_cell(cell: dict) -> list[dict]:
     """One method's audit record (a pure function of ``cell``)."""
-    return [audit_one(cell["method"], cell["options"], cell["n_runs"], cell["seed"], cell["alpha"], cell["power_check"])]
+    from fedclust.threads import thread_limits
+
+    with thread_limits(1):  # one thread per audit, restored afterwards (the run's compute.threads stays)
+        return [audit_one(cell["method"], cell["options"], cell["n_runs"], cell["seed"], cell["alpha"],
+                          cell["power_check"])]
 
 
 def log_record(rec: dict) -> None:
