@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedclust.experiments import records_frame, run_cells, summarize, to_markdown
+from fedclust.experiments import records_frame, summarize, to_markdown
 from fedclust.pipelines.privacy.nodes import condense_notes
 
 
@@ -21,12 +21,6 @@ def test_summary_is_mean_and_population_std_per_group():
     assert row["ACC_mean"] == pytest.approx(0.6) and row["ACC_std"] == pytest.approx(0.1)
     assert row["ACC"] == "0.600 ± 0.100" and row["n"] == 2
     assert row["NMI"] == "n/a"  # a metric nobody produced is reported as not applicable
-
-
-def test_run_cells_adds_wall_time_and_keeps_order():
-    recs = run_cells([1, 2, 3], lambda c: {"name": str(c), "metrics": {"x": c}})
-    assert [r["metrics"]["x"] for r in recs] == [1, 2, 3]
-    assert all(r["metrics"]["wall_time_s"] >= 0 for r in recs)
 
 
 def test_markdown_table_has_one_row_per_group():

@@ -325,6 +325,37 @@ class CellStore:
 # the driver
 
 
+class _CellProgress:
+    """A progress bar over grid cells on a terminal (rich); nothing when stderr is not a TTY."""
+
+    def __init__(self, label: str, total: int):
+        import sys
+
+        self._bar = None
+        if not sys.stderr.isatty() or total <= 1:
+            return
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.description}"), transient=True)
+            self._task = bar.add_task("", total=total)
+            bar.start()  # fails when another live display is active: no bar then
+            self._bar = bar
+        except Exception:
+            self._bar = None
+
+    def advance(self, description: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=description)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+
 def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: dict | None = None,
               on_done: Callable[[int, Any, bool], None] | None = None, store: CellStore | str | None = None,
               resume: bool = True, label: str = "grid", name: Callable[[Any], str] | None = None) -> list:
@@ -335,8 +366,6 @@ def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: 
     appended to it at once; with ``resume`` the cells already there are not run again (``resume=False``
     starts the store afresh).
     """
-    from fedclust.experiments import _CellProgress
-
     cells = list(cells)
     if isinstance(store, (str, os.PathLike)):
         store = CellStore(store)

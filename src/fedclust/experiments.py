@@ -1,4 +1,5 @@
-"""Experiment grids: run many (method, data, partition, budget, seed) cells and summarize them.
+"""Experiment grids: records of many (method, data, partition, budget, seed) cells and their summaries
+(the cells themselves run through :func:`fedclust.executors.run_cells`).
 
 A *cell* is a dict of parameters; a *record* is what a cell produced::
 
@@ -12,15 +13,11 @@ No Kedro imports here.
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-logger = logging.getLogger(__name__)
 
 
 def eps_label(e) -> str:
@@ -28,64 +25,6 @@ def eps_label(e) -> str:
     if e is None or (isinstance(e, float) and (math.isinf(e) or math.isnan(e))):
         return "inf"
     return f"{float(e):g}"
-
-
-class _CellProgress:
-    """A progress bar over grid cells on a terminal (rich); nothing when stderr is not a TTY."""
-
-    def __init__(self, label: str, total: int):
-        import sys
-
-        self._bar = None
-        if not sys.stderr.isatty() or total <= 1:
-            return
-        try:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("{task.description}"), transient=True)
-            self._task = bar.add_task("", total=total)
-            bar.start()  # fails when another live display is active: no bar then
-            self._bar = bar
-        except Exception:
-            self._bar = None
-
-    def advance(self, description: str) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=description)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
-
-
-def run_cells(cells: Iterable[dict], run_cell: Callable[[dict], dict], label: str = "grid") -> list[dict]:
-    """Run ``run_cell`` on every cell, with a progress bar (on a terminal) and wall time per cell.
-
-    ``run_cell(cell)`` returns a record (see module docstring); ``wall_time_s`` (the cell's compute
-    time, before any logging) is added to its metrics. Each cell is logged at DEBUG; a summary line
-    at INFO.
-    """
-    cells = list(cells)
-    records = []
-    t_all = time.perf_counter()
-    bar = _CellProgress(label, len(cells))
-    try:
-        for i, cell in enumerate(cells, 1):
-            t0 = time.perf_counter()
-            rec = run_cell(cell)
-            rec.setdefault("metrics", {})["wall_time_s"] = time.perf_counter() - t0
-            records.append(rec)
-            bar.advance(str(rec.get("name", "")))
-            logger.debug(
-                "%s: cell %d/%d %s done in %.1f s (total %.0f s)",
-                label, i, len(cells), rec.get("name", ""), rec["metrics"]["wall_time_s"], time.perf_counter() - t_all,
-            )
-    finally:
-        bar.close()
-    logger.info("%s: %d cells in %.1f s", label, len(cells), time.perf_counter() - t_all)
-    return records
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
