@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 
-
 def eps_label(e) -> str:
     """How a privacy budget is written in tags and tables: "inf" for none (null, inf or NaN)."""
     if e is None or (isinstance(e, float) and (math.isinf(e) or math.isnan(e))):

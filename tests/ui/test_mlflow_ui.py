@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cdp import _free_port
 from cdp import find_chromium as _chromium
 
 pytestmark = pytest.mark.slow
 
 SERVER_START_TIMEOUT_S = 60
 BROWSER_TIMEOUT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 10.0) -> bytes:
