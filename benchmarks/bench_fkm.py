@@ -19,6 +19,7 @@ from sklearn.cluster import KMeans
 
 from fedclust import bench
 from fedclust.clustering import fkm
+from fedclust.clustering.lloyd import LloydRelease
 from fedclust.clustering._common import initial_centroids, masked_means, nearest
 from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
@@ -117,7 +118,7 @@ def run(args):
 
         def vectorized():
             lab, _ = nearest(X, C, x_sq)
-            return fkm.aggregate_round(X, part.client, lab, C, chosen, n_clients, 0.0, rng)
+            return fkm.aggregate_round(X, part.client, lab, C, chosen, n_clients, LloydRelease(), rng)
 
         out: dict = {}
         med = bench.interleaved({"vec": vectorized, "loop": lambda: loop_round(X, part.client, C, chosen)}, 5,

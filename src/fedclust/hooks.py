@@ -11,6 +11,8 @@ from typing import Any
 
 from kedro.framework.hooks import hook_impl
 
+from fedclust.registry import trust_model_of
+
 logger = logging.getLogger(__name__)
 
 
@@ -168,6 +170,8 @@ class RunTagsHook:
             from fedclust.privacy.report import SCOPE_TAG
 
             self._tags["dp_scope"] = SCOPE_TAG
+        if len(methods) == 1:
+            self._tags["trust_model"] = trust_model_of(methods[0], params, priv.get("epsilon") is not None)
         self._name = run_name(self._tags["method"], self._tags["dataset"], self._tags["partition"], eps, seed)
         if len(methods) > 1:
             # one nested run per method: the split of a method is the one its pipeline reads
@@ -175,7 +179,8 @@ class RunTagsHook:
             for m in methods:
                 ins = {i for n in pipeline.nodes if n.namespace and n.namespace.split(".")[0] == m for i in n.inputs}
                 scheme, n_clients = split_of["rotated_data"] if "rotated_data" in ins else split_of["partition"]
-                tags = {**self._tags, "method": m, "kind": "method", "partition": scheme, "n_clients": n_clients}
+                tags = {**self._tags, "method": m, "kind": "method", "partition": scheme, "n_clients": n_clients,
+                        "trust_model": trust_model_of(m, params, priv.get("epsilon") is not None)}
                 _METHOD_RUNS.tags[m] = tags
                 _METHOD_RUNS.names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
             self._name = f"tour · {self._tags['dataset']}/{self._tags['partition']} · ε={eps} · seed {seed}"
@@ -350,12 +355,17 @@ class RunTagsHook:
             met, priv = s.get("metrics") or {}, s.get("privacy") or {}
             if "ACC" in met:
                 util = f"ACC {met['ACC']:.3f} · NMI {met.get('NMI', float('nan')):.3f}"
+                if "ACC_chance" in met:
+                    util += f" (chance {met['ACC_chance']:.3f}{', AT CHANCE' if met.get('at_chance') else ''})"
             elif "test_accuracy" in met:
                 util = f"test acc {met['test_accuracy']:.3f}"
             else:
                 continue
             wall = s.get("wall_time_s", met.get("wall_time_s"))
-            rows.append({"method": method, "result": util, "epsilon": _fmt_eps(_eps_of(priv)),
+            eps = _fmt_eps(_eps_of(priv))
+            if priv.get("trust_model") not in (None, "none"):
+                eps = f"{eps} ({priv['trust_model']})"
+            rows.append({"method": method, "result": util, "epsilon": eps,
                          "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": self._run_id(method)})
         for grid, records in self._grid_records.items():
             wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)

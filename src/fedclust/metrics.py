@@ -4,13 +4,22 @@
   algorithm via :func:`scipy.optimize.linear_sum_assignment`), NMI (arithmetic normalization) and ARI.
 * Clustered federated learning: client-clustering ACC/NMI against the true groups, and test accuracy
   where every test client uses the model with the lowest loss on its own data.
+* Chance levels: the ACC and NMI that a random assignment with the same cluster sizes reaches on the
+  same labels (:func:`chance_scores`, estimated by permuting the predicted labels), and a result's
+  flag for being within noise of that level (:func:`is_at_chance`). ACC is never zero for a random
+  clustering (a single cluster already scores the largest class share), so every reported ACC needs
+  this line next to it.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+from sklearn.metrics import adjusted_rand_score, mutual_info_score, normalized_mutual_info_score
+
+from fedclust.rng import stream
 
 
 def _as_labels(a, name: str) -> np.ndarray:
@@ -38,7 +47,11 @@ def clustering_accuracy(y_true, y_pred) -> float:
 
     Clusters left unmatched (more clusters than classes, or the reverse) count as wrong.
     """
-    table = contingency(y_true, y_pred)
+    return _table_accuracy(contingency(y_true, y_pred))
+
+
+def _table_accuracy(table: np.ndarray) -> float:
+    """ACC from a contingency table (the best one-to-one matching of its rows to its columns)."""
     if table.size == 0:
         return float("nan")
     rows, cols = linear_sum_assignment(table, maximize=True)
@@ -58,6 +71,82 @@ def ari(y_true, y_pred) -> float:
 def clustering_scores(y_true, y_pred) -> dict[str, float]:
     """``{"ACC", "NMI", "ARI"}`` of a clustering against ground truth."""
     return {"ACC": clustering_accuracy(y_true, y_pred), "NMI": nmi(y_true, y_pred), "ARI": ari(y_true, y_pred)}
+
+
+def _entropy(counts: np.ndarray) -> float:
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def chance_scores(y_true, y_pred, n_permutations: int = 200, seed: int = 0) -> dict[str, float]:
+    """ACC and NMI of a random assignment with the same cluster sizes as ``y_pred``.
+
+    ``y_pred`` is shuffled ``n_permutations`` times and every shuffle is scored against ``y_true``;
+    the result is the mean (``ACC_chance``, ``NMI_chance``) and the 99th percentile
+    (``ACC_chance_hi``, ``NMI_chance_hi``) of those scores. A result whose ACC does not exceed
+    ``ACC_chance_hi`` is indistinguishable from a random split of the same sizes (:func:`is_at_chance`).
+
+    Every shuffle keeps both marginals, so only the contingency table is recomputed per shuffle (one
+    ``bincount``); ACC comes from it by :func:`scipy.optimize.linear_sum_assignment` and NMI by
+    sklearn's mutual information on the table over the two fixed entropies (arithmetic mean, the
+    normalization of :func:`nmi`). The shuffles come from the run's ``chance`` stream of ``seed``.
+    """
+    y_true = _as_labels(y_true, "y_true")
+    y_pred = _as_labels(y_pred, "y_pred")
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"y_true and y_pred differ in length: {y_true.shape[0]} vs {y_pred.shape[0]}")
+    if int(n_permutations) < 1:
+        raise ValueError(f"n_permutations must be >= 1, got {n_permutations}")
+    if y_true.size == 0:
+        nan = float("nan")
+        return {"ACC_chance": nan, "ACC_chance_hi": nan, "NMI_chance": nan, "NMI_chance_hi": nan}
+    _, t = np.unique(y_true, return_inverse=True)
+    _, p = np.unique(y_pred, return_inverse=True)
+    n_t, n_p = int(t.max()) + 1, int(p.max()) + 1
+    # NMI's normalizer does not change under shuffling: both label multisets stay the same
+    h_mean = 0.5 * (_entropy(np.bincount(t)) + _entropy(np.bincount(p)))
+    both_single = n_t == 1 and n_p == 1  # sklearn scores two unsplit labellings as a perfect match
+    rng = stream(int(seed), "chance")
+    accs = np.empty(int(n_permutations))
+    nmis = np.empty(int(n_permutations))
+    for i in range(int(n_permutations)):
+        table = np.bincount(rng.permutation(p) * n_t + t, minlength=n_p * n_t).reshape(n_p, n_t)
+        accs[i] = _table_accuracy(table)
+        if both_single:
+            nmis[i] = 1.0
+        else:
+            mi = mutual_info_score(None, None, contingency=table)
+            nmis[i] = mi / h_mean if mi > 0 else 0.0
+    return {
+        "ACC_chance": float(accs.mean()),
+        "ACC_chance_hi": float(np.percentile(accs, 99)),
+        "NMI_chance": float(nmis.mean()),
+        "NMI_chance_hi": float(np.percentile(nmis, 99)),
+    }
+
+
+def data_chance_line(y_true, n_permutations: int = 200, seed: int = 0) -> dict[str, float]:
+    """The chance line of a data set: :func:`chance_scores` of a random assignment with the true
+    class sizes (the labels shuffled against themselves)."""
+    return chance_scores(y_true, y_true, n_permutations=n_permutations, seed=seed)
+
+
+#: slack on the at-chance comparison, so that a result equal to its chance level up to rounding counts
+_CHANCE_TOL = 1e-9
+
+
+def is_at_chance(scores: dict, chance: dict) -> bool:
+    """True when ``scores["ACC"]`` is within noise of chance: not above ``chance["ACC_chance_hi"]``.
+
+    False when either number is missing or NaN (nothing to compare).
+    """
+    try:
+        acc, hi = float(scores["ACC"]), float(chance["ACC_chance_hi"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if math.isnan(acc) or math.isnan(hi):
+        return False
+    return bool(acc <= hi + _CHANCE_TOL)
 
 
 def client_clustering_scores(true_group, assigned_cluster) -> dict[str, float]:

@@ -29,7 +29,7 @@ import pandas as pd
 #: the footnote of every figure of values measured on raw data (amendment A-1)
 OUTSIDE_GUARANTEE = "experimenter-side evaluation on raw data: outside the DP guarantee"
 #: table columns that are results or bookkeeping, never a swept setting
-_NOT_KEYS = {"method", "label", "n", "dataset", "table", "status", "name", "family"}
+_NOT_KEYS = {"method", "label", "n", "dataset", "table", "status", "name", "family", "at_chance", "trust_model"}
 _METRIC_NAMES = {"ACC", "NMI", "NMI_paper", "ARI", "wall_time_s", "test_accuracy", "client_ACC", "client_NMI",
                  "objective", "epsilon_accountant", "uploaded_reals", "mean_moved", "min_noisy_cluster"}
 

@@ -1,10 +1,12 @@
-"""Canary audits and noise-scale tests of the k-means family (issue 13, points 1 and 5).
+"""Canary audits and noise-scale tests of the k-means family.
 
-* every DP configuration (FKM; FZKM with local_iters = 1; DK++ with seeding_rounds = 0) passes its
+* every DP configuration (FKM; FZKM with local_iters = 1; DK++ with seeding_rounds = 0;
+  FedDP-KMeans) passes its
   audit (the empirical lower bound stays at or below the accountant's epsilon), and the same audit
   with the noise off exceeds it (the audit has power);
-* the released noise has the std the method claims: z sqrt(clip^2 + 1) per client upload, so
-  sqrt(K) times that on the aggregate (a missing sqrt(K) or a wrong sensitivity fails);
+* the released noise has the std the method claims under each trust model: z sqrt(clip^2 + 1) per
+  release, at every client (``local``: sqrt(K) times that on the aggregate) or once on the sum
+  (``secure_aggregation``, ``central``); the wrong model's aggregate or a wrong sensitivity fails;
 * the paper's data-row initialisation leaks: with it, a released centroid *is* the canary row in
   some private runs, so an audit exceeds the Gaussian release's epsilon; that is why such a run
   reports epsilon = inf.
@@ -22,7 +24,7 @@ from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, 
 from fedclust.privacy.audits import cases, get
 from fedclust.privacy.audits.kmeans import K_CLUSTERS, with_canary
 
-DP_CASES = ("fkm", "fzkm", "dk_pp")
+DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans")
 N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
 
 
@@ -46,6 +48,9 @@ def test_audit_has_power_with_the_noise_off(report):
 
 
 def test_audit_epsilon_is_the_accountants_for_the_method_s_own_releases(report):
+    if report.case.method == "fed_dp_kmeans":  # its releases compose back to the target budget
+        assert report.case.epsilon == pytest.approx(1.0, rel=2e-3)
+        return
     z = report.case.info["noise_multiplier"]
     if report.case.method == "dk_pp":  # counts round + Lloyd round, one unit Gaussian each
         probe = dk_pp.run(*with_canary(True)[:2], K_CLUSTERS, rounds=2, clients_per_round=4, seeding_rounds=0,
@@ -73,8 +78,9 @@ def _zero_cluster_data():
     return X, client, np.vstack([np.zeros(2), q])
 
 
-def _run(mod, X, client, W0, seed):
-    kw = dict(rounds=1, clients_per_round=K_CL, seed=seed, noise_multiplier=Z, clip=CLIP, init_centroids=W0)
+def _run(mod, X, client, W0, seed, trust_model):
+    kw = dict(rounds=1, clients_per_round=K_CL, seed=seed, noise_multiplier=Z, clip=CLIP, init_centroids=W0,
+              trust_model=trust_model)
     if mod is dk_pp:
         kw.update(rounds=2, seeding_rounds=0, blas_threads=None)
     elif mod is fzkm:
@@ -82,23 +88,27 @@ def _run(mod, X, client, W0, seed):
     return mod.run(X, client, 2, **kw)
 
 
+@pytest.mark.parametrize("trust_model", ["local", "secure_aggregation", "central"])
 @pytest.mark.parametrize("mod", [fkm, fzkm, dk_pp], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
-def test_released_noise_std_is_the_claimed_one(mod):
+def test_released_noise_std_is_the_claimed_one(mod, trust_model):
     X, client, W0 = _zero_cluster_data()
     per_client = Z * math.sqrt(CLIP**2 + 1.0)  # add/remove of one sample moves (sums, counts) by sqrt(clip^2+1)
-    claimed_aggregate = per_client * math.sqrt(K_CL)  # the server sums K independent uploads
-    runs = [_run(mod, X, client, W0, seed) for seed in range(300)]
+    # local: the server sums K independent uploads; secure aggregation / central: one draw on the sum
+    claimed_aggregate = per_client * (math.sqrt(K_CL) if trust_model == "local" else 1.0)
+    runs = [_run(mod, X, client, W0, seed, trust_model) for seed in range(300)]
     assert runs[0].info["noise_std"] == pytest.approx(per_client)
     # the centre that got the zero rows is the one nearer to 0 (the other one is ~1 away)
     zero_centre = np.array([r.centroids[np.argmin(np.linalg.norm(r.centroids, axis=1))] for r in runs])
     empirical = zero_centre.std(ddof=1) * N0 * K_CL  # noise sum / count; the count noise is ~1e-2 relative
     assert empirical == pytest.approx(claimed_aggregate, rel=0.1)
-    # the mistakes this would catch: no sqrt(K) on the aggregate, or sensitivity clip instead of sqrt(clip^2 + 1)
-    assert abs(empirical - per_client) > 0.3 * claimed_aggregate
-    assert abs(empirical - Z * CLIP * math.sqrt(K_CL)) > 0.2 * claimed_aggregate
+    # the mistakes this would catch: the wrong model's aggregate (sqrt(K) off), or sensitivity clip
+    # instead of sqrt(clip^2 + 1)
+    other = per_client * (1.0 if trust_model == "local" else math.sqrt(K_CL))
+    assert abs(empirical - other) > 0.3 * claimed_aggregate
+    assert abs(empirical - claimed_aggregate / math.sqrt(CLIP**2 + 1.0)) > 0.2 * claimed_aggregate
 
 
-# ---- issue 13, point 1: the paper's data-row initialisation is a leak ------------------------------
+# ---- the paper's data-row initialisation is a leak -------------------------------------------------
 def test_fkm_data_row_init_releases_the_canary_and_beats_the_gaussian_epsilon():
     # Old default of a private FKM run: W^0 = k data rows. With the canary among them and a noisy
     # count < 1 for its cluster, the released centroid is the raw canary row. Exact-match

@@ -75,7 +75,7 @@ def test_all_problems_are_reported_at_once_and_null_means_default():
         REGISTRY["fkm"].config_from({"roundz": 5, "clip": "x"})
     assert "fkm.train.roundz" in str(err.value) and "fkm.train.clip" in str(err.value)
     cfg = REGISTRY["fkm"].config_from({"rounds": None, "clip": None, "k": 3})
-    assert (cfg.rounds, cfg.clip, cfg.k) == (20, 1.0, 3)
+    assert (cfg.rounds, cfg.clip, cfg.k) == (20, 3.0, 3)
     assert REGISTRY["fkm"].config_from({"rounds": 7.0}).rounds == 7  # an integral float is an int
 
 
@@ -130,7 +130,7 @@ def test_every_spec_names_its_library_run(method):
 def test_the_benchmark_and_the_registry_share_one_gaussians_per_round_table():
     from fedclust.grids import benchmark
 
-    assert benchmark.PRIVATE == {"fkm": 1, "fedsc": None, "dp_fedc": None, "fzkm": 1, "dk_pp": 1}
+    assert benchmark.PRIVATE == {"fkm": 1, "fedsc": None, "dp_fedc": None, "fed_dp_kmeans": None, "fzkm": 1, "dk_pp": 1}
     assert all(REGISTRY[m].mechanisms_per_round == z for m, z in benchmark.PRIVATE.items())
 
 

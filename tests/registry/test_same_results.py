@@ -38,7 +38,7 @@ def test_private_dk_pp_through_the_registry_equals_the_library_run(blobs):
 
     ds, part = blobs
     spec = REGISTRY["dk_pp"]
-    cfg = spec.config_from({"rounds": 6, "seeding_rounds": 0, "clip": 2.0})
+    cfg = spec.config_from({"rounds": 6, "private_rounds": 6, "seeding_rounds": 0, "clip": 2.0})
     noise = spec.calibrate({"epsilon": 3.0, "delta": 1e-5}, cfg, ds, part)
     z = calibrate_noise_multiplier(3.0, 1e-5, steps=6, sampling="none", n_mechanisms=1)
     assert noise["noise_multiplier"] == z and noise["dp"] is True

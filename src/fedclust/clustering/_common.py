@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedclust.clustering.lloyd import lloyd_step
 from fedclust.metrics import clustering_scores
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
@@ -387,22 +388,13 @@ def noisy(x: np.ndarray, std: float, rng: np.random.Generator | None) -> np.ndar
     return x + rng.normal(0.0, std, size=x.shape)
 
 
-def lloyd_round(Xc: np.ndarray, lay: SegmentLayout, S: np.ndarray, C: np.ndarray, std_sum: float,
-                std_cnt: float, rng_noise) -> np.ndarray:
-    """One federated Lloyd round (the FKM step, spec 000 2.4) over the sampled clients ``S``:
-    per-(client, cluster) sums and counts, Gaussian noise on both, server mean; a cluster with
-    total (noisy) count < 1 keeps its centre. Vectorized over clients (one segment sum)."""
-    k, m = C.shape
-    K = S.size
-    rows = lay.rows_of(S)
-    slot = np.repeat(np.arange(K), lay.sizes[S])
-    Xr = Xc[rows]
+def lloyd_round(Xc: np.ndarray, lay: SegmentLayout, S: np.ndarray, C: np.ndarray, release, rng_noise) -> np.ndarray:
+    """One federated Lloyd round (the FKM step) over the sampled clients ``S``: the shared Lloyd
+    step of :mod:`fedclust.clustering.lloyd` on their rows (``release``: a
+    :class:`~fedclust.clustering.lloyd.LloydRelease`)."""
+    Xr = Xc[lay.rows_of(S)]
     lab, _ = nearest(Xr, C)
-    seg = slot * k + lab
-    sums = noisy(segment_sums(Xr, seg, K * k), std_sum, rng_noise)
-    cnts = noisy(np.bincount(seg, minlength=K * k).astype(np.float64), std_cnt, rng_noise)
-    cnt = cnts.reshape(K, k).sum(0)
-    return masked_means(C, sums.reshape(K, k, m).sum(0), cnt, cnt >= 1.0)
+    return lloyd_step(Xr, lab, C, release, S.size, rng_noise)
 
 
 def weighted_cost(P: np.ndarray, w: np.ndarray, C: np.ndarray) -> float:

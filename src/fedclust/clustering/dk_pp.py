@@ -2,7 +2,7 @@
 Table I (our reimplementation).
 
 Reference: the DK++ baseline of "Differentially Private Federated Clustering Over Non-IID Data"
-(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed in spec 000, section 2.4, from Bahmani et al.,
+(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from Bahmani et al.,
 "Scalable k-means++" (k-means||, VLDB 2012). The paper gives no details; every choice below is ours.
 
 The R communication rounds are spent as:
@@ -17,11 +17,15 @@ The R communication rounds are spent as:
    k-means++ and weighted Lloyd (best of 3 restarts);
 3. the remaining rounds are federated Lloyd rounds (as FKM): per-cluster sums and counts.
 
-Optional DP (spec 000, A11): samples are clipped to a public L2 norm ``clip``; every uploaded
-quantity gets i.i.d. Gaussian noise with std z times its add/remove sensitivity: an uploaded sample
-point clip, a local cost 4 clip^2, a count 1, a Lloyd (sums, counts) pair sqrt(clip^2 + 1).
+Optional DP: samples are clipped to a public L2 norm ``clip``; every uploaded
+quantity gets Gaussian noise with std z times its add/remove sensitivity: an uploaded sample
+point clip, a local cost 4 clip^2, a count 1, a Lloyd (sums, counts) pair sqrt(clip^2 + 1). The
+weighting and Lloyd rounds add it where the trust model says (``local``: at every client, as the
+paper's baseline; ``secure_aggregation`` / ``central``: once on the sum, see
+:mod:`fedclust.privacy.release`), and the Lloyd totals go through the count post-processing of
+:mod:`fedclust.clustering.lloyd`.
 
-What is DP (amendment A-1). The weighting round (counts of samples per *public* candidate,
+What is DP. The weighting round (counts of samples per *public* candidate,
 sensitivity 1) and the Lloyd rounds (sensitivity sqrt(clip^2 + 1)) are Gaussian mechanisms with
 noise multiplier z. The k-means|| seeding is NOT: which samples are uploaded depends on the data
 (a sample decides by itself whether it is released, and the number of released points gives it
@@ -63,7 +67,9 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.lloyd import LloydRelease
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.release import check_trust_model, release_sum
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -89,6 +95,9 @@ def run(
     init_centroids=None,
     init: str | None = None,
     init_domain=None,
+    trust_model: str = "secure_aggregation",
+    count_threshold: float = 3.0,
+    project: bool = True,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -120,6 +129,7 @@ def run(
     if not ell > 0 or math.isinf(ell):
         raise ValueError(f"oversampling must be a finite number > 0, got {oversampling!r}")
     recluster_iters = check_int("recluster_iters", recluster_iters, 1)
+    check_trust_model(trust_model, method="dk_pp")
     z, private, clip, lay, Xc, init, C0 = baseline_setup(
         X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
         clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
@@ -156,7 +166,7 @@ def run(
     slot = np.repeat(np.arange(K), lay.sizes[S])
     lab, _ = nearest(Xc[rows], cand)
     counts = np.bincount(slot * cand.shape[0] + lab, minlength=K * cand.shape[0]).astype(np.float64)
-    counts = noisy(counts, z if private else 0.0, rng_noise).reshape(K, -1).sum(0)
+    counts = release_sum(counts.reshape(K, -1).sum(0), z if private else 0.0, K, trust_model, rng_noise)
     uploaded += K * cand.shape[0]
     w = np.maximum(counts, 0.0)
     C = server_kmeans(cand, w, None, stream(seed, "server"), recluster_iters, n_init=3, k=k)
@@ -164,10 +174,13 @@ def run(
 
     # ---- 3. federated Lloyd ----
     std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
+    release = LloydRelease(sum_std=std_pair, count_std=std_pair, trust_model=trust_model,
+                           count_threshold=float(count_threshold) if private else 0.0, clip=clip,
+                           project=bool(project) and private)
     while t < R:
         t += 1
         S = sample_clients(rng_s, N, K)
-        C = lloyd_round(Xc, lay, S, C, std_pair, std_pair, rng_noise)
+        C = lloyd_round(Xc, lay, S, C, release, rng_noise)
         uploaded += K * k * (m + 1)
         log_round(t, C)
 
@@ -180,14 +193,15 @@ def run(
                 "selected by their own distances, a data-dependent selection with no bounded sensitivity"))
         events.append(GaussianRelease(
             noise_multipliers=(z,), count=1, sampling="none", neighbouring="add_remove", unit="sample",
-            label="dk_pp candidate counts"))
+            label="dk_pp candidate counts", extra={"trust_model": trust_model}))
         if R - seeding_rounds - 1 > 0:
             events.append(GaussianRelease(
                 noise_multipliers=(z,), count=R - seeding_rounds - 1, sampling="none",
-                neighbouring="add_remove", unit="sample", label="dk_pp Lloyd sums and counts"))
+                neighbouring="add_remove", unit="sample", label="dk_pp Lloyd sums and counts",
+                extra={"trust_model": trust_model}))
     dp_exact = seeding_rounds == 0 and not init_is_private_release(init, init_centroids)
     info = {"noise_multiplier": z, "clip": clip, "clients_per_round": K, "n_clients": N,
-            "noise_std": std_pair, "count_noise_std": z if private else 0.0,
+            "noise_std": std_pair, "count_noise_std": z if private else 0.0, "trust_model": trust_model,
             "n_candidates": int(cand.shape[0]), "oversampling": ell, "seeding_rounds": seeding_rounds,
             "dp_exact": bool(dp_exact) if private else None,
             "init": "given" if init_centroids is not None else init}

@@ -1,7 +1,7 @@
 """FKM: federated k-means (federated Lloyd), the first baseline of DP-FedC's Table I.
 
 Reference: the FKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
-(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed in spec 000, section 2.4, from "Secure
+(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from "Secure
 federated clustering" (SecFC), which runs exact Lloyd iterations (eqs. (9)-(10) of the DP-FedC
 paper) over the clients' data. This is *our* reimplementation.
 
@@ -11,15 +11,18 @@ One round t:
    centroids C (k x m).
 2. Every sampled client i assigns each local sample to its nearest centroid (eq. 9) and computes the
    per-cluster sums ``s_il = sum_{x in cluster l} x`` and counts ``c_il``.
-3. Optional Gaussian DP (spec A11): each sample is first clipped (for the sums; the
-   assignment uses the raw sample) to L2 norm ``clip``; a client's
-   upload ``(s_i, c_i)`` then has L2 sensitivity ``sqrt(clip^2 + 1)`` under adding/removing one
-   sample, and gets i.i.d. ``N(0, (z * sqrt(clip^2 + 1))^2)`` noise on every entry, with the noise
-   multiplier ``z`` from the calibration stage.
-4. The server sets ``C_l = sum_i s_il / max(sum_i c_il, 1)`` (eq. 10) and keeps the old ``C_l`` when
-   cluster l received no (noisy) mass.
+3. Optional Gaussian DP: each sample is first clipped (for the sums; the assignment uses the raw
+   sample) to L2 norm ``clip``; a client's upload ``(s_i, c_i)`` then has L2 sensitivity
+   ``sqrt(clip^2 + 1)`` under adding/removing one sample. One release carries
+   ``N(0, (z * sqrt(clip^2 + 1))^2)`` noise per entry (noise multiplier ``z`` from the calibration
+   stage), added where the trust model says: at every client (``local``, the paper's baseline: the
+   sum carries K draws) or once on the sum (``secure_aggregation``, ``central``: sqrt(K) times less
+   noise for the same epsilon).
+4. The server sets ``C_l = sum_i s_il / sum_i c_il`` (eq. 10) where the noisy count passes the
+   threshold of :mod:`fedclust.clustering.lloyd` and keeps the old ``C_l`` elsewhere; with
+   ``count_threshold = 0`` and ``project = False`` this is the paper's rule (count >= 1).
 
-Initialisation (amendment A-1, issue 13). Because of the rule in step 4, W^0 can be published
+Initialisation (initialisation is a release). Because of the rule in step 4, W^0 can be published
 verbatim, so it must not be private data in a private run. A non-private run starts from k random
 data rows (the paper's choice, ``init="data"``); a private run by default from ``"uniform_box"``
 (uniform in the public feature domain ``init_domain``, pulled into the clip ball), which reads no
@@ -39,44 +42,35 @@ import logging
 import math
 
 import numpy as np
-from scipy import sparse
 
 from fedclust.clustering._common import check_init, init_release, initial_centroids, masked_means, nearest
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.lloyd import LloydRelease, lloyd_step
 from fedclust.metrics import clustering_scores
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.release import check_trust_model, sum_noise_std
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
 
 
-def aggregate_round(Xc, client, labels, C, chosen, n_clients, noise_std, rng) -> np.ndarray:
+def aggregate_round(Xc, client, labels, C, chosen, n_clients, release: LloydRelease, rng) -> np.ndarray:
     """One server update from the uploads of the ``chosen`` clients (steps 2-4 of the round).
 
     ``labels`` is the nearest-centroid assignment of every sample under the broadcast ``C``. The
-    server only ever uses the *sum* of the K uploads, so the per-cluster totals are computed in one
-    sparse segment sum over the chosen clients' samples, and the sum of the K clients' independent
-    noises N(0, noise_std^2) on every entry is drawn as one N(0, K noise_std^2): the same
-    distribution as aggregating K noisy uploads, at the cost of one (k, m) draw instead of K.
+    server only ever uses the *sum* of the K uploads, so the per-cluster totals are one sparse
+    segment sum over the chosen clients' samples, released under the run's trust model by the
+    shared Lloyd step (:func:`fedclust.clustering.lloyd.lloyd_step`).
     """
-    k, m = C.shape
-    K = len(chosen)
-    if K == n_clients:  # full participation: no selection copy
+    if len(chosen) == n_clients:  # full participation: no selection copy
         lab, Xsel = labels, Xc
     else:
         in_round = np.zeros(n_clients, dtype=bool)
         in_round[chosen] = True
         idx = np.flatnonzero(in_round[client])
         lab, Xsel = labels[idx], Xc[idx]
-    onehot = sparse.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(k, lab.size))
-    tot = np.asarray(onehot @ Xsel)  # (k, m) sum over the chosen clients of their per-cluster sums
-    cnt = np.bincount(lab, minlength=k).astype(np.float64)
-    if noise_std > 0:
-        agg_std = noise_std * np.sqrt(K)
-        tot += rng.normal(0.0, agg_std, size=tot.shape)
-        cnt += rng.normal(0.0, agg_std, size=cnt.shape)
-    return masked_means(C, tot, cnt, cnt >= 1.0)  # an (almost) empty cluster keeps its old centroid
+    return lloyd_step(Xsel, lab, C, release, len(chosen), rng)
 
 
 def run(
@@ -92,6 +86,9 @@ def run(
     init_centroids=None,
     init: str | None = None,
     init_domain=None,
+    trust_model: str = "secure_aggregation",
+    count_threshold: float = 3.0,
+    project: bool = True,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -109,6 +106,13 @@ def run(
         (the paper's choice) when not private, ``"uniform_box"`` (data-independent) when private.
         ``"data"`` in a private run releases private rows: the run then reports epsilon = inf.
     init_domain: ``[low, high]`` public domain of every feature for ``"uniform_box"`` (default [0, 1]).
+    trust_model: where the noise is added (:mod:`fedclust.privacy.release`): ``"local"`` (every
+        client, the paper's per-client variant), ``"secure_aggregation"`` (once, on the sum the
+        server sees) or ``"central"`` (once, by a trusted server). Same epsilon for all three.
+    count_threshold, project: post-processing of the released totals
+        (:mod:`fedclust.clustering.lloyd`): a centre moves only when its noisy count is at least
+        ``max(1, count_threshold * count noise std)``, and lands inside the clip ball. ``0`` and
+        ``False`` give the paper's rule (count >= 1); both only matter in a private run.
     y: true labels, only to log per-round ACC/NMI.
     progress: optional callable ``progress(round, history)`` after every round.
     """
@@ -134,6 +138,12 @@ def run(
         Xc = X * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
     sens = math.sqrt(clip**2 + 1.0) if private else 0.0
     std = noise_multiplier * sens
+    check_trust_model(trust_model, method="fkm")
+    if count_threshold < 0 or not math.isfinite(count_threshold):
+        raise ValueError(f"count_threshold must be a finite number >= 0, got {count_threshold}")
+    release = LloydRelease(sum_std=std, count_std=std, trust_model=trust_model,
+                           count_threshold=float(count_threshold) if private else 0.0,
+                           clip=clip, project=bool(project) and private)
 
     r_sampling = stream(seed, "sampling")
     r_noise = stream(seed, "noise")
@@ -148,7 +158,7 @@ def run(
     lab_all, _ = nearest(X, C, x_sq)
     for t in range(1, rounds + 1):
         chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
-        C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, std, r_noise)
+        C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, release, r_noise)
         uploaded += K * k * (m + 1)
         lab_all, d2 = nearest(X, C, x_sq)
         history["objective"].append(float(d2.sum() / n))
@@ -172,6 +182,7 @@ def run(
                 neighbouring="add_remove",
                 unit="sample",
                 label="fkm per-cluster sums and counts",
+                extra={"trust_model": trust_model},
             )
         )
     return ClusteringResult(
@@ -180,6 +191,7 @@ def run(
         history=history,
         dp_events=events,
         uploaded_reals=int(uploaded),
-        info={"noise_std": std, "clip": clip, "clients_per_round": K, "n_clients": n_clients,
+        info={"noise_std": std, "aggregate_noise_std": sum_noise_std(std, K, trust_model), "trust_model": trust_model,
+              "clip": clip, "clients_per_round": K, "n_clients": n_clients,
               "init": "given" if init_centroids is not None else init},
     )

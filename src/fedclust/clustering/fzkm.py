@@ -1,7 +1,7 @@
 """FZKM: federated fuzzy c-means, a baseline of DP-FedC's Table I (our reimplementation).
 
 Reference: the FZKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
-(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed in spec 000, section 2.4, from Stallmann &
+(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from Stallmann &
 Wilbik, "Towards federated clustering: a federated fuzzy c-means algorithm (FFCM)" (arXiv
 2201.07316): clients run fuzzy c-means locally, and the server obtains the global centres by
 k-means on the received local centres. The paper gives no details; every choice below is ours.
@@ -14,19 +14,24 @@ One round t:
    C: memberships ``u_jl = 1 / sum_l' (d_jl / d_jl')^(2/(f-1))`` (fuzzifier f = 2), then the
    per-cluster statistics ``S_il = sum_j u_jl^f x_j`` and ``M_il = sum_j u_jl^f``; with
    ``local_iters > 1`` the next iteration uses the client's own centres S_il / M_il;
-3. optional DP (spec 000, A11): samples are clipped to a public L2 norm ``clip``; with
+3. optional DP: samples are clipped to a public L2 norm ``clip``; with
    ``local_iters = 1`` the memberships come from the public C and the sample itself, and as
    sum_l u_jl^(2f) <= 1, one sample changes (S_i, M_i) by at most sqrt(clip^2 + 1) in L2
    (add/remove), so i.i.d. N(0, (z sqrt(clip^2+1))^2) noise on every uploaded entry is a Gaussian
    mechanism with noise multiplier z. With ``local_iters > 1`` the last memberships depend on the
    client's other samples (through its own centres), so one sample can move every other sample's
    contribution: the sensitivity is not bounded and the run is NOT DP; it records a
-   ``non_dp_release`` and reports epsilon = inf (amendment A-1; ``info["dp_exact"]``);
-4. the server forms the K*k local centres ``V_il = S_il / max(M_il, floor)`` with weights
+   ``non_dp_release`` and reports epsilon = inf (``info["dp_exact"]``);
+4. (``trust_model="local"``, the paper's protocol: every client adds its noise and the server sees
+   every upload) the server forms the K*k local centres ``V_il = S_il / max(M_il, floor)`` with weights
    ``max(M_il, 0)`` and runs weighted k-means on them: the lowest-cost of Lloyd warm-started at the
    previous C and ``server_restarts`` weighted k-means++ restarts (``server_iters`` iterations each).
+   Under ``secure_aggregation`` or ``central`` the server sees only the sums over the clients,
+   ``sum_i S_il`` and ``sum_i M_il``, noised once (:mod:`fedclust.privacy.release`); its update is
+   then the fuzzy c-means centre step ``C_l = sum_i S_il / sum_i M_il`` with the count
+   post-processing of :mod:`fedclust.clustering.lloyd` (there are no local centres to cluster).
 
-Initialisation (amendment A-1): the shared W^0 is k random data rows only in non-private runs (the
+Initialisation (a release too): the shared W^0 is k random data rows only in non-private runs (the
 paper's choice, ``init="data"``); a private run starts from public centres (``init="uniform_box"``,
 uniform in the public domain ``init_domain`` and pulled into the clip ball), and a private run with
 ``init="data"`` releases private rows and reports epsilon = inf. The server step only ever sees the
@@ -62,7 +67,9 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.lloyd import LloydRelease, release_totals, update_centres
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.release import check_trust_model
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -115,6 +122,9 @@ def run(
     init_centroids=None,
     init: str | None = None,
     init_domain=None,
+    trust_model: str = "secure_aggregation",
+    count_threshold: float = 3.0,
+    project: bool = True,
     y=None,
     progress=None,
 ) -> ClusteringResult:
@@ -133,6 +143,10 @@ def run(
     init: how W^0 is drawn (:data:`fedclust.clustering._common.INITS`); None: ``"data"`` (k random
         rows, the paper's choice) when not private, ``"uniform_box"`` when private. ``"data"`` in a
         private run reports epsilon = inf. init_domain: ``[low, high]`` for ``"uniform_box"``.
+    trust_model: ``"local"`` (the paper's protocol: noisy uploads, server k-means on the local
+        centres) or ``"secure_aggregation"`` / ``"central"`` (one noise draw on the sums; fuzzy
+        c-means step on the server). count_threshold, project: the post-processing of the summed
+        statistics (:mod:`fedclust.clustering.lloyd`; not used under ``local``).
     y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
     blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
     """
@@ -144,11 +158,15 @@ def run(
     local_iters = check_int("local_iters", local_iters, 1)
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
+    check_trust_model(trust_model, method="fzkm")
     z, private, clip, lay, Xc, init, C = baseline_setup(
         X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
         clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
+    release = LloydRelease(sum_std=std, count_std=std, trust_model=trust_model,
+                           count_threshold=float(count_threshold) if private else 0.0, clip=clip,
+                           project=bool(project) and private)
 
     rng_s = stream(seed, "sampling")
     rng_server = stream(seed, "server")
@@ -160,12 +178,16 @@ def run(
         S = sample_clients(rng_s, N, K)
         Xp, mask = padded_data(lay, Xc, S)
         Ssum, M = local_fcm_stats(Xp, mask, C, fuzzifier, local_iters)
-        Ssum = noisy(Ssum, std, rng_noise)
-        M = noisy(M, std, rng_noise)
         uploaded += K * k * (m + 1)
-        V = (Ssum / np.maximum(M, floor)[..., None]).reshape(K * k, m)
-        w = np.maximum(M, 0.0).ravel()
-        C = server_kmeans(V, w, C, rng_server, server_iters, server_restarts)
+        if trust_model == "local":
+            Ssum = noisy(Ssum, std, rng_noise)
+            M = noisy(M, std, rng_noise)
+            V = (Ssum / np.maximum(M, floor)[..., None]).reshape(K * k, m)
+            w = np.maximum(M, 0.0).ravel()
+            C = server_kmeans(V, w, C, rng_server, server_iters, server_restarts)
+        else:
+            tot, mass = release_totals(Ssum.sum(0), M.sum(0), release, K, rng_noise)
+            C = update_centres(C, tot, mass, release, K)
 
         log_round(t, C)
 
@@ -179,8 +201,9 @@ def run(
         events.append(GaussianRelease(
             noise_multipliers=(z,), count=R, sampling="none", neighbouring="add_remove", unit="sample",
             label="fzkm fuzzy sums and masses (conservative: every round counted)",
+            extra={"trust_model": trust_model},
         ))
-    info = {"noise_multiplier": z, "noise_std": std, "clip": clip, "clients_per_round": K,
+    info = {"noise_multiplier": z, "noise_std": std, "trust_model": trust_model, "clip": clip, "clients_per_round": K,
             "n_clients": N, "fuzzifier": fuzzifier, "local_iters": local_iters,
             "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, init_centroids)),
             "init": "given" if init_centroids is not None else init}

@@ -31,19 +31,20 @@ import time
 import numpy as np
 import pandas as pd
 
-from fedclust.clustering import dp_fedc, fedc_mf, fedsc, spectral
+from fedclust.clustering import dp_fedc, fed_dp_kmeans, fedc_mf, fedsc, spectral
 from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load, load_cached, memo
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import chance_scores, clustering_scores, data_chance_line, is_at_chance
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REGISTRY
 
-ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fedc_avg", "fedc_gds", "fedsc", "kmeans", "sc")
+ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fed_dp_kmeans", "fedc_avg", "fedc_gds", "fedsc", "kmeans",
+               "sc")
 #: the methods with a DP variant -> Gaussians per round (None: calibrated otherwise), from the registry
 PRIVATE = {name: spec.mechanisms_per_round for name, spec in REGISTRY.items()
            if spec.family == "clustering" and spec.private}
@@ -59,19 +60,54 @@ def _partition_label(p: dict) -> str:
     return p["scheme"] + ("(" + ",".join(f"{k}={v}" for k, v in opts.items()) + ")" if opts else "")
 
 
-def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
+def method_rounds(method: str, eps, cfg: dict) -> int:
+    """Rounds of a k-means-family method in a cell: ``rounds`` without DP, ``private_rounds`` (the
+    budget is split over fewer rounds) under a finite budget."""
     R = int(cfg.get("rounds", 20))
+    if eps is not None and method in ("fkm", "fzkm", "dk_pp", "dkm"):
+        return int(cfg.get("private_rounds") or R)
+    return R
+
+
+def trust_model(method: str, eps, cfg: dict) -> str:
+    """The trust model of a method's private cell (``none`` without DP or without a DP variant)."""
+    spec = REGISTRY.get(method)
+    if eps is None or spec is None or not spec.private or not spec.trust_models:
+        return "none"
+    chosen = cfg.get("trust_model")
+    return chosen if chosen in spec.trust_models else spec.default_trust_model
+
+
+def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
+    R = method_rounds(method, eps, cfg)
     N = int(client.max()) + 1
     K = min(int(cfg.get("clients_per_round") or N), N)
-    clip = float(cfg.get("clip", 8.0))
+    clip = float(cfg.get("clip", 3.0))
+    accountant = cfg.get("accountant", "rdp")
     if method in ("fkm", "fzkm", "dk_pp", "dkm"):
         z = 0.0
         if eps is not None:
-            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=REGISTRY[method].mechanisms_per_round)
+            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=REGISTRY[method].mechanisms_per_round,
+                                           accountant=accountant)
         extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
+        if method != "dkm":
+            extra["trust_model"] = trust_model(method, eps, cfg) if eps is not None else "secure_aggregation"
         run = REGISTRY[method].library_run
         return run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
                    noise_multiplier=z, clip=clip if z > 0 else None, **extra)
+    if method == "fed_dp_kmeans":
+        # the method's own defaults (conf/base/parameters_fed_dp_kmeans.yml), with the cell's clip
+        fc = REGISTRY[method].config_from(cfg.get("fed_dp_kmeans") or {})
+        rows = fed_dp_kmeans.holdout_rows(X.shape[0], fc.server_fraction, seed) if fc.server_data == "holdout" else None
+        z = None
+        if eps is not None:
+            z = fed_dp_kmeans.noise_multipliers(eps, delta, projection=fc.projection, steps=fc.steps,
+                                                has_server_data=rows is not None, shares=fc.shares,
+                                                count_share=fc.count_share, accountant=accountant)
+        return fed_dp_kmeans.run(X, client, k, server_rows=rows, noise=z, clip=clip, seed=seed, y=y,
+                                 steps=fc.steps, projection=fc.projection, n_components=fc.n_components,
+                                 trust_model=fc.trust_model, count_threshold=fc.count_threshold,
+                                 server_restarts=fc.server_restarts)
     if method == "dp_fedc":
         kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
         if eps is None:
@@ -115,7 +151,7 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     the ball of radius ``config["clip"]``), so W^0 releases nothing.
     """
     init = default_init(eps is not None)
-    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip", 8.0)), domain=config.get("init_domain"))
+    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip", 3.0)), domain=config.get("init_domain"))
     return W0, init
 
 
@@ -169,8 +205,11 @@ def run_cell(cell: dict) -> list[dict]:
     out = []
     for method in methods:
         tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
+        tm = trust_model(method, eps, config)
+        tags["trust_model"] = tm
         params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
-                  "n_clients": n_clients, "method": method, "init": init}
+                  "n_clients": n_clients, "method": method, "init": "server_sample" if method == "fed_dp_kmeans" else init,
+                  "trust_model": tm, "rounds": method_rounds(method, eps, config)}
         if method == "dk_pp":
             params["seeding_rounds"] = dk_pp_seeding_rounds(int(config.get("rounds", 20)), eps)
         name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
@@ -184,6 +223,8 @@ def run_cell(cell: dict) -> list[dict]:
         res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
         wall = time.perf_counter() - t0
         metrics = clustering_scores(y, res.labels)
+        metrics.update(chance_scores(y, res.labels, seed=seed))
+        metrics["at_chance"] = float(is_at_chance(metrics, metrics))
         metrics["wall_time_s"] = wall
         metrics["uploaded_reals"] = float(res.uploaded_reals)
         metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
@@ -332,23 +373,44 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
 
 
 def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
+    """The summary per (dataset, partition, epsilon, method): mean ± std over seeds of :data:`METRICS`,
+    ``status``, and the chance line where the records carry it (``ACC_chance``, ``ACC_chance_hi``,
+    ``NMI_chance`` of each run, :func:`fedclust.metrics.chance_scores`): ``ACC_chance_mean``,
+    ``ACC_chance_hi_mean``, ``NMI_chance_mean`` and ``at_chance``, True where the group's mean ACC
+    does not exceed its mean ``ACC_chance_hi`` (within noise of a random split of the same sizes).
+    ``at_chance`` is False for not-applicable groups and for groups whose records have no chance line."""
     frame = records_frame(records)
     frame["status"] = frame["status"].fillna("ok")
-    out = {"summary": summarize(frame, ["dataset", "partition", "epsilon", "method"], METRICS)}
+    if "trust_model" not in frame.columns:  # records stored before trust models were recorded
+        frame["trust_model"] = "n/a"
+    frame["trust_model"] = frame["trust_model"].fillna("n/a")
+    by = ["dataset", "partition", "epsilon", "method", "trust_model"]
+    chance_keys = [m for m in ("ACC_chance", "ACC_chance_hi", "NMI_chance") if m in frame.columns]
+    summary = summarize(frame, by, METRICS + chance_keys)
+    summary = summary.drop(columns=chance_keys)  # the chance line as numbers only (``<m>_mean``/``<m>_std``)
     na = frame["status"] == "not applicable"
-    out["summary"]["status"] = [
+    summary["status"] = [
         "not applicable" if na[(frame["dataset"] == d) & (frame["partition"] == p) & (frame["epsilon"] == e) & (frame["method"] == m)].all() else "ok"
-        for d, p, e, m in zip(out["summary"]["dataset"], out["summary"]["partition"], out["summary"]["epsilon"], out["summary"]["method"])
+        for d, p, e, m in zip(summary["dataset"], summary["partition"], summary["epsilon"], summary["method"])
     ]
-    return out
+    for m in ("ACC_chance", "ACC_chance_hi", "NMI_chance"):
+        if f"{m}_mean" not in summary.columns:
+            summary[f"{m}_mean"] = math.nan
+    acc = summary["ACC_mean"] if "ACC_mean" in summary.columns else pd.Series(math.nan, index=summary.index)
+    summary["at_chance"] = [
+        status == "ok" and is_at_chance({"ACC": a}, {"ACC_chance_hi": hi})
+        for status, a, hi in zip(summary["status"], acc, summary["ACC_chance_hi_mean"])
+    ]
+    return {"summary": summary}
 
 
 def chance_levels(records: list[dict], data_paths: dict | None = None) -> dict[str, float]:
-    """ACC of putting every sample in one cluster (the largest class share), per data set of ``records``."""
+    """The chance ACC of every data set of ``records``: the mean ACC of a random assignment with the
+    true class sizes (:func:`fedclust.metrics.data_chance_line`), the dashed line of the plots."""
     out = {}
     for ds in dict.fromkeys(r["tags"]["dataset"] for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"):
         y = load(ds, data_paths).y
-        out[ds] = float(np.bincount(y).max() / len(y))
+        out[ds] = data_chance_line(y)["ACC_chance"]
     return out
 
 

@@ -6,6 +6,14 @@ call. Plain Python (no Kedro).
 """
 
 from fedclust.registry.config import MethodConfig, param
-from fedclust.registry.spec import REGISTRY, MethodSpec, clustered_fl_methods, clustering_methods, get
+from fedclust.registry.spec import (
+    REGISTRY,
+    MethodSpec,
+    clustered_fl_methods,
+    clustering_methods,
+    get,
+    trust_model_of,
+)
 
-__all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods"]
+__all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods",
+           "trust_model_of"]

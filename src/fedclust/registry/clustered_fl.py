@@ -146,7 +146,9 @@ def rr_calibrate(privacy: dict, cfg: C.RRClusterConfig, rotated) -> dict:
     the releases the run made, ``paper_epsilon`` the paper's formula (Prop. 4.1 + Thm 4.2 + eq. 9)."""
     method, literal = cfg.method, cfg.noise_calibration
     eps, delta = check_privacy_params(privacy)
+    # the server clips, adds the noise and picks the sampled clients itself: a trusted server
     base = {"mechanism": "gaussian", "unit": "client", "delta": delta, "epsilon_target": eps, "method": method,
+            "trust_model": "central",
             "neighbouring": "replace_one", "sampling": "without_replacement", "noise_calibration": literal}
     if eps is None:
         return {**base, "private": False, "sigma_s": 0.0, "sigma_theta": 0.0, "sigma_g": None, "sigma": 0.0}

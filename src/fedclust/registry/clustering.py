@@ -32,6 +32,10 @@ def check_sizes(method: str, cfg, dataset, partition, **extra) -> None:
     refuse_absurd(method, checks)
 
 
+def _is_private(privacy: dict) -> bool:
+    return check_privacy_params(privacy)[0] is not None
+
+
 # ---- FKM -------------------------------------------------------------------------------------------
 
 def non_dp_steps(method: str, cfg) -> list[str]:
@@ -58,7 +62,8 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
     ``(sums, counts)`` has L2 sensitivity sqrt(clip^2 + 1). A private run with ``init: data``
     (private rows as W^0) is flagged: a warning now, epsilon = inf in its report.
     """
-    noise = per_round_noise(privacy, cfg.rounds, cfg.clip)
+    noise = per_round_noise(privacy, cfg.rounds_for(_is_private(privacy)), cfg.clip)
+    noise.update(rounds=cfg.rounds_for(noise["private"]), trust_model=cfg.trust_model)
     if noise["private"]:
         noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
         noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
@@ -73,11 +78,13 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
-    return run_timed(fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), rounds=cfg.rounds,
+    return run_timed(fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset),
+                     rounds=int(noise.get("rounds", cfg.rounds)),
                      clients_per_round=cfg.clients_per_round, seed=int(seed),
                      noise_multiplier=float(noise["noise_multiplier"]),
                      clip=float(noise["clip"]) if noise["private"] else None,
-                     init=cfg.init, init_domain=cfg.init_domain, y=dataset.y)
+                     init=cfg.init, init_domain=cfg.init_domain, y=dataset.y,
+                     **cfg.pick("trust_model", "count_threshold", "project"))
 
 
 # ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
@@ -86,15 +93,18 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 #: a counts round, then Lloyd rounds); its seeding rounds release two, but they are not DP anyway.
 KMEANS_MECHANISMS = {"fzkm": 1, "dk_pp": 1, "dkm": 4}
 _KMEANS_SPECIFIC = {
-    "fzkm": ("fuzzifier", "local_iters", "server_iters", "server_restarts"),
-    "dk_pp": ("seeding_rounds", "oversampling"),
+    "fzkm": ("fuzzifier", "local_iters", "server_iters", "server_restarts", "trust_model", "count_threshold",
+             "project"),
+    "dk_pp": ("seeding_rounds", "oversampling", "trust_model", "count_threshold", "project"),
     "dkm": ("coreset_size", "local_iters", "server_iters", "server_restarts"),
 }
 
 
 def kmeans_calibrate(method: str):
     def calibrate(privacy: dict, cfg, dataset, partition) -> dict:
-        noise = per_round_noise(privacy, cfg.rounds, cfg.clip, mechanisms_per_round=KMEANS_MECHANISMS[method])
+        rounds = cfg.rounds_for(_is_private(privacy))
+        noise = per_round_noise(privacy, rounds, cfg.clip, mechanisms_per_round=KMEANS_MECHANISMS[method])
+        noise.update(rounds=rounds, trust_model=getattr(cfg, "trust_model", "local"))
         return flag_non_dp(noise, method, non_dp_steps(method, cfg))
 
     calibrate.__name__ = f"{method}_calibrate"
@@ -107,7 +117,8 @@ def kmeans_run(method: str):
 
         require_all_assigned(partition, method)
         check_sizes(method, cfg, dataset, partition)
-        kw = cfg.pick("rounds", "mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
+        kw = cfg.pick("mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
+        kw["rounds"] = int(noise.get("rounds", cfg.rounds))
         kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
         if noise["private"]:
             kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
@@ -133,7 +144,8 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
     from fedclust.clustering import dp_fedc
 
     target, delta = check_privacy_params(privacy)
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target}
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target,
+            "trust_model": "local"}
     if target is None:
         return {**base, "private": False}
     eps_bar = target
@@ -172,6 +184,49 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
         result.info.pop(big, None)
     result.info["metrics"] = {"eps_round": float(result.info["eps_round"]),
                               "zero_columns": float(result.info["zero_columns"])}
+    return result
+
+
+# ---- FedDP-KMeans ----------------------------------------------------------------------------------
+
+def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, partition) -> dict:
+    """Noise multiplier of every release (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`):
+    the stage shares of the run's Gaussian-DP budget, composed back to ``privacy.epsilon`` by the
+    accountant (sample-level, add/remove, every client in every release)."""
+    from fedclust.clustering import fed_dp_kmeans
+
+    eps, delta = check_privacy_params(privacy)
+    has_server = cfg.server_data == "holdout"
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps,
+            "trust_model": cfg.trust_model, "clip": cfg.clip}
+    if eps is None:
+        return {**base, "private": False, "noise_multipliers": None}
+    z = fed_dp_kmeans.noise_multipliers(eps, delta, projection=cfg.projection, steps=cfg.steps,
+                                        has_server_data=has_server, shares=cfg.shares, count_share=cfg.count_share,
+                                        accountant=privacy.get("accountant", "rdp"))
+    logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
+    notes = []
+    if has_server:
+        notes.append(f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is "
+                     "not client data, and the clients' samples are protected by epsilon")
+    return {**base, "private": True, "noise_multipliers": z, "notes": notes}
+
+
+def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig, seed: int):
+    """FedDP-KMeans on the partitioned data; the server's sample is a held-out slice of the data set
+    (taken out of the clients' data), or none (DP candidates)."""
+    from fedclust.clustering import fed_dp_kmeans
+
+    require_all_assigned(partition, "fed_dp_kmeans")
+    check_sizes("fed_dp_kmeans", cfg, dataset, partition)
+    n = int(dataset.X.shape[0])
+    rows = fed_dp_kmeans.holdout_rows(n, cfg.server_fraction, int(seed)) if cfg.server_data == "holdout" else None
+    result = run_timed(fed_dp_kmeans.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), server_rows=rows,
+                       noise=noise.get("noise_multipliers") if noise["private"] else None,
+                       clip=float(cfg.clip), seed=int(seed), y=dataset.y,
+                       **cfg.pick("steps", "projection", "n_components", "trust_model", "count_threshold",
+                                  "server_restarts"))
+    result.info["rounds"] = result.info["steps"] + 1 + (cfg.projection == "dp_pca")
     return result
 
 
@@ -260,7 +315,8 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
 
     eps, delta = check_privacy_params(privacy)
     sweep = {k: float(getattr(cfg, k)) for k in _SWEEP_KEYS}
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps, **sweep}
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps, "trust_model": "local",
+            **sweep}
     if eps is None:
         notes = []
         if any(sweep.values()):

@@ -11,33 +11,50 @@ from __future__ import annotations
 import dataclasses
 
 from fedclust.clustering._common import INITS, MECHANISMS
+from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
+from fedclust.privacy.release import TRUST_MODELS
 from fedclust.registry.config import MethodConfig, param
 
 _frozen = dataclasses.dataclass(frozen=True)
 
 K = dict(kind="int", count=True)
 _INIT_DOC = "W^0: null = data rows when not private, uniform_box when private"
+_TM = dict(choices=TRUST_MODELS, doc="where the noise is added: local (every client, the paper's baseline) | "
+                                     "secure_aggregation (once on the sum) | central")
+_PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over them)")
+_THRESH = dict(doc="a centre moves only when its noisy count >= max(1, this x the count noise std)")
 
 
 # ---- federated data clustering -------------------------------------------------------------------
 
+class _RoundsMixin:
+    def rounds_for(self, private: bool) -> int:
+        """The rounds of a run: ``private_rounds`` when private (and set), else ``rounds``."""
+        return int(self.private_rounds) if private and self.private_rounds else int(self.rounds)
+
+
 @_frozen
-class FKMConfig(MethodConfig):
+class FKMConfig(_RoundsMixin, MethodConfig):
     k: int | None = param(None, **K, doc="null = number of classes")
     rounds: int = param(20, **K)
+    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
-    clip: float = param(1.0, "float", gt=0, doc="L2 bound on every sample when private")
+    clip: float = param(3.0, "float", gt=0, doc="L2 bound on every sample when private")
     init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
     init_domain: list | None = param(None, "list", doc="[low, high] public feature domain (null = [0, 1])")
+    trust_model: str = param("secure_aggregation", "str", **_TM)
+    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
+    project: bool = param(True, "bool", doc="released centres projected onto the clip ball")
 
 
 @_frozen
-class _KMeansBaselineConfig(MethodConfig):
+class _KMeansBaselineConfig(_RoundsMixin, MethodConfig):
     k: int | None = param(None, **K)
     rounds: int = param(20, **K)
+    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K)
     mechanism: str = param("classical", "str", choices=MECHANISMS)
-    clip: float = param(8.0, "float", gt=0)
+    clip: float = param(3.0, "float", gt=0)
     init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
     init_domain: list | None = param(None, "list")
 
@@ -48,12 +65,43 @@ class FZKMConfig(_KMeansBaselineConfig):
     local_iters: int = param(1, **K, doc="> 1 is not DP")
     server_iters: int = param(20, **K)
     server_restarts: int = param(2, **K)
+    trust_model: str = param("secure_aggregation", "str", **_TM)
+    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
+    project: bool = param(True, "bool")
 
 
 @_frozen
 class DKPPConfig(_KMeansBaselineConfig):
     seeding_rounds: int = param(5, "int", ge=0, doc="k-means|| rounds; > 0 is not DP")
     oversampling: float | None = param(None, "float", gt=0, doc="null = 2k")
+    trust_model: str = param("secure_aggregation", "str", **_TM)
+    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
+    project: bool = param(True, "bool")
+
+
+@_frozen
+class FedDPKMeansConfig(MethodConfig):
+    k: int | None = param(None, **K)
+    server_fraction: float = param(0.05, "float", gt=0, lt=1,
+                                   doc="share of the data set held out as the server's public sample (never "
+                                       "also client data)")
+    server_data: str = param("holdout", "str", choices=("holdout", "none"),
+                             doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca)")
+    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
+    projection: str = param("none", "str", choices=PROJECTIONS, doc="dp_pca (the paper's) | none (data space)")
+    n_components: int | None = param(None, **K, doc="projection dimension; null = k")
+    clip: float = param(3.0, "float", gt=0)
+    trust_model: str = param("secure_aggregation", "str", **_TM)
+    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
+    shares: dict | None = param(None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; "
+                                                  "null = {0.1, 0.1, 0.3, 0.5}")
+    count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
+    server_restarts: int = param(10, **K)
+
+    def problems(self, where):
+        if self.server_data == "none" and self.projection != "dp_pca":
+            return [f"{where}.server_data=none needs {where}.projection=dp_pca (the candidates come from it)"]
+        return []
 
 
 @_frozen

@@ -45,6 +45,12 @@ class MethodSpec:
     in_tour: bool = False
     #: the library function the adapter calls, ``"module:function"`` (imported on first use)
     library: str = ""
+    #: the trust models a private run can use (:mod:`fedclust.privacy.release`), the default first
+    trust_models: tuple[str, ...] = ()
+
+    @property
+    def default_trust_model(self) -> str | None:
+        return self.trust_models[0] if self.trust_models else None
 
     @property
     def library_run(self) -> Callable:
@@ -60,15 +66,23 @@ class MethodSpec:
 
     def config_from(self, params: dict | None) -> MethodConfig:
         """The validated config of ``<name>.train`` (an error names every bad key)."""
-        return self.config.from_params(params, where=f"{self.name}.train")
+        cfg = self.config.from_params(params, where=f"{self.name}.train")
+        tm = getattr(cfg, "trust_model", None)
+        if tm is not None and self.trust_models and tm not in self.trust_models:
+            raise ValueError(f"{self.name}.train.trust_model={tm!r}: {self.name} supports {list(self.trust_models)}")
+        return cfg
 
 
 def _clustering(name, config, calibrate, run, **kw) -> MethodSpec:
     return MethodSpec(name, "clustering", config, calibrate, run, **kw)
 
 
+_ALL_MODELS = ("secure_aggregation", "central", "local")
+
+
 def _kmeans(name, config, releases, private=True) -> MethodSpec:
     return _clustering(name, config, cl.kmeans_calibrate(name), cl.kmeans_run(name), private=private,
+                       trust_models=_ALL_MODELS if private else (),
                        library=f"fedclust.clustering.{name}:run",
                        mechanisms_per_round=cl.KMEANS_MECHANISMS[name], releases=releases,
                        non_dp_steps=lambda cfg, name=name: cl.non_dp_steps(name, cfg))
@@ -83,14 +97,18 @@ def _clustered(name, config, in_tour=True) -> MethodSpec:
 _SPECS = [
     _clustering("fkm", C.FKMConfig, cl.fkm_calibrate, cl.fkm_run, private=True, mechanisms_per_round=1,
                 releases="noisy per-cluster sums and counts every round", in_tour=True,
-                library="fedclust.clustering.fkm:run",
+                library="fedclust.clustering.fkm:run", trust_models=_ALL_MODELS,
                 non_dp_steps=lambda cfg: cl.non_dp_steps("fkm", cfg)),
     _clustering("fedsc", C.FedSCConfig, cl.fedsc_calibrate, cl.fedsc_run, private=True,
                 releases="perturbed data once (data) or noisy Z every round and C once (factors)", in_tour=True,
-                library="fedclust.clustering.fedsc:run"),
+                library="fedclust.clustering.fedsc:run", trust_models=("local",)),
     _clustering("dp_fedc", C.DPFedCConfig, cl.dp_fedc_calibrate, cl.dp_fedc_run, private=True,
                 releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)", in_tour=True,
-                library="fedclust.clustering.dp_fedc:run"),
+                library="fedclust.clustering.dp_fedc:run", trust_models=("local",)),
+    _clustering("fed_dp_kmeans", C.FedDPKMeansConfig, cl.fed_dp_kmeans_calibrate, cl.fed_dp_kmeans_run, private=True,
+                releases="noisy sums over clients once per stage: server-point weights, (projection, lift,) "
+                         "Lloyd sums and counts", in_tour=True,
+                library="fedclust.clustering.fed_dp_kmeans:run", trust_models=_ALL_MODELS),
     _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
     _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
     # DKM has no DP variant (A-1): a private run adds the calibrated noise but reports epsilon = inf
@@ -106,7 +124,7 @@ _SPECS = [
     _clustered("fedavg", C.FedAvgConfig),
     MethodSpec("rr_cluster", "clustered_fl", C.RRClusterConfig, cfl.rr_calibrate, cfl.rr_run, private=True,
                unit="client", releases="noisy cluster identifiers and clipped, noisy model updates every round",
-               in_tour=True, library="fedclust.clustered_fl.rr_cluster:run"),
+               in_tour=True, library="fedclust.clustered_fl.rr_cluster:run", trust_models=("central",)),
 ]
 
 #: name -> spec, in the order of the quick tour
@@ -122,6 +140,16 @@ def get(name: str) -> MethodSpec:
         near = _nearest(name, list(REGISTRY))
         raise ValueError(f"unknown method {name!r}" + (f"; did you mean {near!r}?" if near else "")
                          + f" (valid: {', '.join(REGISTRY)})") from None
+
+
+def trust_model_of(method: str, params: dict, private: bool) -> str:
+    """The trust model a run of ``method`` uses (``"none"`` when not private or not a DP method):
+    ``<method>.train.trust_model`` where the method has the choice, else its only model."""
+    spec = REGISTRY.get(method)
+    if not private or spec is None or not spec.private or not spec.trust_models:
+        return "none"
+    chosen = ((params.get(method) or {}).get("train") or {}).get("trust_model")
+    return str(chosen or spec.default_trust_model)
 
 
 def clustering_methods() -> list[str]:

@@ -1,4 +1,4 @@
-"""Evaluation: final ACC/NMI/ARI of a clustering, plus cost figures of the run."""
+"""Evaluation: final ACC/NMI/ARI of a clustering, their chance line, plus cost figures of the run."""
 
 from __future__ import annotations
 
@@ -6,13 +6,20 @@ import math
 
 from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import chance_scores, clustering_scores, is_at_chance
 
 
 def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
-    """Final metrics of a federated data clustering run (the reporting contract's metrics.json)."""
+    """Final metrics of a federated data clustering run (the reporting contract's metrics.json).
+
+    Next to ACC/NMI/ARI: the chance line of this result (``ACC_chance``, ``ACC_chance_hi``,
+    ``NMI_chance``, ``NMI_chance_hi``: a random assignment with the same cluster sizes,
+    :func:`fedclust.metrics.chance_scores`) and ``at_chance`` (1.0 when ACC is within noise of it,
+    else 0.0; a number so that MLflow logs it)."""
     scores = clustering_scores(dataset.y, result.labels)
-    out = {**scores, "uploaded_reals": int(result.uploaded_reals)}
+    chance = chance_scores(dataset.y, result.labels)
+    out = {**scores, **chance, "at_chance": float(is_at_chance(scores, chance)),
+           "uploaded_reals": int(result.uploaded_reals)}
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])

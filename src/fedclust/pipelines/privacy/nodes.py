@@ -6,6 +6,7 @@ the report node is the same for all: it accounts the releases the run actually m
 
 from __future__ import annotations
 
+from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.privacy.report import privacy_report
 from fedclust.registry.privacy import check_privacy_params, non_private_calibration, per_round_noise  # noqa: F401
 
@@ -45,5 +46,9 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
         outside=tuple(result.info.get("privacy_outside", ())),
     )
     rep["notes"] = condense_notes(rep.get("notes", []))
+    tm = calibration.get("trust_model") if rep.get("private") else None
+    rep["trust_model"] = tm or "none"
+    if tm:
+        rep["trust_model_meaning"] = DESCRIPTIONS.get(tm, "")
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}
     return rep

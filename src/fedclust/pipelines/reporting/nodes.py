@@ -59,16 +59,27 @@ def plot_centroids(result, dataset, privacy: dict, partition, method: str):
     return plots.centroid_heatmap_figure(C, title)
 
 
+def _chance_text(metrics: dict, key: str) -> str:
+    """`` (chance 0.132)`` after a metric that has a chance line in ``metrics`` (``<key>_chance``)."""
+    chance = metrics.get(f"{key}_chance")
+    return f" (chance {float(chance):.3f})" if isinstance(chance, (int, float)) and math.isfinite(chance) else ""
+
+
 def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
-    """The last node of a method pipeline: one log line with the headline numbers and where the
+    """The last node of a method pipeline: one log line with the headline numbers (ACC and NMI with
+    their chance line, and ``AT CHANCE`` when the result is within noise of it) and where the
     reports are. It reads every reporting output of the method (metrics, privacy, the MLflow
     datasets and the plots), so in Kedro-Viz they stay inside the method's modular pipeline
     instead of hanging off it as free outputs."""
     import logging
 
-    shown = [f"{key} {float(metrics[key]):.3f}" for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
+    shown = [f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
+             for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
              if isinstance(metrics.get(key), (int, float))]
+    if metrics.get("at_chance"):
+        shown.append("AT CHANCE")
     eps = _accounted_epsilon(privacy)
-    budget = f"ε {plots.eps_text(eps)} (accounted)" if math.isfinite(eps) else "no DP"
+    budget = (f"ε {plots.eps_text(eps)} (accounted, {privacy.get('trust_model', 'none')})" if math.isfinite(eps)
+              else "no DP")
     logging.getLogger(__name__).info("%s: %s · %s · reports in data/08_reporting/%s/", method,
                                      " · ".join(shown) or "no metrics", budget, method)

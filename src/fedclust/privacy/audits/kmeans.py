@@ -14,7 +14,12 @@ Cases (each the method's own ``run`` on this data, the accountant's ε of its ow
 * ``fkm``: one federated Lloyd round;
 * ``fzkm``: one round with ``local_iters = 1`` (its only DP configuration);
 * ``dk_pp``: ``seeding_rounds = 0`` (its only DP configuration): the weighting round (counts per
-  public candidate) then one Lloyd round, two releases.
+  public candidate) then one Lloyd round, two releases;
+* ``fed_dp_kmeans``: a public server sample of 20 other rows, the weighting histogram and one Lloyd
+  step.
+
+Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
+the least noise a run carries for its epsilon).
 
 DKM and the other configurations of FZKM / DK++ are not DP mechanisms; they report epsilon = inf
 (tests/clustering/test_baselines.py), so there is no finite claim to audit.
@@ -144,4 +149,35 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
                           info={"rounds": rounds, "seeding_rounds": 0})
 
 
-CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case}
+def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, steps: int = 1,
+                        n_runs: int = 1000) -> AuditCase:
+    """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
+    weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
+    split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, RDP as the other cases)."""
+    from sklearn.datasets import load_digits
+
+    from fedclust.clustering import fed_dp_kmeans
+    from fedclust.privacy.accountants import epsilon as account
+
+    server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
+    z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="rdp")
+
+    def run(X, client, seed, noise):
+        return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
+                                 clip=clip, noise=z if noise else None, seed=seed, server_restarts=1)
+
+    eps = account(run(*with_canary(True)[:2], 0, True).dp_events, delta)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, client, _ = with_canary(canary_in)
+        with quiet_rounds():
+            return seeded_scores(lambda s: run(X, client, s, noise).centroids[:, 0].max(), n, seed)
+
+    return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
+                     n_runs=n_runs,
+                     description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
+                                 f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]",
+                     info={"noise_multipliers": z, "clip": clip, "steps": steps})
+
+
+CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case, "fed_dp_kmeans": _fed_dp_kmeans_case}
