@@ -1,4 +1,4 @@
-"""Fixtures shared by the clustering tests: the FedSC .mat data sets in ../shared/data/fedsc."""
+"""Fixtures shared by the clustering tests: the FedSC .mat data sets in ../shared/data/fedsc, digits on 10 iid clients."""
 
 import pytest
 
@@ -27,3 +27,14 @@ def circles(shared_data):
 @pytest.fixture(scope="session")
 def coil20(shared_data):
     return _fedsc_mat(shared_data, "COIL20_tsne.mat")
+
+
+@pytest.fixture(scope="module")
+def digits_iid():
+    """(X, y, client): scikit-learn digits scaled to [0, 1] on 10 iid clients (a fixed permutation)."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    client = np.random.default_rng(0).permutation(np.arange(len(y)) % 10)
+    return X / 16.0, y, client

@@ -14,13 +14,6 @@ DELTA = 1e-5
 SEEDS = (0, 1, 2)  # fixed before looking
 
 
-@pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    client = np.random.default_rng(0).permutation(np.arange(len(y)) % 10)  # iid, 10 clients
-    return X / 16.0, y, client
-
-
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 @pytest.mark.parametrize("projection,steps,server", [("none", 1, True), ("dp_pca", 2, True), ("dp_pca", 1, False)])
 def test_the_releases_compose_back_to_the_target_epsilon(accountant, projection, steps, server):
@@ -44,8 +37,8 @@ def test_the_split_gives_every_release_its_share_of_mu_squared():
                                                  ["weighting"], rel=1e-3)
 
 
-def test_every_release_gets_its_multiplier_times_its_sensitivity(digits, monkeypatch):
-    X, y, client = digits
+def test_every_release_gets_its_multiplier_times_its_sensitivity(digits_iid, monkeypatch):
+    X, y, client = digits_iid
     calls = []
     real = F.release_sum
 
@@ -70,8 +63,8 @@ def test_every_release_gets_its_multiplier_times_its_sensitivity(digits, monkeyp
     assert shapes[0] == (m * (m + 1) // 2,) and shapes[1] == (len(rows),)
 
 
-def test_server_rows_are_never_client_data(digits, monkeypatch):
-    X, y, client = digits
+def test_server_rows_are_never_client_data(digits_iid, monkeypatch):
+    X, y, client = digits_iid
     totals = []
     real = F.release_sum
 
@@ -103,12 +96,12 @@ def test_private_accuracy_on_digits_is_far_above_chance():
 
 
 @pytest.mark.parametrize("projection", ["none", "dp_pca"])
-def test_a_large_budget_approaches_the_non_private_twin(digits, projection):
+def test_a_large_budget_approaches_the_non_private_twin(digits_iid, projection):
     # Same seed, server sample, clip and post-processing; only the noise differs. The server's
     # weighted k-means picks among near-equal-cost optima, so single seeds move by a few points
     # either way even at eps = 64 (measured: -0.12..+0.09); the mean over the seeds must not fall
     # below the twin's by more than 0.03 (measured: -0.009 without projection, +0.05 with dp_pca).
-    X, y, client = digits
+    X, y, client = digits_iid
     z = F.noise_multipliers(64.0, DELTA, projection=projection, steps=1)
     twin, priv = [], []
     for seed in SEEDS:
@@ -119,8 +112,8 @@ def test_a_large_budget_approaches_the_non_private_twin(digits, projection):
     assert np.mean(priv) >= np.mean(twin) - 0.03, (twin, priv)
 
 
-def test_without_server_data_the_dp_candidates_beat_chance(digits):
-    X, y, client = digits
+def test_without_server_data_the_dp_candidates_beat_chance(digits_iid):
+    X, y, client = digits_iid
     accs = []
     for seed in SEEDS:
         z = F.noise_multipliers(4.0, DELTA, projection="dp_pca", steps=2, has_server_data=False)
@@ -131,8 +124,8 @@ def test_without_server_data_the_dp_candidates_beat_chance(digits):
     assert np.mean(accs) >= 0.5, accs
 
 
-def test_bad_inputs_say_what_to_change(digits):
-    X, y, client = digits
+def test_bad_inputs_say_what_to_change(digits_iid):
+    X, y, client = digits_iid
     with pytest.raises(ValueError, match="projection='dp_pca'"):
         F.run(X, client, 10, projection="none")
     with pytest.raises(ValueError, match="noise must give a multiplier"):

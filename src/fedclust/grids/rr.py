@@ -101,7 +101,8 @@ def run_cell(cell: dict) -> list[dict]:
     metrics["wall_time_s"] = time.perf_counter() - t0
     return [{
         "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
-        "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps)},
+        "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps),
+                 "trust_model": "none" if eps is None else "central"},
         "params": {"setting": setting, "epsilon": eps_label(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
                    "participation": q, "rounds": T, "clip": clip},
         "metrics": metrics,
