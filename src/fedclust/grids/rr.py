@@ -1,16 +1,22 @@
-"""The RR-Cluster experiment grid (spec 002, section 5.5; issue 7; amendment A-2).
+"""The RR-Cluster experiment grid.
 
 Settings ``balanced`` (4 rotation groups, 0/90/180/270) and ``imbalanced`` (2:1:1, 0/90/180),
 each client's images used once (``reuse=False``, RR-Cluster's construction). For every setting,
 epsilon (null = no DP), method and seed: test accuracy, client-clustering ACC, moved updates per
 round, the smallest noisy cluster before RR (mean over rounds), and the accounted epsilon.
 RR-Cluster runs for every B in ``Bs`` (B = 0 is DP-IFCA), the baselines once. Every method is
-calibrated by the accountant to its replace-one sensitivity under fixed-size sampling (amendment A-2;
-RR-Cluster and DP-IFCA add the same noise, so when the identifier noise already keeps every cluster
+calibrated by the accountant to its replace-one sensitivity under fixed-size sampling
+(RR-Cluster and DP-IFCA add the same noise, so when the identifier noise already keeps every cluster
 >= B, RR-Cluster equals DP-IFCA exactly). Method ``dp_ifca_literal`` is DP-IFCA with the paper's
-literal noise (``C_theta``, the withdrawn resolution A2): its ``epsilon_accountant`` is the larger
-epsilon that noise really spends. Tables: the spec's Table 1 layout (method x setting/epsilon) and
-Table 4 layout (clustering accuracy, epsilon x B).
+literal noise (``C_theta``): its ``epsilon_accountant`` is the larger epsilon that noise really
+spends. Tables: the paper's Table 1 layout (method x setting/epsilon) and Table 4 layout
+(clustering accuracy, epsilon x B). Private records carry the trust model ``central``: the server
+clips, adds the noise and samples the clients itself.
+
+Two regimes (``regime``): ``many_per_cluster`` (the config as given; with tens of clients per
+cluster and round the identifier noise never pushes a cluster below B, so RR-Cluster moves no
+update and equals DP-IFCA) and ``few_per_cluster``, the paper's own regime (:data:`REGIMES`: 1,000
+MNIST clients, 3 % per round, about 7 per cluster, so noisy clusters do fall below B).
 """
 
 from __future__ import annotations
@@ -40,9 +46,26 @@ SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios":
 #: the config keys that enumerate the cells (a cell carries its own value of them)
 AXES = ("settings", "epsilons", "seeds", "methods", "Bs")
 
+#: presets of ``regime``; their values replace the config's
+REGIMES = {
+    "many_per_cluster": {},
+    "few_per_cluster": {"dataset": "mnist", "n_clients": 1000, "samples_per_client": 7, "test_per_client": 1,
+                        "participation": 0.03, "rounds": 60, "settings": ["balanced"], "epsilons": [None, 4.0],
+                        "Bs": [2, 4, 7], "methods": ["dp_ifca", "rr_cluster"]},
+}
+
+
+def apply_regime(config: dict) -> dict:
+    """``config`` with its ``regime`` preset applied (:data:`REGIMES`)."""
+    regime = config.get("regime") or "many_per_cluster"
+    if regime not in REGIMES:
+        raise ValueError(f"rr_grid.config.regime must be one of {list(REGIMES)}, got {regime!r}")
+    return {**config, **REGIMES[regime], "regime": regime}
+
 
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """One cell per (setting, epsilon, seed, method, B), with the shared settings and the data paths."""
+    config = apply_regime(config)
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     out = []
     for setting in config.get("settings", ["balanced", "imbalanced"]):
