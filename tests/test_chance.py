@@ -226,3 +226,13 @@ def test_chance_levels_give_the_data_sets_chance_line():
     level = benchmark.chance_levels(recs)["iris"]
     assert level == pytest.approx(metrics.data_chance_line(y)["ACC_chance"])
     assert level > np.bincount(y).max() / len(y)  # not the largest class share (1/3 on iris)
+
+
+def test_grid_records_carry_the_chance_line_and_the_flag():
+    from fedclust.metrics import scores_with_chance
+
+    y = np.repeat(np.arange(4), 50)
+    good = scores_with_chance(y, y, seed=0)
+    collapsed = scores_with_chance(y, np.zeros_like(y), seed=0)
+    assert good["ACC"] == 1.0 and good["at_chance"] == 0.0 and good["ACC_chance"] < 0.4
+    assert collapsed["ACC"] == pytest.approx(0.25) and collapsed["at_chance"] == 1.0

@@ -180,3 +180,12 @@ def pooled_accuracy(losses, correct, counts) -> float:
     if counts.sum() <= 0:
         raise ValueError("counts must contain at least one test sample")
     return float(right.sum() / counts.sum())
+
+
+def scores_with_chance(y_true, y_pred, seed: int = 0) -> dict[str, float]:
+    """:func:`clustering_scores` with the result's chance line (:func:`chance_scores`) and
+    ``at_chance`` (1.0 or 0.0, :func:`is_at_chance`): what every grid record carries."""
+    out = clustering_scores(y_true, y_pred)
+    out.update(chance_scores(y_true, y_pred, seed=seed))
+    out["at_chance"] = float(is_at_chance(out, out))
+    return out

@@ -37,7 +37,7 @@ from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load, load_cached, memo
-from fedclust.metrics import chance_scores, clustering_scores, data_chance_line, is_at_chance
+from fedclust.metrics import data_chance_line, is_at_chance, scores_with_chance
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
@@ -222,9 +222,7 @@ def run_cell(cell: dict) -> list[dict]:
         t0 = time.perf_counter()
         res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
         wall = time.perf_counter() - t0
-        metrics = clustering_scores(y, res.labels)
-        metrics.update(chance_scores(y, res.labels, seed=seed))
-        metrics["at_chance"] = float(is_at_chance(metrics, metrics))
+        metrics = scores_with_chance(y, res.labels, seed=seed)
         metrics["wall_time_s"] = wall
         metrics["uploaded_reals"] = float(res.uploaded_reals)
         metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf

@@ -40,7 +40,7 @@ from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load_cached, memo
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import scores_with_chance
 from fedclust.partition import iid, kmeans_split, shards
 from fedclust.privacy.accountants import epsilon as accountant_epsilon
 from fedclust.privacy.mechanisms import classical_sigma
@@ -49,7 +49,7 @@ from fedclust.registry import REGISTRY
 
 #: the Table I methods (run functions from the registry)
 METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc")
-METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "wall_time_s"]
+METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "wall_time_s", "ACC_chance", "at_chance"]
 
 
 def _split(data, split: str, n_clients: int, seed: int) -> np.ndarray:
@@ -136,7 +136,7 @@ def run_cell(cell: dict) -> list[dict]:
         extra = {"seeding_rounds": 0 if z > 0 else min(5, R - 2)} if c["method"] == "dk_pp" else {}
         run = REGISTRY[c["method"]].library_run
         res = run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
-    metrics = clustering_scores(y, res.labels)
+    metrics = scores_with_chance(y, res.labels)
     eps_acc = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
     metrics["epsilon_accountant"] = eps_acc
     metrics["uploaded_reals"] = res.uploaded_reals

@@ -24,10 +24,11 @@ from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load_cached, memo
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import scores_with_chance
 from fedclust.partition import make_partition
 
-METRICS = ["ACC", "NMI", "ARI", "objective", "comm_reals", "rounds_run", "wall_time_s"]
+METRICS = ["ACC", "NMI", "ARI", "objective", "comm_reals", "rounds_run", "wall_time_s", "ACC_chance",
+           "at_chance"]
 CURVE_KEYS = ("split", "label")
 _RUNNERS = {
     "fedc_avg": fedc_mf.run_fedcavg,
@@ -79,7 +80,7 @@ def run_cell(cell: dict) -> list[dict]:
     else:
         kw.setdefault("rounds", rounds)
         res = _RUNNERS[method](X, client, k, seed=trial, init=init, y=y, **kw)
-    metrics = clustering_scores(y, res.labels)
+    metrics = scores_with_chance(y, res.labels)
     hist = {key: res.history[key] for key in ("objective", "comm_reals", "ACC", "rho") if key in res.history}
     metrics["objective"] = hist["objective"][-1] if hist.get("objective") else float("nan")
     metrics["comm_reals"] = float(res.uploaded_reals)

@@ -43,15 +43,15 @@ from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import memo
 from fedclust.data.registry import prepare_dataset
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import scores_with_chance
 from fedclust.partition import iid
 from fedclust.rng import stream
 
-METRICS = ["ACC", "NMI", "NMI_paper", "ARI", "wall_time_s"]
+METRICS = ["ACC", "NMI", "NMI_paper", "ARI", "wall_time_s", "ACC_chance", "at_chance"]
 
 
 def _scores(y, labels) -> dict:
-    s = clustering_scores(y, labels)
+    s = scores_with_chance(y, labels)
     s["NMI_paper"] = fedsc.nmi_paper(y, labels)
     return s
 
