@@ -68,6 +68,9 @@ def test_private_fkm_run_spends_about_the_target_epsilon(run_pipeline, read_vers
     assert run.data.metrics["private"] == 1.0 and run.data.tags["epsilon"] == "4"
     assert run.info.run_name == "fkm · digits/iid · ε=4 · seed 0"
     assert run.data.params["clip"] == "3.0"
+    # the trust model stands beside epsilon: in the MLflow tags and in privacy.json
+    assert run.data.tags["trust_model"] == "secure_aggregation" == privacy["trust_model"]
+    assert "sum" in privacy["trust_model_meaning"]
     # amendment A-1: the report says what epsilon covers and that the metrics are outside it
     assert privacy["covered_by_guarantee"] and any("ACC" in o for o in privacy["outside_guarantee"])
     noise = read_versioned_json("data/05_model_input/fkm/noise.json")
