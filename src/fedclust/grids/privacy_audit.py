@@ -129,6 +129,8 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     }
     if rep.noise_off is not None:
         metrics["epsilon_audited_noise_off"] = rep.noise_off.epsilon_lower
+        if rep.noise_off.epsilon_tight is not None:
+            metrics["epsilon_audited_noise_off_tight"] = rep.noise_off.epsilon_tight
         metrics["powerful"] = float(bool(rep.powerful))
     return {
         "name": f"{method}_eps{target:g}",

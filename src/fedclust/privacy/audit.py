@@ -147,7 +147,8 @@ def epsilon_lower_bound_from_scores(scores_in, scores_out, delta: float, alpha: 
 
 def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     """The smallest ε with ``mu``-Gaussian-DP implying (ε, ``delta``)-DP: the root of
-    ``Phi(-ε/mu + mu/2) - e^ε Phi(-ε/mu - mu/2) = delta`` (0 when ``mu`` is too small to need any)."""
+    ``Phi(-ε/mu + mu/2) - e^ε Phi(-ε/mu - mu/2) = delta`` (0 when ``mu`` is too small to need any;
+    inf for ``mu >= 50``)."""
     from scipy.optimize import brentq
     from scipy.stats import norm
 
@@ -156,7 +157,7 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if not mu > 0:
         return 0.0
-    if not math.isfinite(mu):
+    if not mu < 50.0:  # mu >= 50 (e.g. a noise-free statistic): eps > 1000, beyond any budget; inf
         return math.inf
 
     def excess(eps):
@@ -272,8 +273,11 @@ class AuditReport:
 
     @property
     def powerful(self) -> bool | None:
-        """The noise-off bound exceeds the accounted ε (the audit could have caught a leak)."""
-        return None if self.noise_off is None else self.noise_off.epsilon_lower > self.case.epsilon
+        """A noise-off bound (distribution-free, or tight for a Gaussian case) exceeds the accounted ε
+        (the audit could have caught a leak)."""
+        if self.noise_off is None:
+            return None
+        return max(self.noise_off.epsilon_lower, self.noise_off.epsilon_tight or 0.0) > self.case.epsilon
 
     @property
     def tightness(self) -> float | None:
@@ -341,7 +345,7 @@ def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float) -> 
     s_out, g_out = _split(case, case.scores(False, noise, n_runs, int(ss[1])), n_runs)
     r = epsilon_lower_bound_from_scores(s_in, s_out, case.delta, alpha)
     tight = None
-    if noise and case.gaussian and g_in is not None and g_out is not None:
+    if case.gaussian and g_in is not None and g_out is not None:
         tight = gaussian_audit(g_in, g_out, case.delta, alpha)
     return AuditResult(
         name=case.name, method=case.method, noise=noise, epsilon_accounted=float(case.epsilon),
