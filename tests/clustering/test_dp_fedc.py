@@ -157,7 +157,8 @@ def test_reaches_sklearn_kmeans_accuracy_without_noise_and_full_participation(mi
     assert r.history["ACC"][-1] >= acc_km - 0.025
     assert clustering_accuracy(y, r.labels) >= acc_km - 0.025
     assert r.uploaded_reals == 40 * 8 * 4 * 8  # R K k m
-    assert r.dp_events == []
+    (ev,) = r.dp_events  # the run says it is not DP
+    assert not ev.is_private and "without DP" in ev.label
 
 
 def test_same_seed_same_result_and_dp_shares_the_draws(mixture):
@@ -317,6 +318,22 @@ def test_data_dependent_steps_in_a_private_run_report_infinite_epsilon(over, ste
     # the public defaults are a DP mechanism
     ok = D.run(X1, client, 4, rounds=2, clients_per_round=2, seed=0, eps_bar=20.0, G=0.5)
     assert epsilon(ok.dp_events, 1e-4) < math.inf
+
+
+@pytest.mark.parametrize("constants, data_named", [(None, True), ("data", True), ("public", False)])
+def test_a_run_without_eps_bar_reports_infinite_epsilon_and_names_its_data_constants(constants, data_named):
+    """eps_bar null: no noise, and by default rho, mu_h and eta from the data. The run used to return
+    no releases at all, which an accountant rates epsilon = 0; it now names its non-DP steps."""
+    from fedclust.privacy.accountants import epsilon
+    from fedclust.privacy.report import privacy_report
+
+    X1, _, client = _two_datasets()
+    r = D.run(X1, client, 4, rounds=1, clients_per_round=2, seed=0, eps_bar=None, G=0.5, constants=constants)
+    assert epsilon(r.dp_events, 1e-4) == math.inf
+    rep = privacy_report(r.dp_events, 1e-4, method="dp_fedc", mechanism="gaussian")
+    assert rep["private"] is False
+    assert any("without noise" in n for n in rep["notes"])
+    assert any("computed from the private data" in n for n in rep["notes"]) is data_named
 
 
 def test_private_run_clips_every_sample_and_derives_rho_from_the_clip():

@@ -66,8 +66,11 @@ def test_without_replacement_neighbouring_relations():
     direct = _direct_rdp(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(
         1000, 100, dpa.GaussianDpEvent(2.0)), 20), relation=NR.REPLACE_ONE)
     assert epsilon(wor_ro, 1e-5, orders=DEFAULT_RDP_ORDERS) == pytest.approx(direct, rel=1e-10)
-    with pytest.raises(ValueError, match="without-replacement"):
-        epsilon(wor_ro, 1e-5, "pld")
+    # PLD: the replace-one without-replacement pair is that of Poisson sampling at rate m/n under
+    # add/remove, composed in both directions; tighter than the WBK19 RDP bound
+    pois = GaussianRelease((2.0,), count=20, sampling="poisson", sampling_rate=0.1)
+    assert epsilon(wor_ro, 1e-5, "pld") == pytest.approx(epsilon(pois, 1e-5, "pld"), rel=1e-12)
+    assert epsilon(wor_ro, 1e-5, "pld") < epsilon(wor_ro, 1e-5)
 
     wor_ar = GaussianRelease((2.0,), count=20, sampling="without_replacement", population=1000, sample_size=100)
     poisson = GaussianRelease((2.0,), count=20, sampling="poisson", sampling_rate=0.1)
@@ -80,6 +83,30 @@ def test_without_replacement_neighbouring_relations():
                            neighbouring="replace_one")
     assert epsilon(wor_ar, 1e-5) == pytest.approx(epsilon(half, 1e-5), rel=1e-12)
     assert epsilon(wor_ar, 1e-5) > approx
+
+
+def test_pld_accounts_dp_fedc_runs_that_mix_full_batch_and_subsampled_rounds():
+    """Full-batch rounds (every record in the batch) are unsampled Gaussians, accounted as add/remove;
+    the later, subsampled rounds are replace-one without replacement. The PLD accountant used to
+    refuse the mix ("one neighbouring relation"), so the report's epsilon_pld was null."""
+    import numpy as np
+
+    from fedclust.clustering import dp_fedc
+    from fedclust.privacy.report import privacy_report
+
+    rel = dp_fedc.planned_releases(np.array([200, 200, 200]), rounds=10, clients_per_round=2, q2="diminishing",
+                                   b=50, eps_bar=5.0, delta=1e-4)
+    full = [r for r in rel if r.sample_size == r.population]
+    assert full and len(full) < len(rel)  # the mix
+    rep = privacy_report(rel, 1e-4, method="dp_fedc", mechanism="gaussian")
+    assert rep["epsilon_pld"] is not None
+    assert epsilon(full, 1e-4, "pld") < rep["epsilon_pld"] < rep["epsilon_rdp"]
+    # full batch only: the same Gaussian under either relation
+    only_full = dp_fedc.planned_releases(np.array([20, 20]), rounds=3, clients_per_round=2, q2=5, b=50,
+                                         eps_bar=5.0, delta=1e-4)
+    (r,) = only_full
+    same = GaussianRelease(r.noise_multipliers, count=r.count)
+    assert epsilon(only_full, 1e-4, "pld") == pytest.approx(epsilon(same, 1e-4, "pld"), rel=1e-12)
 
 
 def test_composition_empty_and_non_private():

@@ -35,13 +35,15 @@ def test_non_private_reports_infinity_explicitly():
 
 
 def test_pld_unavailable_is_noted_not_fatal():
-    r = GaussianRelease((2.0,), count=20, sampling="without_replacement", population=200, sample_size=20,
-                        neighbouring="replace_one")
-    rep = privacy_report([r], 1e-5, method="dp_fedc", mechanism="gaussian")
-    assert rep["epsilon_pld"] is None and rep["epsilon"] == pytest.approx(epsilon([r], 1e-5))
+    # sampled releases under two relations: no single PLD
+    r = [GaussianRelease((2.0,), count=20, sampling="without_replacement", population=200, sample_size=20,
+                         neighbouring="replace_one"),
+         GaussianRelease((2.0,), count=20, sampling="poisson", sampling_rate=0.1)]
+    rep = privacy_report(r, 1e-5, method="dp_fedc", mechanism="gaussian")
+    assert rep["epsilon_pld"] is None and rep["epsilon"] == pytest.approx(epsilon(r, 1e-5))
     assert any("PLD" in n for n in rep["notes"])
-    rep = privacy_report([r], 1e-5, method="dp_fedc", mechanism="gaussian", accountant="pld")
-    assert rep["epsilon"] == pytest.approx(epsilon([r], 1e-5))  # falls back to RDP, says so
+    rep = privacy_report(r, 1e-5, method="dp_fedc", mechanism="gaussian", accountant="pld")
+    assert rep["epsilon"] == pytest.approx(epsilon(r, 1e-5))  # falls back to RDP, says so
     assert any("unavailable" in n for n in rep["notes"])
 
 

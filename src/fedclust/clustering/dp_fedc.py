@@ -764,7 +764,9 @@ def run(
     h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
     eta_rule: "per_client" | "rms"; alpha_2 > 0; None = :data:`ALPHA_2` of ``constants`` (5, the
         paper's, with the data's Lambda_i; 1.25 with the public n_i / k).
-    eps_bar: total privacy budget over R rounds (Theorem 3); None or inf = no DP.
+    eps_bar: total privacy budget over R rounds (Theorem 3); None or inf = no DP: the run then records
+        a non-DP release (epsilon = inf) naming what it released without noise, including the
+        data-derived constants when ``constants`` is (or defaults to) ``"data"``.
     delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
         no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
     c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i (A6).
@@ -785,8 +787,8 @@ def run(
         multi-threaded OpenBLAS runs up to 10x slower on a busy CPU); None leaves the setting alone.
 
     Returns a :class:`ClusteringResult`; ``dp_events`` are the worst client's releases (plus a
-    ``non_dp_release`` for each non-private step); ``history`` has per round "objective" (F of
-    eq. 13 at (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled
+    ``non_dp_release`` for each non-private step; a run without DP has one naming its steps);
+    ``history`` has per round "objective" (F of eq. 13 at (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled
     clients), "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal"
     (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the
     spec's A4 suggestion for choosing G from a non-private warm-up run). The histories are
@@ -953,6 +955,15 @@ def run(
                 "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
                 "and the subsampling amplification do not hold"))
         events.extend(worst["releases"])
+    else:
+        # eps_bar null is a run without DP: say so in its releases (epsilon = inf), never an empty
+        # list that an accountant would rate epsilon = 0
+        what = "W uploads released without noise (eps_bar null)"
+        if constants == "data":
+            what += ("; rho, mu_h and eta computed from the private data (constants='data', the default "
+                     "without DP), themselves a release")
+        events.append(non_dp_release(f"dp_fedc without DP: {what}"))
+        notes.append(f"not a DP run: {what}")
     info = {
         "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "clip": clip, "constants": constants,
         "init": "given" if init_centroids is not None else init,

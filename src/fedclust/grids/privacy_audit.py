@@ -1,9 +1,12 @@
-"""The privacy audit of every DP method (pipeline ``privacy_audit``): one record per method.
+"""The privacy audit of every DP method (pipeline ``privacy_audit``): one record per method and budget.
 
-Each method's canary audit (:mod:`fedclust.privacy.audits`) is run with the noise on and off
-(:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower bound,
-the noise-off bound (the audit's power) and the verdicts ``sound`` (audited <= accounted) and
-``powerful`` (noise-off > accounted). Cases run on ``executor`` (default: a process pool of
+Each method's canary audit (:mod:`fedclust.privacy.audits`) is run at every budget of ``epsilons``
+(default 1 and 4) with the noise on and off, and on its halved-noise mutant
+(:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower
+bounds (distribution-free, and tight where the case has a Gaussian statistic), ``tightness``, the
+noise-off bound (the audit's power), the mutant's audited ε and the verdicts ``sound`` (audited <=
+accounted), ``powerful`` (noise-off > accounted) and ``mutant_caught`` (mutant > accounted). The
+mutant's noise scale is fixed here (:data:`MUTANT_NOISE_SCALE`): no configuration reaches it. Cases run on ``executor`` (default: a process pool of
 ``workers`` processes, each with one BLAS/torch thread; :mod:`fedclust.executors`); every case is a
 pure function of its options and the seed, so the records do not depend on the executor.
 
@@ -20,9 +23,18 @@ import pandas as pd
 
 logger = logging.getLogger(__name__)
 
+#: The mutant runs its method with this fraction of the calibrated noise (test-side only).
+MUTANT_NOISE_SCALE = 0.5
+#: Tightness below this is marked in the summary for a closer look.
+LOW_TIGHTNESS = 0.5
+#: Factory options that no configuration may set.
+PRIVATE_OPTIONS = ("noise_scale",)
+
 #: The keys of ``privacy_audit.config`` and their defaults.
 DEFAULTS = {
     "methods": None,  # null = every registered DP method
+    "epsilons": [1.0, 4.0],  # every case at each of these budgets (a case's own `epsilon` option wins)
+    "mutant": True,
     "n_runs": None,  # null = each case's own default
     "seed": 0,
     "alpha": 0.05,
@@ -58,7 +70,7 @@ def check_config(config: dict | None) -> dict:
                              + (f"; did you mean {near[0]!r}?" if near else f" (known: {sorted(known)})"))
     for m, opts in (cfg["cases"] or {}).items():
         params = inspect.signature(known[m]).parameters
-        bad = [k for k in (opts or {}) if k not in params]
+        bad = [k for k in (opts or {}) if k not in params or k in PRIVATE_OPTIONS]
         if bad:
             raise ValueError(f"privacy_audit.config.cases.{m}: unknown option(s) {bad} (known: {sorted(params)})")
     if cfg["n_runs"] is not None and (isinstance(cfg["n_runs"], bool) or int(cfg["n_runs"]) < 8):
@@ -67,11 +79,16 @@ def check_config(config: dict | None) -> dict:
         raise ValueError(f"privacy_audit.config.workers must be an int >= 1, got {cfg['workers']!r}")
     if not 0 < float(cfg["alpha"]) < 1:
         raise ValueError(f"privacy_audit.config.alpha must be in (0, 1), got {cfg['alpha']!r}")
+    eps = cfg["epsilons"]
+    if not isinstance(eps, (list, tuple)) or not eps or any(isinstance(e, bool) or not float(e) > 0 for e in eps):
+        raise ValueError(f"privacy_audit.config.epsilons must be a non-empty list of budgets > 0, got {eps!r}")
+    cfg["epsilons"] = [float(e) for e in eps]
     cfg["methods"] = methods
     return cfg
 
 
-def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool) -> dict:
+def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool,
+              mutant: bool = True) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
     from fedclust.experiments import eps_label
     from fedclust.privacy.audit import audit_case
@@ -89,7 +106,8 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
         lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
     try:
         case = factory(**options)
-        rep = audit_case(case, n_runs=n_runs, seed=seed, alpha=alpha, power_check=power_check)
+        mut = factory(**options, noise_scale=MUTANT_NOISE_SCALE) if mutant else None
+        rep = audit_case(case, n_runs=n_runs, seed=seed, alpha=alpha, power_check=power_check, mutant=mut)
     finally:
         for lg, level in zip(quiet, levels):
             lg.setLevel(level)
@@ -100,6 +118,10 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
         "epsilon_target": target,
         "epsilon_paper": case.info.get("epsilon_paper"),
         "epsilon_audited": rep.noisy.epsilon_lower,
+        "epsilon_audited_tight": rep.noisy.epsilon_tight,
+        "tightness": rep.tightness,
+        "mutant_epsilon_audited": rep.mutant_epsilon,
+        "mutant_caught": None if rep.mutant_caught is None else float(rep.mutant_caught),
         "tpr": rep.noisy.tpr,
         "fpr": rep.noisy.fpr,
         "sound": float(rep.sound),
@@ -107,9 +129,11 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     }
     if rep.noise_off is not None:
         metrics["epsilon_audited_noise_off"] = rep.noise_off.epsilon_lower
+        if rep.noise_off.epsilon_tight is not None:
+            metrics["epsilon_audited_noise_off_tight"] = rep.noise_off.epsilon_tight
         metrics["powerful"] = float(bool(rep.powerful))
     return {
-        "name": method,
+        "name": f"{method}_eps{target:g}",
         "tags": {"method": method, "kind": "privacy_audit", "epsilon": eps_label(rep.case.epsilon)},
         "params": {"n_runs": rep.noisy.n_runs, "delta": rep.case.delta, "alpha": alpha, "seed": seed,
                    "description": rep.case.description, **{f"case.{k}": v for k, v in options.items()}},
@@ -134,11 +158,17 @@ def execution_config(cfg: dict) -> dict:
 
 
 def cells(config: dict | None, data_paths: dict | None = None) -> list[dict]:
-    """One cell per selected method: its case options and the audit settings."""
+    """One cell per selected method and budget: its case options and the audit settings."""
     cfg = check_config(config)
-    return [{"method": m, "options": dict((cfg["cases"] or {}).get(m) or {}), "n_runs": cfg["n_runs"],
-             "seed": int(cfg["seed"]), "alpha": float(cfg["alpha"]), "power_check": bool(cfg["power_check"])}
-            for m in cfg["methods"]]
+    out = []
+    for m in cfg["methods"]:
+        opts = dict((cfg["cases"] or {}).get(m) or {})
+        budgets = [opts["epsilon"]] if "epsilon" in opts else cfg["epsilons"]
+        for e in budgets:
+            out.append({"method": m, "options": {**opts, "epsilon": float(e)}, "n_runs": cfg["n_runs"],
+                        "seed": int(cfg["seed"]), "alpha": float(cfg["alpha"]), "power_check": bool(cfg["power_check"]),
+                        "mutant": bool(cfg["mutant"])})
+    return out
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -147,14 +177,18 @@ def run_cell(cell: dict) -> list[dict]:
 
     with thread_limits(1):  # one thread per audit, restored afterwards (the run's compute.threads stays)
         return [audit_one(cell["method"], cell["options"], cell["n_runs"], cell["seed"], cell["alpha"],
-                          cell["power_check"])]
+                          cell["power_check"], cell.get("mutant", True))]
 
 
 def log_record(rec: dict) -> None:
     met = rec["metrics"]
-    logger.info("audit %-12s eps accounted %.3f  audited %.3f  noise-off %s  %s  (%.1f s)",
-                rec["name"], met["epsilon"], met["epsilon_audited"],
-                f"{met['epsilon_audited_noise_off']:.3f}" if "epsilon_audited_noise_off" in met else "-",
+    def f(key):
+        return f"{met[key]:.3f}" if key in met else "-"
+
+    logger.info("audit %-18s eps accounted %.3f  audited %.3f  tight %s  tightness %s  noise-off %s  mutant %s %s  %s"
+                "  (%.1f s)", rec["name"], met["epsilon"], met["epsilon_audited"], f("epsilon_audited_tight"),
+                f("tightness"), f("epsilon_audited_noise_off"), f("mutant_epsilon_audited"),
+                {1.0: "caught", 0.0: "MISSED"}.get(met.get("mutant_caught"), "-"),
                 "sound" if met["sound"] else "UNSOUND", met["audit_time_s"])
 
 
@@ -176,18 +210,27 @@ def run(config: dict | None, data_paths: dict | None = None, store=None, on_done
                     store=store, on_done=done)
 
 
-COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_noise_off", "sound",
-           "powerful", "n_runs", "audit_time_s"]
+COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_tight", "tightness",
+           "look_closer", "epsilon_audited_noise_off", "sound", "powerful", "mutant_epsilon_audited", "mutant_caught",
+           "n_runs", "audit_time_s"]
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     """One table: ε targeted (the budget asked for), ε the paper's formula claims (where a case
-    reports one: ``case.info["epsilon_paper"]``), ε accounted, ε audited (noise on / off) and the verdicts, per method."""
+    reports one: ``case.info["epsilon_paper"]``), ε accounted, ε audited (distribution-free, tight,
+    noise off), tightness (``look_closer`` when below :data:`LOW_TIGHTNESS`; blank where the case has
+    no Gaussian statistic), the mutant's audited ε and the verdicts, per method and budget."""
     rows = []
     for r in records:
         met = r["metrics"]
+        tight = met.get("tightness")
         rows.append({
-            "method": r["name"],
+            "method": r["tags"]["method"],
+            "epsilon_audited_tight": met.get("epsilon_audited_tight"),
+            "tightness": tight,
+            "look_closer": "no tight audit" if tight is None else ("LOW" if tight < LOW_TIGHTNESS else ""),
+            "mutant_epsilon_audited": met.get("mutant_epsilon_audited"),
+            "mutant_caught": None if met.get("mutant_caught") is None else bool(met["mutant_caught"]),
             "epsilon_target": met.get("epsilon_target"),
             "epsilon_paper": met.get("epsilon_paper"),
             "epsilon": met["epsilon"],

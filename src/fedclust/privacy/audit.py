@@ -30,6 +30,23 @@ so audits use budgets of ε ≈ 1-2.
 An :class:`AuditCase` describes one method's audit: ``scores(with_canary, noise, n_runs, seed)``
 returns one distinguisher score per independent run. The method families register their cases in
 :mod:`fedclust.privacy.audits`.
+
+The tight audit (:func:`gaussian_audit`). The distribution-free bound above needs many runs to get
+near the accounted ε: it estimates tail probabilities. Where the release is Gaussian, a case can
+also return a *Gaussian statistic*: a linear function of the released, noised values whose
+distribution is ``N(a, s^2)`` without the canary and ``N(a + shift, s^2)`` with it (the same ``s``).
+The audit then estimates the noise scale actually applied (``s``, with a chi-square upper
+confidence bound) and the shift the canary causes (with a t lower confidence bound), takes
+``mu = shift / s`` at the conservative ends (confidence ``1 - alpha`` for both together), and
+reports the ε of ``mu``-Gaussian-DP at the case's δ (Dong, Roth & Su 2022). It is a lower bound on
+what the mechanism spends only under that Gaussian model, so it applies to cases whose statistic is
+exactly a Gaussian release (a case says so with ``gaussian=True``); for others only the
+distribution-free bound is reported. ``tightness = ε_tight / ε_accounted``.
+
+The mutant. A case factory's ``noise_scale`` (test-side only: no user configuration reaches it)
+runs the method with that fraction of its calibrated noise while the case keeps the claim of the
+unmutated run. :func:`audit_case` audits such a case as ``mutant`` and calls it caught when either
+bound exceeds the claim: an audit that cannot see a run with half its noise is not worth much.
 """
 
 from __future__ import annotations
@@ -50,6 +67,8 @@ __all__ = [
     "epsilon_lower_bound_from_scores",
     "audit_case",
     "seeded_scores",
+    "gaussian_dp_epsilon",
+    "gaussian_audit",
 ]
 
 
@@ -126,6 +145,58 @@ def epsilon_lower_bound_from_scores(scores_in, scores_out, delta: float, alpha: 
     }
 
 
+def gaussian_dp_epsilon(mu: float, delta: float) -> float:
+    """The smallest ε with ``mu``-Gaussian-DP implying (ε, ``delta``)-DP: the root of
+    ``Phi(-ε/mu + mu/2) - e^ε Phi(-ε/mu - mu/2) = delta`` (0 when ``mu`` is too small to need any;
+    inf for ``mu >= 50``)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    mu = float(mu)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not mu > 0:
+        return 0.0
+    if not mu < 50.0:  # mu >= 50 (e.g. a noise-free statistic): eps > 1000, beyond any budget; inf
+        return math.inf
+
+    def excess(eps):
+        # e^eps Phi(.) in log space: no overflow for a large eps
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    hi = max(1.0, mu * mu)
+    while excess(hi) > 0:
+        hi *= 2.0
+    return float(brentq(excess, 0.0, hi, xtol=1e-10))
+
+
+def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict:
+    """The tight audit of a Gaussian statistic (module docstring), confidence ``1 - alpha``.
+
+    Returns ``{"epsilon_lower", "epsilon_point", "mu_lower", "mu_point", "shift", "shift_lower",
+    "sigma", "sigma_upper"}``: ε of ``mu``-GDP at ``delta`` for ``mu`` at the conservative ends of the
+    intervals (``alpha/2`` each) and at the point estimates."""
+    from scipy.stats import chi2, t
+
+    a = np.asarray(stat_in, dtype=np.float64).ravel()
+    b = np.asarray(stat_out, dtype=np.float64).ravel()
+    if a.size < 4 or b.size < 4:
+        raise ValueError("need at least 4 runs with and 4 without the canary")
+    dof = a.size + b.size - 2
+    var = (np.square(a - a.mean()).sum() + np.square(b - b.mean()).sum()) / dof  # pooled: one noise scale
+    sd = math.sqrt(var)
+    shift = float(a.mean() - b.mean())
+    shift_lo = shift - float(t.ppf(1 - alpha / 2, dof)) * sd * math.sqrt(1 / a.size + 1 / b.size)
+    sd_hi = math.sqrt(dof * var / float(chi2.ppf(alpha / 2, dof)))
+    mu_lo = max(shift_lo, 0.0) / sd_hi if sd_hi > 0 else (math.inf if shift_lo > 0 else 0.0)
+    mu_pt = abs(shift) / sd if sd > 0 else (math.inf if shift else 0.0)
+    return {"epsilon_lower": gaussian_dp_epsilon(mu_lo, delta), "epsilon_point": gaussian_dp_epsilon(mu_pt, delta),
+            "mu_lower": mu_lo, "mu_point": mu_pt, "shift": shift, "shift_lower": shift_lo, "sigma": sd,
+            "sigma_upper": sd_hi}
+
+
 def seeded_scores(one_run: Callable[[int], float], n_runs: int, seed: int) -> np.ndarray:
     """``n_runs`` scores of ``one_run(run_seed)`` with distinct, reproducible run seeds derived from
     ``seed`` (for mechanisms that are cheap enough to run one at a time)."""
@@ -142,6 +213,9 @@ class AuditCase:
       mechanism with its noise switched off (the power check). Higher means "canary present".
     * ``epsilon``: the accountant's ε for exactly the audited configuration (from the releases
       the method reports), at ``delta``.
+    * ``gaussian``: the case has a Gaussian statistic for the tight audit: ``scores`` returns shape
+      ``(n, 2)`` (distinguisher, Gaussian statistic), or shape ``(n,)`` when the distinguisher is
+      itself the Gaussian statistic.
     """
 
     name: str
@@ -152,6 +226,7 @@ class AuditCase:
     n_runs: int = 1000
     description: str = ""
     info: dict = field(default_factory=dict, hash=False, compare=False)
+    gaussian: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,6 +243,12 @@ class AuditResult:
     tpr: float
     fpr: float
     seconds: float
+    #: the tight audit (:func:`gaussian_audit`) of a Gaussian case, else None
+    tight: dict | None = None
+
+    @property
+    def epsilon_tight(self) -> float | None:
+        return None if self.tight is None else self.tight["epsilon_lower"]
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -177,25 +258,54 @@ class AuditResult:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """The audit of one case with the noise on and off."""
+    """The audit of one case with the noise on and off, and of its halved-noise mutant."""
 
     case: AuditCase
     noisy: AuditResult
     noise_off: AuditResult | None
+    mutant: AuditResult | None = None
 
     @property
     def sound(self) -> bool:
-        """The noisy mechanism's lower bound stays at or below the accounted ε."""
-        return self.noisy.epsilon_lower <= self.case.epsilon
+        """Neither lower bound of the noisy mechanism exceeds the accounted ε."""
+        tight = self.noisy.epsilon_tight
+        return self.noisy.epsilon_lower <= self.case.epsilon and (tight is None or tight <= self.case.epsilon)
 
     @property
     def powerful(self) -> bool | None:
-        """The noise-off bound exceeds the accounted ε (the audit could have caught a leak)."""
-        return None if self.noise_off is None else self.noise_off.epsilon_lower > self.case.epsilon
+        """A noise-off bound (distribution-free, or tight for a Gaussian case) exceeds the accounted ε
+        (the audit could have caught a leak)."""
+        if self.noise_off is None:
+            return None
+        return max(self.noise_off.epsilon_lower, self.noise_off.epsilon_tight or 0.0) > self.case.epsilon
+
+    @property
+    def tightness(self) -> float | None:
+        """Tight audited ε over accounted ε (Gaussian cases)."""
+        tight = self.noisy.epsilon_tight
+        return None if tight is None or not self.case.epsilon > 0 else tight / self.case.epsilon
+
+    @property
+    def mutant_epsilon(self) -> float | None:
+        """The mutant's larger lower bound (distribution-free or tight)."""
+        if self.mutant is None:
+            return None
+        return max(self.mutant.epsilon_lower, self.mutant.epsilon_tight or 0.0)
+
+    @property
+    def mutant_caught(self) -> bool | None:
+        """The mutant's audited ε exceeds the claim of the unmutated run."""
+        return None if self.mutant is None else self.mutant_epsilon > self.case.epsilon
 
     def to_dict(self) -> dict:
         from fedclust.privacy.report import json_ready
 
+        mut = None
+        if self.mutant is not None:
+            mut = {"epsilon_audited": self.mutant_epsilon, "caught": self.mutant_caught,
+                   "epsilon_audited_distribution_free": self.mutant.epsilon_lower,
+                   "epsilon_audited_tight": self.mutant.epsilon_tight,
+                   "noise_scale": self.case.info.get("mutant_noise_scale"), "result": self.mutant.to_dict()}
         return json_ready({
             "name": self.case.name,
             "method": self.case.method,
@@ -203,9 +313,13 @@ class AuditReport:
             "delta": self.case.delta,
             "epsilon_accounted": self.case.epsilon,
             "epsilon_audited": self.noisy.epsilon_lower,
+            "epsilon_audited_tight": self.noisy.epsilon_tight,
+            "tightness": self.tightness,
+            "gaussian": self.case.gaussian,
             "epsilon_audited_noise_off": None if self.noise_off is None else self.noise_off.epsilon_lower,
             "sound": self.sound,
             "powerful": self.powerful,
+            "mutant": mut,
             "n_runs": self.noisy.n_runs,
             "noisy": self.noisy.to_dict(),
             "noise_off": None if self.noise_off is None else self.noise_off.to_dict(),
@@ -213,28 +327,44 @@ class AuditReport:
         })
 
 
+def _split(case: AuditCase, s: np.ndarray, n_runs: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(distinguisher scores, Gaussian statistic or None) of one side's ``scores`` output."""
+    s = np.asarray(s, dtype=np.float64)
+    if s.shape == (n_runs, 2):
+        return s[:, 0], s[:, 1]
+    if s.shape != (n_runs,):
+        raise ValueError(f"audit case {case.name!r}: scores must return shape ({n_runs},) or ({n_runs}, 2), "
+                         f"got {s.shape}")
+    return s, (s if case.gaussian else None)
+
+
 def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float) -> AuditResult:
     t0 = time.perf_counter()
     ss = np.random.SeedSequence([int(seed), 1 if noise else 0]).generate_state(2, dtype=np.uint32)
-    s_in = np.asarray(case.scores(True, noise, n_runs, int(ss[0])), dtype=np.float64)
-    s_out = np.asarray(case.scores(False, noise, n_runs, int(ss[1])), dtype=np.float64)
-    if s_in.shape != (n_runs,) or s_out.shape != (n_runs,):
-        raise ValueError(f"audit case {case.name!r}: scores must return shape ({n_runs},), got {s_in.shape}, {s_out.shape}")
+    s_in, g_in = _split(case, case.scores(True, noise, n_runs, int(ss[0])), n_runs)
+    s_out, g_out = _split(case, case.scores(False, noise, n_runs, int(ss[1])), n_runs)
     r = epsilon_lower_bound_from_scores(s_in, s_out, case.delta, alpha)
+    tight = None
+    if case.gaussian and g_in is not None and g_out is not None:
+        tight = gaussian_audit(g_in, g_out, case.delta, alpha)
     return AuditResult(
         name=case.name, method=case.method, noise=noise, epsilon_accounted=float(case.epsilon),
         epsilon_lower=r["epsilon_lower"], delta=case.delta, alpha=alpha, n_runs=n_runs,
-        threshold=r["threshold"], tpr=r["tpr"], fpr=r["fpr"], seconds=time.perf_counter() - t0,
+        threshold=r["threshold"], tpr=r["tpr"], fpr=r["fpr"], seconds=time.perf_counter() - t0, tight=tight,
     )
 
 
 def audit_case(case: AuditCase, *, n_runs: int | None = None, seed: int = 0, alpha: float = 0.05,
-               power_check: bool = True) -> AuditReport:
+               power_check: bool = True, mutant: AuditCase | None = None) -> AuditReport:
     """Audit ``case``: ``n_runs`` runs with and without the canary, noise on (and off when
-    ``power_check``). Returns an :class:`AuditReport` (``sound``, ``powerful``, ``to_dict()``)."""
+    ``power_check``), and ``mutant`` (the same case built with ``noise_scale < 1``) with its noise on.
+    Returns an :class:`AuditReport` (``sound``, ``powerful``, ``tightness``, ``mutant_caught``, ``to_dict()``)."""
     n = int(case.n_runs if n_runs is None else n_runs)
     if n < 8:
         raise ValueError(f"n_runs must be >= 8, got {n}")
+    if mutant is not None and not math.isclose(mutant.epsilon, case.epsilon, rel_tol=1e-9):
+        raise ValueError(f"the mutant of {case.name!r} must keep the unmutated claim {case.epsilon}, got {mutant.epsilon}")
     noisy = _run(case, True, n, seed, alpha)
     off = _run(case, False, n, seed, alpha) if power_check else None
-    return AuditReport(case=case, noisy=noisy, noise_off=off)
+    mut = _run(mutant, True, n, seed + 7919, alpha) if mutant is not None else None
+    return AuditReport(case=case, noisy=noisy, noise_off=off, mutant=mut)

@@ -25,7 +25,13 @@ opposite directions; the noise-free shift of client 0's upload is about 0.6 of t
 
 The distinguisher is the likelihood-ratio test between two isotropic Gaussians centred at A and B,
 ``||C - A||^2 - ||C - B||^2`` for the released mean C. With the noise off, C equals A or B exactly,
-so the scores separate perfectly: the power check.
+so the scores separate perfectly: the power check. The score is linear in C, and C is A or B plus
+Gaussian noise, so it is itself a Gaussian statistic with one variance under both hypotheses: the
+case is audited tightly as well (``gaussian=True``).
+
+Mutant: DP-FedC sets its noise from eps_bar, not from a multiplier, so ``noise_scale`` picks the
+eps_bar at which client 0's noise std is ``noise_scale`` times the calibrated one (found by
+bisection on the run's own reported std); the accounted epsilon stays that of the calibrated run.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ def neighbours(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, rounds: int = 1,
-                  n_runs: int = 1000) -> AuditCase:
+                  n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     from fedclust.clustering import dp_fedc
     from fedclust.privacy.accountants import epsilon as account
 
@@ -94,12 +100,15 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
     kw = dict(sched, G=G, delta=delta, clip=clip, constants="public", init_centroids=W0, h_init="nearest",
               blas_threads=None)
 
-    def run(X, client, seed, noise):
+    def run(X, client, seed, noise, eb=eps_bar):
         # the noise-off run is the same mechanism (constants, clip, init, sampling) without the Gaussian
-        return dp_fedc.run(X, client, K_CLUSTERS, seed=seed, eps_bar=eps_bar if noise else None, **kw)
+        return dp_fedc.run(X, client, K_CLUSTERS, seed=seed, eps_bar=eb if noise else None, **kw)
 
     probe = run(*neighbours(True), 0, True)
     eps = account(probe.dp_events, delta)
+    sigma0 = float(probe.info["round_sigma"][0][0])
+    eb_run = eps_bar if noise_scale == 1.0 else _eps_bar_for_sigma(
+        lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]), eps_bar, noise_scale * sigma0)
     A = run(*neighbours(False), 0, False).centroids
     B = run(*neighbours(True), 0, False).centroids
 
@@ -108,20 +117,38 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         Xn, cl = neighbours(canary_in)
-        return seeded_scores(lambda s: score(run(Xn, cl, s, noise).centroids), n, seed)
+        return seeded_scores(lambda s: score(run(Xn, cl, s, noise, eb_run).centroids), n, seed)
 
     Q2 = int(probe.history["Q2"][0])
     eta0 = float(probe.info["alpha_2"]) * dp_fedc.public_lambda(sizes, K_CLUSTERS)[0]  # client 0's eta
     sens = 2.0 * G * Q2 / eta0  # eq. (28)
     sigma = float(probe.info["round_sigma"][0][0])  # client 0's noise std
     return AuditCase(
-        name="dp_fedc", method="dp_fedc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+        name="dp_fedc", method="dp_fedc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
         description=(f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
                      f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "
                      "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"),
         info={"eps_bar": eps_bar, "G": G, "clip": clip, "rounds": rounds, "sigma": sigma, "sensitivity": sens,
-              "noise_multiplier": sigma / sens, "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens},
+              "noise_multiplier": sigma / sens, "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens,
+              "mutant_noise_scale": noise_scale, "eps_bar_run": eb_run},
     )
+
+
+def _eps_bar_for_sigma(sigma_of, eps_bar: float, target: float) -> float:
+    """The eps_bar whose noise std ``sigma_of(eps_bar)`` is ``target`` (std decreases in eps_bar):
+    bisection on log eps_bar to 1e-6 relative."""
+    lo, hi = eps_bar, eps_bar
+    while sigma_of(hi) > target:
+        hi *= 2.0
+    while sigma_of(lo) < target:
+        lo /= 2.0
+    while hi / lo > 1.0 + 1e-6:
+        mid = (lo * hi) ** 0.5
+        if sigma_of(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 CASES = {"dp_fedc": _dp_fedc_case}

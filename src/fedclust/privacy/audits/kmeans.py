@@ -21,6 +21,18 @@ Cases (each the method's own ``run`` on this data, the accountant's ε of its ow
 Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
 the least noise a run carries for its epsilon).
 
+Tight audit. FKM's case also returns a Gaussian statistic: the auditor observes the released noisy
+totals of the round (:func:`observed_totals`; the centroids are post-processing of them) and knows
+everything but the canary, including the run's public W^0, hence the cluster j the canary joins and
+the number n_j of other samples there. ``clip * S_j[0] + (N_j - n_j)`` is then
+``N(0, z^2 (clip^2+1)^2)`` without the canary and shifted by ``clip^2 + 1`` with it: mu = 1/z, the
+whole Gaussian-DP budget of the release. For FZKM, DK++ and FedDP-KMeans the case keeps the
+distribution-free bound only: the distinguisher is the largest centroid coordinate, a ratio of
+noisy totals after count thresholding and projection, which is not Gaussian.
+
+Mutant: ``noise_scale`` multiplies the noise multiplier(s) the case passes to the method; the
+accounted epsilon stays that of the calibrated (unmutated) run.
+
 DKM and the other configurations of FZKM / DK++ are not DP mechanisms; they report epsilon = inf
 (tests/clustering/test_baselines.py), so there is no finite claim to audit.
 """
@@ -30,6 +42,8 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from functools import lru_cache
+
+from fedclust.clustering import lloyd
 
 import numpy as np
 
@@ -50,6 +64,26 @@ def quiet_rounds():
         yield
     finally:
         log.setLevel(old)
+
+
+@contextmanager
+def observed_totals():
+    """Record every release of noisy Lloyd totals (:func:`fedclust.clustering.lloyd.release_totals`)
+    made inside the block: yields a list that receives ``(sums, counts)`` as released. Observation
+    only: the noise is drawn by the method's own code, unchanged."""
+    seen: list = []
+    original = lloyd.release_totals
+
+    def tap(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append((np.array(out[0], copy=True), np.array(out[1], copy=True)))
+        return out
+
+    lloyd.release_totals = tap
+    try:
+        yield seen
+    finally:
+        lloyd.release_totals = original
 
 
 @lru_cache(maxsize=1)
@@ -74,33 +108,47 @@ def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
-              n_runs: int = 1000) -> AuditCase:
+              n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     from fedclust.clustering import fkm
+    from fedclust.clustering._common import nearest, public_centroids
     from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
 
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
+    X0, client0, canary = with_canary(False)
+    clipped = X0 * np.minimum(1.0, clip / np.maximum(np.linalg.norm(X0, axis=1, keepdims=True), 1e-300))
+    c_clipped = canary * min(1.0, clip / np.linalg.norm(canary))
 
-    def run(X, client, seed, noise):
-        # init named explicitly: the noise-off run must use the private run's public initialisation
-        return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=z if noise else 0.0,
-                       clip=clip, init="uniform_box")
+    def run(X, client, seed, zz):
+        # the run's public W^0 (uniform_box from the seed), passed explicitly so the auditor knows it
+        W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
+        return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip,
+                       init_centroids=W0), W0
 
-    probe = run(*with_canary(True)[:2], 0, True)
-    eps = account(probe.dp_events, delta)
+    eps = account(run(*with_canary(True)[:2], 0, z)[0].dp_events, delta)  # the claim of the calibrated run
+
+    def one(X, client, s, zz):
+        with observed_totals() as seen:
+            res, W0 = run(X, client, s, zz)
+        sums, counts = seen[0]  # round 1's released totals
+        j = int(nearest(c_clipped[None], W0)[0][0])  # the canary's cluster under the public W^0
+        n_j = float(np.sum(nearest(clipped, W0)[0] == j))  # the other samples there (known to the auditor)
+        return res.centroids[:, 0].max(), clip * sums[j, 0] + (counts[j] - n_j)
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         with quiet_rounds():
-            return seeded_scores(lambda s: run(X, client, s, noise).centroids[:, 0].max(), n, seed)
+            return np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
 
-    return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+    return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
                      description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
-                                 "added to client 0; score = max_j C_j[0]",
-                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds})
+                                 "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
+                                 "clip S_j[0] + N_j - n_j of the canary's cluster j (released totals)",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "mutant_noise_scale": noise_scale})
 
 
 def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, clip: float, n_runs: int,
-                   description: str, info: dict) -> AuditCase:
+                   description: str, info: dict, noise_scale: float = 1.0) -> AuditCase:
     """An audit case whose score is max_j C_j[0] of ``run(X, client, seed, z)``; ``z`` calibrated so
     that ``steps`` unit Gaussians spend ``epsilon``, ε accounted from the run's own ``dp_events``."""
     from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
@@ -112,14 +160,16 @@ def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         X, client, _ = with_canary(canary_in)
         with quiet_rounds():
-            return seeded_scores(lambda s: run(X, client, s, z if noise else 0.0).centroids[:, 0].max(), n, seed)
+            return seeded_scores(lambda s: run(X, client, s, z * noise_scale if noise else 0.0).centroids[:, 0].max(),
+                                 n, seed)
 
     return AuditCase(name=name, method=name, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     description=description, info={"noise_multiplier": z, "clip": clip, **info})
+                     description=description,
+                     info={"noise_multiplier": z, "clip": clip, **info, "mutant_noise_scale": noise_scale})
 
 
 def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
-               n_runs: int = 1000) -> AuditCase:
+               n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     from fedclust.clustering import fzkm
 
     def run(X, client, seed, z):
@@ -130,11 +180,11 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
     return _centroid_case("fzkm", run, rounds, epsilon=epsilon, delta=delta, clip=clip, n_runs=n_runs,
                           description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}; "
                                       "canary 8*e_0 added to client 0; score = max_j C_j[0]",
-                          info={"rounds": rounds, "local_iters": 1})
+                          info={"rounds": rounds, "local_iters": 1}, noise_scale=noise_scale)
 
 
 def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
-                n_runs: int = 1000) -> AuditCase:
+                n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     from fedclust.clustering import dk_pp
 
     def run(X, client, seed, z):
@@ -146,11 +196,11 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
                           description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
                                       f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
                                       "score = max_j C_j[0]",
-                          info={"rounds": rounds, "seeding_rounds": 0})
+                          info={"rounds": rounds, "seeding_rounds": 0}, noise_scale=noise_scale)
 
 
 def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, steps: int = 1,
-                        n_runs: int = 1000) -> AuditCase:
+                        n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
     split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, RDP as the other cases)."""
@@ -162,22 +212,24 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="rdp")
 
-    def run(X, client, seed, noise):
-        return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
-                                 clip=clip, noise=z if noise else None, seed=seed, server_restarts=1)
+    mutated = {key: v * noise_scale for key, v in z.items()}
 
-    eps = account(run(*with_canary(True)[:2], 0, True).dp_events, delta)
+    def run(X, client, seed, zz):
+        return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
+                                 clip=clip, noise=zz, seed=seed, server_restarts=1)
+
+    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta)  # the claim of the calibrated run
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         X, client, _ = with_canary(canary_in)
         with quiet_rounds():
-            return seeded_scores(lambda s: run(X, client, s, noise).centroids[:, 0].max(), n, seed)
+            return seeded_scores(lambda s: run(X, client, s, mutated if noise else None).centroids[:, 0].max(), n, seed)
 
     return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
                      n_runs=n_runs,
                      description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
                                  f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]",
-                     info={"noise_multipliers": z, "clip": clip, "steps": steps})
+                     info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale})
 
 
 CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case, "fed_dp_kmeans": _fed_dp_kmeans_case}
