@@ -46,10 +46,12 @@ def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_run
 def test_privacy_audit_pipeline_writes_audits_and_child_runs(run_pipeline, mlflow_runs, kedro_project):
     import json
 
-    run_pipeline("privacy_audit", {"privacy_audit": {"config": {"methods": ["fkm"], "n_runs": 300, "workers": 1}}})
-    audit = json.loads((kedro_project / "data/08_reporting/privacy_audit/fkm/audit.json").read_text())
+    run_pipeline("privacy_audit", {"privacy_audit": {"config": {"methods": ["fkm"], "n_runs": 300, "workers": 1,
+                                                                "epsilons": [1.0]}}})
+    audit = json.loads((kedro_project / "data/08_reporting/privacy_audit/fkm_eps1/audit.json").read_text())
     assert audit["sound"] is True and audit["powerful"] is True
     assert audit["epsilon_audited"] <= audit["epsilon_accounted"] < audit["epsilon_audited_noise_off"]
+    assert 0 < audit["tightness"] <= 1 and "caught" in audit["mutant"]
     summary = pd.read_csv(kedro_project / "data/08_reporting/privacy_audit/summary.csv")
     assert list(summary["method"]) == ["fkm"] and bool(summary["sound"].iloc[0])
     client, runs = mlflow_runs()
