@@ -5,7 +5,8 @@ A grid is a list of *cells* (plain, JSON-ready dicts) and a pure module-level fu
 so the results do not depend on where or in which order the cells run. Executors:
 
 * ``serial``: one cell after the other in this process (the default);
-* ``processes``: a local pool of ``max_workers`` processes (default 2), started with ``spawn``;
+* ``processes``: a local pool of ``max_workers`` processes (default 2), started with ``spawn``; a
+  worker dies with the process that started it, even when that one is killed with SIGKILL;
 * ``ray``: Ray tasks, on a local Ray instance (``num_cpus`` CPUs, default all) or on an existing
   cluster (``address: auto`` or ``ray://host:10001``); Ray is an optional extra
   (``pip install -e '.[ray]'``).
@@ -23,12 +24,15 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -95,12 +99,41 @@ def limited_threads(n: int | None):
         yield
 
 
-def _worker_init(threads: int | None) -> None:
-    """A pool worker: ``threads`` threads for BLAS/OpenMP (and torch) before any numerics are imported."""
+def _worker_init(threads: int | None, parent: int | None = None, signal_on_death: bool = False) -> None:
+    """A pool worker: ``threads`` threads for BLAS/OpenMP (and torch) before any numerics are
+    imported, and it dies with its parent process ``parent`` (:func:`die_with_parent`)."""
+    if parent is not None:
+        die_with_parent(parent, signal_on_death=signal_on_death)
     if threads:
         from fedclust.threads import apply_thread_setting
 
         apply_thread_setting(int(threads), name="threads_per_cell")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, poll_s: float = 1.0, signal_on_death: bool = False) -> None:
+    """End this process when process ``parent`` dies, even by SIGKILL (which gives the parent no
+    chance to stop its pool): a daemon thread checks every ``poll_s`` seconds that ``parent`` is
+    still this process's parent and ends the process when it is not. With ``signal_on_death`` (on
+    Linux), the kernel also sends SIGKILL at once when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
+    the kernel counts the death of the parent's *thread* that started this process, so the parent
+    asks for it only when that thread is its main thread."""
+    if signal_on_death and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):  # no libc (musl without prctl): the watchdog still runs
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above ran
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="fedclust-parent-watchdog", daemon=True).start()
 
 
 def call_cell(fn: Callable, cell: Any, threads: int | None = 1, cwd: str | None = None):
@@ -143,7 +176,8 @@ def _iter_processes(fn, cells, idx, threads, max_workers):
     if max_workers < 1:
         raise ValueError(f"executor_options.max_workers must be >= 1, got {max_workers}")
     pool = ProcessPoolExecutor(max_workers=min(max_workers, len(idx)), mp_context=mp.get_context("spawn"),
-                               initializer=_worker_init, initargs=(threads,))
+                               initializer=_worker_init,
+                               initargs=(threads, os.getpid(), threading.current_thread() is threading.main_thread()))
     clean = False
     try:
         pending = {pool.submit(call_cell, fn, cells[i], threads): i for i in idx}
