@@ -467,7 +467,11 @@ class ParamsCheckHook:
             if "params:privacy" in used:  # the budget every method calibrates to
                 from fedclust.pipelines.privacy.nodes import check_privacy_params
 
-                check_privacy_params(params.get("privacy") or {})
+                from fedclust.registry import REGISTRY
+
+                methods = [m for m in REGISTRY if f"params:{m}.train" in used] or [None]
+                for method in methods:  # each method's range of epsilon (the message gives it)
+                    check_privacy_params(params.get("privacy") or {}, method)
             if "params:partition" in used:  # the scheme and its option names (values: in the node)
                 from fedclust.partition import check_scheme
 
@@ -486,33 +490,52 @@ class ParamsCheckHook:
 
 # ---- user errors and interruptions ----------------------------------------------------------------
 
-#: user errors: printed as one line (no traceback) unless FEDCLUST_DEBUG=1
-USER_ERRORS = (ValueError, FileNotFoundError)
 _previous_excepthook = None
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _fail_open_runs() -> None:
+    """A run that ends with an error is FAILED in MLflow (MLflow's own exit handler would mark a run
+    still open FINISHED, e.g. when a hook raised before kedro-mlflow could close it)."""
+    try:
+        import mlflow
+
+        while mlflow.active_run() is not None:
+            mlflow.end_run(status="FAILED")
+    except Exception as exc:  # never hide the error itself
+        logger.warning("could not mark the failed MLflow run FAILED: %s", exc)
+    _OPEN_RUNS.clear()
+
+
 def _excepthook(exc_type, exc, tb):
-    import os
     import sys
 
-    debug = os.environ.get("FEDCLUST_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
-    if not debug and issubclass(exc_type, KeyboardInterrupt):
+    show = _flag("FEDCLUST_TRACEBACK") or _flag("FEDCLUST_DEBUG")
+    if not show and issubclass(exc_type, KeyboardInterrupt):
         marked = " (its MLflow run is marked KILLED)" if _OPEN_RUNS else ""
         sys.stderr.write(f"fedclust: interrupted{marked}\n")
         return
-    if not debug and issubclass(exc_type, USER_ERRORS):
-        message = " ".join(str(exc).split()) or exc_type.__name__
-        sys.stderr.write(f"fedclust: error: {message}\n"
-                         "(set FEDCLUST_DEBUG=1 to see the traceback)\n")
+    if not issubclass(exc_type, KeyboardInterrupt):
+        _fail_open_runs()
+    from fedclust.errors import user_message
+
+    message = None if show else user_message(exc)
+    if message:
+        sys.stderr.write(f"fedclust: error: {message}\n(set FEDCLUST_TRACEBACK=1 to see the traceback)\n")
         return
     (_previous_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 
 def install_user_error_hook() -> None:
-    """Print a user error (bad parameter, missing file) as one line instead of a traceback.
+    """Print a user mistake or environment fault (:func:`fedclust.errors.user_message`: a bad
+    parameter, an empty or missing data set, a read-only or full output folder) as one line saying
+    what to do instead of a traceback, and mark the MLflow run still open FAILED.
 
     Installed once per process, on top of whatever hook is there (Kedro's rich tracebacks), which
-    still shows every other error, and every error when ``FEDCLUST_DEBUG=1``.
+    still shows every other error, and every error when ``FEDCLUST_TRACEBACK=1`` (or ``FEDCLUST_DEBUG=1``).
     """
     import sys
 

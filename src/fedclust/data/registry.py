@@ -43,6 +43,7 @@ from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
 from fedclust.data.preprocess import preprocess, subsample
 from fedclust.digest import array_digest, path_digest
+from fedclust.errors import DataError
 
 __all__ = ["load_dataset", "prepare_dataset", "dataset_digest", "DATASET_NAMES", "FEDSC_FILES"]
 
@@ -146,7 +147,16 @@ def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
         raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
     ds = _LOADERS[name](path, seed, options)
     ds.meta.setdefault("dataset", name)
+    _check_not_empty(ds, name, path)
     return ds
+
+
+def _check_not_empty(ds: Dataset, name: str, path=None) -> None:
+    if ds.n_samples == 0 or ds.n_features == 0:
+        src = f" read from {path}" if path is not None else ""
+        what = "no samples" if ds.n_samples == 0 else "no features"
+        raise DataError(f"dataset {name!r}{src} has {what} (shape {tuple(ds.X.shape)}); "
+                        "check the file, or the subsampling options n_per_class / n_total")
 
 
 def prepare_dataset(
@@ -185,6 +195,7 @@ def prepare_dataset(
         raise ValueError("give either n_per_class or n_total, not both")
     ds = load_dataset(name, path=path, seed=seed, **opts)
     ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)
+    _check_not_empty(ds, name, path)
     return preprocess(ds, scale=scale, minmax_mode=minmax_mode)
 
 
