@@ -5,7 +5,8 @@ A grid is a list of *cells* (plain, JSON-ready dicts) and a pure module-level fu
 so the results do not depend on where or in which order the cells run. Executors:
 
 * ``serial``: one cell after the other in this process (the default);
-* ``processes``: a local pool of ``max_workers`` processes (default 2), started with ``spawn``;
+* ``processes``: a local pool of ``max_workers`` processes (default 2), started with ``spawn``; a
+  worker dies with the process that started it, even when that one is killed with SIGKILL;
 * ``ray``: Ray tasks, on a local Ray instance (``num_cpus`` CPUs, default all) or on an existing
   cluster (``address: auto`` or ``ray://host:10001``); Ray is an optional extra
   (``pip install -e '.[ray]'``).
@@ -21,15 +22,23 @@ No Kedro imports here.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
 import math
 import os
+import signal
+import sys
+import threading
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+from fedclust.digest import file_digest, text_digest
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +99,41 @@ def limited_threads(n: int | None):
         yield
 
 
-def _worker_init(threads: int | None) -> None:
-    """A pool worker: ``threads`` threads for BLAS/OpenMP (and torch) before any numerics are imported."""
+def _worker_init(threads: int | None, parent: int | None = None, signal_on_death: bool = False) -> None:
+    """A pool worker: ``threads`` threads for BLAS/OpenMP (and torch) before any numerics are
+    imported, and it dies with its parent process ``parent`` (:func:`die_with_parent`)."""
+    if parent is not None:
+        die_with_parent(parent, signal_on_death=signal_on_death)
     if threads:
         from fedclust.threads import apply_thread_setting
 
         apply_thread_setting(int(threads), name="threads_per_cell")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int, poll_s: float = 1.0, signal_on_death: bool = False) -> None:
+    """End this process when process ``parent`` dies, even by SIGKILL (which gives the parent no
+    chance to stop its pool): a daemon thread checks every ``poll_s`` seconds that ``parent`` is
+    still this process's parent and ends the process when it is not. With ``signal_on_death`` (on
+    Linux), the kernel also sends SIGKILL at once when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
+    the kernel counts the death of the parent's *thread* that started this process, so the parent
+    asks for it only when that thread is its main thread."""
+    if signal_on_death and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):  # no libc (musl without prctl): the watchdog still runs
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above ran
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="fedclust-parent-watchdog", daemon=True).start()
 
 
 def call_cell(fn: Callable, cell: Any, threads: int | None = 1, cwd: str | None = None):
@@ -138,7 +176,8 @@ def _iter_processes(fn, cells, idx, threads, max_workers):
     if max_workers < 1:
         raise ValueError(f"executor_options.max_workers must be >= 1, got {max_workers}")
     pool = ProcessPoolExecutor(max_workers=min(max_workers, len(idx)), mp_context=mp.get_context("spawn"),
-                               initializer=_worker_init, initargs=(threads,))
+                               initializer=_worker_init,
+                               initargs=(threads, os.getpid(), threading.current_thread() is threading.main_thread()))
     clean = False
     try:
         pending = {pool.submit(call_cell, fn, cells[i], threads): i for i in idx}
@@ -250,75 +289,218 @@ def _decode(v):
 
 
 def cell_key(cell: Any) -> str:
-    """A stable hash of a cell (its canonical JSON): the cell's name in the store."""
+    """A stable hash of a cell's settings (its canonical JSON): the cell's identity in a grid."""
     text = json.dumps(_encode(cell), sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def code_version() -> str:
-    """A hash of the library's source (``fedclust`` without its Kedro side) and of the versions of the
-    numerical packages it builds on: stored results from other code are not resumed."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    from importlib.metadata import PackageNotFoundError, version
+def store_key(cell_id: str, code: str, data: str) -> str:
+    """The key of a stored cell: its settings (``cell_id``), the code version that computes it and
+    a hash of the content of its input data. A cell is resumed only when all three are equal."""
+    return text_digest(cell_id, code, data)[:20]
 
-    for dist in ("numpy", "scipy", "scikit-learn", "torch", "dp-accounting"):  # numerics we build on
+
+#: the numerical packages whose versions are part of every code version
+NUMERIC_PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "dp-accounting")
+#: the folder of the ``fedclust`` package (the sources that code versions hash)
+_ROOT = Path(__file__).resolve().parent
+
+
+def _package_versions() -> list[str]:
+    out = []
+    for dist in NUMERIC_PACKAGES:
         try:
-            h.update(f"{dist}=={version(dist)}".encode())
+            out.append(f"{dist}=={version(dist)}")
         except PackageNotFoundError:
-            pass
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root).as_posix()
-        if rel.startswith("pipelines/") or rel in ("hooks.py", "settings.py", "pipeline_registry.py", "__main__.py"):
+            out.append(f"{dist}==none")
+    return out
+
+
+def _fedclust_file(name: str, root: Path) -> Path | None:
+    """The source of module ``fedclust.a.b`` under ``root`` (the package's folder), or None."""
+    parts = name.split(".")[1:]
+    base = root.joinpath(*parts)
+    for p in (base.with_suffix(".py") if parts else None, base / "__init__.py"):
+        if p is not None and p.is_file():
+            return p
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``fedclust`` modules a source file imports, anywhere in it (also inside functions), and
+    the packages above them (importing ``fedclust.a.b`` runs ``fedclust/a/__init__.py``)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # kept when it is a module
+    out = set()
+    for n in names:
+        parts = n.split(".")
+        if parts[0] == "fedclust":
+            out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
+
+
+def module_closure(module: str, root: Path | None = None) -> dict[str, Path]:
+    """``{name: source}`` of ``module`` and every ``fedclust`` module it imports, directly or not."""
+    root = root or _ROOT
+    start = _fedclust_file(module, root) if module.split(".")[0] == "fedclust" else None
+    if start is None:  # a module outside the package (a test's stand-in for run_cell)
+        start = getattr(sys.modules.get(module), "__file__", None)
+        start = Path(start) if start else None
+    out: dict[str, Path] = {}
+    todo = [(module, start)]
+    while todo:
+        name, path = todo.pop()
+        if path is None or name in out:
             continue
-        h.update(rel.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
+        out[name] = path
+        for dep in _imports(path):
+            if dep not in out:
+                todo.append((dep, _fedclust_file(dep, root)))
+    return out
+
+
+def code_version(module: str | None = None, root: Path | None = None) -> str:
+    """A hash of the code that computes a grid's cells: the sources of ``module`` (the module of
+    its ``run_cell``) and of every ``fedclust`` module it imports, directly or not, with the
+    versions of the numerical packages. Editing a module that the grid does not import (another
+    method, the plots, the Kedro pipelines) keeps its stored cells. Without ``module``: every
+    library module (``fedclust`` less its Kedro side)."""
+    root = root or _ROOT
+    if module is None:
+        files = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*.py"))
+                 if not p.relative_to(root).as_posix().startswith("pipelines/")
+                 and p.name not in ("hooks.py", "settings.py", "pipeline_registry.py", "__main__.py")}
+    else:
+        files = module_closure(module, root)
+    parts = _package_versions()
+    for name in sorted(files):
+        parts += [name, file_digest(files[name])]
+    return text_digest(*parts)[:12]
 
 
 class CellStore:
-    """The finished cells of a grid, one JSON line each: ``{"key", "code", "cell", "result"}``.
+    """The finished cells of a grid, one JSON line each:
+    ``{"key", "cell_id", "code", "data", "cell", "result"}``.
 
-    Appends are flushed line by line, so an interrupted run keeps every finished cell; a torn last
-    line (killed while writing) is ignored. Lines written by other library code are not resumed.
+    Each record is written with one ``write`` of a newline-terminated line, then flushed and
+    fsynced, so that an interrupted run keeps every finished cell. A run killed while writing can
+    leave a torn last line (no newline at its end): it is dropped with a warning, on reading and
+    before the next record is appended, so that it never swallows the next cell. With ``code``,
+    only the records of that code version are read (the keys of :func:`run_cells` cover it anyway).
     """
 
     def __init__(self, path: str | os.PathLike, code: str | None = None):
         self.path = Path(path)
-        self.code = code or code_version()
+        self.code = code
+        #: cell_id -> (code, data) of the records read by the last :meth:`load`
+        self.seen: dict[str, tuple] = {}
 
     def load(self) -> dict[str, Any]:
-        """``{key: result}`` of the cells finished with this code."""
+        """``{key: result}`` of the stored cells (of this store's code version, when it has one)."""
         out: dict[str, Any] = {}
+        self.seen = {}
         if not self.path.exists():
             return out
         stale = 0
-        with self.path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by an interruption
-                if row.get("code") != self.code:
-                    stale += 1
-                    continue
-                out[row["key"]] = _decode(row["result"])
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        for n, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            last = n == len(lines)  # text after the last newline: a record cut short
+            try:
+                row = json.loads(raw)
+                if last:
+                    raise ValueError("no newline")
+            except ValueError:
+                where = "torn last line (a write cut short)" if last else f"unreadable line {n}"
+                logger.warning("%s: %s dropped; its cell is recomputed", self.path, where)
+                continue
+            if self.code is not None and row.get("code") != self.code:
+                stale += 1
+                continue
+            out[row["key"]] = _decode(row["result"])
+            if "cell_id" in row:
+                self.seen[row["cell_id"]] = (row.get("code"), row.get("data"))
         if stale:
             logger.info("%s: %d stored cell(s) came from other code; they are recomputed", self.path, stale)
         return out
 
-    def append(self, key: str, cell: Any, result: Any) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"key": key, "code": self.code, "cell": _encode(cell), "result": _encode(result)},
-                          allow_nan=True, separators=(",", ":"))
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+    def _drop_torn_tail(self) -> None:
+        """Cut a torn last line (no newline at the end of the file) before appending to it."""
+        try:
+            fh = self.path.open("rb+")
+        except FileNotFoundError:
+            return
+        with fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            pos = size
+            while pos > 0:  # back to the last newline
+                step = min(_CHUNK, pos)
+                fh.seek(pos - step)
+                block = fh.read(step)
+                cut = block.rfind(b"\n")
+                if cut >= 0:
+                    pos = pos - step + cut + 1
+                    break
+                pos -= step
+            fh.truncate(pos)
             fh.flush()
             os.fsync(fh.fileno())
+        logger.warning("%s: dropped a torn last line (%d bytes) left by an interrupted write", self.path, size - pos)
+
+    def append(self, key: str, cell: Any, result: Any, *, cell_id: str | None = None, code: str | None = None,
+               data: str | None = None) -> None:
+        """Write one record: a single newline-terminated line, flushed and fsynced."""
+        new = not self.path.exists()
+        if new:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            self._drop_torn_tail()
+        row = {"key": key, "cell_id": cell_id, "code": code or self.code, "data": data, "cell": _encode(cell),
+               "result": _encode(result)}
+        line = (json.dumps(row, allow_nan=True, separators=(",", ":")) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:  # one write for the whole line; loop only if the kernel wrote part of it
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:  # the file's entry in its folder is durable too
+            _fsync_dir(self.path.parent)
 
     def clear(self) -> None:
         if self.path.exists():
             self.path.unlink()
+
+
+_CHUNK = 1 << 16
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # not possible on every platform
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,28 +538,49 @@ class _CellProgress:
 
 
 
+def _module_of(fn: Callable) -> str | None:
+    """The module that defines ``fn`` (a function, a static method or a callable object)."""
+    return getattr(fn, "__module__", None) or getattr(type(fn), "__module__", None)
+
+
 def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: dict | None = None,
               on_done: Callable[[int, Any, bool], None] | None = None, store: CellStore | str | None = None,
-              resume: bool = True, label: str = "grid", name: Callable[[Any], str] | None = None) -> list:
+              resume: bool = True, label: str = "grid", name: Callable[[Any], str] | None = None,
+              data_of: Callable[[Any], str] | None = None, code: str | None = None) -> list:
     """Run ``fn`` on every cell with ``executor``; return the results in the order of ``cells``.
 
     ``on_done(index, result, resumed)`` is called in this process for every cell, as it finishes
     (``resumed=True`` for a cell taken from ``store``). With a ``store``, every finished cell is
     appended to it at once; with ``resume`` the cells already there are not run again (``resume=False``
-    starts the store afresh).
+    starts the store afresh). A stored cell counts as "already there" when its settings, the code
+    version (``code``; default :func:`code_version` of ``fn``'s module) and the hash of its input
+    data (``data_of(cell)``, e.g. :func:`fedclust.grids.cell_data_digest`) are all the same.
     """
     cells = list(cells)
     if isinstance(store, (str, os.PathLike)):
         store = CellStore(store)
-    keys = [cell_key(c) for c in cells] if store is not None else []
+    keys: list[str] = []
+    ids: list[str] = []
+    datas: list[str] = []
+    if store is not None:
+        code = code or code_version(_module_of(fn))
+        ids = [cell_key(c) for c in cells]
+        datas = [data_of(c) if data_of is not None else "" for c in cells]
+        keys = [store_key(i, code, d) for i, d in zip(ids, datas)]
     results: list = [None] * len(cells)
     have = [False] * len(cells)
     if store is not None:
         if resume:
             stored = store.load()
+            changed = {"data": 0, "code": 0}
             for i, k in enumerate(keys):
                 if k in stored:
                     results[i], have[i] = stored[k], True
+                elif ids[i] in store.seen:
+                    changed["data" if store.seen[ids[i]][1] != datas[i] else "code"] += 1
+            if changed["data"] or changed["code"]:
+                logger.info("%s: %d stored cell(s) are recomputed because their input data changed and %d "
+                            "because their code changed", label, changed["data"], changed["code"])
         else:
             store.clear()
     todo = [i for i in range(len(cells)) if not have[i]]
@@ -395,7 +598,7 @@ def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: 
         for n, (i, res) in enumerate(iter_cells(fn, cells, executor, options, todo), 1):
             results[i], have[i] = res, True
             if store is not None:
-                store.append(keys[i], cells[i], res)
+                store.append(keys[i], cells[i], res, cell_id=ids[i], code=code, data=datas[i])
             if on_done is not None:
                 on_done(i, res, False)
             desc = name(cells[i]) if name else f"cell {i}"

@@ -1,11 +1,14 @@
 """Project hooks: MLflow run names and tags, one nested run per method in a multi-method run, the
 method's effective settings as params, a progress bar and a final summary table (RunTagsHook, with
 MethodRunsCloseHook); parameters checked before anything runs, user errors shown as one line
-(ParamsCheckHook); interrupted runs marked KILLED in MLflow (InterruptHook)."""
+(ParamsCheckHook); interrupted runs marked KILLED in MLflow, and runs left RUNNING by a process killed on this host
+marked KILLED by the next run (InterruptHook)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from typing import Any
 
@@ -464,7 +467,11 @@ class ParamsCheckHook:
             if "params:privacy" in used:  # the budget every method calibrates to
                 from fedclust.pipelines.privacy.nodes import check_privacy_params
 
-                check_privacy_params(params.get("privacy") or {})
+                from fedclust.registry import REGISTRY
+
+                methods = [m for m in REGISTRY if f"params:{m}.train" in used] or [None]
+                for method in methods:  # each method's range of epsilon (the message gives it)
+                    check_privacy_params(params.get("privacy") or {}, method)
             if "params:partition" in used:  # the scheme and its option names (values: in the node)
                 from fedclust.partition import check_scheme
 
@@ -483,33 +490,52 @@ class ParamsCheckHook:
 
 # ---- user errors and interruptions ----------------------------------------------------------------
 
-#: user errors: printed as one line (no traceback) unless FEDCLUST_DEBUG=1
-USER_ERRORS = (ValueError, FileNotFoundError)
 _previous_excepthook = None
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _fail_open_runs() -> None:
+    """A run that ends with an error is FAILED in MLflow (MLflow's own exit handler would mark a run
+    still open FINISHED, e.g. when a hook raised before kedro-mlflow could close it)."""
+    try:
+        import mlflow
+
+        while mlflow.active_run() is not None:
+            mlflow.end_run(status="FAILED")
+    except Exception as exc:  # never hide the error itself
+        logger.warning("could not mark the failed MLflow run FAILED: %s", exc)
+    _OPEN_RUNS.clear()
+
+
 def _excepthook(exc_type, exc, tb):
-    import os
     import sys
 
-    debug = os.environ.get("FEDCLUST_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
-    if not debug and issubclass(exc_type, KeyboardInterrupt):
+    show = _flag("FEDCLUST_TRACEBACK") or _flag("FEDCLUST_DEBUG")
+    if not show and issubclass(exc_type, KeyboardInterrupt):
         marked = " (its MLflow run is marked KILLED)" if _OPEN_RUNS else ""
         sys.stderr.write(f"fedclust: interrupted{marked}\n")
         return
-    if not debug and issubclass(exc_type, USER_ERRORS):
-        message = " ".join(str(exc).split()) or exc_type.__name__
-        sys.stderr.write(f"fedclust: error: {message}\n"
-                         "(set FEDCLUST_DEBUG=1 to see the traceback)\n")
+    if not issubclass(exc_type, KeyboardInterrupt):
+        _fail_open_runs()
+    from fedclust.errors import user_message
+
+    message = None if show else user_message(exc)
+    if message:
+        sys.stderr.write(f"fedclust: error: {message}\n(set FEDCLUST_TRACEBACK=1 to see the traceback)\n")
         return
     (_previous_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 
 def install_user_error_hook() -> None:
-    """Print a user error (bad parameter, missing file) as one line instead of a traceback.
+    """Print a user mistake or environment fault (:func:`fedclust.errors.user_message`: a bad
+    parameter, an empty or missing data set, a read-only or full output folder) as one line saying
+    what to do instead of a traceback, and mark the MLflow run still open FAILED.
 
     Installed once per process, on top of whatever hook is there (Kedro's rich tracebacks), which
-    still shows every other error, and every error when ``FEDCLUST_DEBUG=1``.
+    still shows every other error, and every error when ``FEDCLUST_TRACEBACK=1`` (or ``FEDCLUST_DEBUG=1``).
     """
     import sys
 
@@ -527,6 +553,9 @@ class InterruptHook:
     into ``SystemExit(143)`` so that the process unwinds like after Ctrl-C, and an exit handler
     (registered after MLflow's, so it runs before it) marks a run that is still open as KILLED.
     Runs that fail with an exception are closed as FAILED by kedro-mlflow (``on_pipeline_error``).
+    A process killed with SIGKILL can do none of this: every run is tagged with its process id and
+    host, and the next run on the same host marks the runs of processes that are gone as KILLED
+    (:func:`kill_dead_runs`).
     """
 
     def __init__(self):
@@ -544,8 +573,11 @@ class InterruptHook:
 
             if (active := mlflow.active_run()) is not None:
                 _OPEN_RUNS.append(active.info.run_id)
-        except Exception:
-            pass
+                mlflow.set_tags({PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
+                kill_dead_runs(mlflow.tracking.MlflowClient(), [active.info.experiment_id],
+                               current=active.info.run_id)
+        except Exception as exc:  # tracking must never break a run
+            logger.warning("could not check for MLflow runs left RUNNING by dead processes: %s", exc)
         if not _ATEXIT_REGISTERED:
             atexit.register(_kill_open_runs)
             globals()["_ATEXIT_REGISTERED"] = True
@@ -567,6 +599,44 @@ class InterruptHook:
     @hook_impl
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
         self._restore()
+
+
+#: tags of every pipeline run: the process that runs it and its host, so that a later run on the
+#: same host can tell that a run left RUNNING belongs to a process that is gone (killed by SIGKILL)
+PID_TAG, HOST_TAG = "fedclust.pid", "fedclust.host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    return True
+
+
+def kill_dead_runs(client, experiment_ids: list[str], host: str | None = None, current: str | None = None) -> list[str]:
+    """Mark KILLED the runs of ``experiment_ids`` left RUNNING by a process of this ``host`` (default:
+    this machine) that no longer exists, and their nested runs still RUNNING; return their ids.
+    Runs of other hosts, of live processes, and ``current`` are left alone."""
+    host = host or socket.gethostname()
+    found = client.search_runs(experiment_ids, filter_string=f"attributes.status = 'RUNNING' and "
+                                                             f"tags.`{HOST_TAG}` = '{host}'", max_results=1000)
+    killed = []
+    for run in found:
+        pid = run.data.tags.get(PID_TAG, "")
+        if run.info.run_id == current or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        children = client.search_runs(experiment_ids, filter_string=f"attributes.status = 'RUNNING' and "
+                                                                    f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        for child in children:
+            client.set_terminated(child.info.run_id, status="KILLED")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        killed.append(run.info.run_id)
+        logger.warning("MLflow run %s was left RUNNING by process %s on %s, which is gone: marked KILLED "
+                       "(with %d nested run(s))", run.info.run_id, pid, host, len(children))
+    return killed
 
 
 _ATEXIT_REGISTERED = False

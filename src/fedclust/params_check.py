@@ -25,6 +25,8 @@ import math
 import numbers
 from typing import Any, Iterable, Mapping
 
+from fedclust.errors import FedclustError
+
 #: dict-valued keys whose contents are options of some other function (checked there)
 FREE_FORM_KEYS = frozenset({"options", "dataset_options", "model", "cases"})
 
@@ -32,7 +34,7 @@ FREE_FORM_KEYS = frozenset({"options", "dataset_options", "model", "cases"})
 COUNT_KEYS = frozenset({"k", "rounds", "clients_per_round", "n_clients"})
 
 
-class ParameterError(ValueError):
+class ParameterError(FedclustError, ValueError):
     """A parameter of the run is unknown or invalid; the message names it."""
 
 

@@ -35,14 +35,17 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 from pathlib import Path
 from typing import Any, Callable
 
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
 from fedclust.data.preprocess import preprocess, subsample
+from fedclust.digest import array_digest, path_digest
+from fedclust.errors import DataError
 
-__all__ = ["load_dataset", "prepare_dataset", "DATASET_NAMES", "FEDSC_FILES"]
+__all__ = ["load_dataset", "prepare_dataset", "dataset_digest", "DATASET_NAMES", "FEDSC_FILES"]
 
 #: FedSC convenience name -> file name inside the folder given as ``path``.
 FEDSC_FILES = {
@@ -144,7 +147,16 @@ def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
         raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
     ds = _LOADERS[name](path, seed, options)
     ds.meta.setdefault("dataset", name)
+    _check_not_empty(ds, name, path)
     return ds
+
+
+def _check_not_empty(ds: Dataset, name: str, path=None) -> None:
+    if ds.n_samples == 0 or ds.n_features == 0:
+        src = f" read from {path}" if path is not None else ""
+        what = "no samples" if ds.n_samples == 0 else "no features"
+        raise DataError(f"dataset {name!r}{src} has {what} (shape {tuple(ds.X.shape)}); "
+                        "check the file, or the subsampling options n_per_class / n_total")
 
 
 def prepare_dataset(
@@ -183,4 +195,26 @@ def prepare_dataset(
         raise ValueError("give either n_per_class or n_total, not both")
     ds = load_dataset(name, path=path, seed=seed, **opts)
     ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)
+    _check_not_empty(ds, name, path)
     return preprocess(ds, scale=scale, minmax_mode=minmax_mode)
+
+
+#: (name, seed, options) -> digest of the arrays of a data set that reads no file (built-in, generated)
+_ARRAY_DIGESTS: dict[str, str] = {}
+
+
+def dataset_digest(name: str, path=None, seed: int = 0, options: dict | None = None) -> str:
+    """A hash of the content a data set is loaded from: the bytes of the file or folder that
+    ``path`` points to (the FedSC names read one file of a folder), or, for a data set that reads
+    no file (built-in, generated), the arrays themselves (computed once per process and arguments)."""
+    if path is not None:
+        p = Path(path)
+        if name in FEDSC_FILES and p.suffix != ".mat":
+            p = p / FEDSC_FILES[name]
+        return path_digest(p)
+    key = json.dumps([name, seed, options or {}], sort_keys=True, default=str)
+    if key not in _ARRAY_DIGESTS:
+        opts = {k: v for k, v in (options or {}).items() if k != "minmax_mode"}
+        ds = load_dataset(name, seed=seed, **opts)
+        _ARRAY_DIGESTS[key] = array_digest(ds.X, ds.y)
+    return _ARRAY_DIGESTS[key]

@@ -1,11 +1,15 @@
 """Data loading shared by the grids (the same loader as the pipelines' data stage), and a small
 per-process cache: a grid cell is a pure function of its dict, so a worker process (or this one)
-loads a data set or builds a partition once and reuses it for the next cells that name it."""
+loads a data set or builds a partition once and reuses it for the next cells that name it. The
+cache keys of anything read from a file carry the file's :func:`stamp`, so that a file replaced
+at the same path is read again."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable
 
 from fedclust.data import Dataset
@@ -29,6 +33,21 @@ def memo(key: Any, build: Callable[[], Any], cache: str = "small"):
     return value
 
 
+def stamp(path) -> list | None:
+    """Size and modification time of the file or folder at ``path`` (None without a path): part of
+    the cache keys of what is read from it."""
+    if path is None:
+        return None
+    p = Path(path)
+    try:
+        if p.is_dir():
+            return sorted([f.as_posix(), f.stat().st_size, f.stat().st_mtime_ns] for f in p.rglob("*") if f.is_file())
+        st = p.stat()
+    except OSError:
+        return [os.fspath(path), "missing"]
+    return [os.fspath(path), st.st_size, st.st_mtime_ns]
+
+
 def load(name: str, data_paths: dict | None, seed: int = 0, **options) -> Dataset:
     path = (data_paths or {}).get(name)
     return prepare_dataset(name, path=path, seed=seed, **options)
@@ -37,4 +56,4 @@ def load(name: str, data_paths: dict | None, seed: int = 0, **options) -> Datase
 def load_cached(name: str, data_paths: dict | None, seed: int = 0, **options) -> Dataset:
     """:func:`load`, once per process for the same arguments (callers must not modify the arrays)."""
     path = (data_paths or {}).get(name)
-    return memo(("load", name, path, seed, options), lambda: load(name, data_paths, seed, **options), "data")
+    return memo(("load", name, stamp(path), seed, options), lambda: load(name, data_paths, seed, **options), "data")

@@ -36,7 +36,7 @@ from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load, load_cached, memo
+from fedclust.grids._data import load, load_cached, memo, stamp
 from fedclust.metrics import data_chance_line, is_at_chance, scores_with_chance
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
@@ -198,7 +198,7 @@ def run_cell(cell: dict) -> list[dict]:
     k = data.n_classes
     plabel = _partition_label(part)
     opts = {kk: v for kk, v in part.items() if kk != "scheme"}
-    client = memo(("benchmark_partition", ds_name, data_paths.get(ds_name), part, n_clients, seed),
+    client = memo(("benchmark_partition", ds_name, stamp(data_paths.get(ds_name)), part, n_clients, seed),
                   lambda: make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
                                          seed=seed, **opts).client)
     W0, init = shared_init(X, k, seed, eps, config)  # the same initial centroids for every method of a cell

@@ -13,7 +13,7 @@ from fedclust.clustered_fl import FederatedTensors
 from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load_cached, memo
+from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.partition import rotation
 from fedclust.registry.clustered_fl import run_clustered
 
@@ -49,7 +49,7 @@ def run_cell(cell: dict) -> list[dict]:
         rd = rotation(data.images, data.y, seed=seed, **{k: v for k, v in rot.items() if v is not None})
         return rd, FederatedTensors.from_rotated(rd)
 
-    rd, tensors = memo(("cfl_rotation", ds_name, data_paths.get(ds_name), seed, rot), build)
+    rd, tensors = memo(("cfl_rotation", ds_name, stamp(data_paths.get(ds_name)), seed, rot), build)
     n_classes = int(rd.y_train.max()) + 1
     if model_spec.get("type", "mlp") == "cnn":
         shape = rd.images_train.shape[1:]

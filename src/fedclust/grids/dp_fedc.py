@@ -39,7 +39,7 @@ from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load_cached, memo
+from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.metrics import scores_with_chance
 from fedclust.partition import iid, kmeans_split, shards
 from fedclust.privacy.accountants import epsilon as accountant_epsilon
@@ -112,7 +112,7 @@ def run_cell(cell: dict) -> list[dict]:
     b = int(config.get("b", 50))
     domain = config.get("init_domain")
     clip = float(config.get("clip") or dp_fedc.domain_clip(X.shape[1], domain))  # public, never the data's
-    client = memo(("dp_fedc_split", data.name, data_paths.get(data.name), c["split"], N, c["seed"]),
+    client = memo(("dp_fedc_split", data.name, stamp(data_paths.get(data.name)), c["split"], N, c["seed"]),
                   lambda: _split(data, c["split"], N, c["seed"]))
     K = min(c["K"], N)
     eb = c["eps_bar"]

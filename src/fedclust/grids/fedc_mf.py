@@ -23,7 +23,7 @@ from fedclust.clustering import fedc_mf
 from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load_cached, memo
+from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.metrics import scores_with_chance
 from fedclust.partition import make_partition
 
@@ -69,7 +69,7 @@ def run_cell(cell: dict) -> list[dict]:
         return part.client, fedc_mf.make_init(X, k, seed=trial)
 
     client, init = memo(("fedc_mf", config.get("dataset", "digits"), config.get("dataset_options"),
-                         data_paths.get(config.get("dataset", "digits")), split, trial, P, k), build)
+                         stamp(data_paths.get(config.get("dataset", "digits"))), split, trial, P, k), build)
     method = spec["method"]
     kw = {key: v for key, v in spec.items() if key not in _RESERVED and v is not None}
     label = spec.get("label") or method

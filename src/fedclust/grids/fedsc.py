@@ -41,7 +41,7 @@ from fedclust.clustering import dsc, fedsc, spectral
 from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import memo
+from fedclust.grids._data import memo, stamp
 from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import scores_with_chance
 from fedclust.partition import iid
@@ -151,7 +151,7 @@ def run_cell(cell: dict) -> list[dict]:
     rounds = int(config.get("rounds", 20))
     n_init = int(config.get("n_init", 10))
     sweeps = set(config.get("sweeps", ["noise", "d", "factors", "P"]))
-    data = memo(("fedsc_data", source), lambda: prepare_dataset(seed=0, **source), "data")
+    data = memo(("fedsc_data", source, stamp(source.get("path"))), lambda: prepare_dataset(seed=0, **source), "data")
     X0, y, k = data.X.astype(np.float64), data.y, data.n_classes
     client = iid(X0.shape[0], P, seed=trial).client
     out = []

@@ -32,7 +32,7 @@ from fedclust.clustered_fl.models import MLP
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load_cached, memo
+from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry.clustered_fl import rr_sigmas, run_rr
@@ -101,7 +101,7 @@ def run_cell(cell: dict) -> list[dict]:
                       reuse=False, **SETTINGS[setting])
         return rd, FederatedTensors.from_rotated(rd)
 
-    rd, tensors = memo(("rr_rotation", ds, data_paths.get(ds), setting, seed, M, spc, tpc), build)
+    rd, tensors = memo(("rr_rotation", ds, stamp(data_paths.get(ds)), setting, seed, M, spc, tpc), build)
     k = len(rd.angles)
     model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
     private = eps is not None

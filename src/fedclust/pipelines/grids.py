@@ -66,7 +66,7 @@ def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None =
     """``run_cells(cells, cell_store) -> records``: ``module.run_cell`` on every cell with the chosen
     executor; each finished cell is logged to MLflow and appended to the store as it finishes."""
     from fedclust.executors import run_cells
-    from fedclust.grids import cell_name
+    from fedclust.grids import cell_data_digest, cell_name, grid_code
     from fedclust.pipelines.mlflow_io import cell_run_logger
 
     def run_cells_(plan: dict, cell_store) -> list[dict]:
@@ -78,7 +78,8 @@ def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None =
                 on_record(rec)
 
         results = run_cells(module.run_cell, plan["cells"], plan["executor"], plan["options"], on_done=on_done,
-                            store=cell_store, resume=plan["resume"], label=name, name=cell_name)
+                            store=cell_store, resume=plan["resume"], label=name, name=cell_name,
+                            data_of=cell_data_digest, code=grid_code(module))
         return [rec for res in results for rec in res]
 
     run_cells_.__name__ = "run_cells"

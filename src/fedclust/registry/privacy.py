@@ -8,18 +8,33 @@ import math
 logger = logging.getLogger("fedclust.registry")
 
 
-def check_privacy_params(privacy: dict) -> tuple[float | None, float]:
-    """Validated ``(epsilon or None, delta)`` from the ``privacy`` parameter group."""
+#: the range of privacy.epsilon every method accepts: below it the noise calibration fails (the
+#: accountant's search and DP-FedC's per-round split leave floating point), above it the noise is so
+#: small that the guarantee means nothing and some calibrations ask for absurd amounts of memory
+EPSILON_RANGE = (1e-3, 1e3)
+#: methods whose range is narrower than :data:`EPSILON_RANGE` (none at present; the place to say so)
+EPSILON_RANGES: dict[str, tuple[float, float]] = {}
+
+
+def check_privacy_params(privacy: dict, method: str | None = None) -> tuple[float | None, float]:
+    """Validated ``(epsilon or None, delta)`` from the ``privacy`` parameter group; an epsilon outside
+    the range of ``method`` (:data:`EPSILON_RANGES`, default :data:`EPSILON_RANGE`) is an error that
+    gives the range."""
     eps = privacy.get("epsilon")
     delta = float(privacy.get("delta", 1e-5))
     if eps is not None:
         eps = float(eps)
+        lo, hi = EPSILON_RANGES.get(method or "", EPSILON_RANGE)
         if math.isinf(eps):
             eps = None
         elif eps <= 0:
             raise ValueError(f"privacy.epsilon must be > 0 (or null for no privacy), got {eps}")
+        elif not lo <= eps <= hi:
+            who = f" for {method}" if method else ""
+            raise ValueError(f"privacy.epsilon = {eps:g} is outside the supported range{who}, [{lo:g}, {hi:g}]: "
+                             "set a value in that range, or null for a run without privacy")
     if not 0.0 < delta < 1.0:
-        raise ValueError(f"privacy.delta must be in (0, 1), got {delta}")
+        raise ValueError(f"privacy.delta must be in (0, 1), got {delta}; a usual choice is below 1 / (number of samples)")
     return eps, delta
 
 
