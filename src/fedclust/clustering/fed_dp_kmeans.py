@@ -260,8 +260,7 @@ def run(
 
     # 1. projection
     if projection == "dp_pca":
-        M = release_sum(Xc.T @ Xc, 0.0, K, trust_model, None) + _symmetric_noise(
-            m, std("projection", clip**2 if clip else 0.0), K, trust_model, rng)
+        M = Xc.T @ Xc + _symmetric_noise(m, std("projection", clip**2 if clip else 0.0), K, trust_model, rng)
         V = _top_components(M, min(q, m))
         uploaded += K * m * (m + 1) // 2
         if Xs is None:
@@ -322,7 +321,7 @@ def run(
     info = {"trust_model": trust_model, "projection": projection, "steps": int(steps), "clip": clip,
             "n_server_points": int(Ps.shape[0]), "server_points_kept": int(keep.sum()),
             "server_data": "rows" if server_rows is not None else ("array" if server_data is not None else "dp_candidates"),
-            "noise_multipliers": z, "lift_min_count": min_count(step, K) if private else 1.0}
+            "noise_multipliers": z, "min_count": min_count(step, K)}
     return ClusteringResult(labels=labels, centroids=C, history=hist,
                             dp_events=events(z, steps, trust_model) if private else [],
                             uploaded_reals=int(uploaded), info=info)
