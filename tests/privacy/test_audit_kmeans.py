@@ -52,12 +52,13 @@ def test_audit_epsilon_is_the_accountants_for_the_method_s_own_releases(report):
         assert report.case.epsilon == pytest.approx(1.0, rel=2e-3)
         return
     z = report.case.info["noise_multiplier"]
-    if report.case.method == "dk_pp":  # counts round + Lloyd round, one unit Gaussian each
+    if report.case.method == "dk_pp":  # counts round + Lloyd round, one unit Gaussian each; PLD claim
         probe = dk_pp.run(*with_canary(True)[:2], K_CLUSTERS, rounds=2, clients_per_round=4, seeding_rounds=0,
                           noise_multiplier=z, clip=1.0, init="uniform_box")
-    else:
-        mod = fkm if report.case.method == "fkm" else fzkm
-        probe = mod.run(*with_canary(True)[:2], K_CLUSTERS, rounds=1, clients_per_round=4, noise_multiplier=z, clip=1.0)
+        assert report.case.epsilon == pytest.approx(accounted(probe.dp_events, report.case.delta, "pld"))
+        return
+    mod = fkm if report.case.method == "fkm" else fzkm
+    probe = mod.run(*with_canary(True)[:2], K_CLUSTERS, rounds=1, clients_per_round=4, noise_multiplier=z, clip=1.0)
     assert report.case.epsilon == pytest.approx(accounted(probe.dp_events, report.case.delta))
 
 

@@ -43,11 +43,12 @@ import logging
 from contextlib import contextmanager
 from functools import lru_cache
 
-from fedclust.clustering import lloyd
-
 import numpy as np
 
+from fedclust.clustering import lloyd
+from fedclust.clustering._common import nearest
 from fedclust.privacy.audit import AuditCase, seeded_scores
+from fedclust.privacy.mechanisms import clip_rows
 
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
 CANARY_VALUE = 8.0
@@ -84,6 +85,37 @@ def observed_totals():
         yield seen
     finally:
         lloyd.release_totals = original
+
+
+@contextmanager
+def observed_updates():
+    """Record every centre update of the shared Lloyd step (:func:`fedclust.clustering.lloyd.update_centres`)
+    made inside the block: yields a list that receives ``(C, sums, counts)``, the broadcast centres
+    and the released totals. Observation only, as :func:`observed_totals`."""
+    seen: list = []
+    original = lloyd.update_centres
+
+    def tap(C, sums, counts, release, n_contributors):
+        seen.append((np.array(C, copy=True), np.array(sums, copy=True), np.array(counts, copy=True)))
+        return original(C, sums, counts, release, n_contributors)
+
+    lloyd.update_centres = tap
+    try:
+        yield seen
+    finally:
+        lloyd.update_centres = original
+
+
+def lloyd_statistic(update, canary: np.ndarray, others: np.ndarray, w_sum: float, w_count: float) -> float:
+    """The Gaussian statistic of one released Lloyd step: ``w_sum S_j[0] + w_count (N_j - n_j)`` for
+    the cluster ``j`` the canary is assigned to under the broadcast centres, ``n_j`` the other samples
+    there (``canary`` and ``others`` as the method assigns them: raw or clipped). Without the canary
+    it is pure noise around 0 (no other sample touches coordinate 0); with it, shifted by
+    ``w_sum clip + w_count``. Everything it reads is released or known to the auditor."""
+    C, sums, counts = update
+    j = int(nearest(canary[None], C)[0][0])
+    n_j = float(np.sum(nearest(others, C)[0] == j))
+    return float(w_sum * sums[j, 0] + w_count * (counts[j] - n_j))
 
 
 @lru_cache(maxsize=1)
@@ -185,50 +217,88 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
 
 def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
                 n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """DK++'s DP variant: the weighting round, then Lloyd rounds. The Gaussian statistic reads the
+    first Lloyd round's released totals (:func:`lloyd_statistic`; DK++ assigns clipped samples); it
+    sees one of the two releases the claim covers, so its tightness is at most about 0.7."""
     from fedclust.clustering import dk_pp
+    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
 
-    def run(X, client, seed, z):
+    # PLD, the tighter accountant: the statistic sees one of the two releases, so the claim must not
+    # carry RDP's slack on top (a halved noise would then hide below it)
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds, accountant="pld")
+    X0, _, canary = with_canary(False)
+    others = clip_rows(X0, clip)[0]
+    c_clipped = clip_rows(canary[None], clip)[0][0]
+
+    def run(X, client, seed, zz):
         return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
-                         seeding_rounds=0, noise_multiplier=z, clip=clip, init="uniform_box",
-                        blas_threads=None)
+                         seeding_rounds=0, noise_multiplier=zz, clip=clip, init="uniform_box", blas_threads=None)
 
-    return _centroid_case("dk_pp", run, rounds, epsilon=epsilon, delta=delta, clip=clip, n_runs=n_runs,
-                          description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
-                                      f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
-                                      "score = max_j C_j[0]",
-                          info={"rounds": rounds, "seeding_rounds": 0}, noise_scale=noise_scale)
+    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta, "pld")  # the claim of the calibrated run
+
+    def one(X, client, s, zz):
+        with observed_updates() as seen:
+            res = run(X, client, s, zz)
+        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], c_clipped, others, clip, 1.0)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+        X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            return np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+
+    return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     gaussian=True,
+                     description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
+                                 f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
+                                 "score = max_j C_j[0]; Gaussian statistic = clip S_j[0] + N_j - n_j of the first "
+                                 "Lloyd round (released totals)",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "seeding_rounds": 0,
+                           "mutant_noise_scale": noise_scale})
 
 
 def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, steps: int = 1,
                         n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
-    split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, RDP as the other cases)."""
+    split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
+    method is). The Gaussian statistic reads the first Lloyd step's released totals, weighted by the claimed
+    noise of the sums and the counts (:func:`lloyd_statistic`; the steps assign raw samples); it
+    does not see the weighting release, a tenth or so of the budget."""
     from sklearn.datasets import load_digits
 
     from fedclust.clustering import fed_dp_kmeans
     from fedclust.privacy.accountants import epsilon as account
 
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
-    z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="rdp")
-
+    z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
     mutated = {key: v * noise_scale for key, v in z.items()}
+    X0, _, canary = with_canary(False)
+    # the best linear statistic for the claimed noise: sums carry std z_s clip, counts z_c
+    w_sum, w_count = 1.0 / (z["step_sums"] ** 2 * clip), 1.0 / z["step_counts"] ** 2
 
     def run(X, client, seed, zz):
         return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
                                  clip=clip, noise=zz, seed=seed, server_restarts=1)
 
-    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta)  # the claim of the calibrated run
+    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta, "pld")  # the claim of the calibrated run
+
+    def one(X, client, s, zz):
+        with observed_updates() as seen:
+            res = run(X, client, s, zz)
+        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count)
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         with quiet_rounds():
-            return seeded_scores(lambda s: run(X, client, s, mutated if noise else None).centroids[:, 0].max(), n, seed)
+            return np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
 
     return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
-                     n_runs=n_runs,
+                     n_runs=n_runs, gaussian=True,
                      description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
-                                 f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]",
+                                 f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
+                                 "Gaussian statistic = weighted S_j[0] and N_j - n_j of the first Lloyd step",
                      info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale})
 
 
