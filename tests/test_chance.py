@@ -236,3 +236,17 @@ def test_grid_records_carry_the_chance_line_and_the_flag():
     collapsed = scores_with_chance(y, np.zeros_like(y), seed=0)
     assert good["ACC"] == 1.0 and good["at_chance"] == 0.0 and good["ACC_chance"] < 0.4
     assert collapsed["ACC"] == pytest.approx(0.25) and collapsed["at_chance"] == 1.0
+
+
+def test_clustered_fl_runs_carry_the_chance_line_of_their_client_clustering():
+    from types import SimpleNamespace
+
+    from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
+
+    group = np.repeat(np.arange(4), 25)
+    rotated = SimpleNamespace(group=group)
+    good = SimpleNamespace(info={"final": {"client_ACC": 1.0, "test_accuracy": 0.9}}, assignment=group.copy())
+    one = SimpleNamespace(info={"final": {"client_ACC": 0.25, "test_accuracy": 0.3}}, assignment=np.zeros(100, int))
+    g, o = evaluate_clustered(good, rotated), evaluate_clustered(one, rotated)
+    assert g["client_at_chance"] == 0.0 and g["client_ACC_chance"] < 0.4
+    assert o["client_at_chance"] == 1.0 and o["client_ACC_chance"] == pytest.approx(0.25)

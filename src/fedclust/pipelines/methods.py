@@ -110,7 +110,7 @@ def clustered_fl_pipeline(method: str, calibrate: Callable, train: Callable) -> 
     from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
 
     return method_pipeline(method, calibrate, train, data=["rotated_data"], evaluate=evaluate_clustered,
-                           evaluate_inputs=["result"])
+                           evaluate_inputs=["result", "rotated_data"])
 
 
 def create_pipeline(method: str) -> Pipeline:

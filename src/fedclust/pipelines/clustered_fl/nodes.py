@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from fedclust.data import Dataset
+from fedclust.metrics import chance_scores, is_at_chance
 from fedclust.partition import rotation
 from fedclust.partition.report import partition_stats
 
@@ -34,14 +37,20 @@ def rotation_report(rotated) -> dict:
     return stats
 
 
-def evaluate_clustered(result) -> dict:
+def evaluate_clustered(result, rotated=None) -> dict:
     """Final metrics over ALL clients (the engine's final evaluation; per-round histories may
-    cover only the round's sampled clients)."""
-    import numpy as np
-
+    cover only the round's sampled clients), with the chance line of the client clustering:
+    ``client_ACC_chance`` / ``client_NMI_chance`` of a random assignment with the same cluster sizes,
+    and ``client_at_chance`` (1.0 when ``client_ACC`` is within noise of it)."""
     final = dict(result.info.get("final") or result.final_metrics())
     out = {k: float(v) for k, v in final.items() if isinstance(v, (int, float, np.floating, np.integer)) and k != "round"}
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
+    assignment = getattr(result, "assignment", None)
+    group = getattr(rotated, "group", None)
+    if assignment is not None and group is not None and np.shape(assignment) == np.shape(group) and "client_ACC" in out:
+        chance = chance_scores(group, np.asarray(assignment))
+        out["client_ACC_chance"], out["client_NMI_chance"] = chance["ACC_chance"], chance["NMI_chance"]
+        out["client_at_chance"] = float(is_at_chance({"ACC": out["client_ACC"]}, chance))
     return out

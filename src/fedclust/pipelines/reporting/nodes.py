@@ -76,7 +76,7 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     shown = [f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
              for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
              if isinstance(metrics.get(key), (int, float))]
-    if metrics.get("at_chance"):
+    if metrics.get("at_chance") or metrics.get("client_at_chance"):
         shown.append("AT CHANCE")
     eps = _accounted_epsilon(privacy)
     budget = (f"ε {plots.eps_text(eps)} (accounted, {privacy.get('trust_model', 'none')})" if math.isfinite(eps)
