@@ -82,3 +82,21 @@ def test_clustered_fl_half_reports_test_accuracy_and_client_clustering(records):
 def test_unknown_method_is_refused_with_the_valid_names():
     with pytest.raises(ValueError, match="valid"):
         benchmark.run({"methods": ["nope"]})
+
+
+def test_the_best_method_per_epsilon_is_the_highest_mean_acc_with_its_trust_model():
+    from fedclust.grids.benchmark import best_per_epsilon
+
+    def rec(method, eps, acc, tm, seed):
+        return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "data_clustering", "status": "ok",
+                "dataset": "digits", "partition": "iid", "epsilon": eps, "method": method, "trust_model": tm},
+                "params": {"seed": seed}, "metrics": {"ACC": acc, "ACC_chance": 0.13, "ACC_chance_hi": 0.14}}
+
+    recs = [rec("fkm", "4", 0.5, "secure_aggregation", 0), rec("fkm", "4", 0.9, "secure_aggregation", 1),
+            rec("fed_dp_kmeans", "4", 0.72, "secure_aggregation", 0),
+            rec("fed_dp_kmeans", "4", 0.70, "secure_aggregation", 1),
+            rec("dp_fedc", "1", 0.14, "local", 0), rec("kmeans", "inf", 0.79, "none", 0)]
+    best = best_per_epsilon(recs)
+    assert [(b["epsilon"], b["method"]) for b in best] == [("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("inf", "kmeans")]
+    assert best[1]["ACC"] == pytest.approx(0.71) and best[1]["trust_model"] == "secure_aggregation"
+    assert best[0]["at_chance"] and not best[1]["at_chance"]

@@ -374,6 +374,16 @@ class RunTagsHook:
             wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)
             rows.append({"method": grid, "result": f"{len(records)} cells (summary in data/08_reporting/{grid})",
                          "epsilon": "per cell", "wall_time_s": f"{wall:.1f}", "run_id": self._parent_id or ""})
+            if grid == "benchmark":
+                # imported here: the benchmark module pulls in every method, which other runs never need
+                from fedclust.grids.benchmark import best_per_epsilon
+
+                for best in best_per_epsilon(records):
+                    chance = "AT CHANCE" if best["at_chance"] else f"chance {best['ACC_chance']:.3f}"
+                    tm = f" ({best['trust_model']})" if best["trust_model"] not in ("none", "n/a") else ""
+                    rows.append({"method": f"  best on {best['dataset']}",
+                                 "result": f"{best['method']} ACC {best['ACC']:.3f} ({chance})",
+                                 "epsilon": f"{best['epsilon']}{tm}", "wall_time_s": "", "run_id": ""})
         return rows
 
     def _print_summary(self) -> None:
