@@ -25,8 +25,11 @@ install: $(STAMP)
 run: install
 	$(BIN)/kedro run
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; 2 = this project's 2-core machines):
+# about 5 minutes instead of 9. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 viz: install
 	$(BIN)/kedro viz build --include-hooks
