@@ -189,3 +189,14 @@ def scores_with_chance(y_true, y_pred, seed: int = 0) -> dict[str, float]:
     out.update(chance_scores(y_true, y_pred, seed=seed))
     out["at_chance"] = float(is_at_chance(out, out))
     return out
+
+
+def client_chance(group, assignment, client_acc: float, seed: int = 0) -> dict[str, float]:
+    """The chance line of a clustered-FL run's client clustering: ``client_ACC_chance`` and
+    ``client_NMI_chance`` of a random assignment with the same cluster sizes as ``assignment``, and
+    ``client_at_chance`` (1.0 when ``client_acc`` is within noise of it). Empty when the shapes differ."""
+    if group is None or assignment is None or np.shape(group) != np.shape(assignment):
+        return {}
+    chance = chance_scores(group, np.asarray(assignment), seed=seed)
+    return {"client_ACC_chance": chance["ACC_chance"], "client_NMI_chance": chance["NMI_chance"],
+            "client_at_chance": float(is_at_chance({"ACC": client_acc}, chance))}

@@ -251,7 +251,8 @@ class _DataHalf:
 
 CFL_METHODS = ("cfl_mgd", "ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg")
 CFL_PRIVATE = ("rr_cluster", "dp_ifca", "dp_fedavg")
-CFL_METRICS = ["test_accuracy", "client_ACC", "client_NMI", "epsilon_accountant", "wall_time_s"]
+CFL_METRICS = ["test_accuracy", "client_ACC", "client_NMI", "client_ACC_chance", "client_at_chance", "epsilon_accountant",
+               "wall_time_s"]
 
 
 

@@ -14,10 +14,11 @@ from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load_cached, memo, stamp
+from fedclust.metrics import client_chance
 from fedclust.partition import rotation
 from fedclust.registry.clustered_fl import run_clustered
 
-METRICS = ["test_accuracy", "client_ACC", "client_NMI", "wall_time_s"]
+METRICS = ["test_accuracy", "client_ACC", "client_NMI", "client_ACC_chance", "client_at_chance", "wall_time_s"]
 CURVE_KEYS = ("dataset", "method")
 
 
@@ -64,6 +65,8 @@ def run_cell(cell: dict) -> list[dict]:
     res = run_clustered(method, tensors, model, k, seed=seed, **kw)  # the registry's dispatch
     final = res.info["final"]
     metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
+    if "client_ACC" in metrics:
+        metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
     hist = {h: res.history[h] for h in ("test_accuracy", "train_loss", "client_ACC") if res.history.get(h)}
     metrics["wall_time_s"] = time.perf_counter() - t0
     return [{

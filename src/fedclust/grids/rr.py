@@ -33,11 +33,13 @@ from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load_cached, memo, stamp
+from fedclust.metrics import client_chance
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry.clustered_fl import rr_sigmas, run_rr
 
-METRICS = ["test_accuracy", "client_ACC", "client_NMI", "mean_moved", "min_noisy_cluster", "epsilon_accountant",
+METRICS = ["test_accuracy", "client_ACC", "client_NMI", "client_ACC_chance", "client_at_chance", "mean_moved",
+           "min_noisy_cluster", "epsilon_accountant",
            "wall_time_s"]
 CURVE_KEYS = ("setting", "method", "epsilon")
 SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
@@ -115,6 +117,8 @@ def run_cell(cell: dict) -> list[dict]:
     moved = res.history.get("n_moved") or [0.0]
     label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
     metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
+    if "client_ACC" in metrics:
+        metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
     metrics["mean_moved"] = float(sum(moved) / len(moved))
     before = res.history.get("sizes_before_rr") or []
     if before:

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from fedclust.data import Dataset
-from fedclust.metrics import chance_scores, is_at_chance
+from fedclust.metrics import client_chance
 from fedclust.partition import rotation
 from fedclust.partition.report import partition_stats
 
@@ -47,10 +47,6 @@ def evaluate_clustered(result, rotated=None) -> dict:
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
-    assignment = getattr(result, "assignment", None)
-    group = getattr(rotated, "group", None)
-    if assignment is not None and group is not None and np.shape(assignment) == np.shape(group) and "client_ACC" in out:
-        chance = chance_scores(group, np.asarray(assignment))
-        out["client_ACC_chance"], out["client_NMI_chance"] = chance["ACC_chance"], chance["NMI_chance"]
-        out["client_at_chance"] = float(is_at_chance({"ACC": out["client_ACC"]}, chance))
+    if "client_ACC" in out:
+        out.update(client_chance(getattr(rotated, "group", None), getattr(result, "assignment", None), out["client_ACC"]))
     return out
