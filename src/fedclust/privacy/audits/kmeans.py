@@ -44,9 +44,12 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
+from sklearn.datasets import load_digits
 
-from fedclust.clustering import lloyd
-from fedclust.clustering._common import nearest
+from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
+from fedclust.clustering._common import nearest, public_centroids
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, seeded_scores
 from fedclust.privacy.mechanisms import clip_rows
 
@@ -121,8 +124,6 @@ def lloyd_statistic(update, canary: np.ndarray, others: np.ndarray, w_sum: float
 @lru_cache(maxsize=1)
 def audit_data() -> tuple[np.ndarray, np.ndarray]:
     """(X, client): 40 digits rows scaled to [0, 1] (pixel 0 is 0 in all of them), 4 clients of 10."""
-    from sklearn.datasets import load_digits
-
     X = load_digits().data[: N_PER_CLIENT * N_CLIENTS] / 16.0
     assert not X[:, 0].any()
     client = np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
@@ -141,9 +142,6 @@ def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
               n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import fkm
-    from fedclust.clustering._common import nearest, public_centroids
-    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
 
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
     X0, client0, canary = with_canary(False)
@@ -183,8 +181,6 @@ def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, 
                    description: str, info: dict, noise_scale: float = 1.0) -> AuditCase:
     """An audit case whose score is max_j C_j[0] of ``run(X, client, seed, z)``; ``z`` calibrated so
     that ``steps`` unit Gaussians spend ``epsilon``, ε accounted from the run's own ``dp_events``."""
-    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
-
     z = calibrate_noise_multiplier(epsilon, delta, steps=steps)
     probe = run(*with_canary(True)[:2], 0, z)
     eps = account(probe.dp_events, delta)
@@ -202,7 +198,6 @@ def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, 
 
 def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
                n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import fzkm
 
     def run(X, client, seed, z):
         return fzkm.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
@@ -220,9 +215,6 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
     """DK++'s DP variant: the weighting round, then Lloyd rounds. The Gaussian statistic reads the
     first Lloyd round's released totals (:func:`lloyd_statistic`; DK++ assigns clipped samples); it
     sees one of the two releases the claim covers, so its tightness is at most about 0.7."""
-    from fedclust.clustering import dk_pp
-    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
-
     # PLD, the tighter accountant: the statistic sees one of the two releases, so the claim must not
     # carry RDP's slack on top (a halved noise would then hide below it)
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds, accountant="pld")
@@ -265,11 +257,6 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
     method is). The Gaussian statistic reads the first Lloyd step's released totals, weighted by the claimed
     noise of the sums and the counts (:func:`lloyd_statistic`; the steps assign raw samples); it
     does not see the weighting release, a tenth or so of the budget."""
-    from sklearn.datasets import load_digits
-
-    from fedclust.clustering import fed_dp_kmeans
-    from fedclust.privacy.accountants import epsilon as account
-
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
     mutated = {key: v * noise_scale for key, v in z.items()}
