@@ -19,8 +19,8 @@ from sklearn.cluster import KMeans
 
 from fedclust import bench
 from fedclust.clustering import fkm
-from fedclust.clustering.lloyd import LloydRelease
-from fedclust.clustering._common import initial_centroids, masked_means, nearest
+from fedclust.clustering._common import initial_centroids, nearest
+from fedclust.clustering.lloyd import LloydRelease, masked_means
 from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
 from fedclust.partition import iid, shards

@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedclust.clustering.lloyd import lloyd_step
+from fedclust.clustering.lloyd import lloyd_step, masked_means
 from fedclust.metrics import clustering_scores
+from fedclust.privacy.mechanisms import clip_rows
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
@@ -173,8 +174,6 @@ def clip_data(X: np.ndarray, clip: float | None) -> np.ndarray:
     """Every row scaled to L2 norm <= clip (no-op when clip is None)."""
     if clip is None:
         return X
-    from fedclust.privacy.mechanisms import clip_rows
-
     return clip_rows(X, clip)[0]
 
 
@@ -214,15 +213,6 @@ def weighted_kmeanspp(P: np.ndarray, w: np.ndarray, k: int, rng: np.random.Gener
         C.append(P[j])
         d2 = np.minimum(d2, ((P - P[j]) ** 2).sum(1))
     return np.array(C)
-
-
-def masked_means(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """The server's centre update of a Lloyd step: a copy of ``C`` (k, m) whose rows ``ok`` become
-    ``sums / counts``; the other clusters (empty, or with a noisy count below the threshold) keep
-    their centre."""
-    C = C.copy()
-    C[ok] = sums[ok] / counts[ok, None]
-    return C
 
 
 def weighted_lloyd(P: np.ndarray, w: np.ndarray, C0: np.ndarray, iters: int = 20) -> np.ndarray:
@@ -360,16 +350,6 @@ def baseline_setup(X: np.ndarray, client: np.ndarray, n_clients: int, k: int, se
 # ----------------------------------------------------------------------------------------------
 # segment / padded layouts of the sampled clients
 # ----------------------------------------------------------------------------------------------
-def segment_sums(values: np.ndarray, seg: np.ndarray, n_seg: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """``out[s] = sum_{j: seg[j] = s} w_j values[j]`` for (len, ...) values, as one sparse product."""
-    from scipy.sparse import csr_matrix
-
-    w = np.ones(seg.size) if weights is None else np.asarray(weights, dtype=np.float64)
-    M = csr_matrix((w, (seg, np.arange(seg.size))), shape=(n_seg, seg.size))
-    v = values.reshape(values.shape[0], -1)
-    return np.asarray(M @ v).reshape((n_seg,) + values.shape[1:])
-
-
 def padded_data(lay: SegmentLayout, Xs: np.ndarray, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The padded client layout: the clients' samples (rows of ``Xs``, sorted by client) as one
     (K, n_max, m) array, zero on padding, and the (K, n_max) validity mask."""

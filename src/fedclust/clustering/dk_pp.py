@@ -67,9 +67,9 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.clustering.lloyd import LloydRelease
+from fedclust.clustering.lloyd import kmeans_release
 from fedclust.privacy.events import GaussianRelease, non_dp_release
-from fedclust.privacy.release import check_trust_model, release_sum
+from fedclust.privacy.release import release_sum
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -129,10 +129,13 @@ def run(
     if not ell > 0 or math.isinf(ell):
         raise ValueError(f"oversampling must be a finite number > 0, got {oversampling!r}")
     recluster_iters = check_int("recluster_iters", recluster_iters, 1)
-    check_trust_model(trust_model, method="dk_pp")
     z, private, clip, lay, Xc, init, C0 = baseline_setup(
         X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
         clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
+    std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
+    # the Lloyd rounds' release (checked here, before any round: the weighting round uses its trust model)
+    release = kmeans_release(std_pair, trust_model=trust_model, count_threshold=count_threshold, project=project,
+                             clip=clip, method="dk_pp")
 
     rng_s = stream(seed, "sampling")
     rng_mb = stream(seed, "minibatch")  # data-level random choices (which samples are selected)
@@ -173,10 +176,6 @@ def run(
     log_round(t, C)
 
     # ---- 3. federated Lloyd ----
-    std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
-    release = LloydRelease(sum_std=std_pair, count_std=std_pair, trust_model=trust_model,
-                           count_threshold=float(count_threshold) if private else 0.0, clip=clip,
-                           project=bool(project) and private)
     while t < R:
         t += 1
         S = sample_clients(rng_s, N, K)

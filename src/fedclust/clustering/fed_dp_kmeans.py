@@ -56,12 +56,11 @@ import math
 
 import numpy as np
 
-from fedclust.clustering._common import nearest, new_history, round_logger, server_kmeans
+from fedclust.clustering._common import clip_data, nearest, new_history, round_logger, server_kmeans
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count, project_to_ball
+from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
 from fedclust.privacy.events import GaussianRelease
-from fedclust.privacy.mechanisms import clip_rows
 from fedclust.privacy.release import check_trust_model, release_sum, sum_noise_std
 from fedclust.rng import stream
 
@@ -126,6 +125,11 @@ def budget_weights(projection: str, steps: int, has_server_data: bool, shares: d
     return out
 
 
+def _repeats(name: str, steps: int) -> int:
+    """How many times release ``name`` is made in a run (a Lloyd step's releases once per step)."""
+    return steps if name.startswith("step_") else 1
+
+
 def noise_multipliers(epsilon: float, delta: float, *, projection: str = "dp_pca", steps: int = 1,
                       has_server_data: bool = True, shares: dict | None = None,
                       count_share: float = DEFAULT_COUNT_SHARE, accountant: str = "pld") -> dict[str, float]:
@@ -133,7 +137,7 @@ def noise_multipliers(epsilon: float, delta: float, *, projection: str = "dp_pca
     accountant: one step of all releases composed, release i at ``z / sqrt(w_i)``."""
     w = budget_weights(projection, steps, has_server_data, shares, count_share)
     # every single release once (a Lloyd step's pair `steps` times): the weights sum to 1
-    flat = [w[n] for n in w for _ in range(steps if n.startswith("step_") else 1)]
+    flat = [w[n] for n in w for _ in range(_repeats(n, steps))]
     z = calibrate_noise_multiplier(epsilon, delta, steps=1, weights=flat, accountant=accountant)
     return dict(zip(w, split_noise_multipliers(z, list(w.values()))))
 
@@ -142,8 +146,7 @@ def events(z: dict[str, float], steps: int, trust_model: str) -> list[GaussianRe
     """The run's releases as accountable events (all clients every time: no sampling claimed)."""
     out = []
     for name, zi in z.items():
-        count = steps if name.startswith("step_") else 1
-        out.append(GaussianRelease(noise_multipliers=(zi,), count=count, label=f"fed_dp_kmeans {name}",
+        out.append(GaussianRelease(noise_multipliers=(zi,), count=_repeats(name, steps), label=f"fed_dp_kmeans {name}",
                                    extra={"trust_model": trust_model}))
     return out
 
@@ -242,7 +245,7 @@ def run(
     Xp_raw, cl = X[priv], client[priv]
     _, cl = np.unique(cl, return_inverse=True)
     K = int(cl.max()) + 1  # clients taking part in every release
-    Xc = clip_rows(Xp_raw, clip)[0] if clip is not None else Xp_raw
+    Xc = clip_data(Xp_raw, clip)
     z = dict(noise or {})
     expected = release_names(projection, steps, Xs is not None)
     if private and sorted(z) != sorted(expected):
@@ -297,7 +300,7 @@ def run(
 
     # 3. lift to the data space
     if V is not None:
-        start = project_to_ball(Cp @ V.T, clip)
+        start = clip_data(Cp @ V.T, clip)
         lift = LloydRelease(sum_std=std("lift_sums", clip or 0.0), count_std=std("lift_counts", 1.0),
                             trust_model=trust_model, count_threshold=count_threshold, clip=clip, project=True)
         labp, _ = nearest(Pc, Cp)

@@ -43,12 +43,12 @@ import math
 
 import numpy as np
 
-from fedclust.clustering._common import check_init, init_release, initial_centroids, masked_means, nearest
+from fedclust.clustering._common import check_init, clip_data, init_release, initial_centroids, nearest
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.clustering.lloyd import LloydRelease, lloyd_step
+from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
 from fedclust.metrics import clustering_scores
 from fedclust.privacy.events import GaussianRelease, non_dp_release
-from fedclust.privacy.release import check_trust_model, sum_noise_std
+from fedclust.privacy.release import sum_noise_std
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
@@ -132,18 +132,11 @@ def run(
     init = check_init(init, private)
     C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
 
-    Xc = X
-    if clip is not None and clip > 0:
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        Xc = X * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+    Xc = clip_data(X, clip)
     sens = math.sqrt(clip**2 + 1.0) if private else 0.0
     std = noise_multiplier * sens
-    check_trust_model(trust_model, method="fkm")
-    if count_threshold < 0 or not math.isfinite(count_threshold):
-        raise ValueError(f"count_threshold must be a finite number >= 0, got {count_threshold}")
-    release = LloydRelease(sum_std=std, count_std=std, trust_model=trust_model,
-                           count_threshold=float(count_threshold) if private else 0.0,
-                           clip=clip, project=bool(project) and private)
+    release = kmeans_release(std, trust_model=trust_model, count_threshold=count_threshold, project=project,
+                             clip=clip, method="fkm")
 
     r_sampling = stream(seed, "sampling")
     r_noise = stream(seed, "noise")

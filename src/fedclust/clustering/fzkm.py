@@ -67,9 +67,8 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.clustering.lloyd import LloydRelease, release_totals, update_centres
+from fedclust.clustering.lloyd import kmeans_release, release_totals, update_centres
 from fedclust.privacy.events import GaussianRelease, non_dp_release
-from fedclust.privacy.release import check_trust_model
 from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
@@ -158,15 +157,13 @@ def run(
     local_iters = check_int("local_iters", local_iters, 1)
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
-    check_trust_model(trust_model, method="fzkm")
     z, private, clip, lay, Xc, init, C = baseline_setup(
         X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
         clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
-    release = LloydRelease(sum_std=std, count_std=std, trust_model=trust_model,
-                           count_threshold=float(count_threshold) if private else 0.0, clip=clip,
-                           project=bool(project) and private)
+    release = kmeans_release(std, trust_model=trust_model, count_threshold=count_threshold, project=project,
+                             clip=clip, method="fzkm")
 
     rng_s = stream(seed, "sampling")
     rng_server = stream(seed, "server")

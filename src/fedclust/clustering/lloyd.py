@@ -21,12 +21,14 @@ One step, for the clients taking part in a round:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
 
-from fedclust.privacy.release import release_sum, sum_noise_std
+from fedclust.privacy.mechanisms import clip_rows
+from fedclust.privacy.release import check_trust_model, release_sum, sum_noise_std
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,19 @@ class LloydRelease:
     project: bool = False
     distributed: bool = False
 
-    @property
-    def private(self) -> bool:
-        return self.sum_std > 0 or self.count_std > 0
+
+def kmeans_release(pair_std: float, *, trust_model: str, count_threshold: float, project: bool,
+                   clip: float | None, method: str = "") -> LloydRelease:
+    """The release of a k-means-family round (FKM, FZKM, DK++): sums and counts share one noise std
+    (``z sqrt(clip^2 + 1)``, 0 when not private), and the post-processing applies only in a
+    private run (without noise the plain rule, count >= 1, is exact)."""
+    check_trust_model(trust_model, method=method)
+    if not count_threshold >= 0 or not math.isfinite(count_threshold):
+        raise ValueError(f"count_threshold must be a finite number >= 0, got {count_threshold}")
+    private = pair_std > 0
+    return LloydRelease(sum_std=pair_std, count_std=pair_std, trust_model=trust_model,
+                        count_threshold=float(count_threshold) if private else 0.0, clip=clip,
+                        project=bool(project) and private)
 
 
 def cluster_totals(Xc: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None):
@@ -61,12 +73,13 @@ def min_count(release: LloydRelease, n_contributors: int) -> float:
     return max(1.0, release.count_threshold * cnt_std)
 
 
-def project_to_ball(C: np.ndarray, radius: float | None) -> np.ndarray:
-    """Every row of ``C`` scaled onto the L2 ball of ``radius`` when outside it (None: unchanged)."""
-    if radius is None:
-        return C
-    norms = np.linalg.norm(C, axis=1, keepdims=True)
-    return C * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+def masked_means(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """The centre update of a Lloyd step: a copy of ``C`` (k, m) whose rows ``ok`` become
+    ``sums / counts``; the other clusters (empty, or with a noisy count below the threshold) keep
+    their centre."""
+    C = C.copy()
+    C[ok] = sums[ok] / counts[ok, None]
+    return C
 
 
 def update_centres(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, release: LloydRelease,
@@ -74,10 +87,9 @@ def update_centres(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, release:
     """The server's update from released totals: mean where the count passes :func:`min_count`,
     the previous centre elsewhere, then (``release.project``) onto the clip ball."""
     ok = counts >= min_count(release, n_contributors)
-    new = C.copy()
-    new[ok] = sums[ok] / counts[ok, None]
-    if release.project:
-        new[ok] = project_to_ball(new[ok], release.clip)
+    new = masked_means(C, sums, counts, ok)
+    if release.project and release.clip is not None and ok.any():
+        new[ok] = clip_rows(new[ok], release.clip)[0]
     return new
 
 

@@ -159,10 +159,8 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
     def one(X, client, s, zz):
         with observed_totals() as seen:
             res, W0 = run(X, client, s, zz)
-        sums, counts = seen[0]  # round 1's released totals
-        j = int(nearest(c_clipped[None], W0)[0][0])  # the canary's cluster under the public W^0
-        n_j = float(np.sum(nearest(clipped, W0)[0] == j))  # the other samples there (known to the auditor)
-        return res.centroids[:, 0].max(), clip * sums[j, 0] + (counts[j] - n_j)
+        sums, counts = seen[0]  # round 1's released totals, under the public W^0
+        return res.centroids[:, 0].max(), lloyd_statistic((W0, sums, counts), c_clipped, clipped, clip, 1.0)
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
         X, client, _ = with_canary(canary_in)
