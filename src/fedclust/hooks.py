@@ -19,6 +19,12 @@ from fedclust.registry import trust_model_of
 logger = logging.getLogger(__name__)
 
 
+def _trust_model(method: str, params: dict, privacy: dict) -> str:
+    """The trust model of ``method`` in a run with these parameters (its MLflow tag)."""
+    chosen = ((params.get(method) or {}).get("train") or {}).get("trust_model")
+    return trust_model_of(method, chosen, privacy.get("epsilon") is not None)
+
+
 def _fmt_eps(eps) -> str:
     """epsilon as every tag writes it: "4", "0.5", "inf" (:func:`fedclust.experiments.eps_label`)."""
     from fedclust.experiments import eps_label
@@ -174,7 +180,7 @@ class RunTagsHook:
 
             self._tags["dp_scope"] = SCOPE_TAG
         if len(methods) == 1:
-            self._tags["trust_model"] = trust_model_of(methods[0], params, priv.get("epsilon") is not None)
+            self._tags["trust_model"] = _trust_model(methods[0], params, priv)
         self._name = run_name(self._tags["method"], self._tags["dataset"], self._tags["partition"], eps, seed)
         if len(methods) > 1:
             # one nested run per method: the split of a method is the one its pipeline reads
@@ -183,7 +189,7 @@ class RunTagsHook:
                 ins = {i for n in pipeline.nodes if n.namespace and n.namespace.split(".")[0] == m for i in n.inputs}
                 scheme, n_clients = split_of["rotated_data"] if "rotated_data" in ins else split_of["partition"]
                 tags = {**self._tags, "method": m, "kind": "method", "partition": scheme, "n_clients": n_clients,
-                        "trust_model": trust_model_of(m, params, priv.get("epsilon") is not None)}
+                        "trust_model": _trust_model(m, params, priv)}
                 _METHOD_RUNS.tags[m] = tags
                 _METHOD_RUNS.names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
             self._name = f"tour · {self._tags['dataset']}/{self._tags['partition']} · ε={eps} · seed {seed}"

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
-from fedclust.clustering import dp_fedc, fed_dp_kmeans, fedc_mf, fedsc, spectral
+from fedclust.clustering import dp_fedc, fedc_mf, fedsc, spectral
 from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
@@ -41,7 +42,7 @@ from fedclust.metrics import data_chance_line, is_at_chance, scores_with_chance
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
-from fedclust.registry import REGISTRY
+from fedclust.registry import REGISTRY, trust_model_of
 
 ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fed_dp_kmeans", "fedc_avg", "fedc_gds", "fedsc", "kmeans",
                "sc")
@@ -71,11 +72,7 @@ def method_rounds(method: str, eps, cfg: dict) -> int:
 
 def trust_model(method: str, eps, cfg: dict) -> str:
     """The trust model of a method's private cell (``none`` without DP or without a DP variant)."""
-    spec = REGISTRY.get(method)
-    if eps is None or spec is None or not spec.private or not spec.trust_models:
-        return "none"
-    chosen = cfg.get("trust_model")
-    return chosen if chosen in spec.trust_models else spec.default_trust_model
+    return trust_model_of(method, cfg.get("trust_model"), eps is not None)
 
 
 def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
@@ -96,18 +93,16 @@ def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
         return run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
                    noise_multiplier=z, clip=clip if z > 0 else None, **extra)
     if method == "fed_dp_kmeans":
-        # the method's own defaults (conf/base/parameters_fed_dp_kmeans.yml), with the cell's clip
-        fc = REGISTRY[method].config_from(cfg.get("fed_dp_kmeans") or {})
-        rows = fed_dp_kmeans.holdout_rows(X.shape[0], fc.server_fraction, seed) if fc.server_data == "holdout" else None
-        z = None
-        if eps is not None:
-            z = fed_dp_kmeans.noise_multipliers(eps, delta, projection=fc.projection, steps=fc.steps,
-                                                has_server_data=rows is not None, shares=fc.shares,
-                                                count_share=fc.count_share, accountant=accountant)
-        return fed_dp_kmeans.run(X, client, k, server_rows=rows, noise=z, clip=clip, seed=seed, y=y,
-                                 steps=fc.steps, projection=fc.projection, n_components=fc.n_components,
-                                 trust_model=fc.trust_model, count_threshold=fc.count_threshold,
-                                 server_restarts=fc.server_restarts)
+        # through the registry: the method's own defaults (conf/base/parameters_fed_dp_kmeans.yml),
+        # with the cell's clip and trust model
+        spec = REGISTRY[method]
+        over = {**(cfg.get("fed_dp_kmeans") or {}), "clip": clip}
+        if eps is not None:  # the trust model the cell's records name
+            over["trust_model"] = trust_model(method, eps, cfg)
+        fc = spec.config_from(over)
+        dataset, partition = SimpleNamespace(X=X, y=y, n_classes=k), SimpleNamespace(client=client)
+        noise = spec.calibrate({"epsilon": eps, "delta": delta, "accountant": accountant}, fc, dataset, partition)
+        return spec.run(dataset, partition, noise, fc, seed)
     if method == "dp_fedc":
         kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
         if eps is None:

@@ -142,14 +142,14 @@ def get(name: str) -> MethodSpec:
                          + f" (valid: {', '.join(REGISTRY)})") from None
 
 
-def trust_model_of(method: str, params: dict, private: bool) -> str:
-    """The trust model a run of ``method`` uses (``"none"`` when not private or not a DP method):
-    ``<method>.train.trust_model`` where the method has the choice, else its only model."""
+def trust_model_of(method: str, chosen: str | None, private: bool) -> str:
+    """The trust model a run of ``method`` uses: ``chosen`` (a configured ``trust_model``) where the
+    method supports it, else its default; ``"none"`` when the run is not private or the method has
+    no DP variant."""
     spec = REGISTRY.get(method)
     if not private or spec is None or not spec.private or not spec.trust_models:
         return "none"
-    chosen = ((params.get(method) or {}).get("train") or {}).get("trust_model")
-    return str(chosen or spec.default_trust_model)
+    return chosen if chosen in spec.trust_models else spec.default_trust_model
 
 
 def clustering_methods() -> list[str]:
