@@ -904,35 +904,12 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     info["participants_per_round"] = s1["n_part"]
 
     # 3. perturbed factors: noise on each C_p once (eq. 32), and the releases of the variant
-    if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
-        uploads["C_clean"] = C
-    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
-                                  rng=stream(seed, "noise/c"))
-    if uploads is not None:
-        uploads.setdefault("C_clean", C)
-        uploads["C_released"] = C
-    info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
-    info["c_noise_std"] = sigma_c
-    if factor_releases:
-        factor_release_events(o, d=d, r=r, events=events, notes=notes)
-    if events:
-        notes.append(_evaluation_note(data_dp))
+    C = _release_factors(o, C, client, sizes, s1, d=d, r=r, seed=seed, factor_releases=factor_releases,
+                         data_dp=data_dp, events=events, notes=notes, info=info, uploads=uploads)
 
     # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
-    if cluster:
-        ginfo: dict = {}
-        labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
-                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
-                                              graph_info=ginfo)
-        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
-                    graph_components_paper=int(ginfo["components_paper"]))
-    else:
-        labels, err = np.full(n, -1, dtype=np.int64), None
-    info["reconstruction_error"] = err
-    if not hist["reconstruction_error"] and err is not None:
-        hist["reconstruction_error"].append(err)
-    if attack:
-        info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
+    labels = _stage2(X, Z, C, k, r, knn, hist, info, seed=seed, cluster=cluster, include_self=include_self,
+                     n_init=n_init, eigen_solver=eigen_solver, graph=graph, attack=attack)
     if return_factors:
         info["Z"], info["C"] = Z, C
     if return_uploads:
@@ -947,6 +924,52 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     uploaded = rounds * s1["n_part"] * d * m + d * n
     return ClusteringResult(labels=labels, centroids=None, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)
+
+
+def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, data_dp, events, notes, info,
+                     uploads):
+    """Step 3 of :func:`run`: noise on each client's C_p (once), and the releases of the factor variant.
+
+    Returns the C that leaves the clients (noisy when the variant asks for it).
+    """
+    if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
+        uploads["C_clean"] = C
+    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
+                                  rng=stream(seed, "noise/c"))
+    if uploads is not None:
+        uploads.setdefault("C_clean", C)
+        uploads["C_released"] = C
+    info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
+    info["c_noise_std"] = sigma_c
+    if factor_releases:
+        factor_release_events(o, d=d, r=r, events=events, notes=notes)
+    if events:
+        notes.append(_evaluation_note(data_dp))
+    return C
+
+
+def _stage2(X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_init, eigen_solver, graph,
+            attack) -> np.ndarray:
+    """Step 4 of :func:`run` (Stage II): the labels from the spectral clustering of K_hat = C' K(Z,Z) C.
+
+    Also records the graph actually used, the reconstruction error and, with ``attack``, the labels an
+    attacker gets from C alone.
+    """
+    if cluster:
+        ginfo: dict = {}
+        labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
+                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
+                                              graph_info=ginfo)
+        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
+                    graph_components_paper=int(ginfo["components_paper"]))
+    else:
+        labels, err = np.full(X.shape[0], -1, dtype=np.int64), None
+    info["reconstruction_error"] = err
+    if not hist["reconstruction_error"] and err is not None:
+        hist["reconstruction_error"].append(err)
+    if attack:
+        info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
+    return labels
 
 
 def _gradient_steps(Zb, Xp, Cpad, sizes, r2, lam, steps, z_lr, L_prev):
