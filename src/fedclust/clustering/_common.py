@@ -8,6 +8,7 @@ baselines (spec 000, A11).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import NamedTuple
@@ -19,6 +20,7 @@ from fedclust.metrics import clustering_scores
 from fedclust.privacy.mechanisms import clip_rows
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
+from fedclust.threads import thread_limits
 
 MECHANISMS = ("classical", "analytic")
 
@@ -402,15 +404,11 @@ def blas_limit(n: int | None):
     """Context limiting BLAS/OpenMP (and torch, if imported) threads to ``n`` (no-op for None); see
     :func:`fedclust.threads.thread_limits`. The federated rounds are many small products, which
     multi-threaded OpenBLAS runs several times slower on a busy CPU."""
-    from fedclust.threads import thread_limits
-
     return thread_limits(n, name="blas_threads")
 
 
 def with_blas_limit(fn):
     """Decorator: adds a keyword ``blas_threads`` (default 1; None = leave BLAS alone) to ``run``."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, blas_threads: int | None = 1, **kwargs):
         with blas_limit(blas_threads):

@@ -99,6 +99,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedclust.clustering._common import (
+    blas_limit,
     check_all_clients_nonempty,
     check_clients_per_round,
     check_float,
@@ -473,14 +474,6 @@ def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarr
     return lab, nz
 
 
-def _blas_threads(n):
-    """Context limiting BLAS/OpenMP (and torch, if imported) threads to n (no-op for None); see
-    :func:`fedclust.threads.thread_limits`."""
-    from fedclust.threads import thread_limits
-
-    return thread_limits(n, name="blas_threads")
-
-
 # ----------------------------------------------------------------------------------------------
 # privacy: the releases of every client, the worst client, budget matching
 # ----------------------------------------------------------------------------------------------
@@ -806,7 +799,7 @@ def run(
                            "noise_to_signal", "grad_norm_median"))
     logs = _RoundLogs(s.rounds, s.K)
     rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
-    with _blas_threads(s.blas_threads):
+    with blas_limit(s.blas_threads):
         for t in range(1, s.rounds + 1):
             _one_round(t, st, s, eps_round, rng_s, rng_mb, rng_noise, logs)
             _record_round(t, st, s, eps_round, logs, hist, y)
