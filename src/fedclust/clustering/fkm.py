@@ -1,5 +1,7 @@
 """FKM: federated k-means (federated Lloyd), the first baseline of DP-FedC's Table I.
 
+The method, our choices and measured numbers: ``docs/methods/fkm.md``.
+
 Reference: the FKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
 (Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from "Secure
 federated clustering" (SecFC), which runs exact Lloyd iterations (eqs. (9)-(10) of the DP-FedC

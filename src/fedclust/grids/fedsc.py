@@ -1,4 +1,4 @@
-"""The FedSC experiment grid (spec 001, section 5.5; issue 6).
+"""The FedSC experiment grid.
 
 Cells, per data set and trial (seed), with P iid clients:
 
@@ -13,7 +13,7 @@ Cells, per data set and trial (seed), with P iid clients:
 
 Every method in one trial shares the kernel width r and d, computed once on that trial's data.
 
-Data (issue 17): ``datasets`` is any list of entries, each
+Data: ``datasets`` is any list of entries, each
 
 * a data set name of :mod:`fedclust.data.registry` (``fedsc_iris``; file-based ones read from
   ``data_paths.<name>``; ``mat`` is labelled by the stem of its file);

@@ -111,7 +111,7 @@ _SPECS = [
                 library="fedclust.clustering.fed_dp_kmeans:run", trust_models=_ALL_MODELS),
     _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
     _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
-    # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
+    # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
     _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
     _clustering("fedc_avg", C.FedCAvgConfig, cl.fedc_mf_calibrate("fedc_avg"), cl.fedc_mf_run("fedc_avg"),
                 private=False, releases="local W models every round (not private)", in_tour=True,
