@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from fedclust.clustering import dsc, fedsc, spectral
 from fedclust.metrics import clustering_accuracy, nmi
 from fedclust.rng import stream
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT.parent / "shared" / "data"
 FILES = {"Iris": "Iris_tsne.mat", "Bank": "Bank_tsne.mat", "COIL20": "COIL20_tsne.mat"}
@@ -152,7 +152,7 @@ def graph_table(names, seeds, P=8):
     print("\n### FedSC - SC (same graph), mean ACC difference; graph facts (seed 0: SC / FedSC)\n")
     print("| data | Δ paper | Δ min_connected_k | Δ mst | components (paper kNN) | k of min_connected_k | Stage II s (paper / mck / mst) |")
     print("|---|---|---|---|---|---|---|")
-    for name, n, k, per, comps, ks, t_g in rows:
+    for name, _n, _k, per, comps, ks, t_g in rows:
         dl = [np.mean(per[f"FedSC {g}"]["ACC"]) - np.mean(per[f"SC {g}"]["ACC"]) for g in GRAPHS]
         print(f"| {name} | " + " | ".join(f"{v:+.3f}" for v in dl) + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
               f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "

@@ -381,11 +381,16 @@ class IFCACNN(nn.Module):
         self.fc2 = nn.Linear(384, 192)
         self.fc3 = nn.Linear(192, n_classes)
         with torch.no_grad():
-            _trunc_normal_(self.conv1.weight, 0.05); self.conv1.bias.zero_()
-            _trunc_normal_(self.conv2.weight, 0.05); self.conv2.bias.fill_(0.1)
-            _trunc_normal_(self.fc1.weight, 0.04); self.fc1.bias.fill_(0.1)
-            _trunc_normal_(self.fc2.weight, 0.04); self.fc2.bias.fill_(0.1)
-            _trunc_normal_(self.fc3.weight, 1.0 / 192); self.fc3.bias.zero_()
+            _trunc_normal_(self.conv1.weight, 0.05)
+            self.conv1.bias.zero_()
+            _trunc_normal_(self.conv2.weight, 0.05)
+            self.conv2.bias.fill_(0.1)
+            _trunc_normal_(self.fc1.weight, 0.04)
+            self.fc1.bias.fill_(0.1)
+            _trunc_normal_(self.fc2.weight, 0.04)
+            self.fc2.bias.fill_(0.1)
+            _trunc_normal_(self.fc3.weight, 1.0 / 192)
+            self.fc3.bias.zero_()
 
     def forward(self, x):
         x = self.lrn(self.pool(torch.relu(self.conv1(x))))

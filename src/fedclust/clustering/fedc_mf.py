@@ -521,7 +521,7 @@ class _PalmEngine(_Engine):
         self.HHt = H @ H.T
 
     def round(self, s: int):
-        d, N, K = self.data, self.data.N, self.data.K
+        d, N = self.data, self.data.N
         avg = np.zeros_like(self.W)
         H = self.H.copy()
         for ids, mask, col, Xpad in self.chunks:  # loop over memory-bounded chunks, not clients

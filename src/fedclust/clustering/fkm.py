@@ -49,7 +49,7 @@ from fedclust.clustering._common import check_init, clip_data, init_release, ini
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
 from fedclust.metrics import clustering_scores
-from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.release import sum_noise_std
 from fedclust.progress import report as report_round
 from fedclust.rng import stream

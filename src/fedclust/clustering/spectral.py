@@ -319,7 +319,7 @@ def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int,
             idx, val, lo, hi = _sorted_topk(rows, n, kmax, include_self, block_rows)
             comps = {}
 
-            def count(kk):
+            def count(kk, idx=idx, val=val, lo=lo, hi=hi, comps=comps):  # this iteration's top-k
                 if kk not in comps:
                     comps[kk] = n_components(_graph_from_topk(idx, val, kk, lo, hi, minmax))
                 return comps[kk]
