@@ -43,6 +43,7 @@ lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/deptry .
+	$(BIN)/lint-imports
 
 viz: install
 	$(BIN)/kedro viz build --include-hooks

@@ -496,7 +496,7 @@ class ParamsCheckHook:
                 check_scheme(part.get("scheme"), {**extra, **(part.get("options") or {})})
         except ValueError as exc:
             raise ParameterError(str(exc)) from None
-        from fedclust.params_check import method_problems
+        from fedclust.registry import method_problems
 
         problems = method_problems(params, used)
         if problems:

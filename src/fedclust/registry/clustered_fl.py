@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 
+from fedclust.params_check import ParameterError
 from fedclust.registry import configs as C
 from fedclust.registry.helpers import refuse_absurd, tensors_and_model
 from fedclust.registry.privacy import check_privacy_params, non_private_calibration
@@ -176,8 +177,6 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
     k = _check_k("rr_cluster", cfg, rotated)
     problems = cfg.feasibility(int(rotated.group.size), k) if method == "rr_cluster" else []
     if problems:
-        from fedclust.params_check import ParameterError
-
         raise ParameterError(problems[0])
     data, model = tensors_and_model(rotated, cfg.model)
     kw = cfg.pick("rounds", "lr", "local_steps", "eval_every", "server_lr")

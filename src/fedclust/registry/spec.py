@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from fedclust.params_check import _nearest
 from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
 from fedclust.registry import configs as C
@@ -135,8 +136,6 @@ def get(name: str) -> MethodSpec:
     try:
         return REGISTRY[name]
     except KeyError:
-        from fedclust.params_check import _nearest
-
         near = _nearest(name, list(REGISTRY))
         raise ValueError(f"unknown method {name!r}" + (f"; did you mean {near!r}?" if near else "")
                          + f" (valid: {', '.join(REGISTRY)})") from None
