@@ -70,3 +70,56 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# ---- markers applied by fixture, and no silent skips ---------------------------------------------
+
+#: fixtures that read ../shared/data and skip when it is missing: their tests are ``external_data``
+EXTERNAL_DATA_FIXTURES = {"mnist_dir", "iris", "circles", "coil20"}
+#: fixtures that run a copy of the Kedro project (sessions, subprocesses): their tests are ``slow``
+SLOW_FIXTURES = {"project_copy", "kedro_project", "run_pipeline", "benchmark_project"}
+#: markers under which a skip is allowed (counted and listed, never silent)
+ALLOWED_SKIP_MARKERS = ("external_data", "allow_skip")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set(item.fixturenames)
+        if names & EXTERNAL_DATA_FIXTURES:
+            item.add_marker(pytest.mark.external_data)
+        if names & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
+
+class SkipLedger:
+    """Every skip, allowed (the test carries one of :data:`ALLOWED_SKIP_MARKERS`) or not. The summary
+    prints their count; a skip that no marker allows fails the run, so that nothing is skipped
+    silently (on a clean clone without ../shared/data only ``external_data`` tests may skip)."""
+
+    def __init__(self):
+        self.allowed: list[tuple[str, str]] = []
+        self.not_allowed: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report):
+        if not report.skipped or report.when == "teardown" or hasattr(report, "wasxfail"):
+            return
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        allowed = any(m in report.keywords for m in ALLOWED_SKIP_MARKERS)
+        (self.allowed if allowed else self.not_allowed).append((report.nodeid, reason))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        n = len(self.allowed) + len(self.not_allowed)
+        terminalreporter.write_line(f"skipped: {n} ({len(self.allowed)} allowed by a marker, "
+                                    f"{len(self.not_allowed)} not allowed)")
+        for nodeid, reason in self.not_allowed:
+            terminalreporter.write_line(f"  skipped without an allowing marker: {nodeid}: {reason}", red=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.not_allowed and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the xdist controller (or a plain run) sees every report
+        config.pluginmanager.register(SkipLedger(), "fedclust-skip-ledger")
