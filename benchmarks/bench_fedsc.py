@@ -573,8 +573,8 @@ def main():
     ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
                     help="preprocessing of the files (default none: the paper's code uses the files as they are)")
     ap.add_argument("--graphs", action="store_true", help="only the kNN-graph comparison (issue 17) on the files")
-    ap.add_argument("--issue17", action="store_true",
-                    help="issue 17's table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
+    ap.add_argument("--six-files", "--issue17", dest="issue17", action="store_true",
+                    help="the table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
     ap.add_argument("--diagnose-digits", action="store_true",
                     help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)")
     ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --issue17, --diagnose-digits (default 5)")
