@@ -3,6 +3,7 @@ wrong types, zero counts and absurd sizes are errors naming the parameter."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -81,7 +82,7 @@ def test_all_problems_are_reported_at_once_and_null_means_default():
 
 def test_configs_are_frozen():
     cfg = REGISTRY["fkm"].config()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.rounds = 3
 
 

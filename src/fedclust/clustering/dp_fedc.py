@@ -2,10 +2,10 @@
 
 Paper: Y. Li, S. Wang, C.-Y. Chi, T. Q. S. Quek, "Differentially Private Federated Clustering Over
 Non-IID Data", IEEE Internet of Things Journal (2023), DOI 10.1109/JIOT.2023.3312852.
-Specified (with resolutions of the paper's ambiguities) in ``specs/000_dp_fedc.md``; amendments
-A-1 (privacy soundness) and A-3 (penalty) of ``specs/AMENDMENTS.md`` apply.
+The algorithm, our choices where the paper is unclear (penalty, step sizes, public constants of a
+private run) and measured numbers are in ``docs/methods/dp_fedc.md``.
 
-Model (eqs. 13-14, with the spec's resolution A3 for the penalty): with W (m x k) the shared
+Model (eqs. 13-14, with our default penalty weight, see ``rho_factor``): with W (m x k) the shared
 centroids and H_i (k x n_i) >= 0 the local soft assignments of client i,
 
     F(W, H) = (1/N) sum_i F_i(W, H_i)                                                    (13)
@@ -21,26 +21,26 @@ One round t (Algorithm 1):
    with W = the broadcast global W (eq. 17), step 1/gamma (rules below);
 3. every sampled client takes Q2^t minibatch SGD steps on its copy of W (eq. 18) with H fixed,
    Q2^t = floor(Qhat/t) + 1 or a constant; minibatches of b_i = min(b, n_i) samples taken from
-   reshuffled epochs of the local data (spec 2.1.6); the minibatch gradient is scaled by n_i/b_i
-   (unbiased, A2); each minibatch gradient is clipped to Frobenius norm G (A4);
+   reshuffled epochs of the local data; the minibatch gradient is scaled by n_i/b_i
+   (unbiased); each minibatch gradient is clipped to Frobenius norm G;
 4. each sampled client adds i.i.d. N(0, sigma_{i,t}^2) noise to every entry of W_i (eq. 19), sigma
    from eq. (29) with the sensitivity 2 G Q2^t / eta_i of eq. (28) and the per-round epsilon from
    Theorem 3 / eq. (32) (``fedclust.privacy.paper.dp_fedc``);
 5. the server sets W to the plain mean of the K noisy uploads (eq. 20).
 
-Step sizes (spec 2.1.4, A1/A2). With lam = lambda_max(W'W) of the broadcast W and the exact
-Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (A3 penalty):
+Step sizes. With lam = lambda_max(W'W) of the broadcast W and the exact
+Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (with the penalty above):
 
 * ``h_step="stable"`` (default): gamma = alpha_1 * L_H, alpha_1 = 1.0 -> guaranteed descent;
 * ``h_step="fast"``: gamma = alpha_1 * L_H / 2, alpha_1 = 1.1 (step ~ 1/lam, still < 2/L_H: descent);
 * ``h_step="paper_literal"``: gamma = lam / 2 (Sec. VI-A read literally; step ~ 4/L_H, may diverge).
 
-W step: eta_i = alpha_2 * Lambda_i per client (``eta_rule="per_client"``, A2) or the RMS of Lambda
+W step: eta_i = alpha_2 * Lambda_i per client (``eta_rule="per_client"``) or the RMS of Lambda
 over all clients (``eta_rule="rms"``, the L_W^t of Assumption 1), where Lambda_i is set by
 ``constants`` (below); alpha_2 = 5 (the paper) with the data's Lambda_i, 1.25 with the public one
 (:data:`ALPHA_2`).
 
-Privacy (amendment A-1). The release is each sampled client's noisy W_i (sample-level DP, replace-one
+Privacy. The release is each sampled client's noisy W_i (sample-level DP, replace-one
 neighbours, the paper's Definition 1). The Gaussian of eq. (19) covers it only if the noise scale and
 everything the upload depends on, apart from the sampled minibatch, are public. ``constants`` says how
 the noise-relevant constants are set:
@@ -61,17 +61,17 @@ the noise-relevant constants are set:
   client's step depend on private data outside the minibatch, neither eq. (28) nor the amplification
   holds, and a private run reports epsilon = inf (``non_dp_release``).
 
-Initialisation (A-1): W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
-(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``, the paper's A9; a private run
+Initialisation: W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
+(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``; a private run
 that uses it reports epsilon = inf) or data-independent (``"uniform_box"``, the private default).
 
-Heterogeneous clients (A-1): every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
+Heterogeneous clients: every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
 sample belongs to one client and the other clients' uploads depend on it only through the released
 broadcasts, so the run's epsilon is the worst client's (:func:`planned_releases` describes the client
 whose releases the accountant rates highest, found over all distinct client sizes).
 
 Labels: argmax over each column of H_i (each row of our (n, k) H); an all-zero column falls back to
-the nearest centroid of the final W (A17).
+the nearest centroid of the final W.
 
 Implementation: rows are samples (X is (n, m)), so we store C = W' (k x m) and H as one (n, k) array
 in the client-sorted "segment" layout (client i owns a contiguous block of rows). Because every
@@ -130,7 +130,7 @@ H_INITS = ("uniform", "nearest")
 #: How the noise-relevant constants (rho, mu_h, eta) are set (module docstring): from public
 #: quantities only, or from the data as the paper does (not private).
 CONSTANTS = ("public", "data")
-#: The paper's rho_factor (Sec. VI-A); the default is 1e-2 (amendment A-3).
+#: The paper's rho_factor (Sec. VI-A); the default is 1e-2.
 PAPER_RHO_FACTOR = 1e-7
 #: Default alpha_2 of the W step eta_i = alpha_2 Lambda_i: the paper's 5 with its data-dependent
 #: Lambda_i = lambda_max(H_i H_i'); 1.25 with the public stand-in Lambda_i = n_i / k, which assumes unit
@@ -144,10 +144,10 @@ ALPHA_2 = {"data": 5.0, "public": 1.25}
 # ----------------------------------------------------------------------------------------------
 def penalty_params(X: np.ndarray | None, n_clients: int, rho_factor: float = 1e-2, mu_h_factor: float = 1e-10,
                    *, energy: float | None = None):
-    """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A, spec 5.3) with E = ||X||_F^2
+    """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A) with E = ||X||_F^2
     (the paper), or the given ``energy`` (e.g. the public worst case :func:`public_energy`).
 
-    The default rho_factor is 1e-2 (amendment A-3); the paper's is :data:`PAPER_RHO_FACTOR` = 1e-7.
+    The default rho_factor is 1e-2; the paper's is :data:`PAPER_RHO_FACTOR` = 1e-7.
     """
     e = (float(np.square(X).sum()) if energy is None else float(energy)) / n_clients
     return rho_factor * e, mu_h_factor * e
@@ -218,7 +218,7 @@ def h_gamma(CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1:
 def h_grad(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, rho: float, mu_h: float,
            literal_2rho: bool = False) -> np.ndarray:
     """grad_{H_i} F_i for all clients at once, rows = samples: (2 W'W H - 2 W'X + rho U H - rho H
-    + mu_h H)' (spec 1.5; ``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
+    + mu_h H)' (``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
     a_rho = 2.0 * rho if literal_2rho else rho
     return 2.0 * (H @ CC) - 2.0 * XC + a_rho * H.sum(1, keepdims=True) + (mu_h - rho) * H
 
@@ -263,7 +263,7 @@ def draw_minibatches(rng: np.random.Generator, sizes: np.ndarray, Q2: int, b: in
     a (K, b_max) mask of valid slots and the (K,) minibatch sizes b_i.
 
     Client i uses b_i = min(b, n_i) samples per step; its Q2 b_i samples are consecutive chunks of
-    reshuffled epochs (random permutations of its n_i samples, concatenated; spec 2.1.6). All clients
+    reshuffled epochs (random permutations of its n_i samples, concatenated). All clients
     are drawn at once: random keys (K, epochs, n_max) with +inf on padding, argsorted.
     """
     K = sizes.size
@@ -365,7 +365,7 @@ def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h
             nrm = c[sl] * np.sqrt(np.einsum("kij,kij->k", D, D))  # ||grad_i||_F
             gnorm[r, sl] = nrm
             f = c[sl] / eta[sl]
-            if G is not None:  # clip every minibatch gradient to G (spec A4)
+            if G is not None:  # clip every minibatch gradient to G
                 over = nrm > G
                 n_clipped += int(np.count_nonzero(over))
                 f = f * np.minimum(1.0, G / np.maximum(nrm, np.finfo(np.float64).tiny))
@@ -465,7 +465,7 @@ def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w
 # labels
 # ----------------------------------------------------------------------------------------------
 def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, int]:
-    """argmax of every column of H (row of our H); all-zero columns -> nearest centroid (A17)."""
+    """argmax of every column of H (row of our H); all-zero columns -> nearest centroid."""
     lab = H.argmax(1)
     zero = ~(H > 0).any(1)
     nz = int(zero.sum())
@@ -486,7 +486,7 @@ SCREEN_ORDERS = tuple(o for o in RDP_ORDERS if o in (1.5, 2.0, 3.0, 4.0, 5.0, 6.
 
 
 def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0, q_cap):
-    """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t} (A7))."""
+    """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t})."""
     sizes = np.asarray(sizes)
     bi_all = np.minimum(b, sizes)
     q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, int(rounds) + 1))
@@ -530,7 +530,7 @@ def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tu
 
 def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
                    eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> dict:
-    """The DP releases of every client of a private run and the worst client (amendment A-1).
+    """The DP releases of every client of a private run and the worst client.
 
     Sample-level DP of one client's data, replace-one neighbours (Definition 1). Per round a sampled
     client draws Q2^t b_i of its n_i samples without replacement (all n_i, i.e. no amplification,
@@ -748,8 +748,7 @@ def run(
     Q1: H steps per round (>= 1). q2: "diminishing" (Q2^t = floor(Qhat/t)+1) or a constant int >= 1.
     b: minibatch size (>= 1); a client with n_i < b uses b_i = n_i.
     rho_factor, mu_h_factor: rho = rho_factor E/N, mu_h = mu_h_factor E/N, E = ||X||_F^2
-        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2 (amendment
-        A-3: H nearly one-hot); the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
+        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2; the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
         mu_w >= 0.
     h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
     eta_rule: "per_client" | "rms"; alpha_2 > 0; None = :data:`ALPHA_2` of ``constants`` (5, the
@@ -759,12 +758,12 @@ def run(
         data-derived constants when ``constants`` is (or defaults to) ``"data"``.
     delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
         no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
-    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i (A6).
+    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i.
     all_clients_update_H: the paper's behaviour (True) or only the sampled clients (False).
-    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho (A3).
+    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho.
     h_init: "uniform" (H^0 ~ U[0,1]) or "nearest" (one-hot nearest centroid of W^0).
     init_centroids: (k, m) shared W^0 (transposed), taken as public; overrides ``init``.
-    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows, the paper's A9) when
+    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows) when
         not private, "uniform_box" (uniform in ``init_domain``, scaled into the clip ball) when
         private. "data" in a private run releases private rows: epsilon = inf.
     init_domain: [low, high], the public domain of every feature (default [0, 1]).
@@ -780,8 +779,8 @@ def run(
     ``non_dp_release`` for each non-private step; a run without DP has one naming its steps);
     ``history`` has per round "objective" (F of eq. 13 at (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled
     clients), "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal"
-    (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the
-    spec's A4 suggestion for choosing G from a non-private warm-up run). The histories are
+    (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: a
+    way to choose G from a non-private warm-up run). The histories are
     computed on raw data: experimenter-side evaluation, not covered by epsilon. ``info`` has
     "sampled_clients", "round_sigma" and "round_eta" ((R, K): per round, the sampled clients (sorted),
     their noise std and step-size denominator), "H" and the privacy settings.

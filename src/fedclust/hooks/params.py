@@ -9,9 +9,9 @@ from kedro.config import OmegaConfigLoader
 from kedro.framework.hooks import hook_impl
 
 from fedclust.hooks.failures import install_user_error_hook
-from fedclust.params_check import ParameterError, method_problems, raise_for_params
+from fedclust.params_check import ParameterError, raise_for_params
 from fedclust.partition import check_scheme
-from fedclust.registry import REGISTRY
+from fedclust.registry import REGISTRY, method_problems
 from fedclust.registry.privacy import check_privacy_params
 from fedclust.threads import apply_thread_setting
 
