@@ -1,4 +1,4 @@
-"""Benchmark (issue 16, section 1): memory of the clustered-FL engine against the clients per round.
+"""Benchmark: memory of the clustered-FL engine against the clients per round.
 
 Workload: rotated MNIST test set (``../shared/data/mnist``, the official 10,000 test images, scaled to
 [0, 1]): the images are split into an 8,000-image training pool and a 2,000-image test pool, each
@@ -19,7 +19,7 @@ Every setting runs in its own process (one torch thread by default) and reports:
   training time (the engine's phase timers; the final evaluation is excluded);
 * ``chunk``: clients per chunk (``max_chunk_mb``) and chunks per round.
 
-``unchunked`` runs use ``max_chunk_mb=1e9`` (one chunk per round: the engine before issue 16); they are
+``unchunked`` runs use ``max_chunk_mb=1e9`` (one chunk per round: the engine without chunking); they are
 skipped above ``--unchunked-up-to`` clients per round (3,200 unchunked needs about 9 GB). Where both
 ran, the largest parameter difference between the chunked and unchunked final models is printed.
 
@@ -174,7 +174,7 @@ def run(a):
 
 
 # ------------------------------------------------------------------------------------------------
-# Data-clustering methods that stack per-client state (issue 16, section 1, second item)
+# Data-clustering methods that stack per-client state
 # ------------------------------------------------------------------------------------------------
 DC_METHODS = ("dp_fedc", "fedcavg", "fedcgds", "fedsc")
 

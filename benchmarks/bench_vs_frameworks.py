@@ -1,6 +1,6 @@
 """fedclust's clustered-FL engine side by side with a per-client torch loop and Flower's simulation.
 
-Workload (issue 16): rotated MNIST built from the 10,000-image MNIST test set (``../shared/data/mnist``),
+Workload: rotated MNIST built from the 10,000-image MNIST test set (``../shared/data/mnist``),
 P = 4 rotations (0/90/180/270), 320 clients (80 per rotation) of 30 training images each, plus 25 held-out
 test images per client with the same rotation (``fedclust.bench.rotated``, as ``bench_cfl_mgd.py``), MLP 784-200-10, 10 local
 SGD steps with minibatches of 10 (drawn without replacement per step), lr 0.1, 32 clients per round,
