@@ -84,7 +84,7 @@ def test_threshold_is_chosen_on_held_out_runs():
 
 
 def test_fkm_canary_audit_sound_and_powerful():
-    from fedclust.privacy.audits import get
+    from fedclust.audits import get
 
     rep = audit_case(get("fkm"), n_runs=600)
     assert rep.case.epsilon == pytest.approx(1.0, rel=1e-3)
@@ -93,7 +93,7 @@ def test_fkm_canary_audit_sound_and_powerful():
 
 
 def test_audit_registry_names_the_nearest_case():
-    from fedclust.privacy.audits import get
+    from fedclust.audits import get
 
     with pytest.raises(KeyError, match="did you mean 'fkm'"):
         get("fkmm")

@@ -1,6 +1,6 @@
 """The privacy audit of every DP method (pipeline ``privacy_audit``): one record per method and budget.
 
-Each method's canary audit (:mod:`fedclust.privacy.audits`) is run at every budget of ``epsilons``
+Each method's canary audit (:mod:`fedclust.audits`) is run at every budget of ``epsilons``
 (default 1 and 4) with the noise on and off, and on its halved-noise mutant
 (:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower
 bounds (distribution-free, and tight where the case has a Gaussian statistic), ``tightness``, the
@@ -51,7 +51,7 @@ def check_config(config: dict | None) -> dict:
     """``config`` merged over :data:`DEFAULTS`; unknown keys and methods are errors naming the nearest."""
     import difflib
 
-    from fedclust.privacy.audits import cases
+    from fedclust.audits import cases
 
     cfg = dict(DEFAULTS)
     for key, value in (config or {}).items():
@@ -92,7 +92,7 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
     from fedclust.experiments import eps_label
     from fedclust.privacy.audit import audit_case
-    from fedclust.privacy.audits import cases
+    from fedclust.audits import cases
 
     factory = cases()[method]
     eps_param = inspect.signature(factory).parameters.get("epsilon")

@@ -29,7 +29,7 @@ so audits use budgets of ε ≈ 1-2.
 
 An :class:`AuditCase` describes one method's audit: ``scores(with_canary, noise, n_runs, seed)``
 returns one distinguisher score per independent run. The method families register their cases in
-:mod:`fedclust.privacy.audits`.
+:mod:`fedclust.audits`.
 
 The tight audit (:func:`gaussian_audit`). The distribution-free bound above needs many runs to get
 near the accounted ε: it estimates tail probabilities. Where the release is Gaussian, a case can

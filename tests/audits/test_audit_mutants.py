@@ -12,7 +12,7 @@ import pytest
 
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.audit import AuditCase, audit_case, gaussian_audit, gaussian_dp_epsilon
-from fedclust.privacy.audits import cases
+from fedclust.audits import cases
 from fedclust.registry.spec import REGISTRY
 
 PRIVATE = sorted(name for name, spec in REGISTRY.items() if spec.private)
@@ -25,7 +25,7 @@ def _cases_of(method: str) -> list[str]:
 
 @pytest.mark.parametrize("method", PRIVATE)
 def test_every_private_method_has_an_audit_case(method):
-    assert _cases_of(method), f"DP method {method!r} has no audit case in fedclust.privacy.audits"
+    assert _cases_of(method), f"DP method {method!r} has no audit case in fedclust.audits"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

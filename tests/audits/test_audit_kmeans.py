@@ -21,8 +21,8 @@ from fedclust.clustering import dk_pp, fkm, fzkm
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
-from fedclust.privacy.audits import cases, get
-from fedclust.privacy.audits.kmeans import K_CLUSTERS, with_canary
+from fedclust.audits import cases, get
+from fedclust.audits.kmeans import K_CLUSTERS, with_canary
 
 DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans")
 N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
