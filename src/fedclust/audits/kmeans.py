@@ -50,7 +50,7 @@ from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
 from fedclust.clustering._common import nearest, public_centroids
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as account
-from fedclust.privacy.audit import AuditCase, seeded_scores
+from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 from fedclust.privacy.mechanisms import clip_rows
 
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
@@ -71,23 +71,24 @@ def quiet_rounds():
 
 
 @contextmanager
-def observed_totals():
-    """Record every release of noisy Lloyd totals (:func:`fedclust.clustering.lloyd.release_totals`)
-    made inside the block: yields a list that receives ``(sums, counts)`` as released. Observation
-    only: the noise is drawn by the method's own code, unchanged."""
+def observed_totals(module=lloyd):
+    """Record every release of noisy Lloyd totals (:func:`fedclust.clustering.lloyd.release_totals`,
+    as ``module`` calls it: FZKM imports it by name) made inside the block: yields a list that
+    receives ``(sums, counts)`` as released. Observation only: the noise is drawn by the method's own
+    code, unchanged."""
     seen: list = []
-    original = lloyd.release_totals
+    original = module.release_totals
 
     def tap(*args, **kwargs):
         out = original(*args, **kwargs)
         seen.append((np.array(out[0], copy=True), np.array(out[1], copy=True)))
         return out
 
-    lloyd.release_totals = tap
+    module.release_totals = tap
     try:
         yield seen
     finally:
-        lloyd.release_totals = original
+        module.release_totals = original
 
 
 @contextmanager
@@ -145,8 +146,6 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
 
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
     X0, client0, canary = with_canary(False)
-    clipped = X0 * np.minimum(1.0, clip / np.maximum(np.linalg.norm(X0, axis=1, keepdims=True), 1e-300))
-    c_clipped = canary * min(1.0, clip / np.linalg.norm(canary))
 
     def run(X, client, seed, zz):
         # the run's public W^0 (uniform_box from the seed), passed explicitly so the auditor knows it
@@ -154,58 +153,87 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
         return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip,
                        init_centroids=W0), W0
 
-    eps = account(run(*with_canary(True)[:2], 0, z)[0].dp_events, delta)  # the claim of the calibrated run
+    events = run(*with_canary(True)[:2], 0, z)[0].dp_events
+    eps = account(events, delta)  # the claim of the calibrated run
 
     def one(X, client, s, zz):
         with observed_totals() as seen:
             res, W0 = run(X, client, s, zz)
         sums, counts = seen[0]  # round 1's released totals, under the public W^0
-        return res.centroids[:, 0].max(), lloyd_statistic((W0, sums, counts), c_clipped, clipped, clip, 1.0)
+        # FKM assigns every raw sample (canary included) to its nearest centre, then clips it
+        return res.centroids[:, 0].max(), lloyd_statistic((W0, sums, counts), canary, X0, clip, 1.0)
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client, _ = with_canary(canary_in)
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         with quiet_rounds():
-            return np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     noise_std=z * (clip**2 + 1.0), epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
                      description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
                                  "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
                                  "clip S_j[0] + N_j - n_j of the canary's cluster j (released totals)",
                      info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "mutant_noise_scale": noise_scale})
 
 
-def _centroid_case(name: str, run, steps: int, *, epsilon: float, delta: float, clip: float, n_runs: int,
-                   description: str, info: dict, noise_scale: float = 1.0) -> AuditCase:
-    """An audit case whose score is max_j C_j[0] of ``run(X, client, seed, z)``; ``z`` calibrated so
-    that ``steps`` unit Gaussians spend ``epsilon``, ε accounted from the run's own ``dp_events``."""
-    z = calibrate_noise_multiplier(epsilon, delta, steps=steps)
-    probe = run(*with_canary(True)[:2], 0, z)
-    eps = account(probe.dp_events, delta)
-
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
-        X, client, _ = with_canary(canary_in)
-        with quiet_rounds():
-            return seeded_scores(lambda s: run(X, client, s, z * noise_scale if noise else 0.0).centroids[:, 0].max(),
-                                 n, seed)
-
-    return AuditCase(name=name, method=name, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     description=description,
-                     info={"noise_multiplier": z, "clip": clip, **info, "mutant_noise_scale": noise_scale})
-
-
 def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
                n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """FZKM with ``local_iters = 1``: one round under one public W^0 shared by every run (a
+    ``uniform_box`` draw, so each centre lies on the clip sphere). The canary is client 0's extra
+    sample placed on the first initial centre, ``W^0_0`` (norm ``clip``: clipping leaves it alone):
+    its fuzzy membership there is 1, so it adds ``(W^0_0, 1)`` to that centre's released totals, a
+    vector of norm ``sqrt(clip^2 + 1)``, the whole sensitivity the accountant assumes. Everything else
+    in the round is fixed (all clients, fixed W^0), so the noise-free totals without and with the
+    canary, ``T_out`` and ``T_in``, are known to the auditor. The distinguisher and the Gaussian
+    statistic are the likelihood-ratio direction ``<T - T_out, T_in - T_out>`` of the released totals
+    T: ``N(0, s^2)`` without the canary and ``N(||T_in - T_out||^2, s^2)`` with it,
+    ``s = z sqrt(clip^2 + 1) ||T_in - T_out||``, so mu = 1/z. The noise residual is every released
+    entry minus its noise-free value (claimed std ``z sqrt(clip^2 + 1)``)."""
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
+    X0, client0, _ = with_canary(False)
+    W0 = public_centroids(K_CLUSTERS, X0.shape[1], 0, "uniform_box", clip=clip)
+    canary = W0[0].copy()
 
-    def run(X, client, seed, z):
+    def data(canary_in: bool):
+        if canary_in:
+            return np.vstack([X0, canary]), np.append(client0, 0)
+        return X0, client0
+
+    def run(X, client, seed, zz):
         return fzkm.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
-                        local_iters=1, server_restarts=1, noise_multiplier=z, clip=clip, init="uniform_box",
+                        local_iters=1, server_restarts=1, noise_multiplier=zz, clip=clip, init_centroids=W0,
                         blas_threads=None)
 
-    return _centroid_case("fzkm", run, rounds, epsilon=epsilon, delta=delta, clip=clip, n_runs=n_runs,
-                          description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}; "
-                                      "canary 8*e_0 added to client 0; score = max_j C_j[0]",
-                          info={"rounds": rounds, "local_iters": 1}, noise_scale=noise_scale)
+    def totals(X, client, seed, zz) -> np.ndarray:
+        with observed_totals(fzkm) as seen:
+            run(X, client, seed, zz)
+        return np.hstack([seen[0][0], seen[0][1][:, None]])  # round 1's released (sums | counts), k x (m+1)
+
+    events = run(*data(True), 0, z).dp_events
+    eps = account(events, delta)  # the claim of the calibrated run
+    with quiet_rounds():
+        T_out, T_in = totals(*data(False), 0, 0.0), totals(*data(True), 0, 0.0)
+    direction = T_in - T_out
+    pair_std = z * float(np.sqrt(clip**2 + 1.0))
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client = data(canary_in)
+        clean = T_in if canary_in else T_out
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            T = np.array([totals(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        stat = np.einsum("nkm,km->n", T - T_out, direction)
+        return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
+
+    return AuditCase(name="fzkm", method="fzkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     noise_std=pair_std, epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
+                                 "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "
+                                 "statistic = <T - T_out, T_in - T_out> of the released totals T",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "local_iters": 1,
+                           "sensitivity_used": float(np.linalg.norm(direction)), "mutant_noise_scale": noise_scale})
 
 
 def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
@@ -224,21 +252,24 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
         return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
                          seeding_rounds=0, noise_multiplier=zz, clip=clip, init="uniform_box", blas_threads=None)
 
-    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta, "pld")  # the claim of the calibrated run
+    events = run(*with_canary(True)[:2], 0, z).dp_events
+    eps = account(events, delta, "pld")  # the claim of the calibrated run
 
     def one(X, client, s, zz):
         with observed_updates() as seen:
             res = run(X, client, s, zz)
         return res.centroids[:, 0].max(), lloyd_statistic(seen[0], c_clipped, others, clip, 1.0)
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client, _ = with_canary(canary_in)
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         with quiet_rounds():
-            return np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     gaussian=True,
+                     gaussian=True, noise_std=z * (clip**2 + 1.0),
+                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
                                  f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
                                  "score = max_j C_j[0]; Gaussian statistic = clip S_j[0] + N_j - n_j of the first "
@@ -266,21 +297,25 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
         return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
                                  clip=clip, noise=zz, seed=seed, server_restarts=1)
 
-    eps = account(run(*with_canary(True)[:2], 0, z).dp_events, delta, "pld")  # the claim of the calibrated run
+    events = run(*with_canary(True)[:2], 0, z).dp_events
+    eps = account(events, delta, "pld")  # the claim of the calibrated run
+    stat_std = float(np.hypot(w_sum * z["step_sums"] * clip, w_count * z["step_counts"]))
 
     def one(X, client, s, zz):
         with observed_updates() as seen:
             res = run(X, client, s, zz)
         return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count)
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client, _ = with_canary(canary_in)
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         with quiet_rounds():
-            return np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
+            out = np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
-                     n_runs=n_runs, gaussian=True,
+                     n_runs=n_runs, gaussian=True, noise_std=stat_std,
+                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
                                  f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
                                  "Gaussian statistic = weighted S_j[0] and N_j - n_j of the first Lloyd step",
