@@ -236,29 +236,59 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
                            "sensitivity_used": float(np.linalg.norm(direction)), "mutant_noise_scale": noise_scale})
 
 
+@contextmanager
+def observed_weights(module):
+    """Record the weighting release of DK++ or FedDP-KMeans (the noisy counts of samples per public
+    point: :func:`fedclust.privacy.release.release_sum` as ``module`` calls it) made inside the block:
+    yields a list that receives the released counts. Observation only, as :func:`observed_totals`."""
+    seen: list = []
+    original = module.release_sum
+
+    def tap(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(np.array(out, copy=True))
+        return out
+
+    module.release_sum = tap
+    try:
+        yield seen
+    finally:
+        module.release_sum = original
+
+
 def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
                 n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    """DK++'s DP variant: the weighting round, then Lloyd rounds. The Gaussian statistic reads the
-    first Lloyd round's released totals (:func:`lloyd_statistic`; DK++ assigns clipped samples); it
-    sees one of the two releases the claim covers, so its tightness is at most about 0.7."""
-    # PLD, the tighter accountant: the statistic sees one of the two releases, so the claim must not
-    # carry RDP's slack on top (a halved noise would then hide below it)
+    """DK++'s DP variant: the weighting round (noisy counts of samples per public candidate, the
+    run's public W^0, passed explicitly so the auditor knows it), then Lloyd rounds. The Gaussian
+    statistic adds the two releases the canary touches, each divided by its shift: the weighting
+    count of the canary's candidate minus the other samples' count there (``N(0, z^2)``, shift 1)
+    and the first Lloyd round's ``(clip S_j[0] + N_j - n_j) / (clip^2 + 1)`` (:func:`lloyd_statistic`;
+    DK++ assigns clipped samples; ``N(0, z^2)``, shift 1). Their sum is ``N(0, 2 z^2)`` without the
+    canary and shifted by 2 with it: mu = sqrt(2)/z, the Gaussian-DP budget of both releases (the
+    Lloyd round's centres are post-processing of the weighting release, so the two noises are
+    independent given them)."""
+    # PLD: the claim of the two releases is their exact Gaussian-DP composition
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds, accountant="pld")
     X0, _, canary = with_canary(False)
     others = clip_rows(X0, clip)[0]
     c_clipped = clip_rows(canary[None], clip)[0][0]
 
     def run(X, client, seed, zz):
+        W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
         return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
-                         seeding_rounds=0, noise_multiplier=zz, clip=clip, init="uniform_box", blas_threads=None)
+                         seeding_rounds=0, noise_multiplier=zz, clip=clip, init_centroids=W0,
+                         blas_threads=None), W0
 
-    events = run(*with_canary(True)[:2], 0, z).dp_events
+    events = run(*with_canary(True)[:2], 0, z)[0].dp_events
     eps = account(events, delta, "pld")  # the claim of the calibrated run
 
     def one(X, client, s, zz):
-        with observed_updates() as seen:
-            res = run(X, client, s, zz)
-        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], c_clipped, others, clip, 1.0)
+        with observed_updates() as seen, observed_weights(dk_pp) as weights:
+            res, W0 = run(X, client, s, zz)
+        j = int(nearest(c_clipped[None], W0)[0][0])
+        w_stat = float(weights[0][j]) - float(np.sum(nearest(others, W0)[0] == j))
+        l_stat = lloyd_statistic(seen[0], c_clipped, others, clip, 1.0) / (clip**2 + 1.0)
+        return res.centroids[:, 0].max(), w_stat + l_stat
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client, _ = with_canary(canary_in)
@@ -268,12 +298,13 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     gaussian=True, noise_std=z * (clip**2 + 1.0),
+                     gaussian=True, noise_std=z * np.sqrt(2.0),
                      epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
                                  f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
-                                 "score = max_j C_j[0]; Gaussian statistic = clip S_j[0] + N_j - n_j of the first "
-                                 "Lloyd round (released totals)",
+                                 "score = max_j C_j[0]; Gaussian statistic = weighting count of the canary's "
+                                 "candidate + (clip S_j[0] + N_j - n_j)/(clip^2+1) of the first Lloyd round, "
+                                 "others' counts removed",
                      info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "seeding_rounds": 0,
                            "mutant_noise_scale": noise_scale})
 
@@ -283,15 +314,21 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
     split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
-    method is). The Gaussian statistic reads the first Lloyd step's released totals, weighted by the claimed
-    noise of the sums and the counts (:func:`lloyd_statistic`; the steps assign raw samples); it
-    does not see the weighting release, a tenth or so of the budget."""
+    method is). The Gaussian statistic adds the weighting count of the server point nearest the
+    (clipped) canary, others' count removed, and the first Lloyd step's released totals
+    (:func:`lloyd_statistic`; the steps assign raw samples), each term weighted by its shift over its
+    claimed noise variance: its mu is the composition of the three releases the canary touches."""
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
     mutated = {key: v * noise_scale for key, v in z.items()}
     X0, _, canary = with_canary(False)
-    # the best linear statistic for the claimed noise: sums carry std z_s clip, counts z_c
+    # the best linear statistic for the claimed noise: sums carry std z_s clip, counts z_c, the
+    # weighting counts z_w (each term's variance equals its shift, so the sum's mu is their composition)
     w_sum, w_count = 1.0 / (z["step_sums"] ** 2 * clip), 1.0 / z["step_counts"] ** 2
+    w_weight = 1.0 / z["weighting"] ** 2
+    c_clipped = clip_rows(canary[None], clip)[0][0]
+    j_w = int(nearest(c_clipped[None], server)[0][0])  # the server point the canary weighs (clipped)
+    n_w = float(np.sum(nearest(clip_rows(X0, clip)[0], server)[0] == j_w))
 
     def run(X, client, seed, zz):
         return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
@@ -299,12 +336,14 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
 
     events = run(*with_canary(True)[:2], 0, z).dp_events
     eps = account(events, delta, "pld")  # the claim of the calibrated run
-    stat_std = float(np.hypot(w_sum * z["step_sums"] * clip, w_count * z["step_counts"]))
+    stat_std = float(np.sqrt((w_sum * z["step_sums"] * clip) ** 2 + (w_count * z["step_counts"]) ** 2
+                             + (w_weight * z["weighting"]) ** 2))
 
     def one(X, client, s, zz):
-        with observed_updates() as seen:
+        with observed_updates() as seen, observed_weights(fed_dp_kmeans) as weights:
             res = run(X, client, s, zz)
-        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count)
+        w_stat = w_weight * (float(weights[0][j_w]) - n_w)
+        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count) + w_stat
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client, _ = with_canary(canary_in)
@@ -318,7 +357,8 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
                      epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
                                  f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
-                                 "Gaussian statistic = weighted S_j[0] and N_j - n_j of the first Lloyd step",
+                                 "Gaussian statistic = weighted weighting count of the canary's server point and "
+                                 "S_j[0], N_j - n_j of the first Lloyd step",
                      info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale})
 
 
