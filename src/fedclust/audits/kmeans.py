@@ -54,6 +54,9 @@ from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 from fedclust.privacy.mechanisms import clip_rows
 
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
+#: default runs per side of the noise-off audit and of the mutant: every case here is Gaussian, so
+#: its noise-off tight bound is unbounded and its mutant is seen by the measured-noise audit
+POWER_RUNS, MUTANT_RUNS = 100, 200
 CANARY_VALUE = 8.0
 
 
@@ -171,6 +174,7 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
                      noise_std=z * (clip**2 + 1.0), epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
                      description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
                                  "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
@@ -228,6 +232,7 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
         return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
 
     return AuditCase(name="fzkm", method="fzkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
                      noise_std=pair_std, epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
                      description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
                                  "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "
@@ -298,6 +303,7 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
                      gaussian=True, noise_std=z * np.sqrt(2.0),
                      epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
@@ -353,7 +359,7 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
     return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
-                     n_runs=n_runs, gaussian=True, noise_std=stat_std,
+                     n_runs=n_runs, gaussian=True, noise_std=stat_std, power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
                      epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
                      description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
                                  f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "

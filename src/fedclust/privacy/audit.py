@@ -287,6 +287,11 @@ class AuditCase:
     description: str = ""
     info: dict = field(default_factory=dict, hash=False, compare=False)
     gaussian: bool = False
+    #: runs per side of the noise-off audit and of the mutant (None: ``n_runs``). A Gaussian case's
+    #: noise-off tight bound is unbounded at any run count and the measured-noise audit sees half
+    #: the noise from a few hundred runs; only the distribution-free power check needs many.
+    power_runs: int | None = None
+    mutant_runs: int | None = None
     noise_std: float | None = None
     epsilon_at_noise: Callable[[float], float] | None = field(default=None, hash=False, compare=False)
 
@@ -447,16 +452,25 @@ def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float) -> 
 
 
 def audit_case(case: AuditCase, *, n_runs: int | None = None, seed: int = 0, alpha: float = 0.05,
-               power_check: bool = True, mutant: AuditCase | None = None) -> AuditReport:
-    """Audit ``case``: ``n_runs`` runs with and without the canary, noise on (and off when
-    ``power_check``), and ``mutant`` (the same case built with ``noise_scale < 1``) with its noise on.
-    Returns an :class:`AuditReport` (``sound``, ``powerful``, ``tightness``, ``mutant_caught``, ``to_dict()``)."""
-    n = int(case.n_runs if n_runs is None else n_runs)
-    if n < 8:
-        raise ValueError(f"n_runs must be >= 8, got {n}")
+               power_check: bool = True, mutant: AuditCase | None = None, power_runs: int | None = None,
+               mutant_runs: int | None = None) -> AuditReport:
+    """Audit ``case``: ``n_runs`` runs with and without the canary with the noise on, ``power_runs``
+    with it off (when ``power_check``), and ``mutant_runs`` of ``mutant`` (the same case built with
+    ``noise_scale < 1``) with its noise on. An ``n_runs`` given applies to all three unless
+    ``power_runs`` / ``mutant_runs`` are given too; without it, the case's ``n_runs``,
+    ``power_runs`` and ``mutant_runs`` apply. Returns an :class:`AuditReport` (``sound``,
+    ``powerful``, ``tightness``, ``mutant_caught``, ``to_dict()``)."""
+    if n_runs is None:
+        n = int(case.n_runs)
+        n_off, n_mut = int(power_runs or case.power_runs or n), int(mutant_runs or case.mutant_runs or n)
+    else:
+        n = int(n_runs)
+        n_off, n_mut = int(power_runs or n), int(mutant_runs or n)
+    if min(n, n_off, n_mut) < 8:
+        raise ValueError(f"run counts must be >= 8, got {n}, {n_off}, {n_mut}")
     if mutant is not None and not math.isclose(mutant.epsilon, case.epsilon, rel_tol=1e-9):
         raise ValueError(f"the mutant of {case.name!r} must keep the unmutated claim {case.epsilon}, got {mutant.epsilon}")
     noisy = _run(case, True, n, seed, alpha)
-    off = _run(case, False, n, seed, alpha) if power_check else None
-    mut = _run(mutant, True, n, seed + 7919, alpha) if mutant is not None else None
+    off = _run(case, False, n_off, seed, alpha) if power_check else None
+    mut = _run(mutant, True, n_mut, seed + 7919, alpha) if mutant is not None else None
     return AuditReport(case=case, noisy=noisy, noise_off=off, mutant=mut)
