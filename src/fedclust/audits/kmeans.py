@@ -1,13 +1,14 @@
 """Audit cases of the k-means family: FKM and the DP variants of the Table I baselines.
 
 The shared setting: 40 digits rows scaled to [0, 1] on 4 clients of 10, k = 4. The canary is one
-extra sample (sample-level DP, add/remove) on client 0, put on pixel 0, which is blank in every
-digit, far outside the clip ball: ``canary = 8 e_0``. Clipped, it adds ``clip e_0`` (FZKM: its
-memberships^f times that) to the cluster sums, and nothing else in the data touches coordinate 0, so
-the distinguisher is the largest coordinate 0 among the released centroids. The initial centroids
-are the run's public default (data-independent), so with the noise off the canary is seen in
-(almost) every run: the audit's power check. (Without the canary a centre that receives no mass
-keeps its public initial value, whose coordinate 0 is not 0: that is the noise-off false positives.)
+extra sample (sample-level DP, add/remove) on client 0. For FKM, DK++ and FedDP-KMeans it is put on
+pixel 0, which is blank in every digit, far outside the clip ball: ``canary = 8 e_0``. Clipped, it
+adds ``clip e_0`` to the cluster sums, and nothing else in the data touches coordinate 0, so the
+distinguisher is the largest coordinate 0 among the released centroids. The initial centroids are
+the run's public default (data-independent), so with the noise off the canary is seen in (almost)
+every run: the audit's power check. (Without the canary a centre that receives no mass keeps its
+public initial value, whose coordinate 0 is not 0: that is the noise-off false positives.) FZKM's
+canary sits on a public initial centre instead (:func:`_fzkm_case`).
 
 Cases (each the method's own ``run`` on this data, the accountant's ε of its own ``dp_events``):
 
@@ -21,14 +22,15 @@ Cases (each the method's own ``run`` on this data, the accountant's ε of its ow
 Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
 the least noise a run carries for its epsilon).
 
-Tight audit. FKM's case also returns a Gaussian statistic: the auditor observes the released noisy
-totals of the round (:func:`observed_totals`; the centroids are post-processing of them) and knows
-everything but the canary, including the run's public W^0, hence the cluster j the canary joins and
-the number n_j of other samples there. ``clip * S_j[0] + (N_j - n_j)`` is then
-``N(0, z^2 (clip^2+1)^2)`` without the canary and shifted by ``clip^2 + 1`` with it: mu = 1/z, the
-whole Gaussian-DP budget of the release. For FZKM, DK++ and FedDP-KMeans the case keeps the
-distribution-free bound only: the distinguisher is the largest centroid coordinate, a ratio of
-noisy totals after count thresholding and projection, which is not Gaussian.
+Tight audit. Every case here is Gaussian and returns a Gaussian statistic: the auditor observes the
+released noisy totals (:func:`observed_totals`, :func:`observed_updates`, :func:`observed_weights`;
+the centroids are post-processing of them) and knows everything but the canary, including the
+run's public W^0, hence the cluster j the canary joins and the number n_j of other samples there.
+For FKM, ``clip * S_j[0] + (N_j - n_j)`` is ``N(0, z^2 (clip^2+1)^2)`` without the canary and
+shifted by ``clip^2 + 1`` with it: mu = 1/z, the whole Gaussian-DP budget of the release. DK++ and
+FedDP-KMeans add the weighting release's count at the canary's public point; FZKM projects its
+released totals on the canary's shift. The statistic is also the case's noise residual (the
+measured-noise audit, :func:`fedclust.privacy.audit.noise_audit`; FZKM: every released entry).
 
 Mutant: ``noise_scale`` multiplies the noise multiplier(s) the case passes to the method; the
 accounted epsilon stays that of the calibrated (unmutated) run.
