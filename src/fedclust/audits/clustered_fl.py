@@ -24,10 +24,11 @@ Tiny setting (client-level DP, replace-one neighbours, the relation the methods 
 ``epsilon`` is the accountant's epsilon on the releases a probe run of exactly this configuration
 reports (``fedclust.privacy.accountants.epsilon(result.dp_events, delta)``), calibrated to the
 target ``epsilon`` by :func:`fedclust.clustered_fl.rr_cluster.calibrate`; ``info["epsilon_paper"]`` is the
-paper's formula (Thm 4.2 + eq. 9) on the same multipliers. Default 200 runs per side with the noise
-on (its distribution-free bound stays near 0 at any affordable count), :func:`power_runs` with it
-off (the canary is sampled in half of them: about 1,200 runs per side for the power check at ε = 4) and
-200 for the mutant (the measured-noise audit); one engine run costs 2-5 ms.
+paper's formula (Thm 4.2 + eq. 9) on the same multipliers. Default 100 runs per side with the noise
+on (its distribution-free bound stays near 0 at any affordable count; the measured noise needs few),
+:func:`power_runs` with it off (the canary is sampled in half of them: about 1,100 runs per side for
+the power check at ε = 4) and 100 for the mutant (the measured-noise audit); one engine run costs
+2-5 ms.
 
 Only the distribution-free bound applies to what the canary reveals: with client sampling the
 released sum is a mixture (canary sampled or not) of Gaussians, not one Gaussian, so there is no
@@ -56,8 +57,8 @@ CANARY_Y, LR, CLIP = 50.0, 0.1, 1.0
 def power_runs(epsilon: float) -> int:
     """Noise-off runs per side for the power check at ``epsilon``: the canary is sampled in about half
     of them and never mistaken, so the bound is about ln(0.45 n_eval / 3.7) for n_eval = half the
-    runs; this asks for 0.3 above ``epsilon`` (about 1,200 runs at 4, the floor of 200 at 1)."""
-    return int(min(4000, max(200, math.ceil(2 * 8.2 * math.exp(float(epsilon) + 0.3)))))
+    runs; this asks for 0.2 above ``epsilon`` (about 1,100 runs at 4, the floor of 200 at 1)."""
+    return int(min(4000, max(200, math.ceil(2 * 8.2 * math.exp(float(epsilon) + 0.2)))))
 
 
 @lru_cache(maxsize=2)
@@ -160,7 +161,7 @@ def _score(result) -> float:
     return float(sum(float(v.sum()) for v in result.params.values()))
 
 
-def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 200,
+def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 100,
           noise_scale: float = 1.0) -> AuditCase:
     from fedclust.privacy.accountants import epsilon as account
 
@@ -186,7 +187,7 @@ def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 
 
     return AuditCase(
         name=method, method=method, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-        power_runs=power_runs(epsilon), mutant_runs=200,
+        power_runs=power_runs(epsilon), mutant_runs=100,
         noise_std=float(rel.extra["sum_noise_std"]),
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(f"{N_CLIENTS} clients, {N_SAMPLED} sampled without replacement, 1 round, y = w x + b from zeros, "
@@ -203,7 +204,7 @@ def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 
 
 
 def _factory(method: str):
-    def factory(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 200, noise_scale: float = 1.0) -> AuditCase:
+    def factory(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 100, noise_scale: float = 1.0) -> AuditCase:
         return _case(method, epsilon=epsilon, delta=delta, n_runs=n_runs, noise_scale=noise_scale)
 
     factory.__name__ = f"{method}_case"

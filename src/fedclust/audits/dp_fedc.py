@@ -134,7 +134,7 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
     mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
     return AuditCase(
         name="dp_fedc", method="dp_fedc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
-        power_runs=100, mutant_runs=200,
+        power_runs=100, mutant_runs=100,
         noise_std=mean_std, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
                      f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "

@@ -83,7 +83,7 @@ def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float 
         return {"score": rel[:, 0, 0], "gaussian": rel[:, 0, 0], "noise": (rel - clean[canary_in]).reshape(len(seeds), -1)}
 
     return AuditCase(name="fedsc_data", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     power_runs=100, mutant_runs=200,
+                     power_runs=100, mutant_runs=100,
                      gaussian=True, noise_std=sigma, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
                      description=f"FedSC perturbed data: 20 points on 2 clients, rows clipped to {clip_tau}; sample "
                                  "(-1, 0) replaced by the canary (8, 0); score = released row 0, coordinate 0",
@@ -153,7 +153,7 @@ def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float 
         return {"score": np.array([score(r) for r in runs]), "noise": np.array([residual(r, canary_in) for r in runs])}
 
     return AuditCase(name="fedsc_factors", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     mutant_runs=200,
+                     mutant_runs=100,
                      noise_std=1.0, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
                      description=f"FedSC perturbed factors: 20 points on 2 clients, 2 rounds (1 Z upload + C), d={d}, "
                                  f"r={r}, tau_c={tau_c}, z_lr={z_lr}; sample (-1, 0) replaced by the canary (8, 0); "

@@ -58,7 +58,7 @@ from fedclust.privacy.mechanisms import clip_rows
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
 #: default runs per side of the noise-off audit and of the mutant: every case here is Gaussian, so
 #: its noise-off tight bound is unbounded and its mutant is seen by the measured-noise audit
-POWER_RUNS, MUTANT_RUNS = 100, 200
+POWER_RUNS, MUTANT_RUNS = 100, 100
 CANARY_VALUE = 8.0
 
 
