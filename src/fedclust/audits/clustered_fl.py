@@ -138,6 +138,7 @@ def observed_sum_noise():
     which every method here goes through) made inside the block: yields a list that receives the
     released sums minus the exact sums of the clipped updates, flattened. Observation only: the
     noise is drawn by the method's own code, unchanged."""
+    # imported on first use, as everywhere in this module: it pulls in torch
     from fedclust.clustered_fl import rr_cluster
 
     seen: list = []

@@ -61,17 +61,20 @@ the ε of half the noise, far above the claim, from a few hundred runs.
 The mutant. A case factory's ``noise_scale`` (test-side only: no user configuration reaches it)
 runs the method with that fraction of its calibrated noise while the case keeps the claim of the
 unmutated run. :func:`audit_case` audits such a case as ``mutant`` and calls it caught when any of
-its bounds (distribution-free, tight, measured-noise) exceeds the claim: an audit that cannot see a run with half its noise is not worth much.
+its bounds (distribution-free, tight, measured-noise) exceeds the claim: an audit that cannot see a
+run with half its noise is not worth much.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+
+from fedclust.privacy.accountants import epsilon as accounted_epsilon
 
 __all__ = [
     "AuditCase",
@@ -251,15 +254,11 @@ def noise_audit(res_in, res_out, noise_std: float, alpha: float = 0.05) -> dict:
 def epsilon_with_noise(releases, delta: float, ratio: float, accountant: str = "rdp") -> float:
     """The accountant's ε of ``releases`` with every noise multiplier multiplied by ``ratio``: what
     the releases spend if the code adds ``ratio`` times the noise it reports (0 noise: inf)."""
-    from dataclasses import replace
-
-    from fedclust.privacy.accountants import epsilon
-
     if not ratio > 0:
         return math.inf
     rels = releases if isinstance(releases, (list, tuple)) else [releases]
     scaled = [replace(r, noise_multipliers=tuple(z * ratio for z in r.noise_multipliers)) for r in rels]
-    return float(epsilon(scaled, delta, accountant))
+    return float(accounted_epsilon(scaled, delta, accountant))
 
 
 def seeded_scores(one_run: Callable[[int], float], n_runs: int, seed: int) -> np.ndarray:
