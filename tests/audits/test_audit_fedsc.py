@@ -41,7 +41,7 @@ def test_audit_without_noise_finds_more_than_accounted(report):
 
 
 def test_cases_are_registered_for_both_variants():
-    from fedclust.privacy import audits
+    from fedclust import audits
 
     assert "fedsc" in audits.FAMILIES
     assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_factors"}
