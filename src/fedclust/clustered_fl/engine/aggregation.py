@@ -141,7 +141,7 @@ class Aggregator:
     @staticmethod
     def _add(sums: dict, name: str, values: torch.Tensor, g: torch.Tensor, k: int) -> None:
         if name not in sums:
-            sums[name] = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype)
+            sums[name] = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
         sums[name].index_add_(0, g, values)
 
     def _add_momentum(self, acc, chunk, g, k):

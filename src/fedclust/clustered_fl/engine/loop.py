@@ -232,17 +232,19 @@ class ClusteredFLEngine:
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         chosen = assign_clusters(losses)
         t1 = time.perf_counter()
-        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"])
+        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"], clients)
         t2 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         self.timing["local"] += t2 - t1
         return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
                              momentum=mom, n_samples=n)
 
-    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen):
-        """Step 3 for clients that chose ``chosen``: gather their start models and momenta, train
+    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen, clients):
+        """Step 3 for the ``clients`` that chose ``chosen``: gather their start models and momenta, train
         (Option II) or take the momentum-gradient (Option I) with minibatch draws from ``gen``, and
-        count the local samples. Returns (start, params, momentum)."""
+        count the local samples. Returns (start, params, momentum). The one hook of a round that
+        subclasses override (FedProx's anchor, FedPer's personal heads): a chunked round calls it once
+        per chunk, a whole round once."""
         start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
         mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
@@ -308,7 +310,7 @@ class ClusteredFLEngine:
             t1 = time.perf_counter()
             X, y, n = self.client_data(clients[rows])
             ch = chosen[rows]
-            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows))
+            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows), clients[rows])
             t2 = time.perf_counter()
             chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
                                   params=params, momentum=mom, n_samples=n)
