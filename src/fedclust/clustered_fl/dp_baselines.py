@@ -201,7 +201,8 @@ class FedPerEngine(ClusteredFLEngine):
         for name, v in state.params.items():
             start[name] = self.heads[name][idx] if name in self.head_keys else v.expand(S, *v.shape[1:])
         params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
-                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=gen)
+                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=gen,
+                                client_block=self.client_block)
         for name in self.head_keys:  # the head stays on the client
             self.heads[name][idx] = params[name]
             params[name] = start[name]
@@ -221,7 +222,8 @@ class FedPerEngine(ClusteredFLEngine):
         step = max(1, self.max_rows // max(d.X_test.shape[1], 1))
         for a in range(0, N, step):  # memory chunks of many clients
             b = min(N, a + step)
-            out = self.model.forward_paired({k: v[a:b] for k, v in per.items()}, d.X_test[a:b])
+            dev = per[next(iter(per))].device
+            out = self.model.forward_paired({k: v[a:b] for k, v in per.items()}, d.X_test[a:b].to(dev)).cpu()
             ok = self.model.correct(out, d.y_test[a:b])
             mask = torch.arange(d.X_test.shape[1]).unsqueeze(0) < d.n_test[a:b].unsqueeze(1)
             correct += int((ok & mask).sum())

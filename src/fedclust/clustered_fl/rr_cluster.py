@@ -383,7 +383,7 @@ class PrivateClusterAggregator(DeltaAveraging):
             s = acc["sums"].get(n, torch.zeros_like(old))
             if self.sum_std > 0:
                 s = add_gaussian_noise(s, self.sum_std, rng)
-            c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+            c = counts.to(old.device, old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
             params[n] = torch.where(c > 0, old + self.server_lr * s / c.clamp(min=1), old)
         if acc["gl"]:
             m = max(len(acc["g"]), 1)
@@ -486,16 +486,17 @@ class FeSEMEngine(ClusteredFLEngine):
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         last = torch.as_tensor(self.last_center[clients])
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
-        start = {k: v.index_select(0, start_j) for k, v in state.params.items()}
+        start = {k: v.index_select(0, start_j.to(v.device)) for k, v in state.params.items()}
         t1 = time.perf_counter()
         params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
                                 batch_size=self.batch_size, local_epochs=self.local_epochs, gen=self.rngs["minibatch"])
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)
-        chosen = torch.argmin(torch.cdist(flat_i.double(), flat_c.double()), dim=1)
+        chosen_d = torch.argmin(torch.cdist(flat_i.double(), flat_c.double()), dim=1)
+        chosen = chosen_d.cpu()
         self.last_center[clients] = chosen.numpy()
-        anchor = {k: v.index_select(0, chosen) for k, v in state.params.items()}
+        anchor = {k: v.index_select(0, chosen_d) for k, v in state.params.items()}
         self.count_local_samples(n, self.local_steps)
         self.timing["assign"] += t1 - t0
         self.timing["local"] += time.perf_counter() - t1

@@ -76,13 +76,13 @@ from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB, _Batcher, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, client_norms,
     local_gradient, local_train, segment_counts, segment_sum,
 )
-from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, run_clustered_fl
+from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, resolve_device, run_clustered_fl
 
 __all__ = [
     "FederatedTensors", "ServerState", "ClientUpdates", "RoundContext", "Aggregation",
     "Aggregator", "ModelAveraging", "GradientAveraging", "DeltaAveraging",
     "segment_sum", "segment_counts", "client_norms",
     "client_model_losses", "assign_clusters", "local_train", "local_gradient",
-    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "evaluate", "bytes_per_client",
+    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "resolve_device", "evaluate", "bytes_per_client",
     "DEFAULT_CHUNK_MB",
 ]

@@ -24,22 +24,24 @@ def client_model_losses(model: BatchedModel, params: Params, X: torch.Tensor, y:
     models (:meth:`BatchedModel.forward_shared`).
     """
     C, n_max = X.shape[:2]
-    k = next(iter(params.values())).shape[0]
+    first = next(iter(params.values()))
+    k, dev = first.shape[0], first.device
     losses = torch.empty(C, k, dtype=X.dtype)
     correct = torch.empty(C, k, dtype=torch.long) if with_correct else None
     step = max(1, max_rows // max(n_max, 1))
     for a in range(0, C, step):  # memory chunks of many clients each (not one client at a time)
         b = min(C, a + step)
-        Xc, yc, nc = X[a:b], y[a:b], n[a:b]
+        # the data go to the models' device one chunk at a time; the (C, k) tables stay on the CPU
+        Xc, yc, nc = X[a:b].to(dev), y[a:b].to(dev), n[a:b].to(dev)
         c = b - a
         out = model.forward_shared(params, Xc.reshape(c * n_max, -1))  # (k, c*n_max, o)
         yk = yc.reshape(1, -1).expand(k, -1)
         m = _mask(nc, n_max).reshape(1, c, n_max).to(X.dtype)
         ls = model.sample_losses(out, yk).reshape(k, c, n_max)
-        losses[a:b] = ((ls * m).sum(-1) / nc.clamp(min=1).to(X.dtype)).t()
+        losses[a:b] = ((ls * m).sum(-1) / nc.clamp(min=1).to(X.dtype)).t().cpu()
         if with_correct:
             cr = model.correct(out, yk).reshape(k, c, n_max) & m.bool()
-            correct[a:b] = cr.sum(-1).t()
+            correct[a:b] = cr.sum(-1).t().cpu()
     return losses, correct
 
 
@@ -68,8 +70,8 @@ class _Batcher:
 
     def _perm(self):
         keys = self.gen.random((self.B, self.n_max))
-        keys[~_mask(self.n, self.n_max).numpy()] = np.inf  # padding goes last
-        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable"))
+        keys[~_mask(self.n, self.n_max).cpu().numpy()] = np.inf  # padding goes last
+        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
 
     def __call__(self, s: int):
         if self.bs is None or self.bs >= self.n_max:

@@ -75,6 +75,12 @@ class ClusteredFLEngine:
       fits in one chunk runs unchanged. An aggregator without the chunked protocol
       (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
       still gets the whole round at once (a warning says the budget is not kept).
+    * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
+      local steps before the next (:func:`~fedclust.clustered_fl.engine.local_train`; None = the
+      whole chunk at once, step by step). Same draws and same per-client arithmetic either way.
+    * ``device``: ``"auto"`` (default; CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
+      (:func:`resolve_device`). Same code on both; models and each chunk's data live on the device,
+      the data set and the round's bookkeeping in host memory; results come back on the CPU.
     """
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
@@ -86,7 +92,8 @@ class ClusteredFLEngine:
                  init_min_fraction: float | None = None, init_max_restarts: int = 20,
                  eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
                  max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
-                 progress: Callable[[int, dict], None] | None = None):
+                 progress: Callable[[int, dict], None] | None = None, client_block: int | None = None,
+                 device: str | torch.device | None = "auto"):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
         if not isinstance(model, BatchedModel):
@@ -141,6 +148,8 @@ class ClusteredFLEngine:
         self.max_rows = _num("max_rows", max_rows, 1, integer=True)
         self.max_chunk_mb = DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0,
                                                                                lo_open=True)
+        self.client_block = None if client_block is None else _num("client_block", client_block, 1, integer=True)
+        self.device = resolve_device(device)
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
@@ -197,6 +206,8 @@ class ClusteredFLEngine:
             momentum = self._check_stacked("init_momentum", self.init_momentum, params)
         else:
             momentum = {n: torch.zeros_like(v) for n, v in params.items()}
+        params = {n: v.to(self.device) for n, v in params.items()}
+        momentum = {n: v.to(self.device) for n, v in momentum.items()}
         self.init_info = info
         self._set_chunk(params)
         return ServerState(params=params, momentum=momentum, round=0)
@@ -245,12 +256,13 @@ class ClusteredFLEngine:
         count the local samples. Returns (start, params, momentum). The one hook of a round that
         subclasses override (FedProx's anchor, FedPer's personal heads): a chunked round calls it once
         per chunk, a whole round once."""
-        start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
-        mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
+        ch = chosen.to(self.device)
+        start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+        mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
             params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
                                       beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                      gen=gen)
+                                      gen=gen, client_block=self.client_block)
             steps = self.local_steps
         else:
             mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
@@ -260,15 +272,16 @@ class ClusteredFLEngine:
         return start, params, mom
 
     def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The padded training data ``X, y, n`` of the given clients (a gathered copy)."""
+        """The padded training data ``X, y, n`` of the given clients (a gathered copy, on the engine's
+        device; the data set itself stays in host memory)."""
         idx = torch.as_tensor(clients, dtype=torch.long)
-        d = self.data
-        return d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        d, dev = self.data, self.device
+        return d.X_train[idx].to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
 
     def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
         """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
         batch, or at most ``batch_size`` per step) to ``n_local_samples``."""
-        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+        per_step = n.cpu() if self.batch_size is None else n.cpu().clamp(max=self.batch_size)
         self.n_local_samples += int(per_step.sum()) * steps
 
     def _chunked(self, n_sampled: int) -> bool:
@@ -297,7 +310,7 @@ class ClusteredFLEngine:
         t0 = time.perf_counter()
         losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
         chosen = assign_clusters(losses)
-        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]
+        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]  # host copy (bookkeeping)
         updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
                                 momentum=None, n_samples=n_all, chunked=True)
         t1 = time.perf_counter()
@@ -420,9 +433,26 @@ class ClusteredFLEngine:
             "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
             "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
         }
-        return ClusteredFLResult(params=state.params, momentum=state.momentum, assignment=final["assignment"],
+        host = lambda p: {n: v.cpu() for n, v in p.items()}  # noqa: E731 (results live on the CPU)
+        return ClusteredFLResult(params=host(state.params), momentum=host(state.momentum),
+                                 assignment=final["assignment"],
                                  test_assignment=final.get("test_assignment"), history=history,
                                  dp_events=list(self.dp_events), info=info)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``"auto"``/None: CUDA when ``torch.cuda.is_available()``, else the CPU; otherwise ``torch.device(device)``.
+    The engine runs the same code on either: data are gathered per chunk and moved to the device, the
+    bookkeeping (choices, groups, counts, losses) stays on the CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}, but torch.cuda.is_available() is False")
+    return dev
 
 
 def run_clustered_fl(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
