@@ -70,7 +70,8 @@ class _Batcher:
 
     def _perm(self):
         keys = self.gen.random((self.B, self.n_max))
-        keys[~_mask(self.n, self.n_max).cpu().numpy()] = np.inf  # padding goes last
+        # padding goes last; a new array, since the keys may be a read-only view of the round's draws
+        keys = np.where(_mask(self.n, self.n_max).cpu().numpy(), keys, np.inf)
         return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
 
     def __call__(self, s: int):

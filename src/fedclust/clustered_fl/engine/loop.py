@@ -16,6 +16,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     Aggregation, Aggregator, ClientUpdates, GradientAveraging, ModelAveraging, RoundContext, ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
+from fedclust.clustered_fl.engine.distributed import ChunkRunner, n_draws, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, local_gradient,
@@ -81,6 +82,11 @@ class ClusteredFLEngine:
     * ``device``: ``"auto"`` (default; CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
       (:func:`resolve_device`). Same code on both; models and each chunk's data live on the device,
       the data set and the round's bookkeeping in host memory; results come back on the CPU.
+    * ``chunk_runner``: where the chunks of a chunked round train
+      (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
+      :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
+      equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
+      their chunks here.
     """
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
@@ -93,7 +99,7 @@ class ClusteredFLEngine:
                  eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
                  max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
                  progress: Callable[[int, dict], None] | None = None, client_block: int | None = None,
-                 device: str | torch.device | None = "auto"):
+                 device: str | torch.device | None = "auto", chunk_runner: ChunkRunner | None = None):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
         if not isinstance(model, BatchedModel):
@@ -150,6 +156,11 @@ class ClusteredFLEngine:
                                                                                lo_open=True)
         self.client_block = None if client_block is None else _num("client_block", client_block, 1, integer=True)
         self.device = resolve_device(device)
+        if chunk_runner is not None and not isinstance(chunk_runner, ChunkRunner):
+            raise ValueError(f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(chunk_runner).__name__}")
+        if chunk_runner is not None and self.device.type != "cpu":
+            raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
+        self.chunk_runner = chunk_runner
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
@@ -317,6 +328,12 @@ class ClusteredFLEngine:
         self.timing["assign"] += t1 - t0
         acc = self.aggregator.begin(state, updates, ctx)
         self.timing["aggregate"] += time.perf_counter() - t1
+        if self.chunk_runner is not None and type(self)._local_update is ClusteredFLEngine._local_update:
+            self._run_chunks_remotely(state, clients, chosen, losses, lr, ctx, acc)
+            t2 = time.perf_counter()
+            agg = self.aggregator.end(state, acc, ctx)
+            self.timing["aggregate"] += time.perf_counter() - t2
+            return updates, agg
         tape = _DrawTape(self.rngs["minibatch"], S)
         for a in range(0, S, self.chunk_clients):
             rows = slice(a, min(S, a + self.chunk_clients))
@@ -335,6 +352,40 @@ class ClusteredFLEngine:
         agg = self.aggregator.end(state, acc, ctx)
         self.timing["aggregate"] += time.perf_counter() - t2
         return updates, agg
+
+    def _run_chunks_remotely(self, state, clients, chosen, losses, lr, ctx, acc) -> None:
+        """The chunk loop of :meth:`chunked_round` through ``chunk_runner``: the round's minibatch
+        keys are drawn here up front (the stream positions of a serial round), every chunk gets its
+        rows of them, and the trained chunks are folded into ``acc`` in chunk order."""
+        d, S = self.data, len(clients)
+        t0 = time.perf_counter()
+        n_max = int(d.X_train.shape[1])
+        gen = self.rngs["minibatch"]
+        draws = [gen.random((S, n_max)) for _ in range(n_draws(self.batch_size, self.local_epochs, n_max,
+                                                                  self.local_steps, self.local_update))]
+        cfg = {"local_update": self.local_update, "steps": self.local_steps, "lr": lr, "beta": self.beta,
+               "batch_size": self.batch_size, "local_epochs": self.local_epochs, "client_block": self.client_block}
+        slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
+
+        def per_chunk():
+            for rows in slices:
+                X, y, n = self.client_data(clients[rows])
+                yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
+
+        shared = (self.model, state.params, state.momentum if self.beta > 0 else None)
+        t_agg = 0.0
+        for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
+            t1 = time.perf_counter()
+            ch = chosen[rows]
+            start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+            n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
+            self.count_local_samples(n, self.local_steps if params is not None else 1)
+            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
+                                  params=params if params is not None else start, momentum=mom, n_samples=n)
+            self.aggregator.accumulate(acc, chunk, rows, ctx)
+            t_agg += time.perf_counter() - t1
+        self.timing["aggregate"] += t_agg
+        self.timing["local"] += time.perf_counter() - t0 - t_agg
 
     def sample_clients(self) -> np.ndarray:
         """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
