@@ -129,7 +129,7 @@ class _TapeView:
 
 
 #: Default memory budget of one chunk of clients (``max_chunk_mb=None``).
-DEFAULT_CHUNK_MB = 1024.0
+DEFAULT_CHUNK_MB = 512.0
 
 
 def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0,

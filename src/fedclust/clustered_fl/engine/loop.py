@@ -69,7 +69,7 @@ class ClusteredFLEngine:
       always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
       ``"train"``; ``progress(round, record)`` optional callback;
     * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
-      1024): the round's clients are evaluated, trained and folded into the aggregation
+      512): the round's clients are evaluated, trained and folded into the aggregation
       ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
       does not grow with the clients per round. Chunks consume the random streams exactly as one
       batch does; a chunked round equals the unchunked one up to float summation order. A round that
