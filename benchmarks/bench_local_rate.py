@@ -10,12 +10,14 @@ Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over
 * ``engine``: :func:`fedclust.clustered_fl.engine.local_train` of all S clients at once, step by step;
 * ``engine, blocks of b``: the same with ``client_block=b`` (client-major: each block of b clients
   runs all its steps before the next, so its weights stay in cache);
+* ``engine, deferred first layer``: ``defer_updates=True`` (:meth:`MLP.deferred_steps_`: the first
+  layer's weight updates of all steps folded into one product at the end; also with blocks);
 * ``loop``: one ``nn.Sequential`` + ``torch.optim.SGD`` per client, the per-client loop.
 
 GFLOP/s count the FLOPs of the local steps (forward + the backward the engine needs:
 ``MLP.flops_per_sample()["train_step"]`` x 10 samples x 10 steps per client), for the loop as well.
-Every engine case is checked against the all-at-once result (bit for bit) and against the loop
-(allclose: the loop's cross-entropy and SGD are torch's own kernels).
+Every case is compared with the all-at-once engine result (bit for bit, or the largest difference:
+the deferred cases and the loop differ in the last bits).
 
     python benchmarks/bench_local_rate.py [--clients 32] [--blocks 1,4,8] [--repeats 5] [--threads 1]
 """
@@ -79,13 +81,14 @@ def main():
             for _ in range(a.mm_reps):
                 torch.mm(A, W)
 
-        def engine(block):
+        def engine(block, defer=False):
             return lambda: local_train(model, params, None, X, y, n, steps=STEPS, lr=LR, batch_size=BATCH,
-                                       gen=np.random.default_rng(7), client_block=block)[0]
+                                       gen=np.random.default_rng(7), client_block=block, defer_updates=defer)[0]
 
-        cases = {"mm 10x784 @ 784x200": mm, "engine": engine(None)}
+        cases = {"mm 10x784 @ 784x200": mm, "engine": engine(None), "engine, deferred first layer": engine(None, True)}
         for b in (int(v) for v in a.blocks.split(",") if v):
             cases[f"engine, blocks of {b}"] = engine(b)
+            cases[f"engine, deferred, blocks of {b}"] = engine(b, True)
         cases["loop"] = lambda: loop_train(model, params, X, y, engine_draws(S, 7))
         results: dict = {}
         med = bench.interleaved(cases, repeats=a.repeats, warmup=True, results=results)

@@ -89,3 +89,70 @@ def test_cuda_run_matches_cpu_run():
         torch.testing.assert_close(gpu.params[n], cpu.params[n], atol=1e-4, rtol=1e-4)
     assert gpu.history["cluster_sizes"] == cpu.history["cluster_sizes"]
     np.testing.assert_array_equal(gpu.assignment, cpu.assignment)
+
+
+def _loop_sgd(model, params, X, y, batches, lr):
+    """Per-client loop reference: nn.Module + torch.optim.SGD on the given per-step index batches."""
+    import torch.nn.functional as F
+
+    out = {k: [] for k in params}
+    for b in range(X.shape[0]):
+        mod = model.module()
+        mod.load_state_dict({k: v[b].clone() for k, v in params.items()})
+        opt = torch.optim.SGD(mod.parameters(), lr=lr)
+        for idx in batches[b]:
+            opt.zero_grad()
+            F.cross_entropy(mod(X[b, idx]), y[b, idx]).backward()
+            opt.step()
+        for k, p in mod.named_parameters():
+            out[k].append(p.detach().clone())
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("hidden", [(16,), (7, 5), ()])
+@pytest.mark.parametrize("client_block", [None, 2])
+def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
+    """``defer_updates``: the first layer's updates folded into one product give the per-client SGD
+    loop's models (float rounding only), and the caller's parameters are left untouched."""
+    model = MLP(12, hidden, 4)
+    g = torch.Generator().manual_seed(0)
+    B, n_max, bs, steps = 5, 9, 3, 4
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.full((B,), n_max)
+    params = model.init(B, 1)
+    before = {k: v.clone() for k, v in params.items()}
+    got, _ = local_train(model, params, None, X, y, n, steps=steps, lr=0.3, batch_size=bs,
+                         gen=np.random.default_rng(2), client_block=client_block, defer_updates=True)
+    keys = np.random.default_rng(2)  # the engine's draws: per step, the first bs of a stable argsort
+    draws = [np.argsort(keys.random((B, n_max)), axis=1, kind="stable")[:, :bs] for _ in range(steps)]
+    ref = _loop_sgd(model, params, X, y, [[torch.as_tensor(d[b]) for d in draws] for b in range(B)], 0.3)
+    for k in params:
+        assert torch.equal(params[k], before[k]), k
+        torch.testing.assert_close(got[k], ref[k], atol=2e-6, rtol=1e-5)
+        assert not torch.equal(got[k], before[k])
+
+
+def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
+    """Unequal clients with local epochs have empty batches: the step-by-step path runs (on copies)."""
+    data = _data()
+    kw = dict(rounds=2, lr=0.3, local_steps=3, participation=0.5, seed=2, batch_size=4, local_epochs=2, device="cpu")
+    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, **kw).run()
+    b = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=True, **kw).run()
+    for n in a.params:
+        torch.testing.assert_close(a.params[n], b.params[n], atol=1e-6, rtol=1e-5)
+
+
+def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step():
+    data = _data(seed=3)
+    model = MLP(8, 6, 3)
+    kw = dict(rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2, batch_size=3, device="cpu")
+    from fedclust.clustered_fl.engine import bytes_per_client
+
+    mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20
+    steps = ClusteredFLEngine(data, model, 2, **kw).run()
+    whole = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
+    chunked = ClusteredFLEngine(data, model, 2, defer_updates=True, max_chunk_mb=mb, **kw).run()
+    assert chunked.info["chunks_per_round"] > 1
+    for n in whole.params:
+        assert torch.equal(whole.params[n], chunked.params[n])
+        torch.testing.assert_close(whole.params[n], steps.params[n], atol=1e-6, rtol=1e-5)

@@ -70,7 +70,7 @@ def train_chunk(model, params: Params, momentum: Params | None, chosen: torch.Te
     if cfg["local_update"] == "model":
         return local_train(model, start, mom0, X, y, n, steps=cfg["steps"], lr=cfg["lr"], beta=cfg["beta"],
                            batch_size=cfg["batch_size"], local_epochs=cfg["local_epochs"], gen=gen,
-                           client_block=cfg.get("client_block"))
+                           client_block=cfg.get("client_block"), defer_updates=cfg.get("defer_updates", False))
     mom = local_gradient(model, start, mom0, X, y, n, beta=cfg["beta"], batch_size=cfg["batch_size"], gen=gen)
     return None, mom  # Option I: the model is the start model
 

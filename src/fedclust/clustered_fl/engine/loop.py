@@ -87,6 +87,9 @@ class ClusteredFLEngine:
       :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
       equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
       their chunks here.
+    * ``defer_updates``: plain-SGD local training with the MLP's first-layer updates deferred to one
+      product per local update (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`; same
+      mathematics, last-bit differences, fewer passes over the big weight matrix).
     """
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
@@ -99,7 +102,8 @@ class ClusteredFLEngine:
                  eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
                  max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
                  progress: Callable[[int, dict], None] | None = None, client_block: int | None = None,
-                 device: str | torch.device | None = "auto", chunk_runner: ChunkRunner | None = None):
+                 device: str | torch.device | None = "auto", chunk_runner: ChunkRunner | None = None,
+                 defer_updates: bool = False):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
         if not isinstance(model, BatchedModel):
@@ -161,6 +165,7 @@ class ClusteredFLEngine:
         if chunk_runner is not None and self.device.type != "cpu":
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
         self.chunk_runner = chunk_runner
+        self.defer_updates = bool(defer_updates)
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
@@ -273,7 +278,7 @@ class ClusteredFLEngine:
         if self.local_update == "model":
             params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
                                       beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                      gen=gen, client_block=self.client_block)
+                                      gen=gen, client_block=self.client_block, defer_updates=self.defer_updates)
             steps = self.local_steps
         else:
             mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
@@ -364,7 +369,8 @@ class ClusteredFLEngine:
         draws = [gen.random((S, n_max)) for _ in range(n_draws(self.batch_size, self.local_epochs, n_max,
                                                                   self.local_steps, self.local_update))]
         cfg = {"local_update": self.local_update, "steps": self.local_steps, "lr": lr, "beta": self.beta,
-               "batch_size": self.batch_size, "local_epochs": self.local_epochs, "client_block": self.client_block}
+               "batch_size": self.batch_size, "local_epochs": self.local_epochs, "client_block": self.client_block,
+               "defer_updates": self.defer_updates}
         slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
 
         def per_chunk():
