@@ -96,3 +96,14 @@ def test_ray_round_equals_serial_round_bit_for_bit():
                                 RayChunkRunner(num_cpus=2, max_in_flight=2)))
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_process_round_equals_serial_round_bit_for_bit():
+    from fedclust.clustered_fl.engine import ProcessChunkRunner
+
+    runner = ProcessChunkRunner(2)
+    try:
+        _assert_identical(_pair(dict(batch_size=3), runner))
+    finally:
+        runner.close()

@@ -71,7 +71,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
-from fedclust.clustered_fl.engine.distributed import ChunkRunner, RayChunkRunner, train_chunk
+from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB, _Batcher, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, client_norms,
@@ -85,5 +85,5 @@ __all__ = [
     "segment_sum", "segment_counts", "client_norms",
     "client_model_losses", "assign_clusters", "local_train", "local_gradient",
     "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "resolve_device", "evaluate", "bytes_per_client",
-    "DEFAULT_CHUNK_MB", "ChunkRunner", "RayChunkRunner", "train_chunk",
+    "DEFAULT_CHUNK_MB", "ChunkRunner", "ProcessChunkRunner", "RayChunkRunner", "train_chunk",
 ]

@@ -3,7 +3,8 @@
 A chunked round (:meth:`~fedclust.clustered_fl.engine.ClusteredFLEngine.chunked_round`) trains its
 chunks of clients one after another. The local update of a chunk is a pure function of its inputs
 (:func:`train_chunk`: the model, the round's cluster models and momenta, the chunk's choices, data and
-minibatch draws), so the chunks can run anywhere while the driver keeps the server side: it draws the
+minibatch draws), and so is the cluster estimate of a chunk (:func:`chunk_losses`), so both phases of
+a round run anywhere while the driver keeps the server side: it draws the
 round's minibatch keys for all sampled clients up front (the same stream positions as a serial round),
 hands every chunk its rows, and folds the trained chunks into the aggregator in chunk order. Because
 the aggregator adds rows in the same order and every chunk runs the same arithmetic, the aggregate
@@ -12,6 +13,7 @@ can differ in the last bits).
 
 * :class:`ChunkRunner`: runs the chunks in this process (the reference; the engine's serial path
   gives the same numbers);
+* :class:`ProcessChunkRunner`: the chunks on local worker processes (no Ray needed);
 * :class:`RayChunkRunner`: one Ray task per chunk, at most ``max_in_flight`` chunks outstanding (the
   driver's memory holds that many chunks' results, not the round's), results consumed in order.
 """
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.data import Params
-from fedclust.clustered_fl.engine.kernels import local_gradient, local_train
+from fedclust.clustered_fl.engine.kernels import client_model_losses, local_gradient, local_train
 
 
 class FixedDraws:
@@ -75,6 +77,13 @@ def train_chunk(model, params: Params, momentum: Params | None, chosen: torch.Te
     return None, mom  # Option I: the model is the start model
 
 
+def chunk_losses(model, params: Params, X, y, n, max_rows: int, threads: int | None = None) -> torch.Tensor:
+    """The (chunk, k) losses of every cluster model on one chunk's data (the cluster estimate)."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    return client_model_losses(model, params, X, y, n, max_rows=max_rows)[0]
+
+
 class ChunkRunner:
     """Runs ``fn(*shared, *args)`` for every ``args`` of ``per_chunk`` in this process, in order."""
 
@@ -101,7 +110,7 @@ class RayChunkRunner(ChunkRunner):
         self.address, self.num_cpus = address, num_cpus
         self.max_in_flight, self.threads_per_task = max_in_flight, int(threads_per_task)
         self.init_options = dict(init_options or {})
-        self._remote = None
+        self._remote: dict = {}
 
     def _ray(self):
         # Ray is optional and takes seconds to import: only a run that asks for it pays for it
@@ -121,9 +130,9 @@ class RayChunkRunner(ChunkRunner):
 
     def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
         ray = self._ray()
-        if self._remote is None or self._remote[0] is not fn:
-            self._remote = (fn, ray.remote(num_cpus=1, max_retries=0)(fn))
-        remote = self._remote[1]
+        if fn not in self._remote:
+            self._remote[fn] = ray.remote(num_cpus=1, max_retries=0)(fn)
+        remote = self._remote[fn]
         refs = tuple(ray.put(v) for v in shared)
         window = self.max_in_flight or 2 * self.workers()
         pending: deque = deque()
@@ -133,3 +142,41 @@ class RayChunkRunner(ChunkRunner):
                 yield ray.get(pending.popleft())
         while pending:
             yield ray.get(pending.popleft())
+
+
+class ProcessChunkRunner(ChunkRunner):
+    """The chunks on ``workers`` local processes (``concurrent.futures``, spawned once and kept for the
+    run; 1 torch thread each): the same protocol as :class:`RayChunkRunner` on one machine without
+    Ray. ``shared`` arguments travel with every chunk (pickled), at most ``max_in_flight`` (default
+    twice the workers) chunks are outstanding, results are consumed in order."""
+
+    name = "processes"
+
+    def __init__(self, workers: int = 2, max_in_flight: int | None = None, threads_per_task: int = 1):
+        self.n_workers, self.max_in_flight = int(workers), max_in_flight
+        self.threads_per_task = int(threads_per_task)
+        self._pool = None
+
+    def workers(self) -> int:
+        return self.n_workers
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: the parent may hold torch's thread pools
+            self._pool = ProcessPoolExecutor(self.n_workers, mp_context=multiprocessing.get_context("spawn"))
+        window = self.max_in_flight or 2 * self.n_workers
+        pending: deque = deque()
+        for args in per_chunk:
+            pending.append(self._pool.submit(fn, *shared, *args, threads=self.threads_per_task))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

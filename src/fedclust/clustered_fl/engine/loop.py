@@ -16,7 +16,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     Aggregation, Aggregator, ClientUpdates, GradientAveraging, ModelAveraging, RoundContext, ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
-from fedclust.clustered_fl.engine.distributed import ChunkRunner, n_draws, train_chunk
+from fedclust.clustered_fl.engine.distributed import ChunkRunner, chunk_losses, n_draws, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, local_gradient,
@@ -324,7 +324,11 @@ class ClusteredFLEngine:
         d = self.data
         S = len(clients)
         t0 = time.perf_counter()
-        losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
+        remote = self.chunk_runner is not None and type(self)._local_update is ClusteredFLEngine._local_update
+        if remote:  # eq. (8) on the workers too, chunk by chunk (the same chunks, so the same numbers)
+            losses = self._remote_losses(state.params, clients)
+        else:
+            losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
         chosen = assign_clusters(losses)
         n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]  # host copy (bookkeeping)
         updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
@@ -333,7 +337,7 @@ class ClusteredFLEngine:
         self.timing["assign"] += t1 - t0
         acc = self.aggregator.begin(state, updates, ctx)
         self.timing["aggregate"] += time.perf_counter() - t1
-        if self.chunk_runner is not None and type(self)._local_update is ClusteredFLEngine._local_update:
+        if remote:
             self._run_chunks_remotely(state, clients, chosen, losses, lr, ctx, acc)
             t2 = time.perf_counter()
             agg = self.aggregator.end(state, acc, ctx)
@@ -357,6 +361,17 @@ class ClusteredFLEngine:
         agg = self.aggregator.end(state, acc, ctx)
         self.timing["aggregate"] += time.perf_counter() - t2
         return updates, agg
+
+    def _remote_losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
+        """:meth:`_losses` with every chunk's loss table computed by ``chunk_runner``."""
+        step = self.chunk_clients
+
+        def per_chunk():
+            for a in range(0, len(clients), step):
+                yield (*self.client_data(clients[a:a + step]), self.max_rows)
+
+        out = list(self.chunk_runner.map(chunk_losses, (self.model, params), per_chunk()))
+        return torch.cat(out) if out else torch.zeros(0, self.k, dtype=self.data.X_train.dtype)
 
     def _run_chunks_remotely(self, state, clients, chosen, losses, lr, ctx, acc) -> None:
         """The chunk loop of :meth:`chunked_round` through ``chunk_runner``: the round's minibatch
