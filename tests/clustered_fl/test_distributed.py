@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, GradientAveraging, rr_cluster
+from fedclust.clustered_fl import (
+    MLP,
+    ClusteredFLEngine,
+    FederatedTensors,
+    GradientAveraging,
+    rr_cluster,
+)
 from fedclust.clustered_fl.engine import ChunkRunner, RayChunkRunner, bytes_per_client
 
 N_CLIENTS, N_MAX, D, N_CLASSES = 36, 10, 8, 3
@@ -34,16 +40,16 @@ def _mb(data, clients, **kw):
 
 
 CASES = {
-    "minibatch": dict(batch_size=3),
-    "epochs_momentum": dict(beta=0.7, batch_size=4, local_epochs=2),
-    "option_I": dict(beta=0.5, local_update="gradient", batch_size=3, aggregator=GradientAveraging("sampled")),
-    "full_batch": dict(),
+    "minibatch": {"batch_size": 3},
+    "epochs_momentum": {"beta": 0.7, "batch_size": 4, "local_epochs": 2},
+    "option_I": {"beta": 0.5, "local_update": "gradient", "batch_size": 3, "aggregator": GradientAveraging("sampled")},
+    "full_batch": {},
 }
 
 
 def _pair(kw, runner):
     data = _data()
-    common = dict(rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=5, eval_every=1, device="cpu")
+    common = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 5, "eval_every": 1, "device": "cpu"}
     mb = _mb(data, 4, beta=kw.get("beta", 0.0), batch_size=kw.get("batch_size"))
     out = []
     for r in (None, runner):
@@ -74,8 +80,8 @@ def test_runner_round_equals_serial_chunked_round(case):
 
 def test_runner_with_rr_cluster_server_equals_serial():
     data = _data(1)
-    kw = dict(B=2, sigma_s=1.0, sigma_theta=0.5, clip=0.3, rounds=2, participation=0.5, seed=3, local_steps=2,
-              batch_size=3, max_chunk_mb=_mb(data, 4, batch_size=3), device="cpu")
+    kw = {"B": 2, "sigma_s": 1.0, "sigma_theta": 0.5, "clip": 0.3, "rounds": 2, "participation": 0.5, "seed": 3, "local_steps": 2,
+              "batch_size": 3, "max_chunk_mb": _mb(data, 4, batch_size=3), "device": "cpu"}
     a = rr_cluster.run(data, MLP(D, 6, N_CLASSES), 2, **kw)
     b = rr_cluster.run(data, MLP(D, 6, N_CLASSES), 2, chunk_runner=ChunkRunner(), **kw)
     for n in a.params:
@@ -92,7 +98,7 @@ def test_chunk_runner_is_validated():
 def test_ray_round_equals_serial_round_bit_for_bit():
     ray = pytest.importorskip("ray")
     try:
-        _assert_identical(_pair(dict(beta=0.7, batch_size=4, local_epochs=2),
+        _assert_identical(_pair({"beta": 0.7, "batch_size": 4, "local_epochs": 2},
                                 RayChunkRunner(num_cpus=2, max_in_flight=2)))
     finally:
         ray.shutdown()
@@ -104,6 +110,6 @@ def test_process_round_equals_serial_round_bit_for_bit():
 
     runner = ProcessChunkRunner(2)
     try:
-        _assert_identical(_pair(dict(batch_size=3), runner))
+        _assert_identical(_pair({"batch_size": 3}, runner))
     finally:
         runner.close()

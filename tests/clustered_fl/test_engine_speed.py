@@ -25,8 +25,8 @@ def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
     return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
 
 
-@pytest.mark.parametrize("kw", [dict(beta=0.9, batch_size=3), dict(beta=0.5, batch_size=4, local_epochs=2),
-                                dict(beta=0.0)], ids=["minibatch_momentum", "epochs_with_empty_batches", "full"])
+@pytest.mark.parametrize("kw", [{"beta": 0.9, "batch_size": 3}, {"beta": 0.5, "batch_size": 4, "local_epochs": 2},
+                                {"beta": 0.0}], ids=["minibatch_momentum", "epochs_with_empty_batches", "full"])
 def test_client_major_blocks_equal_all_clients_at_once(kw):
     """Blocks read the round's minibatch draws from one tape: every client gets the same batches and
     the same per-client arithmetic, so the models are equal bit for bit, and so is the next draw."""
@@ -81,7 +81,7 @@ def test_cuda_run_matches_cpu_run():
     """Same code path on the GPU: the models agree with the CPU run up to float rounding, the
     bookkeeping (choices, sizes) exactly, and the results come back on the CPU."""
     data = _data()
-    kw = dict(rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2, beta=0.9, batch_size=3)
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "beta": 0.9, "batch_size": 3}
     cpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cpu", **kw).run()
     gpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cuda", **kw).run()
     for n in cpu.params:
@@ -135,7 +135,7 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
 def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
     """Unequal clients with local epochs have empty batches: the step-by-step path runs (on copies)."""
     data = _data()
-    kw = dict(rounds=2, lr=0.3, local_steps=3, participation=0.5, seed=2, batch_size=4, local_epochs=2, device="cpu")
+    kw = {"rounds": 2, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 4, "local_epochs": 2, "device": "cpu"}
     a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, **kw).run()
     b = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=True, **kw).run()
     for n in a.params:
@@ -145,7 +145,7 @@ def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
 def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step():
     data = _data(seed=3)
     model = MLP(8, 6, 3)
-    kw = dict(rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2, batch_size=3, device="cpu")
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
     from fedclust.clustered_fl.engine import bytes_per_client
 
     mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20

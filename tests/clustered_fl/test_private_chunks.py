@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedclust.clustered_fl import MLP, FederatedTensors
+from fedclust.clustered_fl import MLP, FederatedTensors, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import bytes_per_client
 
 N_CLIENTS, N_MAX, D, N_CLASSES = 40, 12, 10, 4
@@ -37,8 +36,8 @@ def _budget(model, data, clients, batch_size=None):
     return (clients + 0.5) * per / 2**20
 
 
-COMMON = dict(rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=4, eval_every=1, batch_size=4)
-PRIVATE = dict(sigma_theta=0.8, sigma_s=1.0, clip=0.2)
+COMMON = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 4, "eval_every": 1, "batch_size": 4}
+PRIVATE = {"sigma_theta": 0.8, "sigma_s": 1.0, "clip": 0.2}
 METHODS = {
     "rr_cluster_ifca": lambda d, m, **kw: rr_cluster.run(d, m, 2, B=3, **PRIVATE, **kw),
     "dp_ifca": lambda d, m, **kw: dpb.dp_ifca(d, m, 2, **PRIVATE, **kw),
@@ -107,8 +106,8 @@ def test_fesem_still_runs_whole_rounds_with_a_warning(caplog):
     are trained: it keeps the whole round (and says so) and its numbers do not change."""
     data = _data()
     model = MLP(D, 8, N_CLASSES)
-    kw = dict(base="fesem", B=2, sigma_s=1.0, sigma_theta=1.0, clip=0.3, rounds=2, participation=0.5, seed=1,
-              local_steps=2)
+    kw = {"base": "fesem", "B": 2, "sigma_s": 1.0, "sigma_theta": 1.0, "clip": 0.3, "rounds": 2, "participation": 0.5, "seed": 1,
+              "local_steps": 2}
     ref = rr_cluster.run(data, model, 2, **kw)
     with caplog.at_level(logging.WARNING, logger="fedclust.clustered_fl.engine"):
         small = rr_cluster.run(data, model, 2, max_chunk_mb=_budget(model, data, 3), **kw)

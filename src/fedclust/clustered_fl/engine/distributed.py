@@ -27,7 +27,11 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.data import Params
-from fedclust.clustered_fl.engine.kernels import client_model_losses, local_gradient, local_train
+from fedclust.clustered_fl.engine.kernels import (
+    client_model_losses,
+    local_gradient,
+    local_train,
+)
 
 
 class FixedDraws:
