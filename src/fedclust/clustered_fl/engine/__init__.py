@@ -60,8 +60,10 @@ chunk by chunk, local training and the aggregator's running per-cluster sums
 **Layout** of this package (everything is re-exported here): :mod:`.data` (:class:`FederatedTensors`,
 the padded per-client layout), :mod:`.kernels` (batched losses, cluster estimation, minibatch draws,
 local training, segment sums), :mod:`.aggregation` (server state, client updates and the
-aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`) and :mod:`.loop`
-(:class:`ClusteredFLEngine`, :func:`run_clustered_fl`).
+aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`), :mod:`.loop`
+(:class:`ClusteredFLEngine`, :func:`run_clustered_fl`, :func:`resolve_device`) and :mod:`.distributed`
+(the chunks of a round on worker processes or Ray tasks: :class:`ProcessChunkRunner`,
+:class:`RayChunkRunner`).
 """
 
 from __future__ import annotations
