@@ -166,6 +166,7 @@ class ClusteredFLEngine:
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
         self.chunk_runner = chunk_runner
         self.defer_updates = bool(defer_updates)
+        self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
@@ -292,6 +293,12 @@ class ClusteredFLEngine:
         device; the data set itself stays in host memory)."""
         idx = torch.as_tensor(clients, dtype=torch.long)
         d, dev = self.data, self.device
+        if self._device_train is None and dev.type == "cuda":
+            self._device_train = _device_copy(d, dev)
+        if self._device_train:  # the training data already live on the GPU: gather there
+            X, y, n = self._device_train
+            idx = idx.to(dev)
+            return X[idx], y[idx], n[idx]
         return d.X_train[idx].to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
 
     def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
@@ -510,6 +517,16 @@ class ClusteredFLEngine:
                                  assignment=final["assignment"],
                                  test_assignment=final.get("test_assignment"), history=history,
                                  dp_events=list(self.dp_events), info=info)
+
+
+def _device_copy(data: FederatedTensors, dev: torch.device) -> tuple:
+    """The training tensors on ``dev`` when they take at most a quarter of its free memory (the chunks
+    are then gathered on the GPU, with no host copy and transfer per chunk), else ``()``."""
+    size = sum(t.numel() * t.element_size() for t in (data.X_train, data.y_train, data.n_train))
+    free, _ = torch.cuda.mem_get_info(dev)
+    if size > free // 4:
+        return ()
+    return (data.X_train.to(dev), data.y_train.to(dev), data.n_train.to(dev))
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
