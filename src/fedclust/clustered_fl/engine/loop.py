@@ -512,8 +512,8 @@ class ClusteredFLEngine:
             "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
             "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
         }
-        host = lambda p: {n: v.cpu() for n, v in p.items()}  # noqa: E731 (results live on the CPU)
-        return ClusteredFLResult(params=host(state.params), momentum=host(state.momentum),
+        params, momentum = ({n: v.cpu() for n, v in p.items()} for p in (state.params, state.momentum))  # on the CPU
+        return ClusteredFLResult(params=params, momentum=momentum,
                                  assignment=final["assignment"],
                                  test_assignment=final.get("test_assignment"), history=history,
                                  dp_events=list(self.dp_events), info=info)
