@@ -15,6 +15,7 @@ keyword arguments with defaults (at least ``epsilon`` and ``delta``), so ``facto
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Callable
 
@@ -40,7 +41,6 @@ def get(name: str, **kwargs) -> AuditCase:
     """The audit case of method ``name`` (kwargs go to its factory)."""
     all_cases = cases()
     if name not in all_cases:
-        import difflib
 
         near = difflib.get_close_matches(name, all_cases, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""

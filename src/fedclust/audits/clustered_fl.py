@@ -47,8 +47,14 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
+import torch
 
+from fedclust.clustered_fl import FederatedTensors, LinearRegression, rr_cluster
+from fedclust.clustered_fl import dp_baselines as dpb
+from fedclust.privacy.accountants import effective_noise_multiplier
+from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
+from fedclust.privacy.paper import rr_cluster as paper
 
 N_CLIENTS, N_SAMPLED, N_PER_CLIENT, K_CLUSTERS, B_RR = 10, 5, 2, 2, 2
 CANARY_Y, LR, CLIP = 50.0, 0.1, 1.0
@@ -65,7 +71,6 @@ def power_runs(epsilon: float) -> int:
 def audit_data(with_canary: bool):
     """Federated data: client 0 is the canary (``y = +50``) or its replace-one neighbour (``y = -50``);
     clients 1..9 have ``x = 1, y = 0``."""
-    from fedclust.clustered_fl import FederatedTensors
 
     client = np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
     X = np.ones((client.size, 1))
@@ -75,13 +80,11 @@ def audit_data(with_canary: bool):
 
 
 def _model():
-    from fedclust.clustered_fl import LinearRegression
 
     return LinearRegression(1, bias=True)
 
 
 def _zeros(k: int, fedcam: bool = False) -> dict:
-    import torch
 
     p = {"weight": torch.zeros(k, 1, 1), "bias": torch.zeros(k, 1)}
     if fedcam:
@@ -92,8 +95,6 @@ def _zeros(k: int, fedcam: bool = False) -> dict:
 def _runner(method: str, epsilon: float, delta: float, noise_scale: float = 1.0):
     """``(run(with_canary, noise, seed) -> result, noise settings)`` for ``method``; the noise stds are
     ``noise_scale`` times the calibrated ones (the mutant)."""
-    from fedclust.clustered_fl import dp_baselines as dpb
-    from fedclust.clustered_fl import rr_cluster
 
     q = N_SAMPLED / N_CLIENTS
     common = dict(lr=LR, local_steps=1, rounds=1, clients_per_round=N_SAMPLED, eval_every=0, clip=CLIP)
@@ -139,7 +140,6 @@ def observed_sum_noise():
     released sums minus the exact sums of the clipped updates, flattened. Observation only: the
     noise is drawn by the method's own code, unchanged."""
     # imported on first use, as everywhere in this module: it pulls in torch
-    from fedclust.clustered_fl import rr_cluster
 
     seen: list = []
     original = rr_cluster.noisy_cluster_sums
@@ -164,14 +164,11 @@ def _score(result) -> float:
 
 def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 100,
           noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.privacy.accountants import epsilon as account
 
     run, sigmas = _runner(method, float(epsilon), float(delta), noise_scale)
     probe = _runner(method, float(epsilon), float(delta))[0](True, True, 0)  # the claim of the calibrated run
     eps = account(probe.dp_events, delta)
     (rel,) = probe.dp_events
-    from fedclust.privacy.accountants import effective_noise_multiplier
-    from fedclust.privacy.paper import rr_cluster as paper
 
     # the paper's claim (Prop. 4.1 + Thm 4.2 + eq. 9) for the same multipliers, shown next to the accountant's
     eps_paper = paper.epsilon(N_SAMPLED / N_CLIENTS, 1, None, effective_noise_multiplier(rel.noise_multipliers), delta)

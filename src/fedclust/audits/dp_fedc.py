@@ -42,7 +42,11 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from sklearn.datasets import load_digits
 
+from fedclust.clustering import dp_fedc
+from fedclust.clustering._common import public_centroids
+from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 
 SIZES = (10, 14)
@@ -55,10 +59,6 @@ CANARY_A = 0.7
 def audit_data() -> dict:
     """The audit setting: ``X`` (24 digits rows / 16, the replacement in client 0's last row), ``client``,
     ``canary``, ``slot`` (that row), ``clip`` (the public default sqrt(m)) and ``W0`` (the public init)."""
-    from sklearn.datasets import load_digits
-
-    from fedclust.clustering import dp_fedc
-    from fedclust.clustering._common import public_centroids
 
     n = sum(SIZES)
     X = load_digits().data[:n] / 16.0
@@ -92,8 +92,6 @@ def neighbours(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
 
 def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, rounds: int = 1,
                   n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import dp_fedc
-    from fedclust.privacy.accountants import epsilon as account
 
     d = audit_data()
     sizes = np.bincount(d["client"])

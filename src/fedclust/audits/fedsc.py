@@ -35,6 +35,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedclust.clustering import fedsc, spectral
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 2, 2
@@ -61,8 +64,6 @@ def neighbour(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
 
 def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0,
                      n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import fedsc
-    from fedclust.privacy.accountants import calibrate_noise_multiplier, epsilon as account
 
     sigma = calibrate_noise_multiplier(epsilon, delta, steps=1) * 2.0 * clip_tau
 
@@ -94,8 +95,6 @@ def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float 
 def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float = 0.5, z_lr: float = 0.5,
                         r: float = 1.0, d: int = 2, lam: float = 1e-2, clip_tau: float = 2.0, tau_z: float = 4.0,
                         share_z: float = 0.5, n_runs: int = 500, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import fedsc, spectral
-    from fedclust.privacy.accountants import epsilon as account
 
     cal = fedsc.factor_noise_stds(epsilon, delta, rounds=2, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share_z)
     sz, sc = cal["z_noise_std"], cal["c_noise_std"]

@@ -41,7 +41,11 @@ import torch
 
 from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import (
-    ClusteredFLEngine, ClusteredFLResult, FederatedTensors, ServerState, local_train,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    FederatedTensors,
+    ServerState,
+    local_train,
 )
 from fedclust.clustered_fl.models import BatchedModel
 

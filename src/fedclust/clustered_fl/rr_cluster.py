@@ -99,11 +99,24 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine import (
-    Aggregation, ClientUpdates, ClusteredFLEngine, ClusteredFLResult, DeltaAveraging, FederatedTensors, Params,
-    client_model_losses, assign_clusters, client_norms, local_train, segment_counts, segment_sum,
+    Aggregation,
+    ClientUpdates,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    DeltaAveraging,
+    FederatedTensors,
+    Params,
+    assign_clusters,
+    client_model_losses,
+    client_norms,
+    local_train,
+    segment_counts,
+    segment_sum,
 )
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.clustered_fl.rebalance import check_threshold, random_rebalance
+from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
+from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import add_gaussian_noise
 from fedclust.privacy.paper import rr_cluster as paper
@@ -141,7 +154,6 @@ def _sample_of(q, M) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=256)
 def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int, weights: tuple) -> float:
-    from fedclust.privacy.accountants import calibrate_noise_multiplier
 
     return calibrate_noise_multiplier(epsilon, delta, steps=T, sampling="without_replacement", population=M,
                                       sample_size=m, neighbouring="replace_one", weights=weights, rtol=1e-4)
@@ -153,7 +165,6 @@ def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ..
     if bound not in CALIBRATION_BOUNDS:
         raise ValueError(f"bound must be one of {CALIBRATION_BOUNDS}, got {bound!r}")
     if bound == "accountant":
-        from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
 
         eps, d, T = check_epsilon(epsilon, "target_epsilon"), check_delta(delta), check_steps(T, "T")
         M, m = _sample_of(q, M)

@@ -92,9 +92,9 @@ def check_config(config: dict | None) -> dict:
 def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool,
               mutant: bool = True) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
+    from fedclust.audits import cases
     from fedclust.experiments import eps_label
     from fedclust.privacy.audit import audit_case
-    from fedclust.audits import cases
 
     factory = cases()[method]
     eps_param = inspect.signature(factory).parameters.get("epsilon")

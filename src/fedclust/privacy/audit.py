@@ -69,12 +69,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.stats import beta, chi2, norm
+from scipy.stats import t as student_t
 
 from fedclust.privacy.accountants import epsilon as accounted_epsilon
+from fedclust.privacy.report import json_ready
 
 __all__ = [
     "AuditCase",
@@ -103,7 +107,6 @@ NOISE_ALPHA = 1e-3
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided Clopper-Pearson bounds at level ``alpha`` each: ``(lower, upper)`` for a binomial
     proportion with ``k`` successes in ``n`` trials (``P(p < lower) <= alpha``, ``P(p > upper) <= alpha``)."""
-    from scipy.stats import beta
 
     k, n = int(k), int(n)
     if n <= 0 or not 0 <= k <= n:
@@ -177,8 +180,6 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     """The smallest ε with ``mu``-Gaussian-DP implying (ε, ``delta``)-DP: the root of
     ``Phi(-ε/mu + mu/2) - e^ε Phi(-ε/mu - mu/2) = delta`` (0 when ``mu`` is too small to need any;
     inf for ``mu >= 50``)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
 
     mu = float(mu)
     if not 0 < delta < 1:
@@ -206,7 +207,6 @@ def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict
     Returns ``{"epsilon_lower", "epsilon_point", "mu_lower", "mu_point", "shift", "shift_lower",
     "sigma", "sigma_upper"}``: ε of ``mu``-GDP at ``delta`` for ``mu`` at the conservative ends of the
     intervals (``alpha/2`` each) and at the point estimates."""
-    from scipy.stats import chi2, t
 
     a = np.asarray(stat_in, dtype=np.float64).ravel()
     b = np.asarray(stat_out, dtype=np.float64).ravel()
@@ -216,7 +216,7 @@ def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict
     var = (np.square(a - a.mean()).sum() + np.square(b - b.mean()).sum()) / dof  # pooled: one noise scale
     sd = math.sqrt(var)
     shift = float(a.mean() - b.mean())
-    shift_lo = shift - float(t.ppf(1 - alpha / 2, dof)) * sd * math.sqrt(1 / a.size + 1 / b.size)
+    shift_lo = shift - float(student_t.ppf(1 - alpha / 2, dof)) * sd * math.sqrt(1 / a.size + 1 / b.size)
     sd_hi = math.sqrt(dof * var / float(chi2.ppf(alpha / 2, dof)))
     mu_lo = max(shift_lo, 0.0) / sd_hi if sd_hi > 0 else (math.inf if shift_lo > 0 else 0.0)
     mu_pt = abs(shift) / sd if sd > 0 else (math.inf if shift else 0.0)
@@ -232,7 +232,6 @@ def noise_audit(res_in, res_out, noise_std: float, alpha: float = 0.05) -> dict:
     value is the same in every run of a side, its noise has the claimed std ``noise_std``, and the
     entries are independent. The variance is pooled around the per-side, per-column means. Returns
     ``{"sigma", "sigma_upper", "sigma_claimed", "ratio", "ratio_upper", "dof"}``."""
-    from scipy.stats import chi2
 
     if not noise_std > 0:
         raise ValueError(f"noise_std must be > 0, got {noise_std}")
@@ -337,7 +336,6 @@ class AuditResult:
         return max(self.epsilon_lower, self.epsilon_tight or 0.0, self.epsilon_noise or 0.0)
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
 
         return asdict(self)
 
@@ -384,7 +382,6 @@ class AuditReport:
         return None if self.mutant is None else self.mutant_epsilon > self.case.epsilon
 
     def to_dict(self) -> dict:
-        from fedclust.privacy.report import json_ready
 
         mut = None
         if self.mutant is not None:

@@ -69,15 +69,30 @@ aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`),
 from __future__ import annotations
 
 from fedclust.clustered_fl.engine.aggregation import (
-    Aggregation, Aggregator, ClientUpdates, DeltaAveraging, GradientAveraging, ModelAveraging, RoundContext,
+    Aggregation,
+    Aggregator,
+    ClientUpdates,
+    DeltaAveraging,
+    GradientAveraging,
+    ModelAveraging,
+    RoundContext,
     ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
 from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
-    DEFAULT_CHUNK_MB, _Batcher, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, client_norms,
-    local_gradient, local_train, segment_counts, segment_sum,
+    DEFAULT_CHUNK_MB,
+    _Batcher,
+    _DrawTape,
+    assign_clusters,
+    bytes_per_client,
+    client_model_losses,
+    client_norms,
+    local_gradient,
+    local_train,
+    segment_counts,
+    segment_sum,
 )
 from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, resolve_device, run_clustered_fl
 

@@ -20,8 +20,10 @@ can differ in the last bits).
 
 from __future__ import annotations
 
+import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import torch
@@ -171,8 +173,6 @@ class ProcessChunkRunner(ChunkRunner):
 
     def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
         if self._pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
             # spawn, not fork: the parent may hold torch's thread pools
             self._pool = ProcessPoolExecutor(self.n_workers, mp_context=multiprocessing.get_context("spawn"))

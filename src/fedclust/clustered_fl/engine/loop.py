@@ -13,14 +13,26 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.aggregation import (
-    Aggregation, Aggregator, ClientUpdates, GradientAveraging, ModelAveraging, RoundContext, ServerState,
+    Aggregation,
+    Aggregator,
+    ClientUpdates,
+    GradientAveraging,
+    ModelAveraging,
+    RoundContext,
+    ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
 from fedclust.clustered_fl.engine.distributed import ChunkRunner, chunk_losses, n_draws, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
-    DEFAULT_CHUNK_MB, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, local_gradient,
-    local_train, segment_counts,
+    DEFAULT_CHUNK_MB,
+    _DrawTape,
+    assign_clusters,
+    bytes_per_client,
+    client_model_losses,
+    local_gradient,
+    local_train,
+    segment_counts,
 )
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.metrics import client_clustering_scores
