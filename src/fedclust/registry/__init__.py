@@ -6,6 +6,7 @@ call. Plain Python (no Kedro).
 """
 
 from fedclust.registry.config import MethodConfig, param
+from fedclust.registry.references import REFERENCES, Reference
 from fedclust.registry.spec import (
     REGISTRY,
     MethodSpec,
@@ -15,5 +16,5 @@ from fedclust.registry.spec import (
     trust_model_of,
 )
 
-__all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods",
+__all__ = ["REGISTRY", "REFERENCES", "Reference", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods",
            "trust_model_of"]
