@@ -1,0 +1,87 @@
+"""The benchmark report's numbers: the confidence interval, the best marker, the order of the rows,
+the parent run's metrics and the self-contained page."""
+
+import math
+
+import pytest
+from scipy import stats
+
+from fedclust.grids import report
+
+
+def rec(method, eps, acc, seed, *, ds="digits", part="iid", tm="secure_aggregation", status="ok", chance_hi=0.14,
+        **extra):
+    metrics = {} if status != "ok" else {"ACC": acc, "ACC_chance": 0.12, "ACC_chance_hi": chance_hi,
+                                         "at_chance": float(acc <= chance_hi), "rounds": 5.0,
+                                         "bytes_up_per_client": 2400.0, "compute_time_s": 0.5, **extra}
+    return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "data_clustering", "status": status, "dataset": ds,
+            "partition": part, "epsilon": eps, "method": method, "trust_model": tm},
+            "params": {"seed": seed, "delta": 1e-5}, "metrics": metrics}
+
+
+def test_the_interval_is_the_student_t_interval_of_the_mean():
+    mean, half = report.t_interval([0.5, 0.7, 0.9])
+    s = math.sqrt(((0.5 - 0.7) ** 2 + 0 + (0.9 - 0.7) ** 2) / 2)  # sample std (ddof 1) = 0.2
+    assert mean == pytest.approx(0.7)
+    assert half == pytest.approx(stats.t.ppf(0.975, 2) * s / math.sqrt(3))  # 4.303 x 0.2 / sqrt 3 = 0.4968
+    assert half == pytest.approx(0.4968, abs=1e-4)
+    assert math.isnan(report.t_interval([0.4])[1])  # one seed: no interval
+    assert report.t_interval([0.4, float("nan"), 0.6])[0] == pytest.approx(0.5)  # NaNs dropped
+
+
+@pytest.fixture
+def records():
+    return [rec("fkm", "4", 0.60, 0), rec("fkm", "4", 0.80, 1),
+            rec("fed_dp_kmeans", "4", 0.72, 0), rec("fed_dp_kmeans", "4", 0.74, 1),
+            rec("dp_fedc", "1", 0.13, 0, tm="local"), rec("dp_fedc", "1", 0.12, 1, tm="local"),
+            rec("fkm", "1", 0.30, 0), rec("fkm", "1", 0.40, 1),
+            rec("kmeans", "inf", 0.79, 0, tm="none"), rec("kmeans", "inf", 0.81, 1, tm="none"),
+            rec("kmeans", "4", None, 0, tm="none", status="not applicable"),
+            rec("fkm", "inf", 0.85, 0, tm="none"), rec("fkm", "inf", 0.83, 1, tm="none")]
+
+
+def test_rows_are_sorted_by_epsilon_then_acc_and_the_best_per_epsilon_is_marked(records):
+    table = report.method_table(records)
+    assert list(zip(table["epsilon"], table["method"])) == [
+        ("1", "fkm"), ("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("4", "fkm"), ("4", "kmeans"),
+        ("inf", "fkm"), ("inf", "kmeans")]  # 4 < inf; not applicable last within its epsilon
+    best = table[table["best"]]
+    assert list(zip(best["epsilon"], best["method"])) == [("1", "fkm"), ("4", "fed_dp_kmeans"), ("inf", "fkm")]
+    row = table[(table["method"] == "dp_fedc")].iloc[0]
+    assert row["at_chance"] and row["trust_model"] == "local" and row["n"] == 2
+    fkm4 = table[(table["method"] == "fkm") & (table["epsilon"] == "4")].iloc[0]
+    assert fkm4["ACC"] == pytest.approx(0.70)
+    assert fkm4["ACC_ci"] == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(0.02) / math.sqrt(2))
+    assert fkm4["bytes_up_per_client"] == 2400.0 and not fkm4["at_chance"]
+    na = table[(table["method"] == "kmeans") & (table["epsilon"] == "4")].iloc[0]
+    assert na["status"] == "not applicable" and not na["best"] and na["n"] == 0
+
+
+def test_parent_run_metrics_name_the_best_per_epsilon_and_count_the_runs(records):
+    metrics, tags = report.parent_run_summary(records)
+    assert metrics["best_ACC_eps_4"] == pytest.approx(0.73) and tags["best_method_eps_4"] == "fed_dp_kmeans"
+    assert tags["best_method_eps_inf"] == "fkm" and tags["best_method_eps_1"] == "fkm"
+    assert metrics["runs_done"] == 12 and metrics["runs_not_applicable"] == 1 and metrics["runs_failed"] == 0
+    assert metrics["runs_at_chance"] == 2
+    assert all(math.isfinite(v) and abs(v) < 1e300 for v in metrics.values())
+
+
+def test_the_report_is_one_self_contained_page_with_table_plot_and_statements(records):
+    out = report.build(records, title="t")
+    page = out["html"]
+    assert page.count("<img") == 1 and "data:image/png;base64," in page
+    assert "src='http" not in page and "<script" not in page and "<link" not in page  # nothing to fetch
+    assert "<tr class='best'>" in page and "AT CHANCE" in page
+    assert "fed_dp_kmeans: protects any one sample" in out["statements"]["fed_dp_kmeans"]
+    assert "(ε, δ) = (4; δ = 1e-05)" in out["statements"]["fed_dp_kmeans"]
+    assert "not private" in out["statements"]["kmeans"]
+    assert "| ε | method | ACC (95% CI) |" in out["markdown"] and "* fed_dp_kmeans" in out["markdown"]
+    assert "1.79769" not in page and "e+308" not in out["markdown"]
+
+
+def test_the_terminal_table_fits_100_columns_and_keeps_the_order(records):
+    lines = report.terminal_lines(report.method_table(records))
+    assert lines and max(len(line) for line in lines) <= 100
+    body = [line for line in lines if line.startswith(("1 ", "4 ", "inf "))]
+    assert [line.split()[0] for line in body] == ["1", "1", "4", "4", "inf", "inf"]
+    assert body[0].split()[1:3] == ["*", "fkm"]
