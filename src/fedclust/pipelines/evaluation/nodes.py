@@ -8,6 +8,10 @@ from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
 from fedclust.metrics import chance_scores, clustering_scores, is_at_chance
 
+#: history keys reported under another name: FedCAvg/FedCGds's ``eps`` is the relative change of the
+#: objective (a convergence figure), not a privacy budget
+_RENAMED = {"eps": "rel_objective_change"}
+
 
 def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     """Final metrics of a federated data clustering run (the reporting contract's metrics.json).
@@ -26,7 +30,7 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     out.update({k: float(v) for k, v in (result.info.get("metrics") or {}).items()})  # method-specific extras
     for key, hist in result.history.items():
         if hist and key not in scores and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
-            out[f"final_{key}"] = float(hist[-1])
+            out[f"final_{_RENAMED.get(key, key)}"] = float(hist[-1])
     return out
 
 
@@ -64,8 +68,8 @@ def history_to_mlflow(result) -> dict:
         vals = [
             {"value": float(v), "step": step}
             for step, v in zip(history_steps(result.history, hist), hist)
-            if math.isfinite(float(v))
+            if math.isfinite(float(v)) and abs(float(v)) <= 1e300
         ]
         if vals:
-            out[f"round.{key}"] = vals
+            out[f"round.{_RENAMED.get(key, key)}"] = vals
     return out
