@@ -73,7 +73,8 @@ def test_the_report_is_one_self_contained_page_with_table_plot_and_statements(re
     assert "src='http" not in page and "<script" not in page and "<link" not in page  # nothing to fetch
     assert "<tr class='best'>" in page and "AT CHANCE" in page
     assert "fed_dp_kmeans: protects any one sample" in out["statements"]["fed_dp_kmeans"]
-    assert "(ε, δ) = (4; δ = 1e-05)" in out["statements"]["fed_dp_kmeans"]
+    assert "ε in {4} and δ = 1e-05" in out["statements"]["fed_dp_kmeans"]
+    assert "Trust model local" in out["statements"]["dp_fedc"] and "ε in {1}" in out["statements"]["dp_fedc"]
     assert "not private" in out["statements"]["kmeans"]
     assert "| ε | method | ACC (95% CI) |" in out["markdown"] and "* fed_dp_kmeans" in out["markdown"]
     assert "1.79769" not in page and "e+308" not in out["markdown"]

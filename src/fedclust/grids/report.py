@@ -173,9 +173,10 @@ def _statement(method: str, budgets: list[float], deltas: list[float], models: l
     eps = ", ".join(f"{e:g}" for e in budgets)
     delta = ", ".join(f"{d:g}" for d in deltas) or "1e-05"
     model = "; ".join(f"{m}: {DESCRIPTIONS.get(m, m)}" for m in models) or "local"
-    return (f"{method}: protects {who}: whatever that {unit} is, the released values change their "
-            f"distribution by at most a factor e^ε (plus δ) — at (ε, δ) = ({eps}; δ = {delta}), accounted "
-            f"over the whole run. Trust model {model}. Its non-private runs (ε = ∞) protect nothing.")
+    return (f"{method}: protects {who}: adding or removing that {unit} changes the distribution of "
+            f"everything the run releases by at most a factor e^ε (plus a probability δ), with ε in {{{eps}}} "
+            f"and δ = {delta}, accounted over the whole run. Trust model {model}. "
+            f"Its runs without a budget (ε = ∞) protect nothing.")
 
 
 # ---- the plot ---------------------------------------------------------------------------------------

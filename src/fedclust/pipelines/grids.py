@@ -154,6 +154,16 @@ def _benchmark():
         )
 
     figures.__name__ = "benchmark_figures"
+
+    def write_report(records: list[dict], config: dict):
+        """The benchmark report (:mod:`fedclust.grids.report`): HTML and Markdown, and the parent
+        run's best ACC per epsilon and counts."""
+        from fedclust.grids import report
+
+        built = report.build(records, title="fedclust benchmark: which method, at which privacy budget, at what cost",
+                             notes=report_notes(config))
+        return built["html"], built["markdown"], {"metrics": built["metrics"], "tags": built["tags"]}
+
     base = grid_pipeline("benchmark", both, benchmark.tables,
                          "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
                          curve_keys=benchmark.CURVE_KEYS)
@@ -161,11 +171,25 @@ def _benchmark():
         [node(figures, ["records", "params:config", "params:data_paths"],
               ["privacy_utility_plot", "privacy_utility_clustered_fl_plot", "communication_plot", "embedding_plot",
                "partition_plot", "rounds_by_epsilon_plot", "confusion_plot"],
-              name="figures", tags=["reporting", "grid"])],
+              name="figures", tags=["reporting", "grid"]),
+         node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
+              name="report", tags=["reporting", "grid"])],
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
     return base + extra
+
+
+def report_notes(config: dict) -> list[str]:
+    """The settings a benchmark report states at its top."""
+    shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
+    eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
+    return [f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
+            f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
+            f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)",
+            "every method runs with its own defaults (as a single run of it) except the benchmark's shared "
+            "settings: " + (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none")
+            + (f"; and per method {config['method_settings']}" if config.get("method_settings") else "")]
 
 
 def _cfl_grid():

@@ -280,3 +280,28 @@ class MlflowMethodRunDataset(AbstractDataset):
 
     def _describe(self) -> dict[str, Any]:
         return {"artifact_path": self._artifact_path}
+
+
+class MlflowRunSummaryDataset(AbstractDataset):
+    """Save-only: ``{"metrics": {name: value}, "tags": {name: text}}`` into the active run (a grid's
+    parent run: its best ACC per epsilon and its counts). Values that are not :func:`loggable` are
+    left out."""
+
+    def __init__(self, metadata: dict[str, Any] | None = None):
+        self.metadata = metadata
+
+    def _save(self, data: dict) -> None:
+        import mlflow
+
+        if mlflow.active_run() is None:  # tracking disabled: nothing to log
+            return
+        _log_metrics(data.get("metrics") or {})
+        tags = {k: str(v) for k, v in (data.get("tags") or {}).items()}
+        if tags:
+            mlflow.set_tags(tags)
+
+    def _load(self):
+        raise DatasetError("MlflowRunSummaryDataset is save-only: read the run with the MLflow client or UI")
+
+    def _describe(self) -> dict[str, Any]:
+        return {}
