@@ -84,5 +84,21 @@ def test_the_terminal_table_fits_100_columns_and_keeps_the_order(records):
     lines = report.terminal_lines(report.method_table(records))
     assert lines and max(len(line) for line in lines) <= 100
     body = [line for line in lines if line.startswith(("1 ", "4 ", "inf "))]
+    assert "AT CHANCE" in body[1] and "sec-agg" in body[0]  # dp_fedc at 1: at chance
     assert [line.split()[0] for line in body] == ["1", "1", "4", "4", "inf", "inf"]
     assert body[0].split()[1:3] == ["*", "fkm"]
+
+
+def test_the_run_labels_say_what_ran():
+    from fedclust.hooks import _add_setup_time, kedro_command
+    from fedclust.pipelines.mlflow_io import run_address
+
+    cmd = kedro_command({"pipeline_names": ["benchmark"], "env": None, "tags": [], "node_names": [],
+                         "runtime_params": {"benchmark": {"config": {"seeds": 1, "epsilons": [4.0]}}}})
+    assert cmd == "kedro run --pipelines=benchmark '--params=benchmark.config.seeds=1,benchmark.config.epsilons=[4.0]'"
+    assert kedro_command({"pipeline_names": ["__default__"]}) == "kedro run"
+    metrics = {"wall_time_s": 2.0}
+    _add_setup_time(metrics, 0.5)  # the data and partition steps count
+    assert metrics == {"wall_time_s": 2.5, "train_time_s": 2.0}
+    assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs/ab"
+    assert run_address("sqlite:///mlflow.db", "1", "ab").startswith("http://127.0.0.1:5000/#/experiments/1/runs/ab")

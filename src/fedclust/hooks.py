@@ -54,6 +54,45 @@ def _tag_value(v) -> str:
     return text
 
 
+def kedro_command(run_params: dict) -> str:
+    """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
+    nodes and ``--params``), for the ``kedro_command`` tag."""
+    import shlex
+
+    def flat(d, prefix=""):
+        for k, v in (d or {}).items():
+            if isinstance(v, dict) and v:
+                yield from flat(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+
+    def text(v) -> str:
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(text(x) for x in v) + "]"
+        return "null" if v is None else str(v)
+
+    cmd = ["kedro", "run"]
+    names = run_params.get("pipeline_names") or ([run_params["pipeline_name"]] if run_params.get("pipeline_name") else [])
+    names = [n for n in names if n != "__default__"]
+    for flag, value in (("--pipelines", names), ("--env", run_params.get("env")), ("--tags", run_params.get("tags")),
+                        ("--nodes", run_params.get("node_names")), ("--from-nodes", run_params.get("from_nodes")),
+                        ("--to-nodes", run_params.get("to_nodes"))):
+        if value:
+            cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
+    params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))
+    if params:
+        cmd.append(f"--params={params}")
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def _add_setup_time(metrics: dict, setup_s: float) -> None:
+    """A method's ``wall_time_s`` from the start of the run: its training time (kept as
+    ``train_time_s``) plus the data and partition steps before it."""
+    if isinstance(metrics.get("wall_time_s"), (int, float)) and "train_time_s" not in metrics:
+        metrics["train_time_s"] = float(metrics["wall_time_s"])
+        metrics["wall_time_s"] = float(metrics["wall_time_s"]) + float(setup_s)
+
+
 #: kedro-mlflow tags the run with Kedro's run parameters; these are renamed (Kedro's session id is
 #: not an MLflow run id) or rewritten without Python reprs
 _RENAMED_TAGS = {"run_id": "kedro_session_id"}
@@ -121,6 +160,9 @@ class RunTagsHook:
         self._rounds = None
         self._task = None
         self._grid_records: dict[str, list] = {}
+        self._grid_cells: dict[str, int] = {}
+        self._setup_s = 0.0
+        self._t_start = 0.0
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
@@ -132,6 +174,9 @@ class RunTagsHook:
         self._tagged = False
         self._summary = {}
         self._grid_records = {}
+        self._grid_cells = {}
+        self._setup_s = 0.0
+        self._t_start = time.perf_counter()
         self._parent_id = None
         _METHOD_RUNS.__init__()
         try:
@@ -154,8 +199,11 @@ class RunTagsHook:
         if grids and len(grids) == len(methods):  # grids show a bar over their cells (run_cells)
             # a grid: every cell is a nested run with its own method/dataset/partition/epsilon tags;
             # the global dataset/partition/privacy parameters are not what it ran on
-            self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid", "seed": seed}
-            self._name = f"{self._pipeline_name} · grid · seed {seed}"
+            seeds = {(((params.get(g) or {}).get("config") or {}).get("seeds")) for g in grids} - {None}
+            seeds_text = f"{max(int(n) for n in seeds)} seeds" if seeds else f"seed {seed}"
+            self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid",
+                          **({"seeds": str(max(int(n) for n in seeds))} if seeds else {"seed": seed})}
+            self._name = f"{self._pipeline_name} · grid · {seeds_text}"
             return
         # data clustering runs on `partition` (params `partition`); clustered FL on `rotated_data`
         # (the rotation split of params `clustered_fl.data`); the tour has both
@@ -216,6 +264,7 @@ class RunTagsHook:
                 if new_key != key:
                     client.delete_tag(self._parent_id, key)
                 fixed[new_key] = _tag_value(value)
+            fixed["kedro_command"] = kedro_command(self._run_params)
             mlflow.set_tags({**fixed, **self._tags, "mlflow.runName": self._name})
             self._tagged = True
             # the UI opens the experiment on the runs table for model training, not the GenAI view
@@ -265,12 +314,18 @@ class RunTagsHook:
             self._progress.update(self._task, advance=1, description=node.name)
         method = node.namespace.split(".")[0] if node.namespace else None
         if method is None or method in _STAGES:
+            self._setup_s += dt  # the data and partition steps: part of every method's wall time
             return
         for name, value in outputs.items():
             short = name.rsplit(".", 1)[-1]
+            if short == "mlflow_metrics" and isinstance((value or {}).get("metrics"), dict):
+                _add_setup_time(value["metrics"], self._setup_s)  # before the dataset logs them
+            elif short == "cells" and isinstance(value, dict) and isinstance(value.get("cells"), list):
+                self._grid_cells[method] = len(value["cells"])
             if short == "result" and hasattr(value, "info"):
                 self._log_effective_settings(value)
-                self._summary.setdefault(method, {})["wall_time_s"] = value.info.get("wall_time_s")
+                wall = value.info.get("wall_time_s")
+                self._summary.setdefault(method, {})["wall_time_s"] = None if wall is None else wall + self._setup_s
             elif short == "metrics" and isinstance(value, dict):
                 self._summary.setdefault(method, {}).update(metrics=value)
             elif short == "privacy" and isinstance(value, dict):
@@ -377,20 +432,38 @@ class RunTagsHook:
             rows.append({"method": method, "result": util, "epsilon": eps,
                          "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": self._run_id(method)})
         for grid, records in self._grid_records.items():
-            wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)
-            rows.append({"method": grid, "result": f"{len(records)} cells (summary in data/08_reporting/{grid})",
+            wall = time.perf_counter() - self._t_start if self._t_start else 0.0
+            cells = self._grid_cells.get(grid)
+            runs = f"{len(records)} runs" + (f" in {cells} cells" if cells is not None else "")
+            rows.append({"method": grid, "result": runs,
                          "epsilon": "per cell", "wall_time_s": f"{wall:.1f}", "run_id": self._parent_id or ""})
-            if grid == "benchmark":
-                # imported here: the benchmark module pulls in every method, which other runs never need
-                from fedclust.grids.benchmark import best_per_epsilon
-
-                for best in best_per_epsilon(records):
-                    chance = "AT CHANCE" if best["at_chance"] else f"chance {best['ACC_chance']:.3f}"
-                    tm = f" ({best['trust_model']})" if best["trust_model"] not in ("none", "n/a") else ""
-                    rows.append({"method": f"  best on {best['dataset']}",
-                                 "result": f"{best['method']} ACC {best['ACC']:.3f} ({chance})",
-                                 "epsilon": f"{best['epsilon']}{tm}", "wall_time_s": "", "run_id": ""})
         return rows
+
+    def _print_report(self) -> None:
+        """After a benchmark: its table (sorted by epsilon, then ACC; 100 columns), the report's path
+        and the parent run's MLflow address."""
+        records = self._grid_records.get("benchmark")
+        if not records:
+            return
+        try:
+            # imported here: the report pulls in every method's registry entry, which other runs never need
+            from fedclust.grids import report
+            from fedclust.pipelines.mlflow_io import run_address
+            from fedclust.pipelines.reporting.datasets import SAVED
+
+            lines = ["", "benchmark: ACC per method, sorted by ε then ACC (* best at that ε)", *report.terminal_lines(
+                report.method_table(records))]
+            path = next((p for key, p in SAVED.items() if key.endswith("benchmark/report.html")),
+                        "data/08_reporting/benchmark/report.html")
+            lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
+            if self._parent_id:
+                import mlflow
+
+                exp = mlflow.get_run(self._parent_id).info.experiment_id
+                lines.append("MLflow parent run: " + run_address(mlflow.get_tracking_uri(), exp, self._parent_id))
+            print("\n".join(lines))
+        except Exception as exc:  # never fail a finished run for its summary
+            logger.warning("could not print the benchmark table: %s", exc)
 
     def _print_summary(self) -> None:
         rows = self.summary_rows()
@@ -406,7 +479,7 @@ class RunTagsHook:
                 table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
             for r in rows:
                 table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
-            Console(width=max(120, Console().width)).print(table)
+            Console(width=100 if self._grid_records else max(120, Console().width)).print(table)
         except Exception as exc:  # never fail a finished run for its summary
             logger.warning("could not print the summary: %s", exc)
 
@@ -415,6 +488,7 @@ class RunTagsHook:
         _METHOD_RUNS.close()
         self._stop_progress()
         self._print_summary()
+        self._print_report()
 
     @hook_impl(tryfirst=True)
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:

@@ -291,11 +291,12 @@ def to_markdown(table: pd.DataFrame, statements: dict[str, str], *, title: str, 
                 notes: list[str] | None = None) -> str:
     """The report as Markdown: per data set and partition the methods x epsilon table, then the
     privacy statements. ``plots``: data set -> file name of its plot, linked where given."""
-    out = [f"# {title}", "", f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
-           "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
-           "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
-           "(estimated). compute s = the method's calibration and run; cell s = the whole cell (data, partition, "
-           "every method).", ""]
+    legend = (f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
+              "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
+              "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
+              "(estimated). compute s = the method's calibration and run; cell s = the whole cell (data, partition, "
+              "every method).")
+    out = [f"# {title}", "", legend, ""]
     out += [f"- {n}" for n in notes or []]
     for ds, part, g in _groups(table):
         out += ["", f"## {ds} / {part}", ""]
@@ -320,13 +321,14 @@ def to_html(table: pd.DataFrame, statements: dict[str, str], *, title: str, figu
     """The report as one self-contained HTML page (no external file or script): ``figures`` are data
     set -> base64 PNG, shown inline above the data set's tables."""
     esc = html.escape
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
-             f"</head><body><h1>{esc(title)}</h1>",
-             f"<p><b>{BEST}</b> (green row) best mean ACC at that ε for the data set and partition. ACC: mean ± "
+    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
+            f"</head><body><h1>{esc(title)}</h1>")
+    parts = [head,
+             (f"<p><b>{BEST}</b> (green row) best mean ACC at that ε for the data set and partition. ACC: mean ± "
              "half width of the 95 % t-interval over seeds. <span class='chance'>AT CHANCE</span>: within noise "
              "of a random split with the same sizes. Bytes per client: up = sent by a client in the whole run, "
              "down = the centroids the server sends (estimated). compute s = the method's calibration and run; "
-             "cell s = the whole cell (data, partition, every method).</p>"]
+             "cell s = the whole cell (data, partition, every method).</p>")]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     shown = set()
@@ -353,14 +355,18 @@ def to_html(table: pd.DataFrame, statements: dict[str, str], *, title: str, figu
     return "\n".join(parts)
 
 
+_SHORT_MODELS = {"secure_aggregation": "sec-agg", "none": "-", "n/a": "-"}
+
+
 def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
     """The table for the terminal, at most ``width`` columns: per data set and partition, rows sorted
     by epsilon then ACC (the table's order), without the cost columns that do not fit."""
-    cols = ["ε", "method", "ACC (95% CI)", "chance", "at chance", "trust model", "rounds", "up/client", "compute s",
-            "cell s"]
+    cols = ["ε", "method", "ACC (95% CI)", "chance", "trust", "rounds", "up/client", "compute s", "cell s"]
     lines = []
     for ds, part, g in _groups(table):
-        rows = [r for r in display_rows(g) if r["status"] == "ok"]
+        rows = [{**r, "chance": (r["chance"] + (" AT CHANCE" if r["at chance"] else "")).strip(),
+                 "trust": _SHORT_MODELS.get(r["trust model"], r["trust model"])}
+                for r in display_rows(g) if r["status"] == "ok"]
         if not rows:
             continue
         keep = list(cols)
@@ -392,6 +398,3 @@ def build(records: list[dict], *, title: str = "fedclust benchmark", notes: list
         "terminal": terminal_lines(table),
     }
 
-
-__all__ = ["t_interval", "method_table", "sort_table", "best_per_epsilon", "parent_run_summary", "privacy_statements",
-           "privacy_utility_figure", "to_markdown", "to_html", "terminal_lines", "build"]

@@ -184,12 +184,13 @@ def report_notes(config: dict) -> list[str]:
     """The settings a benchmark report states at its top."""
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
     eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
-    return [f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
-            f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
-            f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)",
-            "every method runs with its own defaults (as a single run of it) except the benchmark's shared "
-            "settings: " + (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none")
-            + (f"; and per method {config['method_settings']}" if config.get("method_settings") else "")]
+    setup = (f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
+             f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
+             f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)")
+    settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
+        f"; and per method {config['method_settings']}" if config.get("method_settings") else "")
+    return [setup, f"every method runs with its own defaults (as a single run of it) except the benchmark's shared "
+                   f"settings: {settings}"]
 
 
 def _cfl_grid():

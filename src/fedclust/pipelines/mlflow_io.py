@@ -305,3 +305,12 @@ class MlflowRunSummaryDataset(AbstractDataset):
 
     def _describe(self) -> dict[str, Any]:
         return {}
+
+
+def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """Where a person opens a run: its page on the tracking server, or for a local store the
+    ``mlflow ui`` command to start first and the page it then serves."""
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: mlflow ui --backend-store-uri {tracking_uri})"
