@@ -162,7 +162,7 @@ class RunTagsHook:
         self._grid_records: dict[str, list] = {}
         self._grid_cells: dict[str, int] = {}
         self._setup_s = 0.0
-        self._t_start = 0.0
+        self._node_s: dict[str, float] = {}
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
@@ -176,7 +176,7 @@ class RunTagsHook:
         self._grid_records = {}
         self._grid_cells = {}
         self._setup_s = 0.0
-        self._t_start = time.perf_counter()
+        self._node_s = {}
         self._parent_id = None
         _METHOD_RUNS.__init__()
         try:
@@ -240,6 +240,10 @@ class RunTagsHook:
                         "trust_model": _trust_model(m, params, priv)}
                 _METHOD_RUNS.tags[m] = tags
                 _METHOD_RUNS.names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
+                if m.endswith("benchmark"):  # a grid inside the tour: its cells say their own budget
+                    _METHOD_RUNS.tags[m] = {**{k: v for k, v in tags.items() if k not in ("epsilon", "trust_model")},
+                                            "kind": "grid"}
+                    _METHOD_RUNS.names[m] = f"{m} · grid"
             self._name = f"tour · {self._tags['dataset']}/{self._tags['partition']} · ε={eps} · seed {seed}"
 
     # ---- MLflow ----------------------------------------------------------------------------------
@@ -316,6 +320,7 @@ class RunTagsHook:
         if method is None or method in _STAGES:
             self._setup_s += dt  # the data and partition steps: part of every method's wall time
             return
+        self._node_s[method] = self._node_s.get(method, 0.0) + dt
         for name, value in outputs.items():
             short = name.rsplit(".", 1)[-1]
             if short == "mlflow_metrics" and isinstance((value or {}).get("metrics"), dict):
@@ -432,7 +437,7 @@ class RunTagsHook:
             rows.append({"method": method, "result": util, "epsilon": eps,
                          "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": self._run_id(method)})
         for grid, records in self._grid_records.items():
-            wall = time.perf_counter() - self._t_start if self._t_start else 0.0
+            wall = self._setup_s + self._node_s.get(grid, 0.0)  # its nodes, and the data steps before them
             cells = self._grid_cells.get(grid)
             runs = f"{len(records)} runs" + (f" in {cells} cells" if cells is not None else "")
             rows.append({"method": grid, "result": runs,
@@ -442,25 +447,28 @@ class RunTagsHook:
     def _print_report(self) -> None:
         """After a benchmark: its table (sorted by epsilon, then ACC; 100 columns), the report's path
         and the parent run's MLflow address."""
-        records = self._grid_records.get("benchmark")
-        if not records:
-            return
+        for grid, records in self._grid_records.items():
+            if grid.endswith("benchmark") and records:
+                self._print_grid_report(grid, records)
+
+    def _print_grid_report(self, grid: str, records: list[dict]) -> None:
         try:
             # imported here: the report pulls in every method's registry entry, which other runs never need
             from fedclust.grids import report
             from fedclust.pipelines.mlflow_io import run_address
             from fedclust.pipelines.reporting.datasets import SAVED
 
-            lines = ["", "benchmark: ACC per method, sorted by ε then ACC (* best at that ε)", *report.terminal_lines(
-                report.method_table(records))]
-            path = next((p for key, p in SAVED.items() if key.endswith("benchmark/report.html")),
-                        "data/08_reporting/benchmark/report.html")
+            lines = ["", f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
+                     *report.terminal_lines(report.method_table(records))]
+            path = next((p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")),
+                        f"data/08_reporting/{grid}/report.html")
             lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
-            if self._parent_id:
+            run_id = _METHOD_RUNS.run_ids.get(grid) or self._parent_id
+            if run_id:
                 import mlflow
 
-                exp = mlflow.get_run(self._parent_id).info.experiment_id
-                lines.append("MLflow parent run: " + run_address(mlflow.get_tracking_uri(), exp, self._parent_id))
+                exp = mlflow.get_run(run_id).info.experiment_id
+                lines.append("MLflow run: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
             print("\n".join(lines))
         except Exception as exc:  # never fail a finished run for its summary
             logger.warning("could not print the benchmark table: %s", exc)
@@ -479,7 +487,8 @@ class RunTagsHook:
                 table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
             for r in rows:
                 table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
-            Console(width=100 if self._grid_records else max(120, Console().width)).print(table)
+            only_grids = self._grid_records and not self._summary  # a grid's table fits 100 columns
+            Console(width=100 if only_grids else max(120, Console().width)).print(table)
         except Exception as exc:  # never fail a finished run for its summary
             logger.warning("could not print the summary: %s", exc)
 

@@ -155,15 +155,6 @@ def _benchmark():
 
     figures.__name__ = "benchmark_figures"
 
-    def write_report(records: list[dict], config: dict):
-        """The benchmark report (:mod:`fedclust.grids.report`): HTML and Markdown, and the parent
-        run's best ACC per epsilon and counts."""
-        from fedclust.grids import report
-
-        built = report.build(records, title="fedclust benchmark: which method, at which privacy budget, at what cost",
-                             notes=report_notes(config))
-        return built["html"], built["markdown"], {"metrics": built["metrics"], "tags": built["tags"]}
-
     base = grid_pipeline("benchmark", both, benchmark.tables,
                          "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
                          curve_keys=benchmark.CURVE_KEYS)
@@ -178,6 +169,37 @@ def _benchmark():
         parameters={"params:data_paths"},
     )
     return base + extra
+
+
+def write_report(records: list[dict], config: dict):
+    """The benchmark report (:mod:`fedclust.grids.report`): HTML and Markdown, and the parent run's
+    best ACC per epsilon and counts."""
+    from fedclust.grids import report
+
+    built = report.build(records, title="fedclust benchmark: which method, at which privacy budget, at what cost",
+                         notes=report_notes(config))
+    return built["html"], built["markdown"], {"metrics": built["metrics"], "tags": built["tags"]}
+
+
+def tour_benchmark() -> Pipeline:
+    """The quick tour's private slice: the data-clustering cells of the benchmark on
+    ``tour_benchmark.config`` (no figures), its report and its table at the end of the run."""
+    from fedclust.grids import benchmark
+
+    data_half = SimpleNamespace(cells=benchmark.cells, run_cell=benchmark.run_cell)
+    name = "tour_benchmark"
+    return Pipeline(
+        [
+            node(prepare_cells_node(data_half, name), ["params:config", "params:data_paths"], "cells",
+                 name="prepare_cells", tags=["grid"]),
+            node(run_cells_node(data_half, name), ["cells", "cell_store"], "records", name="run_cells",
+                 tags=["training", "grid"]),
+            node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
+                 name="report", tags=["reporting", "grid"]),
+        ],
+        namespace=name,
+        parameters={"params:data_paths"},
+    )
 
 
 def report_notes(config: dict) -> list[str]:
