@@ -200,9 +200,10 @@ class RunTagsHook:
             # a grid: every cell is a nested run with its own method/dataset/partition/epsilon tags;
             # the global dataset/partition/privacy parameters are not what it ran on
             seeds = {(((params.get(g) or {}).get("config") or {}).get("seeds")) for g in grids} - {None}
-            seeds_text = f"{max(int(n) for n in seeds)} seeds" if seeds else f"seed {seed}"
+            n_seeds = max(int(n) for n in seeds) if seeds else None
+            seeds_text = f"seed {seed}" if n_seeds is None else f"{n_seeds} seed{'s' if n_seeds != 1 else ''}"
             self._tags = {"pipeline": self._pipeline_name, "method": ",".join(grids), "kind": "grid",
-                          **({"seeds": str(max(int(n) for n in seeds))} if seeds else {"seed": seed})}
+                          **({"seed": seed} if n_seeds is None else {"seeds": str(n_seeds)})}
             self._name = f"{self._pipeline_name} · grid · {seeds_text}"
             return
         # data clustering runs on `partition` (params `partition`); clustered FL on `rotated_data`

@@ -196,7 +196,10 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
     x_inf = (finite[-1] * 4.0) if finite else 1.0
     fig, axes = plt.subplots(1, len(parts), figsize=(4.6 * len(parts) + 2.2, 3.6), squeeze=False, sharey=True)
     methods = list(dict.fromkeys(sub["method"]))
-    colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
+    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    colors = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    # the no-DP points side by side (a small offset per method), so equal results do not hide each other
+    offset = {m: 1.0 + 0.06 * (i - (len(methods) - 1) / 2) for i, m in enumerate(methods)}
     for ax, part in zip(axes[0], parts):
         g = sub[sub["partition"] == part]
         for method in methods:
@@ -207,15 +210,17 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
             ci = fin["ACC_ci"].fillna(0.0)
             if len(fin):
                 ax.plot(fin["x"], fin["ACC"], "o-", color=colors[method], label=method, ms=4)
-                ax.fill_between(fin["x"], fin["ACC"] - ci, fin["ACC"] + ci, color=colors[method], alpha=0.18)
+                ax.fill_between(fin["x"], (fin["ACC"] - ci).clip(0.0, 1.0), (fin["ACC"] + ci).clip(0.0, 1.0),
+                                color=colors[method], alpha=0.15)  # ACC lies in [0, 1]: so does its band
             inf = m[~np.isfinite(m["x"])]
             if len(inf):
-                ax.errorbar([x_inf], inf["ACC"], yerr=inf["ACC_ci"].fillna(0.0), fmt="*", ms=10, color=colors[method],
+                ax.errorbar([x_inf * offset[method]], inf["ACC"], yerr=inf["ACC_ci"].fillna(0.0), fmt="*", ms=10, color=colors[method],
                             capsize=3, label=None if len(fin) else method)
         chance = g["ACC_chance"].dropna()
         if len(chance):
             ax.axhline(float(chance.mean()), ls="--", color="grey", lw=1, label="chance")
         ax.set_xscale("log")
+        ax.set_ylim(0.0, 1.02)
         ticks = finite + [x_inf]
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{e:g}" for e in finite] + ["no DP"])

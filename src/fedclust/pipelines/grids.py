@@ -210,7 +210,9 @@ def report_notes(config: dict) -> list[str]:
              f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
              f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)")
     settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
-        f"; and per method {config['method_settings']}" if config.get("method_settings") else "")
+        "; per method " + "; ".join(f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
+                                    for m, over in config["method_settings"].items())
+        if config.get("method_settings") else "")
     return [setup, f"every method runs with its own defaults (as a single run of it) except the benchmark's shared "
                    f"settings: {settings}"]
 
