@@ -102,3 +102,27 @@ def test_the_run_labels_say_what_ran():
     assert metrics == {"wall_time_s": 2.5, "train_time_s": 2.0}
     assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs/ab"
     assert run_address("sqlite:///mlflow.db", "1", "ab").startswith("http://127.0.0.1:5000/#/experiments/1/runs/ab")
+
+
+def test_rounds_and_time_to_90_percent_of_the_final_acc():
+    from fedclust.metrics import rounds_to_fraction, time_to_90pct
+
+    assert rounds_to_fraction([0.1, 0.5, 0.85, 0.9, 0.92]) == 3  # 0.9 x 0.92 = 0.828: round 3 reaches it
+    assert rounds_to_fraction([0.1, 0.5, 0.82, 0.9, 0.92]) == 4
+    assert rounds_to_fraction([]) is None and rounds_to_fraction([0.0]) is None
+    assert time_to_90pct({"ACC": [0.2, 0.9, 1.0, 1.0]}, 8.0) == {"rounds_to_90pct_ACC": 2.0, "time_to_90pct_ACC_s": 4.0}
+    assert time_to_90pct({"objective": [1.0]}, 8.0) == {}
+
+
+def test_the_tour_ends_with_a_private_slice_at_epsilon_1_and_4_with_fed_dp_kmeans():
+    import pathlib
+
+    import yaml
+
+    from fedclust.pipelines.grids import tour_benchmark
+
+    conf = yaml.safe_load((pathlib.Path(__file__).parents[1] / "conf/base/parameters_tour.yml").read_text())
+    cfg = conf["tour_benchmark"]["config"]
+    assert cfg["epsilons"] == [1.0, 4.0] and "fed_dp_kmeans" in cfg["methods"]
+    names = {n.name for n in tour_benchmark().nodes}
+    assert {"tour_benchmark.run_cells", "tour_benchmark.report"} <= names

@@ -5,9 +5,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from fedclust import plots  # noqa: E402
+from fedclust import plots
 
 
 def _records(n_methods=7, epsilons=("1", "4", "inf")):

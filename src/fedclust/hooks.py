@@ -324,8 +324,8 @@ class RunTagsHook:
         self._node_s[method] = self._node_s.get(method, 0.0) + dt
         for name, value in outputs.items():
             short = name.rsplit(".", 1)[-1]
-            if short == "mlflow_metrics" and isinstance((value or {}).get("metrics"), dict):
-                _add_setup_time(value["metrics"], self._setup_s)  # before the dataset logs them
+            if short == "metrics" and isinstance(value, dict):
+                _add_setup_time(value, self._setup_s)  # before metrics.json and MLflow get them
             elif short == "cells" and isinstance(value, dict) and isinstance(value.get("cells"), list):
                 self._grid_cells[method] = len(value["cells"])
             if short == "result" and hasattr(value, "info"):

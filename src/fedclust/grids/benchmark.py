@@ -1,23 +1,30 @@
-"""One benchmark across all federated data clustering methods (issue 8).
+"""One benchmark across all federated data clustering methods.
 
 Every method sees the same data, the same partition, the same privacy budget and the same seeds.
 Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. Per cell: ACC, NMI,
-ARI, wall time, uploaded reals and the accountant's epsilon for the noise actually added.
+ARI, the cost (rounds, bytes up and down per client, compute, wall and cell time, rounds and time to
+90 % of the final ACC) and the accountant's epsilon for the noise actually added.
 
-Privacy, the same *accounted* budget for every private method (RDP, sample-level, the run's delta):
+Every method runs through the method registry (:func:`run_method`: its config class, ``calibrate``
+and ``run``, as a single run of it), with its own defaults except the benchmark's shared settings
+where they are set and ``method_settings.<method>`` (:func:`method_settings`); the centralized
+references come from the registry too (:data:`fedclust.registry.REFERENCES`). The benchmark keeps no
+table of methods of its own.
+
+Privacy, the same *accounted* budget for every private method (``accountant``, sample-level, the run's delta):
 
 * FKM, FZKM (local_iters = 1), DK++ (its DP variant: ``seeding_rounds = 0``, the k-means||
   seeding being a data-dependent selection): noise multiplier calibrated over all rounds by the
   accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows,
-  amendment A-1), so under a finite budget it is ``not applicable``;
+  so under a finite budget it is ``not applicable``);
 * DP-FedC: its paper budget eps_bar is chosen by bisection so that the accountant rates its
   releases at the target (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`);
-* FedSC: perturbed data (rows clipped to ``fedsc_clip``), one Gaussian release calibrated by the
+* FedSC: perturbed data (rows clipped to its ``clip_tau``), one Gaussian release calibrated by the
   accountant;
 * initial centroids W^0, shared by every method of a cell: in a non-private cell the paper's k
   random data rows (``init = "data"``); in a private cell data-independent points, uniform in the
   public domain ``init_domain`` (default [0, 1]) pulled into the clip ball (``init = "uniform_box"``),
-  since data rows as W^0 would be released unaccounted (issue 13, point 1). Every record names its
+  since data rows as W^0 would be released unaccounted. Every record names its
   ``init`` in its params;
 * FedCAvg, FedCGds and the centralized references (k-means, spectral clustering) have no private
   variant: under a finite budget they are reported with status ``not applicable``, never skipped.
@@ -38,7 +45,12 @@ from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load, load_cached, memo, stamp
-from fedclust.metrics import data_chance_line, is_at_chance, scores_with_chance
+from fedclust.metrics import (
+    data_chance_line,
+    is_at_chance,
+    scores_with_chance,
+    time_to_90pct,
+)
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
@@ -159,16 +171,6 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     ]
 
 
-def rounds_to_fraction(history: list[float], fraction: float = 0.9) -> int | None:
-    """The first round (1-based) whose value reaches ``fraction`` of the final one; None without a
-    history or when the final value is not positive."""
-    values = [float(v) for v in history or []]
-    if not values or not values[-1] > 0:
-        return None
-    target = fraction * values[-1]
-    return next(i for i, v in enumerate(values, 1) if v >= target)
-
-
 def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> dict[str, float]:
     """What a method's run cost: ``rounds``, bytes sent up per client (uploaded reals, 8 bytes each,
     over the clients), bytes sent down per client (estimated: the server sends its k x m centroids to
@@ -182,11 +184,7 @@ def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> d
         C = getattr(res, "centroids", None)
         if getattr(C, "size", 0):
             out["bytes_down_per_client"] = 8.0 * float(rounds) * float(C.size)
-    r90 = rounds_to_fraction(res.history.get("ACC") or [])
-    if r90 is not None:
-        n = len(res.history["ACC"])
-        out["rounds_to_90pct_ACC"] = float(r90)
-        out["time_to_90pct_ACC_s"] = float(compute_s) * r90 / n
+    out.update(time_to_90pct(res.history, compute_s))
     return out
 
 
@@ -505,7 +503,8 @@ def rounds_figure(records: list[dict]):
 def confusion_figure(records: list[dict], data_paths: dict | None = None):
     """The confusion matrix of the best run (highest ACC among the non-private seed-0 runs that
     kept their labels), clusters matched to classes."""
-    from fedclust.plots import best_run, confusion_figure as figure, message_figure
+    from fedclust.plots import best_run, message_figure
+    from fedclust.plots import confusion_figure as figure
 
     best = best_run(records, "ACC")
     if best is None:
