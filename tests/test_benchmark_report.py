@@ -90,8 +90,8 @@ def test_the_terminal_table_fits_100_columns_and_keeps_the_order(records):
 
 
 def test_the_run_labels_say_what_ran():
-    from fedclust.hooks import _add_setup_time, kedro_command
-    from fedclust.pipelines.mlflow_io import run_address
+    from fedclust.hooks import _add_setup_time
+    from fedclust.pipelines.mlflow_io import kedro_command, run_address
 
     cmd = kedro_command({"pipeline_names": ["benchmark"], "env": None, "tags": [], "node_names": [],
                          "runtime_params": {"benchmark": {"config": {"seeds": 1, "epsilons": [4.0]}}}})

@@ -54,37 +54,6 @@ def _tag_value(v) -> str:
     return text
 
 
-def kedro_command(run_params: dict) -> str:
-    """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
-    nodes and ``--params``), for the ``kedro_command`` tag."""
-    import shlex
-
-    def flat(d, prefix=""):
-        for k, v in (d or {}).items():
-            if isinstance(v, dict) and v:
-                yield from flat(v, f"{prefix}{k}.")
-            else:
-                yield f"{prefix}{k}", v
-
-    def text(v) -> str:
-        if isinstance(v, (list, tuple)):
-            return "[" + ",".join(text(x) for x in v) + "]"
-        return "null" if v is None else str(v)
-
-    cmd = ["kedro", "run"]
-    names = run_params.get("pipeline_names") or ([run_params["pipeline_name"]] if run_params.get("pipeline_name") else [])
-    names = [n for n in names if n != "__default__"]
-    for flag, value in (("--pipelines", names), ("--env", run_params.get("env")), ("--tags", run_params.get("tags")),
-                        ("--nodes", run_params.get("node_names")), ("--from-nodes", run_params.get("from_nodes")),
-                        ("--to-nodes", run_params.get("to_nodes"))):
-        if value:
-            cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
-    params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))
-    if params:
-        cmd.append(f"--params={params}")
-    return " ".join(shlex.quote(c) for c in cmd)
-
-
 def _add_setup_time(metrics: dict, setup_s: float) -> None:
     """A method's ``wall_time_s`` from the start of the run: its training time (kept as
     ``train_time_s``) plus the data and partition steps before it."""
@@ -269,6 +238,8 @@ class RunTagsHook:
                 if new_key != key:
                     client.delete_tag(self._parent_id, key)
                 fixed[new_key] = _tag_value(value)
+            from fedclust.pipelines.mlflow_io import kedro_command
+
             fixed["kedro_command"] = kedro_command(self._run_params)
             mlflow.set_tags({**fixed, **self._tags, "mlflow.runName": self._name})
             self._tagged = True
@@ -455,22 +426,9 @@ class RunTagsHook:
     def _print_grid_report(self, grid: str, records: list[dict]) -> None:
         try:
             # imported here: the report pulls in every method's registry entry, which other runs never need
-            from fedclust.grids import report
-            from fedclust.pipelines.mlflow_io import run_address
-            from fedclust.pipelines.reporting.datasets import SAVED
+            from fedclust.pipelines.reporting.nodes import grid_report_lines
 
-            lines = ["", f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
-                     *report.terminal_lines(report.method_table(records))]
-            path = next((p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")),
-                        f"data/08_reporting/{grid}/report.html")
-            lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
-            run_id = _METHOD_RUNS.run_ids.get(grid) or self._parent_id
-            if run_id:
-                import mlflow
-
-                exp = mlflow.get_run(run_id).info.experiment_id
-                lines.append("MLflow run: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
-            print("\n".join(lines))
+            print("\n".join(grid_report_lines(grid, records, _METHOD_RUNS.run_ids.get(grid) or self._parent_id)))
         except Exception as exc:  # never fail a finished run for its summary
             logger.warning("could not print the benchmark table: %s", exc)
 

@@ -314,3 +314,34 @@ def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"http://127.0.0.1:5000/{page}\n  (start the UI first: mlflow ui --backend-store-uri {tracking_uri})"
+
+
+def kedro_command(run_params: dict) -> str:
+    """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
+    nodes and ``--params``), for the ``kedro_command`` tag."""
+    import shlex
+
+    def flat(d, prefix=""):
+        for k, v in (d or {}).items():
+            if isinstance(v, dict) and v:
+                yield from flat(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+
+    def text(v) -> str:
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(text(x) for x in v) + "]"
+        return "null" if v is None else str(v)
+
+    cmd = ["kedro", "run"]
+    names = run_params.get("pipeline_names") or ([run_params["pipeline_name"]] if run_params.get("pipeline_name") else [])
+    names = [n for n in names if n != "__default__"]
+    for flag, value in (("--pipelines", names), ("--env", run_params.get("env")), ("--tags", run_params.get("tags")),
+                        ("--nodes", run_params.get("node_names")), ("--from-nodes", run_params.get("from_nodes")),
+                        ("--to-nodes", run_params.get("to_nodes"))):
+        if value:
+            cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
+    params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))
+    if params:
+        cmd.append(f"--params={params}")
+    return " ".join(shlex.quote(c) for c in cmd)
