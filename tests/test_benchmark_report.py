@@ -126,3 +126,21 @@ def test_the_tour_ends_with_a_private_slice_at_epsilon_1_and_4_with_fed_dp_kmean
     assert cfg["epsilons"] == [1.0, 4.0] and "fed_dp_kmeans" in cfg["methods"]
     names = {n.name for n in tour_benchmark().nodes}
     assert {"tour_benchmark.run_cells", "tour_benchmark.report"} <= names
+
+
+def test_the_clustered_fl_half_gets_its_own_test_accuracy_tables(records):
+    def cfl(method, eps, acc, seed):
+        return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "clustered_fl", "status": "ok", "dataset": "digits",
+                "partition": "rotation(4 groups)", "epsilon": eps, "method": method, "trust_model": "central"},
+                "params": {"seed": seed}, "metrics": {"test_accuracy": acc, "client_ACC": 1.0}}
+
+    recs = records + [cfl("rr_cluster", "8", 0.70, 0), cfl("rr_cluster", "8", 0.74, 1), cfl("dp_ifca", "8", 0.6, 0),
+                      cfl("dp_ifca", "8", 0.62, 1)]
+    table = report.method_table(recs, family="clustered_fl", metric="test_accuracy")
+    assert list(table["method"]) == ["rr_cluster", "dp_ifca"] and list(table["best"]) == [True, False]
+    assert table["ACC"].iloc[0] == pytest.approx(0.72)
+    out = report.build(recs)
+    assert "clustered FL, test accuracy" in out["markdown"] and "| ε | method | test acc (95% CI) |" in out["markdown"]
+    assert "test acc (95% CI)" in out["html"] and len(report.method_table(recs)) == 7  # data half unchanged
+    assert "rr_cluster: protects any one client" in out["statements"]["rr_cluster"]
+    assert "dp_ifca: protects any one client" in out["statements"]["dp_ifca"]  # no registry entry of its own

@@ -64,19 +64,27 @@ def _data_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
 
 
-def method_table(records: list[dict], level: float = 0.95) -> pd.DataFrame:
-    """One row per (dataset, partition, epsilon, method) of the data-clustering records (module
-    docstring). Columns: ``dataset, partition, epsilon, method, trust_model, status, n, ACC, ACC_ci``
+def method_table(records: list[dict], level: float = 0.95, *, family: str = "data_clustering",
+                 metric: str = "ACC") -> pd.DataFrame:
+    """One row per (dataset, partition, epsilon, method) of the records of ``family`` (module
+    docstring; ``"clustered_fl"`` with ``metric="test_accuracy"`` for the clustered-FL half, whose
+    score then fills the ``ACC`` columns and has no chance line here). Columns: ``dataset, partition, epsilon, method, trust_model, status, n, ACC, ACC_ci``
     (half width), ``ACC_chance, at_chance, best`` and the :data:`COST` keys (means over seeds).
     ``best`` is True for the highest mean ACC among the runs that ran in each (dataset, partition,
     epsilon). Rows are sorted by dataset, partition, epsilon (no privacy last) and ACC, highest first,
     not-applicable rows last."""
-    recs = _data_records(records)
+    recs = [r for r in records if r["tags"].get("family", "data_clustering") == family]
     cols = ["dataset", "partition", "epsilon", "method", "trust_model", "status", "n", "ACC", "ACC_ci",
             "ACC_chance", "at_chance", "best", *COST]
     if not recs:
         return pd.DataFrame(columns=cols)
     frame = records_frame(recs)
+    if metric != "ACC":  # the score of this family in the ACC columns; no chance line of its own here
+        frame = frame.drop(columns=[c for c in ("ACC", "ACC_chance", "ACC_chance_hi") if c in frame.columns])
+        frame = frame.rename(columns={metric: "ACC"})
+    if "partition" not in frame.columns:
+        frame["partition"] = "-"
+    frame["partition"] = frame["partition"].fillna("-")
     for col, fill in (("status", "ok"), ("trust_model", "none")):
         frame[col] = frame[col].fillna(fill) if col in frame.columns else fill
     rows = []
@@ -154,26 +162,28 @@ def privacy_statements(records: list[dict]) -> dict[str, str]:
     for method in dict.fromkeys(r["tags"]["method"] for r in recs):
         mine = [r for r in recs if r["tags"]["method"] == method and r["tags"].get("status", "ok") == "ok"]
         budgets = sorted({eps_number(r["tags"]["epsilon"]) for r in mine} - {math.inf})
-        deltas = sorted({float((r.get("params") or {}).get("delta", 1e-5)) for r in mine})
+        deltas = sorted({float((r.get("params") or {}).get("delta") or 1e-5) for r in mine})
         models = sorted({str(r["tags"].get("trust_model", "none")) for r in mine} - {"none", "n/a"})
-        out[method] = _statement(method, budgets, deltas, models)
+        client_level = any(r["tags"].get("family") == "clustered_fl" for r in mine)
+        out[method] = _statement(method, budgets, deltas, models, "client" if client_level else None)
     return out
 
 
-def _statement(method: str, budgets: list[float], deltas: list[float], models: list[str]) -> str:
+def _statement(method: str, budgets: list[float], deltas: list[float], models: list[str],
+               unit: str | None = None) -> str:
     if method in REFERENCES:
         return f"{method}: a centralized reference on the pooled data; it protects nothing (not private)."
     spec = REGISTRY.get(method)
     if not budgets:
         why = "it has no differentially private variant" if spec is None or not spec.private else "no run had a budget"
         return f"{method}: not private in this benchmark ({why}); its results are at ε = ∞."
-    unit = spec.unit if spec is not None else "sample"
+    unit = unit or (spec.unit if spec is not None else "sample")
     who = ("any one sample (one data row of one client)" if unit == "sample"
            else "any one client (all of its data at once)")
     eps = ", ".join(f"{e:g}" for e in budgets)
     delta = ", ".join(f"{d:g}" for d in deltas) or "1e-05"
     model = "; ".join(f"{m}: {DESCRIPTIONS.get(m, m)}" for m in models) or "local"
-    return (f"{method}: protects {who}: adding or removing that {unit} changes the distribution of "
+    return (f"{method}: protects {who}: changing that {unit} alters the distribution of "
             f"everything the run releases by at most a factor e^ε (plus a probability δ), with ε in {{{eps}}} "
             f"and δ = {delta}, accounted over the whole run. Trust model {model}. "
             f"Its runs without a budget (ε = ∞) protect nothing.")
@@ -292,10 +302,21 @@ def _groups(table: pd.DataFrame):
         yield ds, part, g
 
 
+def _header(h: str, label: str) -> str:
+    return h.replace("ACC", label, 1) if h.startswith("ACC") else h
+
+
+def _md_table(g: pd.DataFrame, label: str) -> list[str]:
+    rows = display_rows(g)
+    return (["| " + " | ".join(_header(h, label) for h in _HEAD) + " |", "|" + "|".join("---" for _ in _HEAD) + "|"]
+            + ["| " + " | ".join(r[h] for h in _HEAD) + " |" for r in rows])
+
+
 def to_markdown(table: pd.DataFrame, statements: dict[str, str], *, title: str, plots: dict[str, str] | None = None,
-                notes: list[str] | None = None) -> str:
+                notes: list[str] | None = None, extra: list[tuple[str, pd.DataFrame, str]] | None = None) -> str:
     """The report as Markdown: per data set and partition the methods x epsilon table, then the
-    privacy statements. ``plots``: data set -> file name of its plot, linked where given."""
+    ``extra`` tables (``(heading, table, score name)``: the clustered-FL half), then the privacy
+    statements. ``plots``: data set -> file name of its plot, linked where given."""
     legend = (f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
               "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
               "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
@@ -307,10 +328,10 @@ def to_markdown(table: pd.DataFrame, statements: dict[str, str], *, title: str, 
         out += ["", f"## {ds} / {part}", ""]
         if plots and ds in plots:
             out += [f"![privacy-utility on {ds}]({plots[ds]})", ""]
-        rows = display_rows(g)
-        out.append("| " + " | ".join(_HEAD) + " |")
-        out.append("|" + "|".join("---" for _ in _HEAD) + "|")
-        out += ["| " + " | ".join(r[h] for h in _HEAD) + " |" for r in rows]
+        out += _md_table(g, "ACC")
+    for heading, tab, label in extra or ():
+        for ds, part, g in _groups(tab):
+            out += ["", f"## {heading}: {ds} / {part}", ""] + _md_table(g, label)
     out += ["", "## What each method protects", ""] + [f"- {s}" for s in statements.values()]
     return "\n".join(out) + "\n"
 
@@ -321,8 +342,27 @@ tr.best{background:#e5f5e0;font-weight:600}tr.na{color:#999}span.chance{color:#b
 img{max-width:100%;border:1px solid #eee}li{margin:.3em 0}"""
 
 
+def _html_table(g: pd.DataFrame, label: str) -> str:
+    esc = html.escape
+    left = ("method", "trust model", "at chance")
+    parts = ["<table class='methods'><thead><tr>"
+             + "".join(f"<th class='{'l' if h in left else ''}'>{esc(_header(h, label))}</th>" for h in _HEAD)
+             + "</tr></thead><tbody>"]
+    for flag, r in zip(g["best"], display_rows(g)):
+        cls = "best" if flag else ("na" if r["status"] != "ok" else "")
+        cells = []
+        for h in _HEAD:
+            v = esc(r[h])
+            if h == "at chance" and v:
+                v = f"<span class='chance'>{v}</span>"
+            cells.append(f"<td class='{'l' if h in left else ''}'>{v}</td>")
+        parts.append(f"<tr class='{cls}'>" + "".join(cells) + "</tr>")
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
 def to_html(table: pd.DataFrame, statements: dict[str, str], *, title: str, figures: dict[str, str],
-            notes: list[str] | None = None) -> str:
+            notes: list[str] | None = None, extra: list[tuple[str, pd.DataFrame, str]] | None = None) -> str:
     """The report as one self-contained HTML page (no external file or script): ``figures`` are data
     set -> base64 PNG, shown inline above the data set's tables."""
     esc = html.escape
@@ -342,19 +382,10 @@ def to_html(table: pd.DataFrame, statements: dict[str, str], *, title: str, figu
             shown.add(ds)
             parts.append(f"<h2>{esc(ds)}</h2><img class='privacy-utility' alt='privacy-utility plot of {esc(ds)}' "
                          f"src='data:image/png;base64,{figures[ds]}'>")
-        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3><table class='methods'><thead><tr>"
-                     + "".join(f"<th class='{'l' if h in ('method', 'trust model', 'at chance') else ''}'>{esc(h)}</th>"
-                               for h in _HEAD) + "</tr></thead><tbody>")
-        for flag, r in zip(g["best"], display_rows(g)):
-            cls = "best" if flag else ("na" if r["status"] != "ok" else "")
-            cells = []
-            for h in _HEAD:
-                v = esc(r[h])
-                if h == "at chance" and v:
-                    v = f"<span class='chance'>{v}</span>"
-                cells.append(f"<td class='{'l' if h in ('method', 'trust model', 'at chance') else ''}'>{v}</td>")
-            parts.append(f"<tr class='{cls}'>" + "".join(cells) + "</tr>")
-        parts.append("</tbody></table>")
+        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + _html_table(g, "ACC"))
+    for heading, tab, label in extra or ():
+        for ds, part, g in _groups(tab):
+            parts.append(f"<h2>{esc(heading)}: {esc(ds)} / {esc(part)}</h2>" + _html_table(g, label))
     parts.append("<h2>What each method protects</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in statements.values())
                  + "</ul></body></html>")
     return "\n".join(parts)
@@ -392,13 +423,15 @@ def build(records: list[dict], *, title: str = "fedclust benchmark", notes: list
     """Everything the report needs from ``records``: ``table``, ``statements``, ``figures`` (data set
     -> base64 PNG), ``html``, ``markdown``, ``metrics`` and ``tags`` of the parent run, ``terminal``."""
     table = method_table(records)
+    cfl = method_table(records, family="clustered_fl", metric="test_accuracy")
+    extra = [("clustered FL, test accuracy (client-level privacy)", cfl, "test acc")] if len(cfl) else []
     statements = privacy_statements(records)
     figures = {ds: figure_png_base64(privacy_utility_figure(table, ds)) for ds in dict.fromkeys(table["dataset"])}
     metrics, tags = parent_run_summary(records, table)
     return {
         "table": table, "statements": statements, "figures": figures, "metrics": metrics, "tags": tags,
-        "html": to_html(table, statements, title=title, figures=figures, notes=notes),
-        "markdown": to_markdown(table, statements, title=title, notes=notes,
+        "html": to_html(table, statements, title=title, figures=figures, notes=notes, extra=extra),
+        "markdown": to_markdown(table, statements, title=title, notes=notes, extra=extra,
                                 plots={ds: plot_name for ds in figures}),
         "terminal": terminal_lines(table),
     }
