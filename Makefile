@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run lint test test-fast viz mlflow-ui benchmarks clean
+.PHONY: install chromium run lint test test-fast viz mlflow-ui benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,12 @@ run: install
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; 2 = this project's 2-core machines):
 # about 5 minutes instead of 9. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
-test: lint
+test: lint chromium
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 # The inner loop: everything but the tests marked slow (end-to-end Kedro runs, accuracy over
 # several seeds), in under 2 minutes. No lint, no skip check.
-test-fast: install
+test-fast: install chromium
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
 
 # Style (ruff), declared against imported dependencies (deptry) and the layers of the package
@@ -44,6 +44,21 @@ lint: install
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/deptry .
 	$(BIN)/lint-imports
+
+# The browser tests drive the system's Chromium through Playwright (no browser download): installed
+# here with apt-get when it is missing (as root, or with password-less sudo); otherwise make stops
+# and says how. The tests themselves never install anything.
+APT_CHROMIUM := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && $(APT_CHROMIUM); \
+	  elif command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    sudo apt-get update -qq && sudo $(APT_CHROMIUM); \
+	  else \
+	    echo "make test: the browser tests need Chromium; install it with:" \
+	         "sudo apt-get update && sudo apt-get install -y chromium" >&2; exit 1; \
+	  fi; }
 
 viz: install
 	$(BIN)/kedro viz build --include-hooks

@@ -100,3 +100,51 @@ def test_the_best_method_per_epsilon_is_the_highest_mean_acc_with_its_trust_mode
     assert [(b["epsilon"], b["method"]) for b in best] == [("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("inf", "kmeans")]
     assert best[1]["ACC"] == pytest.approx(0.71) and best[1]["trust_model"] == "secure_aggregation"
     assert best[0]["at_chance"] and not best[1]["at_chance"]
+
+
+def _yaml(name):
+    import pathlib
+
+    import yaml
+
+    return yaml.safe_load((pathlib.Path(__file__).parents[1] / "conf" / "base" / name).read_text())
+
+
+@pytest.mark.parametrize("method, eps, conf", [
+    ("fkm", 4.0, "parameters_fkm.yml"), ("dp_fedc", 2.0, "parameters_dp_fedc.yml"),
+    ("fed_dp_kmeans", 1.0, "parameters_fed_dp_kmeans.yml"), ("fedc_gds", None, "parameters_fedc_mf.yml"),
+])
+def test_a_single_run_and_a_benchmark_cell_with_the_same_settings_give_the_same_result(method, eps, conf):
+    # the benchmark used to keep its own dispatch table with other defaults (FKM's clip, FedSC's d_max)
+    from fedclust.pipelines.data_processing.nodes import load_dataset
+    from fedclust.pipelines.methods import node_functions
+    from fedclust.pipelines.partitioning.nodes import split_clients
+
+    train = _yaml(conf)[method]["train"]  # the single run's defaults, as conf/base gives them
+    seed, privacy = 1, {"epsilon": eps, "delta": 1e-5, "accountant": "rdp"}
+    dataset = load_dataset({"name": "iris", "scale": "minmax"}, {}, seed)
+    partition = split_clients(dataset, {"scheme": "iid", "n_clients": 5, "options": {}}, seed)
+    calibrate, run = node_functions(method)
+    single = run(dataset, partition, calibrate(privacy, train, dataset, partition), train, seed)
+
+    cfg = {"datasets": ["iris"], "partitions": [{"scheme": "iid"}], "n_clients": 5, "epsilons": [eps], "seeds": 2,
+           "methods": [method], "clip": None, "trust_model": None}
+    cell = next(c for c in benchmark.cells(cfg) if c["seed"] == seed)
+    (rec,) = benchmark.run_cell(cell)
+    assert rec["tags"]["status"] == "ok"
+    scores = benchmark.scores_with_chance(dataset.y, single.labels, seed=seed)
+    for key in ("ACC", "NMI", "ARI"):
+        assert rec["metrics"][key] == scores[key], key
+    assert rec["metrics"]["uploaded_reals"] == float(single.uploaded_reals)
+    assert rec["history"].get("objective") == single.history.get("objective")
+    if eps is not None:
+        assert rec["metrics"]["epsilon_accountant"] == pytest.approx(eps, rel=0.01)
+
+
+def test_benchmark_settings_override_the_registry_defaults_only_where_set():
+    cfg = {"clip": 8.0, "rounds": None, "method_settings": {"fedsc": {"d_max": 100}}}
+    assert benchmark.method_settings("fkm", 4.0, cfg)["clip"] == 8.0
+    assert "rounds" not in benchmark.method_settings("fkm", 4.0, cfg)  # null: the method's own default
+    assert benchmark.method_settings("fedsc", None, cfg) == {"d_max": 100}  # FedSC has clip_tau, not clip
+    assert benchmark.method_settings("dk_pp", 4.0, cfg)["seeding_rounds"] == 0  # its DP variant
+    assert benchmark.method_rounds("fkm", 4.0, cfg) == 5 and benchmark.method_rounds("fkm", None, cfg) == 20

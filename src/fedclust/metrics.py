@@ -17,7 +17,11 @@ import math
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score, mutual_info_score, normalized_mutual_info_score
+from sklearn.metrics import (
+    adjusted_rand_score,
+    mutual_info_score,
+    normalized_mutual_info_score,
+)
 
 from fedclust.rng import stream
 
@@ -200,3 +204,24 @@ def client_chance(group, assignment, client_acc: float, seed: int = 0) -> dict[s
     chance = chance_scores(group, np.asarray(assignment), seed=seed)
     return {"client_ACC_chance": chance["ACC_chance"], "client_NMI_chance": chance["NMI_chance"],
             "client_at_chance": float(is_at_chance({"ACC": client_acc}, chance))}
+
+
+def rounds_to_fraction(history, fraction: float = 0.9) -> int | None:
+    """The first round (1-based) whose value reaches ``fraction`` of the final one; None without a
+    history or when the final value is not positive."""
+    values = [float(v) for v in history or []]
+    if not values or not values[-1] > 0:
+        return None
+    target = fraction * values[-1]
+    return next(i for i, v in enumerate(values, 1) if v >= target)
+
+
+def time_to_90pct(history: dict, run_time_s: float) -> dict[str, float]:
+    """``rounds_to_90pct_ACC`` and ``time_to_90pct_ACC_s`` of a run with a per-round ACC history:
+    the first round at 90 % of the final ACC, and the run time in proportion of its rounds (no
+    per-round clock is kept). Empty without an ACC history."""
+    acc = (history or {}).get("ACC") or []
+    r90 = rounds_to_fraction(acc)
+    if r90 is None:
+        return {}
+    return {"rounds_to_90pct_ACC": float(r90), "time_to_90pct_ACC_s": float(run_time_s) * r90 / len(acc)}

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from fedclust.errors import FedclustError
 
 #: dict-valued keys whose contents are options of some other function (checked there)
-FREE_FORM_KEYS = frozenset({"options", "dataset_options", "model", "cases"})
+FREE_FORM_KEYS = frozenset({"options", "dataset_options", "model", "cases", "method_settings"})
 
 #: keys that count something: null (the documented default) or an integer >= 1
 COUNT_KEYS = frozenset({"k", "rounds", "clients_per_round", "n_clients"})

@@ -1,7 +1,8 @@
 """Project pipelines.
 
 ``kedro run`` (the ``__default__`` pipeline) is a quick tour: data loading, partitioning and a
-small run of every method on the default data. ``kedro run --pipelines=<method>`` runs one method
+small run of every method on the default data without privacy, then a private slice of the
+benchmark (``tour_benchmark``: the k-means family and FedDP-KMeans at two budgets). ``kedro run --pipelines=<method>`` runs one method
 (with loading and partitioning in front of it).
 
 Only the requested pipelines are built: ``kedro run --pipelines=fkm`` imports the FKM nodes and
@@ -56,7 +57,9 @@ def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
         for factory, in_tour in CLUSTERED_FL_PIPELINES.values():
             if in_tour:
                 out = out + factory()
-        return out
+        from fedclust.pipelines.grids import tour_benchmark  # the private slice: some methods at two budgets
+
+        return out + tour_benchmark()
 
     def data_processing() -> Pipeline:
         from fedclust.pipelines import data_processing as dp

@@ -458,8 +458,9 @@ def curves_figure(records: list[dict], keys: Sequence[str],
 
     ``focus`` keys (among ``keys``) are fixed to their first value, and keys that are the same for
     every curve are left out of the labels. Where histories hold ``comm_reals``, a last panel shows
-    the objective against uploaded reals. Each panel draws at most ``max_curves`` lines and says
-    how many it left out.
+    the objective against uploaded reals. Every curve is drawn: a metric with more than
+    ``max_curves`` curves is split into one panel per method (facets), each of at most ``max_curves``
+    lines; one legend for all panels sits outside them, at the right.
     """
 
     def val(r, k):
@@ -470,8 +471,7 @@ def curves_figure(records: list[dict], keys: Sequence[str],
         return message_figure("no run recorded a per-round history")
     shown = [m for m in metrics if any(len(r["history"].get(m) or []) for r in recs)]
     comm = any("comm_reals" in r["history"] and "objective" in r["history"] for r in recs)
-    n_panels = len(shown) + int(comm)
-    if n_panels == 0:
+    if not shown and not comm:
         return message_figure(f"no history of {', '.join(metrics)}")
     styles = ["-", "--", ":", "-."]
 
@@ -493,53 +493,104 @@ def curves_figure(records: list[dict], keys: Sequence[str],
     def label(g):
         return ", ".join(f"{k}={v}" if k != "method" else str(v) for k, v in g if v is not None) or "all"
 
-    def style(g, varying, colors, lines):
-        """Color by method (else the first varying key), line style by epsilon (else the next key)."""
+    colors: dict = {}
+    lines: dict = {}
+
+    def style(g, varying):
+        """Color by method (else the first varying key), line style by epsilon (else the next key): the
+        same curve looks the same in every panel."""
         d = dict(g)
         ckey = "method" if "method" in d else (varying[0] if varying else None)
         lkey = "epsilon" if "epsilon" in d and ckey != "epsilon" else next((k for k in varying if k != ckey), None)
-        c = colors.setdefault(d.get(ckey), f"C{len(colors) % 10}")
+        c = colors.setdefault(d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else plt.get_cmap("tab20")(
+            len(colors) % 20))
         ls = lines.setdefault(d.get(lkey), styles[len(lines) % len(styles)])
         return {"color": c, "ls": ls}
 
-    fig, axes = panel_grid(n_panels, ncols=2, width=5.0, height=3.4)
-    for ax, metric in zip(axes, shown):
+    # every curve is drawn: a metric with more than max_curves curves gets one panel per method (or
+    # per value of its first varying key), in panels of at most max_curves curves
+    panels = []  # (metric, title, items, varying)
+    for metric in shown:
         groups, fixed, varying = panel_groups(metric)
-        colors: dict = {}
-        lines: dict = {}
         first_seen = list(dict.fromkeys(str(g[0][1]) if g else "" for g in groups))
         items = sorted(groups.items(), key=lambda kv: (first_seen.index(str(kv[0][0][1]) if kv[0] else ""),
                                                        tuple(eps_value(v) if k == "epsilon" else 0 for k, v in kv[0])))
-        for g, hists in items[:max_curves]:
+        note = f" ({'; '.join(fixed)})" if fixed else ""
+        if len(items) <= max_curves or not varying:
+            for i in range(0, len(items), max_curves):
+                panels.append((metric, metric + note, items[i:i + max_curves], varying))
+            continue
+        fkey = "method" if "method" in varying else varying[0]
+        for fv in dict.fromkeys(dict(g)[fkey] for g, _ in items):
+            sub = [(g, h) for g, h in items if dict(g)[fkey] == fv]
+            for i in range(0, len(sub), max_curves):
+                panels.append((metric, f"{metric} · {fv if fkey == 'method' else f'{fkey}={fv}'}{note}",
+                               sub[i:i + max_curves], varying))
+    n_panels = len(panels) + int(comm)
+    fig, axes = panel_grid(n_panels, ncols=2 if n_panels <= 4 else 3, width=4.6, height=3.2)
+    for ax, (metric, title, items, varying) in zip(axes, panels):
+        for g, hists in items:
             series = [h[metric] for h in hists if len(h.get(metric) or [])]
             n = min(len(s_) for s_ in series)
             mean = np.mean([np.asarray(s_[:n], dtype=float) for s_ in series], axis=0)
-            ax.plot(range(1, n + 1), mean, label=label(g), marker="." if n < 25 else None, **style(g, varying, colors, lines))
+            ax.plot(range(1, n + 1), mean, label=label(g), marker="." if n < 25 else None, **style(g, varying))
         ax.set_xlabel("round" if metric != "test_accuracy" else "evaluation")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(metric)
-        notes = fixed + ([f"first {max_curves} of {len(items)} curves"] if len(items) > max_curves else [])
-        ax.set_title(metric + (f" ({'; '.join(notes)})" if notes else ""), fontsize=8)
+        ax.set_title(title, fontsize=8)
         ax.grid(alpha=0.3)
         if metric == "objective":
             ax.set_yscale("log")
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    groups, _, _ = panel_groups("objective") if comm else ({}, [], [])
     if comm:
+        groups, _, varying = panel_groups("objective")
         ax = axes[-1]
-        for g, hists in list(groups.items())[:max_curves]:
+        for g, hists in groups.items():
             h = next((h for h in hists if "comm_reals" in h and "objective" in h), None)
             if h:
                 n = min(len(h["comm_reals"]), len(h["objective"]))
-                ax.plot(h["comm_reals"][:n], h["objective"][:n], label=label(g))
+                ax.plot(h["comm_reals"][:n], h["objective"][:n], label=label(g), **style(g, varying))
         ax.set_xlabel("uploaded reals (first seed)")
         ax.set_ylabel("objective")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title("objective against communication", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.suptitle("convergence, mean over seeds (every curve is in MLflow)", fontsize=9)
+    fig.tight_layout()
+    _legend_right(fig, axes)  # one legend for every panel, outside the axes (saved with bbox_inches="tight")
+    return fig
+
+
+def audit_bars_figure(names: Sequence[str], accounted, audited, noise_off, title: str = ""):
+    """Accounted epsilon (upper bound) against the audited lower bounds, noise on and off, per case:
+    grouped bars on a log scale (an audited bound is often 100 times below the accounted one), every
+    bar labelled with its value, and a bound of 0 drawn as a short stub at the bottom so it stays
+    visible."""
+    names = list(names)
+    series = [("ε accounted (upper bound)", accounted, "#1f5fbf"),
+              ("ε audited, noise on (lower bound)", audited, "#1a9641"),
+              ("ε audited, noise off (power check)", noise_off, "#7f7f7f")]
+    values = [np.asarray([np.nan if v is None else float(v) for v in vals], dtype=float) for _, vals, _ in series]
+    positive = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in values]) if values else np.array([])
+    floor = (positive.min() / 3.0) if positive.size else 1e-3
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.1 * len(names) + 2.5), 3.8))
+    w = 0.27
+    for i, ((lab, _, color), v) in enumerate(zip(series, values)):
+        shown = np.where(np.isfinite(v), np.maximum(v, floor * 1.4), np.nan)
+        bars = ax.bar(x + (i - 1) * w, shown - floor, w, bottom=floor, label=lab, color=color, edgecolor="black",
+                      linewidth=0.4)
+        for b, val in zip(bars, v):
+            if np.isfinite(val):
+                ax.annotate(f"{val:.3g}", (b.get_x() + b.get_width() / 2, b.get_y() + b.get_height()),
+                            ha="center", va="bottom", fontsize=6, xytext=(0, 1), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor)
+    ax.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_ylabel("ε (log scale)")
+    ax.set_title(title or "Privacy audit: a sound method keeps the green bar below the blue one", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 

@@ -30,7 +30,8 @@ def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_run
     assert private and all(0 < r.data.metrics["epsilon"] < 1e6 and r.data.metrics["private"] == 1.0 for r in private)
     assert not any("epsilon_accountant" in r.data.metrics for r in children)
     public = [r for r in children if r.data.tags["epsilon"] == "inf"]
-    assert public and all(r.data.metrics["private"] == 0.0 and r.data.metrics["epsilon"] > 1e300 for r in public)
+    assert public and all(r.data.metrics["private"] == 0.0 and "epsilon" not in r.data.metrics for r in public)
+    assert all(abs(v) <= 1e300 for r in runs for v in r.data.metrics.values())
     assert all(r.data.tags["kind"] == "cell" and r.data.metrics["wall_time_s"] > 0 for r in children)
     cell_files = {a.path for a in client.list_artifacts(private[0].info.run_id)}
     assert {"metrics.json", "privacy.json"} <= cell_files
@@ -38,7 +39,7 @@ def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_run
     assert all(r.data.params["init"] == "uniform_box" and float(r.data.params["clip"]) == 2.0 for r in private)
     assert all(r.data.params["constants"] == "public" for r in private if r.data.tags["method"] == "dp_fedc")
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags][0]
-    assert parent.info.run_name == "dp_fedc_grid · grid · seed 0" and parent.data.tags["pipeline"] == "dp_fedc_grid"
+    assert parent.info.run_name == "dp_fedc_grid · grid · 1 seed" and parent.data.tags["pipeline"] == "dp_fedc_grid"
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "dp_fedc_grid")}
     assert {"dp_fedc_grid/summary.csv", "dp_fedc_grid/summary.md", "dp_fedc_grid/curves.png"} <= arts
 

@@ -31,12 +31,12 @@ def test_single_runs_and_grid_cells_share_metric_names():
 
 
 @pytest.mark.parametrize("eps", [None, "inf", math.inf, float("nan")])
-def test_non_private_runs_log_epsilon_inf_and_private_zero(eps):
+def test_non_private_runs_log_no_epsilon_and_private_zero(eps):
     out = schema_metrics({"ACC": 0.5, "epsilon_accountant": eps})
-    assert out["epsilon"] == math.inf and out["private"] == 0.0
+    assert "epsilon" not in out and out["private"] == 0.0  # no infinity (1.8e308 in MLflow)
     single = to_mlflow_metrics({"test_accuracy": 0.8}, {"epsilon_accountant": "inf", "epsilon_paper": None,
                                                           "delta": 1e-5})["metrics"]
-    assert single == {"test_accuracy": 0.8, "epsilon": math.inf, "private": 0.0}
+    assert single == {"test_accuracy": 0.8, "private": 0.0}
 
 
 def test_multi_method_run_is_a_parent_with_one_nested_run_per_method(kedro_project, mlflow_runs):
@@ -60,7 +60,8 @@ def test_multi_method_run_is_a_parent_with_one_nested_run_per_method(kedro_proje
         assert run.info.run_name == f"{method} · digits/iid · ε=inf · seed 0"
         assert run.info.status == "FINISHED"
         assert run.data.tags["epsilon"] == "inf" and run.data.tags["dataset"] == "digits"
-        assert {"ACC", "NMI", "ARI", "epsilon", "private", "wall_time_s"} <= run.data.metrics.keys()
+        assert {"ACC", "NMI", "ARI", "private", "wall_time_s"} <= run.data.metrics.keys()
+        assert "epsilon" not in run.data.metrics  # non-private: its tag says inf
         assert run.data.metrics["private"] == 0.0
         assert run.data.params["k"] == "10"  # the effective k (null -> number of classes)
         assert [m.step for m in client.get_metric_history(run.info.run_id, "round.objective")] == [1, 2, 3, 4]

@@ -234,7 +234,7 @@ def _records():
     return out
 
 
-def test_curves_have_a_line_and_a_legend_in_every_panel():
+def test_curves_have_a_line_in_every_panel_and_one_legend_outside_them():
     from fedclust.pipelines.grids import plot_curves
 
     fig = plot_curves(_records(), ("dataset", "partition", "method", "epsilon"))
@@ -242,11 +242,11 @@ def test_curves_have_a_line_and_a_legend_in_every_panel():
     assert [ax.get_ylabel() for ax in axes] == ["objective", "ACC", "test_accuracy", "n_moved"]
     for ax in axes:
         assert _has_data(ax), ax.get_ylabel()
-        legend = ax.get_legend()
-        assert legend is not None and legend.get_texts()
-        assert _legend_outside_axes(fig, legend)
-    acc_labels = {t.get_text() for t in axes[1].get_legend().get_texts()}
+    (legend,) = fig.legends  # one legend for every panel, at the right of all of them
+    assert _legend_outside_axes(fig, legend)
+    acc_labels = {line.get_label() for line in axes[1].get_lines()}
     assert acc_labels == {f"{m}, epsilon={e}" for m in ("fkm", "dp_fedc") for e in ("4", "16", "inf")}
+    assert acc_labels <= {t.get_text() for t in legend.get_texts()}
 
 
 def test_privacy_utility_puts_the_accounted_epsilon_on_the_axis_with_a_chance_line():

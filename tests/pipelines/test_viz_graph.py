@@ -83,22 +83,22 @@ def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
     import threading
 
     sys.path.insert(0, str(project_root / "tests" / "ui"))
-    from cdp import Page, find_chromium
+    from browser import open_page, wait_for_text
 
-    chromium = find_chromium()
     site = viz_export["_site"]
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        with Page(chromium, tmp_path / "profile", 1600, 1000) as page:
-            page.before_each_load("localStorage.setItem('KedroViz', "
-                                  "JSON.stringify({showFeatureHints: false, theme: 'light'}))")
-            page.goto(f"{base}/", settle_s=2)
-            text = page.wait_for_text(["data_processing", "partitioning", *_method_namespaces()], timeout_s=60)
+        with open_page(1600, 1000) as page:
+            page.add_init_script("localStorage.setItem('KedroViz', "
+                                 "JSON.stringify({showFeatureHints: false, theme: 'light'}))")
+            page.goto(f"{base}/")
+            text = wait_for_text(page, ["data_processing", "partitioning", *_method_namespaces()], timeout_s=60)
             time.sleep(3)  # the layout animation
-            shot = page.screenshot(tmp_path / "kedro_viz.png")
+            shot = tmp_path / "kedro_viz.png"
+            page.screenshot(path=str(shot))
     finally:
         server.shutdown()
     assert "Workflow run status" not in text  # the first-visit tour is not over the graph

@@ -2,9 +2,10 @@
 
 ``mlflow server`` is started on a free loopback port against the project copy's SQLite store; the
 REST API must find the experiment, the tagged runs, their metrics and their artifacts; headless
-Chromium (Debian's ``chromium``, installed here when missing and possible) opens the compare page of
-two runs, and a screenshot is saved under ``data/08_reporting/`` (of the copy, and of the checkout
-as ``mlflow_compare.png``, a git-ignored output for people to look at).
+Chromium (the system's ``chromium``, driven by Playwright: :mod:`browser`) opens the compare page of
+two runs, the filtered runs table and the benchmark's report in the artifact viewer; screenshots are
+saved under ``data/08_reporting/`` (of the copy, and of the checkout, git-ignored outputs for people
+to look at).
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cdp import _free_port
-from cdp import find_chromium as _chromium
+from browser import free_port as _free_port
+from browser import open_page, wait_for_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.allow_skip("needs chromium, installed with apt-get when missing and possible")]
 
 SERVER_START_TIMEOUT_S = 60
-BROWSER_TIMEOUT_S = 90
 
 
 def _get(url: str, timeout: float = 10.0) -> bytes:
@@ -166,22 +166,38 @@ def test_readme_filters_find_single_runs_and_cells_in_one_list(mlflow_server, fo
     assert single["name"] == "fkm · iris/iid · ε=4 · seed 0"
     # 2. dataset and no privacy: the non-private clustered-FL cells on digits, epsilon sorted last
     runs = search(filters[1])
-    assert runs and all(r["metrics"]["private"] == 0.0 and r["metrics"]["epsilon"] > 1e300 for r in runs)
+    assert runs and all(r["metrics"]["private"] == 0.0 and "epsilon" not in r["metrics"] for r in runs)
     assert all(r["tags"]["dataset"] == "digits" for r in runs)
     # 3. cells above an ACC threshold
     runs = search(filters[2])
     assert runs and all(r["tags"]["kind"] == "cell" and r["metrics"]["ACC"] > 0.5 for r in runs)
 
 
-def _browser(chromium: str, profile: Path, url: str, *mode: str) -> subprocess.CompletedProcess:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", "--window-size=1400,900", "--virtual-time-budget=15000", *mode, url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+def _check_screenshot(shot: Path, size: tuple[int, int]) -> None:
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == size
+    assert pixels[..., :3].std() > 0.02, "the screenshot is a uniform colour"
+    assert len({tuple(p) for p in (pixels[::7, ::7, :3] * 255).astype(int).reshape(-1, 3)}) > 20
 
 
-def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark_project, project_root, tmp_path):
-    chromium = _chromium()
+def _keep(shot: Path, project_root: Path) -> None:
+    """A copy in the checkout, for a person to look at (data/ is git-ignored)."""
+    out = project_root / "data" / "08_reporting"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, out / shot.name)
+
+
+def _quiet_ui(page, base: str) -> None:
+    """Local storage as after a user closed MLflow's assistant panel (set on a page of the same
+    origin where the app does not run, so the app cannot overwrite it)."""
+    page.goto(f"{base}/health")
+    page.evaluate("localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
+                  "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true'); true")
+
+
+def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark_project, project_root):
     runs = sorted(found["fkm_runs"], key=lambda r: r["info"]["run_name"])
     assert len(runs) == 2
     ids = [r["info"]["run_id"] for r in runs]
@@ -190,31 +206,53 @@ def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark
     # URL the experiment page's "Compare" button opens).
     query = (f"runs={urllib.parse.quote(json.dumps(ids))}"
              f"&experiments={urllib.parse.quote(json.dumps([found['experiment']['experiment_id']]))}")
-    url = f"{mlflow_server}/#/compare-runs?{query}"
-
-    # What the page shows, as text: the rendered DOM after the app has fetched the runs.
-    dom = _browser(chromium, tmp_path / "profile-dom", url, "--dump-dom")
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "Comparing 2 Runs from 1 Experiment" in dom.stdout
-    for name in names:
-        assert name in dom.stdout
-    assert "ACC" in dom.stdout  # the metrics section lists the cells' metrics
-
     shot = benchmark_project / "data" / "08_reporting" / "mlflow_compare.png"
-    res = _browser(chromium, tmp_path / "profile-shot", url, f"--screenshot={shot}")
-    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
-    assert shot.stat().st_size > 10_000
-    from matplotlib import image
+    with open_page(1400, 900) as page:
+        _quiet_ui(page, mlflow_server)
+        page.goto(f"{mlflow_server}/#/compare-runs?{query}")
+        # what the page shows, as text, once the app has fetched the runs; the metrics section lists ACC
+        wait_for_text(page, ["Comparing 2 Runs from 1 Experiment", *names, "ACC"], timeout_s=90)
+        page.screenshot(path=str(shot))
+    _check_screenshot(shot, (900, 1400))
+    _keep(shot, project_root)
 
-    pixels = image.imread(shot)
-    assert pixels.shape[:2] == (900, 1400)
-    assert pixels[..., :3].std() > 0.02, "the screenshot is a uniform colour"
-    assert len({tuple(p) for p in (pixels[::7, ::7, :3] * 255).astype(int).reshape(-1, 3)}) > 20
 
-    # A copy in the checkout, for a person to look at (data/ is git-ignored).
-    out = project_root / "data" / "08_reporting"
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, out / "mlflow_compare.png")
+def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_plot(
+        mlflow_server, found, benchmark_project, project_root):
+    """The parent run's report.html, opened as a person opens it (run page, Artifacts tab, the
+    file): the page renders in MLflow's viewer with the methods x epsilon table, the best marker and
+    the privacy-utility plot visible (the image decoded, on screen)."""
+    exp_id = found["experiment"]["experiment_id"]
+    parent = found["fkm_runs"][0]["data"]["tags"]
+    parent_id = next(t["value"] for t in parent if t["key"] == "mlflow.parentRunId")
+    metrics = {m["key"]: m["value"] for m in _api(mlflow_server, "runs/get", run_id=parent_id)["run"]["data"]["metrics"]}
+    assert "best_ACC_eps_4" in metrics and "best_ACC_eps_inf" in metrics  # the parent run's best per budget
+    assert all(abs(v) <= 1e300 for v in metrics.values())
+    shot = benchmark_project / "data" / "08_reporting" / "mlflow_report.png"
+    with open_page(1600, 1000) as page:
+        _quiet_ui(page, mlflow_server)
+        page.goto(f"{mlflow_server}/#/experiments/{exp_id}/runs/{parent_id}/artifacts/benchmark/report.html")
+        wait_for_text(page, ["benchmark/report.html"], timeout_s=90)
+        iframe = page.locator("iframe").last  # the viewer renders the page in an iframe of its own
+        iframe.wait_for(state="visible", timeout=60_000)
+        report = iframe.element_handle().content_frame()
+        assert report is not None, "the artifact viewer's iframe holds no page"
+        text = wait_for_text(report, ["fedclust benchmark", "ACC (95% CI)", "iris / iid", "fkm",
+                                      "What each method protects"], timeout_s=60)
+        table = report.locator("table.methods").first
+        assert table.is_visible() and table.locator("tbody tr").count() >= 4
+        assert report.locator("tr.best").count() >= 2  # one best method per budget
+        plot = report.locator("img.privacy-utility").first
+        plot.scroll_into_view_if_needed()
+        assert plot.is_visible()
+        natural, shown = report.evaluate("(() => { const i = document.querySelector('img.privacy-utility');"
+                                         " return [i.naturalWidth, i.getBoundingClientRect().width]; })()")
+        assert natural > 300 and shown > 300, (natural, shown)  # decoded and drawn, not a broken image
+        assert iframe.is_visible() and iframe.bounding_box()["height"] > 300
+        page.screenshot(path=str(shot))
+    assert "± " in text and "secure_aggregation" in text
+    _check_screenshot(shot, (1000, 1600))
+    _keep(shot, project_root)
 
 
 #: metric and tag columns shown in the runs table for the README filters (the one metric schema)
@@ -236,12 +274,9 @@ def _runs_table_state(search_filter: str, expanded: list[str]) -> dict:
 
 
 def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
-        mlflow_server, found, benchmark_project, project_root, tmp_path):
+        mlflow_server, found, benchmark_project, project_root):
     """The README's first filter typed into the runs table of a real browser lists the single FKM
     run and the matching benchmark cell together, under the same metric columns; screenshot saved."""
-    from cdp import Page
-
-    chromium = _chromium()
     exp_id = found["experiment"]["experiment_id"]
     flt = _readme_filters(project_root)[0]
     matches = _post(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "filter": flt})["runs"]
@@ -253,27 +288,20 @@ def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
     acc_cell = next(m["value"] for m in cell["data"]["metrics"] if m["key"] == "ACC")
 
     state_key = f'MLflowLocalStorage-1.1-ExperimentPage-["{exp_id}"]-ReactComponentState'
-    with Page(chromium, tmp_path / "profile-runs") as page:
+    shot = benchmark_project / "data" / "08_reporting" / "mlflow_runs_filtered.png"
+    with open_page(1600, 900) as page:
         # The saved view is written on a page of the same origin where the app does not run (the
         # app would overwrite it), then the runs page opens in the "Model training" workflow.
-        page.goto(f"{mlflow_server}/health")
+        _quiet_ui(page, mlflow_server)
         page.evaluate(f"localStorage.setItem({json.dumps(state_key)}, "
-                      f"{json.dumps(json.dumps(_runs_table_state(flt, parents)))});"
-                      "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
-                      "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true'); true")
+                      f"{json.dumps(json.dumps(_runs_table_state(flt, parents)))}); true")
         query = urllib.parse.urlencode({"searchFilter": flt, "workflowType": "machine_learning"},
                                        quote_via=urllib.parse.quote)
         page.goto(f"{mlflow_server}/#/experiments/{exp_id}/runs?{query}")
-        text = page.wait_for_text([*names, "ACC", "NMI", "epsilon"], timeout_s=90)
-        shot = page.screenshot(benchmark_project / "data" / "08_reporting" / "mlflow_runs_filtered.png")
+        text = wait_for_text(page, [*names, "ACC", "NMI", "epsilon"], timeout_s=90)
+        page.screenshot(path=str(shot))
     # Both kinds of run in one list, with the metric columns of the one schema and the cell's value.
     assert "matching runs" in text
     assert f"{acc_cell:.4g}"[:4] in text, f"the cell's ACC {acc_cell} is not in the table"
-    from matplotlib import image
-
-    pixels = image.imread(shot)
-    assert pixels.shape[:2] == (900, 1600)
-    assert pixels[..., :3].std() > 0.02, "the screenshot is a uniform colour"
-    out = project_root / "data" / "08_reporting"
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, out / "mlflow_runs_filtered.png")
+    _check_screenshot(shot, (900, 1600))
+    _keep(shot, project_root)

@@ -2,16 +2,24 @@
 
 Every method sees the same data, the same partition, the same privacy budget and the same seeds.
 Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. Per cell: ACC, NMI,
-ARI, wall time, uploaded reals and the accountant's epsilon for the noise actually added.
+ARI, the cost (rounds, bytes up and down per client, compute, wall and cell time, rounds and time to
+90 % of the final ACC) and the accountant's epsilon for the noise actually added.
 
-Privacy, the same *accounted* budget for every private method (RDP, sample-level, the run's delta):
+Every method runs through the method registry (:func:`run_method`: its config class, ``calibrate``
+and ``run``, as a single run of it), with its own defaults except the benchmark's shared settings
+where they are set and ``method_settings.<method>`` (:func:`method_settings`); the centralized
+references come from the registry too (:data:`fedclust.registry.REFERENCES`). The benchmark keeps no
+table of methods of its own.
+
+Privacy, the same *accounted* budget for every private method (``accountant``, sample-level, the run's delta):
 
 * FKM, FZKM (local_iters = 1), DK++ (its DP variant: ``seeding_rounds = 0``, the k-means||
   seeding being a data-dependent selection): noise multiplier calibrated over all rounds by the
-  accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows), so under a finite budget it is ``not applicable``;
+  accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows,
+  so under a finite budget it is ``not applicable``);
 * DP-FedC: its paper budget eps_bar is chosen by bisection so that the accountant rates its
   releases at the target (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`);
-* FedSC: perturbed data (rows clipped to ``fedsc_clip``), one Gaussian release calibrated by the
+* FedSC: perturbed data (rows clipped to its ``clip_tau``), one Gaussian release calibrated by the
   accountant;
 * initial centroids W^0, shared by every method of a cell: in a non-private cell the paper's k
   random data rows (``init = "data"``); in a private cell data-independent points, uniform in the
@@ -24,6 +32,7 @@ Privacy, the same *accounted* budget for every private method (RDP, sample-level
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from types import SimpleNamespace
@@ -31,17 +40,20 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from fedclust.clustering import dp_fedc, fedc_mf, fedsc, spectral
 from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import load, load_cached, memo, stamp
-from fedclust.metrics import data_chance_line, is_at_chance, scores_with_chance
+from fedclust.metrics import (
+    data_chance_line,
+    is_at_chance,
+    scores_with_chance,
+    time_to_90pct,
+)
 from fedclust.partition import make_partition
-from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
-from fedclust.registry import REGISTRY, trust_model_of
+from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
 
 ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fed_dp_kmeans", "fedc_avg", "fedc_gds", "fedsc", "kmeans",
                "sc")
@@ -51,7 +63,8 @@ PRIVATE = {name: spec.mechanisms_per_round for name, spec in REGISTRY.items()
 #: Why a method without a DP variant is not run under a finite budget (default: no private variant).
 NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant"}
 CENTRALIZED = ("kmeans", "sc")
-METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s"]
+METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s", "rounds", "bytes_up_per_client",
+           "bytes_down_per_client", "compute_time_s", "cell_wall_time_s", "rounds_to_90pct_ACC", "time_to_90pct_ACC_s"]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
 
 
@@ -60,13 +73,38 @@ def _partition_label(p: dict) -> str:
     return p["scheme"] + ("(" + ",".join(f"{k}={v}" for k, v in opts.items()) + ")" if opts else "")
 
 
-def method_rounds(method: str, eps, cfg: dict) -> int:
-    """Rounds of a k-means-family method in a cell: ``rounds`` without DP, ``private_rounds`` (the
-    budget is split over fewer rounds) under a finite budget."""
-    R = int(cfg.get("rounds", 20))
-    if eps is not None and method in ("fkm", "fzkm", "dk_pp", "dkm"):
-        return int(cfg.get("private_rounds") or R)
-    return R
+#: benchmark settings that every method with a setting of that name takes, when they are set (not
+#: null); everything else is the method's own default (its config class in the registry, the same
+#: as its ``<method>.train`` in conf/base), overridden per method by ``method_settings.<method>``
+SHARED_SETTINGS = ("rounds", "private_rounds", "clients_per_round", "clip", "init_domain")
+
+
+def method_settings(method: str, eps, config: dict) -> dict:
+    """The ``<method>.train`` settings of ``method`` in a cell of ``config``: the benchmark's shared
+    settings the method has (:data:`SHARED_SETTINGS`), the cell's trust model, and
+    ``config["method_settings"][method]``. A private cell runs DK++ in its DP variant (no k-means||
+    seeding); a non-private one keeps at most ``rounds - 2`` seeding rounds."""
+    spec = REGISTRY[method]
+    fields = {f.name for f in dataclasses.fields(spec.config)}
+    out = {k: config[k] for k in SHARED_SETTINGS if k in fields and config.get(k) is not None}
+    if "trust_model" in fields and config.get("trust_model") is not None:
+        out["trust_model"] = trust_model_of(method, config["trust_model"], True)
+    out.update((config.get("method_settings") or {}).get(method) or {})
+    if method == "dk_pp":
+        cfg = spec.config_from(out)
+        out["seeding_rounds"] = dk_pp_seeding_rounds(cfg.rounds_for(eps is not None), eps, cfg.seeding_rounds)
+    return out
+
+
+def method_rounds(method: str, eps, config: dict) -> int | None:
+    """Rounds of ``method`` in a cell (a private k-means-family run has its ``private_rounds``);
+    None for the centralized references."""
+    if method in REFERENCES:
+        return None
+    cfg = REGISTRY[method].config_from(method_settings(method, eps, config))
+    if hasattr(cfg, "rounds_for"):
+        return cfg.rounds_for(eps is not None)
+    return getattr(cfg, "rounds", None)
 
 
 def trust_model(method: str, eps, cfg: dict) -> str:
@@ -74,67 +112,24 @@ def trust_model(method: str, eps, cfg: dict) -> str:
     return trust_model_of(method, cfg.get("trust_model"), eps is not None)
 
 
-def _run_method(method, X, y, client, k, seed, eps, delta, cfg, W0):
-    R = method_rounds(method, eps, cfg)
-    N = int(client.max()) + 1
-    K = min(int(cfg.get("clients_per_round") or N), N)
-    clip = float(cfg.get("clip", 3.0))
-    accountant = cfg.get("accountant", "rdp")
-    if method in ("fkm", "fzkm", "dk_pp", "dkm"):
-        z = 0.0
-        if eps is not None:
-            z = calibrate_noise_multiplier(eps, delta, steps=R, n_mechanisms=REGISTRY[method].mechanisms_per_round,
-                                           accountant=accountant)
-        extra = {"seeding_rounds": dk_pp_seeding_rounds(R, eps)} if method == "dk_pp" else {}
-        if method != "dkm":
-            extra["trust_model"] = trust_model(method, eps, cfg) if eps is not None else "secure_aggregation"
-        run = REGISTRY[method].library_run
-        return run(X, client, k, rounds=R, clients_per_round=K, seed=seed, init_centroids=W0, y=y,
-                   noise_multiplier=z, clip=clip if z > 0 else None, **extra)
-    if method == "fed_dp_kmeans":
-        # through the registry: the method's own defaults (conf/base/parameters_fed_dp_kmeans.yml),
-        # with the cell's clip and trust model
-        spec = REGISTRY[method]
-        over = {**(cfg.get("fed_dp_kmeans") or {}), "clip": clip}
-        if eps is not None:  # the trust model the cell's records name
-            over["trust_model"] = trust_model(method, eps, cfg)
-        fc = spec.config_from(over)
-        dataset, partition = SimpleNamespace(X=X, y=y, n_classes=k), SimpleNamespace(client=client)
-        noise = spec.calibrate({"epsilon": eps, "delta": delta, "accountant": accountant}, fc, dataset, partition)
-        return spec.run(dataset, partition, noise, fc, seed)
-    if method == "dp_fedc":
-        kw = dict(rounds=R, clients_per_round=K, q2=cfg.get("dp_fedc_q2", 5), b=int(cfg.get("dp_fedc_b", 50)))
-        if eps is None:
-            return dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, y=y, **kw)
-        sizes = np.bincount(client, minlength=N)
-        eb = dp_fedc.eps_bar_for_budget(eps, delta, sizes, **kw)
-        # the same public sample clip as every other method of the cell (DP-FedC's own default is sqrt(m))
-        res = dp_fedc.run(X, client, k, seed=seed, init_centroids=W0, eps_bar=eb, delta=delta, clip=clip, y=y,
-                          G=float(cfg.get("dp_fedc_G", 0.03)), **kw)
-        res.info["eps_bar"] = eb
-        return res
-    if method == "fedc_avg":
-        return fedc_mf.run_fedcavg(X, client, k, rounds=R, Q1=10, q_hat=10, seed=seed, y=y)
-    if method == "fedc_gds":
-        return fedc_mf.run_fedcgds(X, client, k, rounds=R, Q1=10, Q2=100, clients_per_round=K, seed=seed, y=y)
-    if method == "fedsc":
-        kw = dict(rounds=int(cfg.get("fedsc_rounds", 20)), d_max=int(cfg.get("fedsc_d_max", 300)), n_init=10)
-        if eps is None:
-            return fedsc.run(X, client, k, seed=seed, **kw)
-        tau = float(cfg.get("fedsc_clip", 4.0))
-        z = calibrate_noise_multiplier(eps, delta, steps=1)  # one release of the clipped data
-        return fedsc.run(X, client, k, seed=seed, clip_tau=tau, data_noise_std=z * 2.0 * tau, **kw)
-    if method == "kmeans":
-        return fedsc.centralized_kmeans(X, k, seed=seed, n_init=10)
-    if method == "sc":
-        return spectral.spectral_clustering(X, k, seed=seed, n_init=10)
-    raise ValueError(f"unknown method {method!r}; valid: {ALL_METHODS}")
+def run_method(method: str, dataset, partition, seed: int, eps, delta: float, config: dict):
+    """One method of a cell, through the registry: ``(result, noise)`` of its ``calibrate`` and ``run``
+    with :func:`method_settings` (what a single run with those ``<method>.train`` settings and
+    ``privacy`` = ``{epsilon, delta, accountant}`` computes). A centralized reference runs on the
+    pooled data (``noise`` None)."""
+    if method in REFERENCES:
+        return REFERENCES[method].run(dataset, seed), None
+    spec = REGISTRY[method]
+    cfg = spec.config_from(method_settings(method, eps, config))
+    privacy = {"epsilon": eps, "delta": delta, "accountant": config.get("accountant", "rdp")}
+    noise = spec.calibrate(privacy, cfg, dataset, partition)
+    return spec.run(dataset, partition, noise, cfg, int(seed)), noise
 
 
-def dk_pp_seeding_rounds(rounds: int, eps) -> int:
-    """DK++'s k-means|| rounds in a cell: the paper-style 5 (at most R - 2) without DP, 0 (its DP
-    variant) under a finite budget."""
-    return 0 if eps is not None else min(5, rounds - 2)
+def dk_pp_seeding_rounds(rounds: int, eps, default: int = 5) -> int:
+    """DK++'s k-means|| rounds in a cell: ``default`` (at most R - 2) without DP, 0 (its DP variant)
+    under a finite budget."""
+    return 0 if eps is not None else max(0, min(int(default), rounds - 2))
 
 
 def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np.ndarray, str]:
@@ -145,7 +140,7 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     the ball of radius ``config["clip"]``), so W^0 releases nothing.
     """
     init = default_init(eps is not None)
-    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip", 3.0)), domain=config.get("init_domain"))
+    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip") or 3.0), domain=config.get("init_domain"))
     return W0, init
 
 
@@ -176,12 +171,34 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     ]
 
 
+def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> dict[str, float]:
+    """What a method's run cost: ``rounds``, bytes sent up per client (uploaded reals, 8 bytes each,
+    over the clients), bytes sent down per client (estimated: the server sends its k x m centroids to
+    every client each round), and the rounds and time to reach 90 % of the final ACC (the time in
+    proportion of the rounds: no per-round clock is kept)."""
+    out: dict[str, float] = {"compute_time_s": float(compute_s)}
+    rounds = res.info.get("rounds", rounds)
+    if rounds is not None:
+        out["rounds"] = float(rounds)
+        out["bytes_up_per_client"] = 8.0 * float(res.uploaded_reals) / max(n_clients, 1)
+        C = getattr(res, "centroids", None)
+        if getattr(C, "size", 0):
+            out["bytes_down_per_client"] = 8.0 * float(rounds) * float(C.size)
+    out.update(time_to_90pct(res.history, compute_s))
+    return out
+
+
 def run_cell(cell: dict) -> list[dict]:
     """The records of one cell (a pure function of ``cell``): every method of a data-clustering
-    cell, or one clustered-FL cell (``kind``: ``cfl``, ``cfl_na``, ``rr``; :func:`clustered_fl_cells`)."""
+    cell, or one clustered-FL cell (``kind``: ``cfl``, ``cfl_na``, ``rr``; :func:`clustered_fl_cells`).
+
+    Every method runs through the registry (:func:`run_method`). Times per record: ``compute_time_s``
+    (the method's calibration and run), ``wall_time_s`` (that plus the cell's data and partition
+    steps: what a single run of the method takes) and ``cell_wall_time_s`` (the whole cell)."""
     kind = cell.get("kind", "data")
     if kind != "data":
         return _run_clustered_fl_cell(cell)
+    t_cell = time.perf_counter()
     ds_name, part, seed, eps = cell["dataset"], cell["partition"], cell["seed"], cell["epsilon"]
     config, data_paths = cell["config"], cell["data_paths"]
     methods = list(config.get("methods", ALL_METHODS))
@@ -195,7 +212,10 @@ def run_cell(cell: dict) -> list[dict]:
     client = memo(("benchmark_partition", ds_name, stamp(data_paths.get(ds_name)), part, n_clients, seed),
                   lambda: make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
                                          seed=seed, **opts).client)
-    W0, init = shared_init(X, k, seed, eps, config)  # the same initial centroids for every method of a cell
+    setup_s = time.perf_counter() - t_cell
+    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=k, images=data.images)
+    partition = SimpleNamespace(client=client)
+    _, init = shared_init(X, k, seed, eps, config)  # every method derives the same W^0 from (seed, init, clip)
     out = []
     for method in methods:
         tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
@@ -203,9 +223,7 @@ def run_cell(cell: dict) -> list[dict]:
         tags["trust_model"] = tm
         params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
                   "n_clients": n_clients, "method": method, "init": "server_sample" if method == "fed_dp_kmeans" else init,
-                  "trust_model": tm, "rounds": method_rounds(method, eps, config)}
-        if method == "dk_pp":
-            params["seeding_rounds"] = dk_pp_seeding_rounds(int(config.get("rounds", 20)), eps)
+                  "trust_model": tm, "accountant": config.get("accountant", "rdp")}
         name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
         if eps is not None and method not in PRIVATE:
             why = ("centralized reference" if method in CENTRALIZED
@@ -213,23 +231,31 @@ def run_cell(cell: dict) -> list[dict]:
             out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
                         "metrics": {}, "history": {}, "note": why})
             continue
+        if method not in REFERENCES:
+            params.update({kk: v for kk, v in method_settings(method, eps, config).items()
+                           if isinstance(v, (int, float, str, bool))})
+            params["rounds"] = method_rounds(method, eps, config)
         t0 = time.perf_counter()
-        res = _run_method(method, X, y, client, k, seed, eps, delta, config, W0)
-        wall = time.perf_counter() - t0
+        res, noise = run_method(method, dataset, partition, seed, eps, delta, config)
+        compute = time.perf_counter() - t0
         metrics = scores_with_chance(y, res.labels, seed=seed)
-        metrics["wall_time_s"] = wall
+        metrics["wall_time_s"] = setup_s + compute
         metrics["uploaded_reals"] = float(res.uploaded_reals)
+        metrics.update(cost_metrics(res, params.get("rounds"), n_clients, compute))
         metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
-        if "eps_bar" in res.info:
-            metrics["dp_fedc_eps_bar"] = float(res.info["eps_bar"])
+        if noise and "eps_bar" in noise:
+            metrics["dp_fedc_eps_bar"] = float(noise["eps_bar"])
         hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
         rec = {"name": name, "tags": {**tags, "status": "ok"}, "params": {**params, "status": "ok"},
                "metrics": metrics, "history": hist}
         if seed == 0 and eps is None:
             rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
         out.append(rec)
+    cell_s = time.perf_counter() - t_cell
     for rec in out:
         rec["tags"]["family"] = "data_clustering"
+        if rec["metrics"]:
+            rec["metrics"]["cell_wall_time_s"] = cell_s
     return out
 
 

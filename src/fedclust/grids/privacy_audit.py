@@ -265,27 +265,12 @@ def verdict_errors(records: list[dict]) -> list[str]:
 
 
 def audit_figure(records: list[dict]):
-    """Per method: accounted ε against the audited lower bounds with the noise on and off."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Per method: accounted ε against the audited lower bounds with the noise on and off
+    (:func:`fedclust.plots.audit_bars_figure`: log scale, every bar labelled)."""
     import numpy as np
 
-    names = [r["name"] for r in records]
-    acc = [r["metrics"]["epsilon"] for r in records]
-    aud = [r["metrics"]["epsilon_audited"] for r in records]
-    off = [r["metrics"].get("epsilon_audited_noise_off", np.nan) for r in records]
-    x = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(names) + 2), 3.6))
-    w = 0.27
-    ax.bar(x - w, acc, w, label="ε accounted (upper bound)", color="tab:blue")
-    ax.bar(x, aud, w, label="ε audited, noise on (lower bound)", color="tab:green")
-    ax.bar(x + w, off, w, label="ε audited, noise off (power check)", color="tab:gray")
-    ax.set_xticks(x, names, rotation=30, ha="right")
-    ax.set_ylabel("ε")
-    ax.set_title("Privacy audit: a sound method keeps the green bar below the blue one")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    return fig
+    from fedclust.plots import audit_bars_figure
+
+    return audit_bars_figure([r["name"] for r in records], [r["metrics"]["epsilon"] for r in records],
+                             [r["metrics"]["epsilon_audited"] for r in records],
+                             [r["metrics"].get("epsilon_audited_noise_off", np.nan) for r in records])

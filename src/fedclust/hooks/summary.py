@@ -36,11 +36,21 @@ def _utility(met: dict) -> str | None:
     return None
 
 
-def summary_rows(summary: dict[str, dict], grid_records: dict[str, list]) -> list[dict]:
+def add_setup_time(metrics: dict, setup_s: float) -> None:
+    """A method's ``wall_time_s`` from the start of the run: its training time (kept as
+    ``train_time_s``) plus the data and partition steps before it."""
+    if isinstance(metrics.get("wall_time_s"), (int, float)) and "train_time_s" not in metrics:
+        metrics["train_time_s"] = float(metrics["wall_time_s"])
+        metrics["wall_time_s"] = float(metrics["wall_time_s"]) + float(setup_s)
+
+
+def summary_rows(summary: dict[str, dict], grid_records: dict[str, list], *, grid_cells: dict[str, int] | None = None,
+                 grid_wall_s: dict[str, float] | None = None) -> list[dict]:
     """One row per method (or grid) of a finished run, for the summary table.
 
     ``summary`` maps a method to what its nodes returned (``metrics``, ``privacy``, ``wall_time_s``);
-    ``grid_records`` a grid to its records.
+    ``grid_records`` a grid to its records, ``grid_cells`` to its number of cells and ``grid_wall_s``
+    to its wall time.
     """
     rows = []
     for method, s in summary.items():
@@ -55,30 +65,22 @@ def summary_rows(summary: dict[str, dict], grid_records: dict[str, list]) -> lis
         rows.append({"method": method, "result": util, "epsilon": eps,
                      "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": RUN.run_id(method)})
     for grid, records in grid_records.items():
-        wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)
-        rows.append({"method": grid, "result": f"{len(records)} cells (summary in data/08_reporting/{grid})",
-                     "epsilon": "per cell", "wall_time_s": f"{wall:.1f}", "run_id": RUN.parent_id or ""})
-        if grid == "benchmark":
-            # imported here: the benchmark module pulls in every method, which other runs never need
-            from fedclust.grids.benchmark import best_per_epsilon
-
-            for best in best_per_epsilon(records):
-                chance = "AT CHANCE" if best["at_chance"] else f"chance {best['ACC_chance']:.3f}"
-                tm = f" ({best['trust_model']})" if best["trust_model"] not in ("none", "n/a") else ""
-                rows.append({"method": f"  best on {best['dataset']}",
-                             "result": f"{best['method']} ACC {best['ACC']:.3f} ({chance})",
-                             "epsilon": f"{best['epsilon']}{tm}", "wall_time_s": "", "run_id": ""})
+        wall = (grid_wall_s or {}).get(grid)
+        cells = (grid_cells or {}).get(grid)
+        runs = f"{len(records)} runs" + (f" in {cells} cells" if cells is not None else "")
+        rows.append({"method": grid, "result": runs, "epsilon": "per cell",
+                     "wall_time_s": "" if wall is None else f"{wall:.1f}", "run_id": RUN.parent_id or ""})
     return rows
 
 
-def print_summary(title: str, rows: list[dict]) -> None:
+def print_summary(title: str, rows: list[dict], width: int | None = None) -> None:
     table = Table(title=f"fedclust: {title}", title_justify="left")
     for col, just in (("method", "left"), ("result", "left"), ("ε", "right"), ("wall time (s)", "right"),
                       ("MLflow run id", "left")):
         table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
     for r in rows:
         table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
-    Console(width=max(120, Console().width)).print(table)
+    Console(width=width or max(120, Console().width)).print(table)
 
 
 class _Bars:
@@ -132,6 +134,9 @@ class SummaryHook:
         self._t0: dict[str, float] = {}
         self._summary: dict[str, dict] = {}
         self._grid_records: dict[str, list] = {}
+        self._grid_cells: dict[str, int] = {}
+        self._setup_s = 0.0  # the data and partition steps: part of every method's wall time
+        self._node_s: dict[str, float] = {}  # time in each method's (or grid's) nodes
 
     def _stop_bars(self) -> None:
         if self._bars is not None:
@@ -142,7 +147,8 @@ class SummaryHook:
 
     @hook_impl
     def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
-        self._summary, self._grid_records = {}, {}
+        self._summary, self._grid_records, self._grid_cells = {}, {}, {}
+        self._setup_s, self._node_s = 0.0, {}
         self._stop_bars()
         if sys.stderr.isatty() and not is_grid_run(pipeline):  # quiet in logs, pipes and tests
             self._bars = _Bars(len(pipeline.nodes))
@@ -155,17 +161,24 @@ class SummaryHook:
 
     @hook_impl
     def after_node_run(self, node, catalog, inputs, outputs) -> None:
-        logger.debug("node %s finished in %.2f s", node.name,
-                     time.perf_counter() - self._t0.pop(node.name, time.perf_counter()))
+        dt = time.perf_counter() - self._t0.pop(node.name, time.perf_counter())
+        logger.debug("node %s finished in %.2f s", node.name, dt)
         if self._bars is not None:
             self._bars.node_done(node.name)
         method = method_of(node)
         if method is None:
+            self._setup_s += dt
             return
+        self._node_s[method] = self._node_s.get(method, 0.0) + dt
         for name, value in outputs.items():
             short = name.rsplit(".", 1)[-1]
+            if short == "metrics" and isinstance(value, dict):
+                add_setup_time(value, self._setup_s)  # before metrics.json and MLflow get them
+            elif short == "cells" and isinstance(value, dict) and isinstance(value.get("cells"), list):
+                self._grid_cells[method] = len(value["cells"])
             if short == "result" and hasattr(value, "info"):
-                self._summary.setdefault(method, {})["wall_time_s"] = value.info.get("wall_time_s")
+                wall = value.info.get("wall_time_s")
+                self._summary.setdefault(method, {})["wall_time_s"] = None if wall is None else wall + self._setup_s
             elif short == "metrics" and isinstance(value, dict):
                 self._summary.setdefault(method, {}).update(metrics=value)
             elif short == "privacy" and isinstance(value, dict):
@@ -181,12 +194,30 @@ class SummaryHook:
     @hook_impl
     def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:
         self._stop_bars()
-        rows = summary_rows(self._summary, self._grid_records)
+        walls = {g: self._setup_s + self._node_s.get(g, 0.0) for g in self._grid_records}
+        rows = summary_rows(self._summary, self._grid_records, grid_cells=self._grid_cells, grid_wall_s=walls)
         if rows:
             try:
-                print_summary(RUN.name, rows)
+                only_grids = self._grid_records and not self._summary  # a grid's table fits 100 columns
+                print_summary(RUN.name, rows, width=100 if only_grids else None)
             except Exception as exc:  # never fail a finished run for its summary
                 logger.warning("could not print the summary: %s", exc)
+        for grid, records in self._grid_records.items():
+            if grid.endswith("benchmark") and records:
+                self._print_benchmark(grid, records)
+
+    @staticmethod
+    def _print_benchmark(grid: str, records: list[dict]) -> None:
+        """After a benchmark: its table (sorted by epsilon, then ACC; 100 columns), the report's path
+        and the MLflow address of its run."""
+        try:
+            # imported here: the report pulls in matplotlib and every method's registry entry, which
+            # the start of every other run would pay for
+            from fedclust.pipelines.reporting.nodes import grid_report_lines
+
+            print("\n".join(grid_report_lines(grid, records, RUN.method_run_ids.get(grid) or RUN.parent_id)))
+        except Exception as exc:  # never fail a finished run for its summary
+            logger.warning("could not print the benchmark table: %s", exc)
 
     @hook_impl
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:

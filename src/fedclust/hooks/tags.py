@@ -21,6 +21,7 @@ from kedro.framework.hooks import hook_impl
 
 from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
+from fedclust.pipelines.mlflow_io import kedro_command
 from fedclust.privacy.report import SCOPE_TAG
 from fedclust.registry import trust_model_of
 
@@ -84,8 +85,12 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
     if grids and len(grids) == len(methods):
         # a grid: every cell is a nested run with its own method/dataset/partition/epsilon tags;
         # the global dataset/partition/privacy parameters are not what it ran on
-        RUN.tags = {"pipeline": pipeline_label, "method": ",".join(grids), "kind": "grid", "seed": seed}
-        RUN.name = f"{pipeline_label} · grid · seed {seed}"
+        seeds = {(((params.get(g) or {}).get("config") or {}).get("seeds")) for g in grids} - {None}
+        n_seeds = max(int(n) for n in seeds) if seeds else None
+        seeds_text = f"seed {seed}" if n_seeds is None else f"{n_seeds} seed{'s' if n_seeds != 1 else ''}"
+        RUN.tags = {"pipeline": pipeline_label, "method": ",".join(grids), "kind": "grid",
+                    **({"seed": seed} if n_seeds is None else {"seeds": str(n_seeds)})}
+        RUN.name = f"{pipeline_label} · grid · {seeds_text}"
         return
     # data clustering runs on `partition` (params `partition`); clustered FL on `rotated_data`
     # (the rotation split of params `clustered_fl.data`); the tour has both
@@ -119,6 +124,10 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
                     "trust_model": _trust_model(m, params, priv)}
             RUN.method_tags[m] = tags
             RUN.method_names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
+            if m.endswith("benchmark"):  # a grid inside the tour: its cells say their own budget
+                RUN.method_tags[m] = {**{k: v for k, v in tags.items() if k not in ("epsilon", "trust_model")},
+                                      "kind": "grid"}
+                RUN.method_names[m] = f"{m} · grid"
         RUN.name = f"tour · {RUN.tags['dataset']}/{RUN.tags['partition']} · ε={eps} · seed {seed}"
 
 
@@ -162,6 +171,7 @@ class RunTagsHook:
                 if new_key != key:
                     client.delete_tag(RUN.parent_id, key)
                 fixed[new_key] = tag_value(value)
+            fixed["kedro_command"] = kedro_command(self._run_params)
             mlflow.set_tags({**fixed, **RUN.tags, "mlflow.runName": RUN.name})
             self._tagged = True
             # the UI opens the experiment on the runs table for model training, not the GenAI view

@@ -154,6 +154,7 @@ def _benchmark():
         )
 
     figures.__name__ = "benchmark_figures"
+
     base = grid_pipeline("benchmark", both, benchmark.tables,
                          "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
                          curve_keys=benchmark.CURVE_KEYS)
@@ -161,11 +162,59 @@ def _benchmark():
         [node(figures, ["records", "params:config", "params:data_paths"],
               ["privacy_utility_plot", "privacy_utility_clustered_fl_plot", "communication_plot", "embedding_plot",
                "partition_plot", "rounds_by_epsilon_plot", "confusion_plot"],
-              name="figures", tags=["reporting", "grid"])],
+              name="figures", tags=["reporting", "grid"]),
+         node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
+              name="report", tags=["reporting", "grid"])],
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
     return base + extra
+
+
+def write_report(records: list[dict], config: dict):
+    """The benchmark report (:mod:`fedclust.grids.report`): HTML and Markdown, and the parent run's
+    best ACC per epsilon and counts."""
+    from fedclust.grids import report
+
+    built = report.build(records, title="fedclust benchmark: which method, at which privacy budget, at what cost",
+                         notes=report_notes(config))
+    return built["html"], built["markdown"], {"metrics": built["metrics"], "tags": built["tags"]}
+
+
+def tour_benchmark() -> Pipeline:
+    """The quick tour's private slice: the data-clustering cells of the benchmark on
+    ``tour_benchmark.config`` (no figures), its report and its table at the end of the run."""
+    from fedclust.grids import benchmark
+
+    data_half = SimpleNamespace(cells=benchmark.cells, run_cell=benchmark.run_cell)
+    name = "tour_benchmark"
+    return Pipeline(
+        [
+            node(prepare_cells_node(data_half, name), ["params:config", "params:data_paths"], "cells",
+                 name="prepare_cells", tags=["grid"]),
+            node(run_cells_node(data_half, name), ["cells", "cell_store"], "records", name="run_cells",
+                 tags=["training", "grid"]),
+            node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
+                 name="report", tags=["reporting", "grid"]),
+        ],
+        namespace=name,
+        parameters={"params:data_paths"},
+    )
+
+
+def report_notes(config: dict) -> list[str]:
+    """The settings a benchmark report states at its top."""
+    shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
+    eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
+    setup = (f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
+             f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
+             f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)")
+    settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
+        "; per method " + "; ".join(f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
+                                    for m, over in config["method_settings"].items())
+        if config.get("method_settings") else "")
+    return [setup, f"every method runs with its own defaults (as a single run of it) except the benchmark's shared "
+                   f"settings: {settings}"]
 
 
 def _cfl_grid():

@@ -7,10 +7,12 @@ metric names, so that the MLflow UI shows them in one table with shared columns 
   ``client_NMI`` (clustered FL);
 * privacy: ``epsilon`` (the accountant's epsilon, the figure that holds), ``epsilon_paper`` (the
   paper formula's claim, where the method has one), ``private`` (1 or 0) and ``delta``. A
-  non-private run logs ``epsilon = inf``, which MLflow stores as the largest double (1.8e308): it
-  sorts above every budget, and ``metrics.private = 0`` finds those runs;
+  non-private run logs no ``epsilon`` metric (MLflow would store infinity as 1.8e308, which wrecks
+  every chart it is on): its tag ``epsilon`` is ``inf`` and ``metrics.private = 0`` finds those runs.
+  No metric is ever logged with a value that is not finite or above :data:`LARGEST`;
 * cost: ``wall_time_s`` (the method's compute time, not the logging), ``uploaded_reals``, ``rounds``;
-* per-round histories ``round.<key>`` (step = round).
+* per-round histories ``round.<key>`` (step = round); FedCAvg/FedCGds's relative objective change
+  (their history ``eps``, no privacy figure) is ``round.rel_objective_change``.
 
 The method is a tag (``tags.method``), never a prefix of a metric name.
 
@@ -31,15 +33,13 @@ from kedro.io import AbstractDataset, DatasetError
 from fedclust.experiments import eps_label
 
 #: the shared final-metric names (single runs and grid cells); others are logged as they are
+#: the largest magnitude a logged metric may have (anything larger is an infinity in disguise)
+LARGEST = 1e300
+#: history keys logged under another name (FedC-MF's ``eps`` is a convergence figure, not a budget)
+RENAMED = {"eps": "rel_objective_change"}
+
 SCHEMA = ("ACC", "NMI", "ARI", "test_accuracy", "client_ACC", "client_NMI", "epsilon", "epsilon_paper",
           "private", "delta", "wall_time_s")
-
-
-def _finite(v) -> bool:
-    try:
-        return math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def _number(v) -> float | None:
@@ -70,7 +70,8 @@ def schema_metrics(metrics: dict, privacy: dict | None = None) -> dict[str, floa
     eps = privacy.get("epsilon_accountant", (metrics or {}).get("epsilon_accountant", (metrics or {}).get("epsilon")))
     eps = _number(eps)
     eps = math.inf if eps is None or math.isnan(eps) else eps
-    out["epsilon"] = eps
+    if math.isfinite(eps):
+        out["epsilon"] = eps
     out["private"] = float(math.isfinite(eps))
     paper = _number(privacy.get("epsilon_paper", (metrics or {}).get("epsilon_paper")))
     if paper is not None and not math.isnan(paper):
@@ -82,12 +83,19 @@ def schema_metrics(metrics: dict, privacy: dict | None = None) -> dict[str, floa
     return out
 
 
+def loggable(v) -> bool:
+    """A value MLflow can chart: a finite number no larger than :data:`LARGEST` in magnitude."""
+    x = _number(v)
+    return x is not None and math.isfinite(x) and abs(x) <= LARGEST
+
+
 def _log_metrics(metrics: dict[str, float]) -> None:
-    """Log final metrics (step 0) to the active run; infinity as MLflow stores it (largest double)."""
+    """Log final metrics (step 0) to the active run; values that are not :func:`loggable` are left out."""
     import mlflow
 
+    metrics = {k: float(v) for k, v in (metrics or {}).items() if loggable(v)}
     if metrics:
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=0)
+        mlflow.log_metrics(metrics, step=0)
 
 
 def _log_histories(history: dict) -> None:
@@ -100,10 +108,10 @@ def _log_histories(history: dict) -> None:
     run_id = mlflow.active_run().info.run_id
     now = int(time.time() * 1000)
     batch = [
-        Metric(f"round.{key}", float(v), now, step)
+        Metric(f"round.{RENAMED.get(key, key)}", float(v), now, step)
         for key, hist in history.items()
         for step, v in enumerate(hist, 1)
-        if _finite(v)
+        if loggable(v)
     ]
     client = mlflow.tracking.MlflowClient()
     for i in range(0, len(batch), 1000):
@@ -272,3 +280,68 @@ class MlflowMethodRunDataset(AbstractDataset):
 
     def _describe(self) -> dict[str, Any]:
         return {"artifact_path": self._artifact_path}
+
+
+class MlflowRunSummaryDataset(AbstractDataset):
+    """Save-only: ``{"metrics": {name: value}, "tags": {name: text}}`` into the active run (a grid's
+    parent run: its best ACC per epsilon and its counts). Values that are not :func:`loggable` are
+    left out."""
+
+    def __init__(self, metadata: dict[str, Any] | None = None):
+        self.metadata = metadata
+
+    def _save(self, data: dict) -> None:
+        import mlflow
+
+        if mlflow.active_run() is None:  # tracking disabled: nothing to log
+            return
+        _log_metrics(data.get("metrics") or {})
+        tags = {k: str(v) for k, v in (data.get("tags") or {}).items()}
+        if tags:
+            mlflow.set_tags(tags)
+
+    def _load(self):
+        raise DatasetError("MlflowRunSummaryDataset is save-only: read the run with the MLflow client or UI")
+
+    def _describe(self) -> dict[str, Any]:
+        return {}
+
+
+def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """Where a person opens a run: its page on the tracking server, or for a local store the
+    ``mlflow ui`` command to start first and the page it then serves."""
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: mlflow ui --backend-store-uri {tracking_uri})"
+
+
+def kedro_command(run_params: dict) -> str:
+    """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
+    nodes and ``--params``), for the ``kedro_command`` tag."""
+    import shlex
+
+    def flat(d, prefix=""):
+        for k, v in (d or {}).items():
+            if isinstance(v, dict) and v:
+                yield from flat(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+
+    def text(v) -> str:
+        if isinstance(v, (list, tuple)):
+            return "[" + ",".join(text(x) for x in v) + "]"
+        return "null" if v is None else str(v)
+
+    cmd = ["kedro", "run"]
+    names = run_params.get("pipeline_names") or ([run_params["pipeline_name"]] if run_params.get("pipeline_name") else [])
+    names = [n for n in names if n != "__default__"]
+    for flag, value in (("--pipelines", names), ("--env", run_params.get("env")), ("--tags", run_params.get("tags")),
+                        ("--nodes", run_params.get("node_names")), ("--from-nodes", run_params.get("from_nodes")),
+                        ("--to-nodes", run_params.get("to_nodes"))):
+        if value:
+            cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
+    params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))
+    if params:
+        cmd.append(f"--params={params}")
+    return " ".join(shlex.quote(c) for c in cmd)

@@ -7,6 +7,7 @@ call. Plain Python (no Kedro).
 
 from fedclust.registry.checks import method_problems
 from fedclust.registry.config import MethodConfig, param
+from fedclust.registry.references import REFERENCES, Reference
 from fedclust.registry.spec import (
     REGISTRY,
     MethodSpec,
@@ -16,5 +17,5 @@ from fedclust.registry.spec import (
     trust_model_of,
 )
 
-__all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods",
-           "trust_model_of", "method_problems"]
+__all__ = ["REGISTRY", "REFERENCES", "Reference", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods",
+           "clustered_fl_methods", "trust_model_of", "method_problems"]

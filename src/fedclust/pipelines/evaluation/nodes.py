@@ -6,7 +6,16 @@ import math
 
 from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
-from fedclust.metrics import chance_scores, clustering_scores, is_at_chance
+from fedclust.metrics import (
+    chance_scores,
+    clustering_scores,
+    is_at_chance,
+    time_to_90pct,
+)
+
+#: history keys reported under another name: FedCAvg/FedCGds's ``eps`` is the relative change of the
+#: objective (a convergence figure), not a privacy budget
+_RENAMED = {"eps": "rel_objective_change"}
 
 
 def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
@@ -23,10 +32,11 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
+    out.update(time_to_90pct(result.history, float(result.info.get("wall_time_s", 0.0))))
     out.update({k: float(v) for k, v in (result.info.get("metrics") or {}).items()})  # method-specific extras
     for key, hist in result.history.items():
         if hist and key not in scores and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
-            out[f"final_{key}"] = float(hist[-1])
+            out[f"final_{_RENAMED.get(key, key)}"] = float(hist[-1])
     return out
 
 
@@ -64,8 +74,8 @@ def history_to_mlflow(result) -> dict:
         vals = [
             {"value": float(v), "step": step}
             for step, v in zip(history_steps(result.history, hist), hist)
-            if math.isfinite(float(v))
+            if math.isfinite(float(v)) and abs(float(v)) <= 1e300
         ]
         if vals:
-            out[f"round.{key}"] = vals
+            out[f"round.{_RENAMED.get(key, key)}"] = vals
     return out

@@ -1,4 +1,4 @@
-"""A versioned figure that is also an MLflow artifact.
+"""A versioned figure, or text file, that is also an MLflow artifact.
 
 kedro-mlflow's ``MlflowArtifactDataset`` builds its inner dataset with a save version of its own,
 so a versioned inner dataset clashes with the run's save version (Kedro refuses the catalog).
@@ -13,6 +13,7 @@ from typing import Any
 
 from kedro.io.core import get_filepath_str
 from kedro_datasets.matplotlib import MatplotlibDataset
+from kedro_datasets.text import TextDataset
 
 
 class MlflowFigureDataset(MatplotlibDataset):
@@ -33,3 +34,30 @@ class MlflowFigureDataset(MatplotlibDataset):
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(), "artifact_path": self._artifact_path}
+
+
+class MlflowTextDataset(TextDataset):
+    """``text.TextDataset`` (same arguments, ``versioned: true`` allowed) plus ``artifact_path``: the
+    saved file is also logged to the active MLflow run there (nothing is logged without one). The
+    path of the last file saved under each catalog file path is kept in :data:`SAVED`, for the
+    run's closing summary."""
+
+    def __init__(self, *, artifact_path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._artifact_path = artifact_path
+
+    def save(self, data: str) -> None:
+        path = get_filepath_str(self._get_save_path(), self._protocol)
+        super().save(data)
+        SAVED[str(self._filepath)] = path
+        import mlflow
+
+        if mlflow.active_run() is not None:
+            mlflow.log_artifact(path, self._artifact_path)
+
+    def _describe(self) -> dict[str, Any]:
+        return {**super()._describe(), "artifact_path": self._artifact_path}
+
+
+#: catalog file path -> the file last written there in this process (versioned: the version's file)
+SAVED: dict[str, str] = {}

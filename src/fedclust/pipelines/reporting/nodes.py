@@ -83,3 +83,26 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
               else "no DP")
     logging.getLogger(__name__).info("%s: %s · %s · reports in data/08_reporting/%s/", method,
                                      " · ".join(shown) or "no metrics", budget, method)
+
+
+def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> list[str]:
+    """What the terminal shows after a benchmark (or the tour's slice): its table, sorted by epsilon
+    then ACC in 100 columns (:func:`fedclust.grids.report.terminal_lines`), the report's path and
+    the MLflow address of its run."""
+    import os
+
+    from fedclust.grids import report
+    from fedclust.pipelines.mlflow_io import run_address
+    from fedclust.pipelines.reporting.datasets import SAVED
+
+    lines = ["", f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
+             *report.terminal_lines(report.method_table(records))]
+    path = next((p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")),
+                f"data/08_reporting/{grid}/report.html")
+    lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
+    if run_id:
+        import mlflow
+
+        exp = mlflow.get_run(run_id).info.experiment_id
+        lines.append("MLflow run: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
+    return lines
