@@ -1,7 +1,7 @@
 """Project hooks: MLflow run names and tags, one nested run per method in a multi-method run, the
 method's effective settings as params, a progress bar and a final summary table (RunTagsHook, with
-MethodRunsCloseHook); parameters checked before anything runs, user errors shown as one line
-(ParamsCheckHook); interrupted runs marked KILLED in MLflow, and runs left RUNNING by a process killed on this host
+MethodRunsCloseHook); parameters checked before anything runs (ParamsCheckHook; the command line, fedclust.cli,
+shows a user error in one line); interrupted runs marked KILLED in MLflow, and runs left RUNNING by a process killed on this host
 marked KILLED by the next run (InterruptHook)."""
 
 from __future__ import annotations
@@ -457,7 +457,6 @@ class ParamsCheckHook:
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        install_user_error_hook()
         loader = context.config_loader
         try:
             from kedro.config import OmegaConfigLoader
@@ -504,61 +503,7 @@ class ParamsCheckHook:
             raise ParameterError(f"{head}: " + "; ".join(problems))
 
 
-# ---- user errors and interruptions ----------------------------------------------------------------
-
-_previous_excepthook = None
-
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _fail_open_runs() -> None:
-    """A run that ends with an error is FAILED in MLflow (MLflow's own exit handler would mark a run
-    still open FINISHED, e.g. when a hook raised before kedro-mlflow could close it)."""
-    try:
-        import mlflow
-
-        while mlflow.active_run() is not None:
-            mlflow.end_run(status="FAILED")
-    except Exception as exc:  # never hide the error itself
-        logger.warning("could not mark the failed MLflow run FAILED: %s", exc)
-    _OPEN_RUNS.clear()
-
-
-def _excepthook(exc_type, exc, tb):
-    import sys
-
-    show = _flag("FEDCLUST_TRACEBACK") or _flag("FEDCLUST_DEBUG")
-    if not show and issubclass(exc_type, KeyboardInterrupt):
-        marked = " (its MLflow run is marked KILLED)" if _OPEN_RUNS else ""
-        sys.stderr.write(f"fedclust: interrupted{marked}\n")
-        return
-    if not issubclass(exc_type, KeyboardInterrupt):
-        _fail_open_runs()
-    from fedclust.errors import user_message
-
-    message = None if show else user_message(exc)
-    if message:
-        sys.stderr.write(f"fedclust: error: {message}\n(set FEDCLUST_TRACEBACK=1 to see the traceback)\n")
-        return
-    (_previous_excepthook or sys.__excepthook__)(exc_type, exc, tb)
-
-
-def install_user_error_hook() -> None:
-    """Print a user mistake or environment fault (:func:`fedclust.errors.user_message`: a bad
-    parameter, an empty or missing data set, a read-only or full output folder) as one line saying
-    what to do instead of a traceback, and mark the MLflow run still open FAILED.
-
-    Installed once per process, on top of whatever hook is there (Kedro's rich tracebacks), which
-    still shows every other error, and every error when ``FEDCLUST_TRACEBACK=1`` (or ``FEDCLUST_DEBUG=1``).
-    """
-    import sys
-
-    global _previous_excepthook
-    if sys.excepthook is not _excepthook:
-        _previous_excepthook = sys.excepthook
-        sys.excepthook = _excepthook
+# ---- interruptions -------------------------------------------------------------------------------
 
 
 class InterruptHook:

@@ -8,7 +8,7 @@ from fedclust.hooks import InterruptHook, MethodRunsCloseHook, ParamsCheckHook, 
 # kedro-mlflow registers its own hook through its entry point; ours tags every MLflow run with
 # the method(s), dataset, partition scheme and privacy budget, so that the MLflow UI's search
 # (for example ``tags.dataset = 'digits'``) works without knowing our code.
-# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (and prints a
+# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (fedclust.cli prints a
 # user error as one line); MethodRunsCloseHook ends a method's nested run of the tour before the next
 # method's nodes; InterruptHook marks the MLflow run of an interrupted run as KILLED.
 HOOKS = (ParamsCheckHook(), RunTagsHook(), MethodRunsCloseHook(), InterruptHook())
