@@ -487,6 +487,13 @@ class ParamsCheckHook:
                 methods = [m for m in REGISTRY if f"params:{m}.train" in used] or [None]
                 for method in methods:  # each method's range of epsilon (the message gives it)
                     check_privacy_params(params.get("privacy") or {}, method)
+            if "params:dataset" in used:  # a key given but unused is a mistake, not something to skip
+                from fedclust.data.registry import NO_FILE_NAMES
+
+                ds = params.get("dataset") or {}
+                if ds.get("path") is not None and ds.get("name") in NO_FILE_NAMES:
+                    raise ValueError(f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
+                                     "no file: remove dataset.path, or choose a data set read from files")
             if "params:partition" in used:  # the scheme and its option names (values: in the node)
                 from fedclust.partition import check_scheme
 
