@@ -20,8 +20,6 @@ import scipy.io
 
 from faultkit import KEDRO, TINY
 
-pytestmark = pytest.mark.usefixtures("unchanged")
-
 ERROR = "fedclust: error: "
 
 
@@ -37,17 +35,20 @@ def assert_fault(outcome, first_line: str, statuses: list[str]):
 
 # ---- the budget -----------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("unchanged")
 def test_epsilon_1e9_names_the_supported_range(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},privacy.epsilon=1e9")
     assert_fault(outcome, "privacy.epsilon = 1e+09 is outside the supported range for fkm, [0.001, 1000]", [])
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_dp_fedc_at_epsilon_1e_9_names_the_supported_range(project):
     outcome = project.run("--pipelines=dp_fedc", "--params=privacy.epsilon=1e-9")
     assert_fault(outcome, "privacy.epsilon = 1e-09 is outside the supported range for dp_fedc, [0.001, 1000]", [])
 
 
 @pytest.mark.parametrize("delta", ["2", "0"])
+@pytest.mark.usefixtures("unchanged")
 def test_delta_outside_0_1_is_refused(project, delta):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},privacy.epsilon=1,privacy.delta={delta}")
     assert_fault(outcome, f"privacy.delta must be in (0, 1), got {float(delta)}", [])
@@ -55,76 +56,60 @@ def test_delta_outside_0_1_is_refused(project, delta):
 
 # ---- the data -------------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("unchanged")
 def test_an_empty_data_set_fails_its_run(project):
     scipy.io.savemat(project.root / "empty.mat", {"X": np.zeros((3, 0)), "Label": np.zeros((0, 1))})
     outcome = project.run("--pipelines=fkm", f"--params={TINY},dataset.name=mat,dataset.path=empty.mat")
     assert_fault(outcome, "dataset 'mat' read from empty.mat has no samples", ["FAILED"])
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_missing_data_file_says_where_it_was_looked_for(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},dataset.name=mat,dataset.path=nothere.mat")
     assert_fault(outcome, "nothere.mat: file not found", ["FAILED"])
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_corrupt_data_file_says_it_cannot_be_read(project):
     (project.root / "garbage.mat").write_bytes(np.random.default_rng(0).bytes(3000))
     outcome = project.run("--pipelines=fkm", f"--params={TINY},dataset.name=mat,dataset.path=garbage.mat")
     assert_fault(outcome, "garbage.mat: cannot read as a MATLAB .mat file", ["FAILED"])
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_path_given_to_a_data_set_that_reads_no_file_is_named(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},dataset.path=mine.mat")
     assert_fault(outcome, "dataset.path = 'mine.mat' is given, but dataset 'digits' reads no file", [])
 
 
-def test_a_tiny_dirichlet_alpha_still_runs(project):
-    outcome = project.run("--pipelines=fkm", f"--params={TINY},partition.scheme=dirichlet,partition.options.alpha=1e-6")
-    assert outcome.code == 0, outcome.err[-3000:]
-    assert [status for _, status in outcome.new_runs] == ["FINISHED"]
-
-
 # ---- settings -------------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("unchanged")
 def test_zero_threads_fails_its_run(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},compute.threads=0")
     assert_fault(outcome, "compute.threads must be null (leave threads as they are) or an int >= 1, got 0",
                  ["FAILED"])
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_dk_pp_with_too_few_rounds_says_what_to_set(project):
     outcome = project.run("--pipelines=dk_pp", "--params=dk_pp.train.rounds=3")
     assert_fault(outcome, "invalid parameter: dk_pp.train.rounds = 3 is too few for DK++", [])
     assert "set dk_pp.train.rounds >= 6, or lower dk_pp.train.seeding_rounds" in outcome.first_error
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},fkm.train.k=100000000")
     assert_fault(outcome, "fkm with these settings would need about", ["FAILED"])
     assert "TiB of memory" in outcome.first_error and "more than this machine has available" in outcome.first_error
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_verbose_shows_the_traceback(project):
     outcome = project.run("-v", "--pipelines=fkm", f"--params={TINY},compute.threads=0")
     assert outcome.code != 0 and "Traceback" in outcome.err
     assert [status for _, status in outcome.new_runs] == ["FAILED"]
-
-
-def test_config_file_and_params_are_merged_with_params_winning(project, tmp_path):
-    config = tmp_path / "run.yml"
-    config.write_text(textwrap.dedent("""
-        run:
-          pipelines: fkm
-          params:
-            dataset: {n_per_class: 20}
-            partition: {n_clients: 4}
-            fkm: {train: {rounds: 3}}
-    """))
-    outcome = project.run(f"--config={config}", "--params=fkm.train.rounds=2,seed=7")
-    assert outcome.code == 0, outcome.err[-3000:]
-    assert [status for _, status in outcome.new_runs] == ["FINISHED"]
-    params = max(_mlflow_runs(project.store), key=lambda r: r.info.start_time).data.params
-    assert (params["dataset.n_per_class"], params["partition.n_clients"]) == ("20", "4")  # from the file
-    assert (params["fkm.train.rounds"], params["seed"]) == ("2", "7")  # --params, over the file's rounds
 
 
 # ---- the environment ------------------------------------------------------------------------------
@@ -160,6 +145,7 @@ READ_ONLY_SHIM = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_read_only_reporting_folder_fails_the_run_in_one_line(project, tmp_path):
     shim = tmp_path / "shim"
     shim.mkdir()
@@ -171,6 +157,7 @@ def test_a_read_only_reporting_folder_fails_the_run_in_one_line(project, tmp_pat
     assert "the file system is read-only" in outcome.first_error
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_a_file_in_the_way_of_a_reporting_folder_fails_the_run_in_one_line(project):
     blocker = project.root / "data" / "08_reporting" / "fzkm"
     blocker.write_text("not a folder")
@@ -191,6 +178,7 @@ def _store_env(project, name: str, folder) -> str:
     return name
 
 
+@pytest.mark.usefixtures("unchanged")
 def test_an_mlflow_store_whose_folder_cannot_exist_fails_in_one_line(project):
     blocker = project.root / "not_a_folder"
     blocker.write_text("a file where the store's folder should be")
@@ -209,6 +197,7 @@ def _mlflow_runs(store):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("unchanged")
 def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_the_stale_run(project, tmp_path):
     folder, moved = project.root / "store", project.root / "store_moved"
     folder.mkdir()
@@ -239,3 +228,29 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
     assert again.code == 0, again.err[-3000:]
     status = {r.info.run_id: r.info.status for r in _mlflow_runs(folder / "mlflow.db")}
     assert status[stale] == "KILLED"
+
+
+# ---- what a run handles (last: these runs write new results, other partitions included) ----------
+
+def test_a_tiny_dirichlet_alpha_still_runs(project):
+    outcome = project.run("--pipelines=fkm", f"--params={TINY},partition.scheme=dirichlet,partition.options.alpha=1e-6")
+    assert outcome.code == 0, outcome.err[-3000:]
+    assert [status for _, status in outcome.new_runs] == ["FINISHED"]
+
+
+def test_config_file_and_params_are_merged_with_params_winning(project, tmp_path):
+    config = tmp_path / "run.yml"
+    config.write_text(textwrap.dedent("""
+        run:
+          pipelines: fkm
+          params:
+            dataset: {n_per_class: 20}
+            partition: {n_clients: 4}
+            fkm: {train: {rounds: 3}}
+    """))
+    outcome = project.run(f"--config={config}", "--params=fkm.train.rounds=2,seed=7")
+    assert outcome.code == 0, outcome.err[-3000:]
+    assert [status for _, status in outcome.new_runs] == ["FINISHED"]
+    params = max(_mlflow_runs(project.store), key=lambda r: r.info.start_time).data.params
+    assert (params["dataset.n_per_class"], params["partition.n_clients"]) == ("20", "4")  # from the file
+    assert (params["fkm.train.rounds"], params["seed"]) == ("2", "7")  # --params, over the file's rounds
