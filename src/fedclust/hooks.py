@@ -141,7 +141,11 @@ class RunTagsHook:
         # the one place where a run's thread setting is applied (fedclust.threads; README "Threads")
         from fedclust.threads import apply_thread_setting
 
-        apply_thread_setting((params.get("compute") or {}).get("threads"))
+        try:
+            apply_thread_setting((params.get("compute") or {}).get("threads"))
+        except Exception:  # the MLflow run is already open and no on_pipeline_error follows: FAILED
+            _end_active_runs("FAILED")
+            raise
         ds = params.get("dataset", {}) or {}
         part = params.get("partition", {}) or {}
         priv = params.get("privacy", {}) or {}
@@ -420,6 +424,17 @@ class RunTagsHook:
     def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
         _METHOD_RUNS.close(status="FAILED")
         self._stop_progress()
+
+
+def _end_active_runs(status: str) -> None:
+    """End every MLflow run this process has open with ``status`` (never raises)."""
+    try:
+        import mlflow
+
+        while mlflow.active_run() is not None:
+            mlflow.end_run(status=status)
+    except Exception as exc:  # tracking must never hide the error being raised
+        logger.warning("could not mark the MLflow run %s: %s", status, exc)
 
 
 class MethodRunsCloseHook:

@@ -202,13 +202,17 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
     folder, moved = project.root / "store", project.root / "store_moved"
     folder.mkdir()
     env = _store_env(project, "moving_store", folder)
+    import mlflow
+
+    # the store exists before the run: polling it must not race the run creating its tables
+    mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").create_experiment(
+        "fedclust", artifact_location=(project.root / "mlruns").as_uri())
     long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=100000"
     proc = subprocess.Popen([KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"], cwd=project.root,
                             env=project.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
-        while not (folder / "mlflow.db").exists() or not [r for r in _mlflow_runs(folder / "mlflow.db")
-                                                          if r.info.status == "RUNNING"]:
+        while not [r for r in _mlflow_runs(folder / "mlflow.db") if r.info.status == "RUNNING"]:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.5)
         time.sleep(1)
