@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test viz mlflow-ui benchmarks clean
+.PHONY: install run lint test test-fast viz mlflow-ui benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,22 @@ run: install
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist; 2 = this project's 2-core machines):
 # about 5 minutes instead of 9. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
-test: install
+test: lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+
+# The inner loop: everything but the tests marked slow (end-to-end Kedro runs, accuracy over
+# several seeds), in under 2 minutes. No lint, no skip check.
+test-fast: install
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
+
+# Style (ruff), declared against imported dependencies (deptry) and the layers of the package
+# (import-linter contracts in pyproject.toml: an import that goes up a layer fails here).
+LINT_PATHS := src tests benchmarks
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/deptry .
+	$(BIN)/lint-imports
 
 viz: install
 	$(BIN)/kedro viz build --include-hooks

@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from fedclust.clustering import dsc, fedsc, spectral
 from fedclust.metrics import clustering_accuracy, nmi
 from fedclust.rng import stream
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT.parent / "shared" / "data"
 FILES = {"Iris": "Iris_tsne.mat", "Bank": "Bank_tsne.mat", "COIL20": "COIL20_tsne.mat"}
@@ -152,7 +152,7 @@ def graph_table(names, seeds, P=8):
     print("\n### FedSC - SC (same graph), mean ACC difference; graph facts (seed 0: SC / FedSC)\n")
     print("| data | Δ paper | Δ min_connected_k | Δ mst | components (paper kNN) | k of min_connected_k | Stage II s (paper / mck / mst) |")
     print("|---|---|---|---|---|---|---|")
-    for name, n, k, per, comps, ks, t_g in rows:
+    for name, _n, _k, per, comps, ks, t_g in rows:
         dl = [np.mean(per[f"FedSC {g}"]["ACC"]) - np.mean(per[f"SC {g}"]["ACC"]) for g in GRAPHS]
         print(f"| {name} | " + " | ".join(f"{v:+.3f}" for v in dl) + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
               f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "
@@ -573,8 +573,8 @@ def main():
     ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
                     help="preprocessing of the files (default none: the paper's code uses the files as they are)")
     ap.add_argument("--graphs", action="store_true", help="only the kNN-graph comparison (issue 17) on the files")
-    ap.add_argument("--issue17", action="store_true",
-                    help="issue 17's table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
+    ap.add_argument("--six-files", "--issue17", dest="issue17", action="store_true",
+                    help="the table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
     ap.add_argument("--diagnose-digits", action="store_true",
                     help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)")
     ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --issue17, --diagnose-digits (default 5)")

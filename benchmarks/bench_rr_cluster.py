@@ -258,12 +258,12 @@ def few_clients(datasets, seeds, epss, M, quick):
         print(f"\n{title}:\n")
         print("| method | " + " | ".join(f"eps={e:g}" for e in eps_s) + " |")
         print("|---" * (len(eps_s) + 1) + "|")
-        for label, B, f in rows_s:
+        for label, _B, _f in rows_s:
             print(f"| {label} | " + " | ".join(fmt([r.info["final"][key] for r in out_s[label, e]]) for e in eps_s) + " |")
     print("\nmoved updates per round / mean smallest noisy cluster before RR / C_theta chosen:\n")
     print("| method | " + " | ".join(f"eps={e:g}" for e in eps_s) + " |")
     print("|---" * (len(eps_s) + 1) + "|")
-    for label, B, f in rows_s:
+    for label, _B, _f in rows_s:
         cells = [f"{np.mean([np.mean(r.history['n_moved']) for r in out_s[label, e]]):.1f} / "
                  f"{np.mean([min(z) for r in out_s[label, e] for z in r.history['sizes_before_rr']]):.1f} / "
                  f"{best[label, e]}" for e in eps_s]
@@ -381,7 +381,7 @@ def run(args):
         print(f"\n## Table 4 layout (balanced, k=4): {title}, mean ± std over seeds\n")
         print("| method | " + " | ".join(f"eps={e:g}" for e in eps4) + " |")
         print("|---" * (len(eps4) + 1) + "|")
-        for label, B, f in rows:
+        for label, B, _f in rows:
             if what == "moved":
                 if not B:
                     continue

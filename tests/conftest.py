@@ -70,3 +70,87 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# ---- markers applied by fixture, and no silent skips ---------------------------------------------
+
+#: fixtures that read ../shared/data and skip when it is missing: their tests are ``external_data``
+EXTERNAL_DATA_FIXTURES = {"mnist_dir", "iris", "circles", "coil20"}
+#: fixtures that run a copy of the Kedro project (sessions, subprocesses): their tests are ``slow``
+SLOW_FIXTURES = {"project_copy", "kedro_project", "run_pipeline", "benchmark_project"}
+#: tests measured at several seconds each (``pytest --durations``, one process, on the shared 2-core
+#: machine): ``slow`` wherever their modules live. By function name, so that all parameters go together.
+SLOW_TESTS = {
+    # executors and grids: process pools, a local Ray instance, whole grids
+    "test_processes_give_the_same_records_as_serial",
+    "test_ray_gives_the_same_records_as_serial",
+    "test_a_larger_sweep_resumes_the_cells_it_shares_and_a_changed_setting_does_not",
+    "test_interrupted_grid_keeps_finished_cells_and_resumes_only_the_missing",
+    "test_editing_a_module_the_grid_does_not_import_keeps_its_cells",
+    "test_grid_runs_on_a_list_of_files_with_scale_and_graph_parameters",
+    "test_grid_rr_equals_dp_ifca_when_nothing_moves_and_literal_noise_costs_epsilon",
+    "test_runs_of_dead_processes_on_this_host_are_marked_killed",
+    # privacy: audits outside the audit modules, calibration sweeps
+    "test_fkm_canary_audit_sound_and_powerful",
+    "test_calibration_round_trip",
+    "test_calibration_monotone_in_epsilon_and_steps",
+    "test_calibration_release_and_spent_epsilon",
+    # accuracy over runs, registry against library
+    "test_a_large_budget_approaches_the_non_private_twin",
+    "test_rotated_digits_clustered_methods_beat_fedavg",
+    "test_rr_cluster_through_the_registry_equals_the_library_run",
+    "test_coil20_arpack_embedding_equals_dense_and_sc_is_stable",
+    # fresh interpreters (imports of torch, Kedro)
+    "test_the_registry_is_library_code_without_kedro_or_torch_at_import",
+    "test_apply_before_torch_import_reaches_torch",
+    "test_mnist_test_set_real_file",
+}
+#: modules whose every test is slow, by file name wherever it lives: the privacy audits (many runs of
+#: each method per test), the benchmark grid and the Kedro-Viz build (a module fixture that runs them)
+SLOW_MODULES = ("test_audit_", "test_benchmark_grid.py", "test_viz_graph.py")
+#: markers under which a skip is allowed (counted and listed, never silent)
+ALLOWED_SKIP_MARKERS = ("external_data", "allow_skip")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set(item.fixturenames)
+        if names & EXTERNAL_DATA_FIXTURES:
+            item.add_marker(pytest.mark.external_data)
+        if (names & SLOW_FIXTURES or getattr(item, "originalname", item.name) in SLOW_TESTS
+                or item.path.name.startswith(SLOW_MODULES)):
+            item.add_marker(pytest.mark.slow)
+
+
+class SkipLedger:
+    """Every skip, allowed (the test carries one of :data:`ALLOWED_SKIP_MARKERS`) or not. The summary
+    prints their count; a skip that no marker allows fails the run, so that nothing is skipped
+    silently (on a clean clone without ../shared/data only ``external_data`` tests may skip)."""
+
+    def __init__(self):
+        self.allowed: list[tuple[str, str]] = []
+        self.not_allowed: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report):
+        if not report.skipped or report.when == "teardown" or hasattr(report, "wasxfail"):
+            return
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        allowed = any(m in report.keywords for m in ALLOWED_SKIP_MARKERS)
+        (self.allowed if allowed else self.not_allowed).append((report.nodeid, reason))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        n = len(self.allowed) + len(self.not_allowed)
+        terminalreporter.write_line(f"skipped: {n} ({len(self.allowed)} allowed by a marker, "
+                                    f"{len(self.not_allowed)} not allowed)")
+        for nodeid, reason in self.not_allowed:
+            terminalreporter.write_line(f"  skipped without an allowing marker: {nodeid}: {reason}", red=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.not_allowed and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the xdist controller (or a plain run) sees every report
+        config.pluginmanager.register(SkipLedger(), "fedclust-skip-ledger")

@@ -61,12 +61,11 @@ def test_invalid_thread_counts_name_the_key(bad):
 
 
 def test_legacy_helpers_go_through_thread_limits(at_one_thread):
-    """blas_limit (k-means family), dp_fedc's and fedc_mf's helpers now set torch with BLAS."""
+    """blas_limit (k-means family and DP-FedC) and fedc_mf's helper set torch with BLAS."""
     from fedclust.clustering._common import blas_limit
-    from fedclust.clustering.dp_fedc import _blas_threads
     from fedclust.clustering.fedc_mf import _blas_limit
 
-    for ctx in (blas_limit(2), _blas_threads(2), _blas_limit(2)):
+    for ctx in (blas_limit(2), _blas_limit(2)):
         with ctx:
             assert (torch.get_num_threads(), blas_threads()) == (2, 2)
         assert (torch.get_num_threads(), blas_threads()) == (1, 1)

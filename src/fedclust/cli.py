@@ -57,8 +57,9 @@ def fail_open_runs() -> None:
         while mlflow.active_run() is not None:
             mlflow.end_run(status="FAILED")
     except Exception:  # the store itself may be the fault: never hide the error being reported
-        click.echo("fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it "
-                   "KILLED)", err=True)
+        click.echo(
+            "fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it KILLED)", err=True
+        )
 
 
 def report(exc: BaseException) -> bool:
@@ -66,8 +67,7 @@ def report(exc: BaseException) -> bool:
     message = None if tracebacks_requested() else user_message(exc)
     if not message:
         return False
-    click.echo(f"fedclust: error: {message}\n(run with -v, or FEDCLUST_TRACEBACK=1, to see the traceback)",
-               err=True)
+    click.echo(f"fedclust: error: {message}\n(run with -v, or FEDCLUST_TRACEBACK=1, to see the traceback)", err=True)
     return True
 
 
@@ -76,10 +76,17 @@ def cli():
     """fedclust's project commands (they replace Kedro's of the same name)."""
 
 
-@cli.command(name="run", params=[*kedro_run.params,
-                                 click.Option(["--verbose", "-v"], is_flag=True,
-                                              help="Show the traceback of every error (also FEDCLUST_TRACEBACK=1).")],
-             help=kedro_run.help, short_help=kedro_run.short_help)
+@cli.command(
+    name="run",
+    params=[
+        *kedro_run.params,
+        click.Option(
+            ["--verbose", "-v"], is_flag=True, help="Show the traceback of every error (also FEDCLUST_TRACEBACK=1)."
+        ),
+    ],
+    help=kedro_run.help,
+    short_help=kedro_run.short_help,
+)
 @click.pass_context
 def run(ctx: click.Context, verbose: bool = False, **kwargs):
     if verbose:

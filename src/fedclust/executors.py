@@ -377,8 +377,8 @@ def code_version(module: str | None = None, root: Path | None = None) -> str:
     root = root or _ROOT
     if module is None:
         files = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*.py"))
-                 if not p.relative_to(root).as_posix().startswith("pipelines/")
-                 and p.name not in ("hooks.py", "settings.py", "pipeline_registry.py", "__main__.py")}
+                 if not p.relative_to(root).as_posix().startswith(("pipelines/", "hooks/"))
+                 and p.name not in ("settings.py", "pipeline_registry.py", "__main__.py")}
     else:
         files = module_closure(module, root)
     parts = _package_versions()

@@ -56,5 +56,7 @@ def require_memory(what: str, parts: dict[str, float], advice: str, available: i
     if have is None or need <= MAX_SHARE * have:
         return need
     name, biggest = max(parts.items(), key=lambda kv: kv[1])
-    raise MemoryEstimateError(f"{what} would need about {human(need)} of memory ({name}: {human(biggest)}), more "
-                              f"than this machine has available ({human(have)}): {advice}")
+    raise MemoryEstimateError(
+        f"{what} would need about {human(need)} of memory ({name}: {human(biggest)}), more "
+        f"than this machine has available ({human(have)}): {advice}"
+    )

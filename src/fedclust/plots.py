@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 import pandas as pd
 
-#: the footnote of every figure of values measured on raw data (amendment A-1)
+#: the footnote of every figure of values measured on raw data
 OUTSIDE_GUARANTEE = "experimenter-side evaluation on raw data: outside the DP guarantee"
 #: table columns that are results or bookkeeping, never a swept setting
 _NOT_KEYS = {"method", "label", "n", "dataset", "table", "status", "name", "family", "at_chance", "trust_model"}

@@ -3,15 +3,25 @@
 import os
 import sys
 
-from fedclust.hooks import InterruptHook, MethodRunsCloseHook, ParamsCheckHook, RunTagsHook, install_fast_exit
+from fedclust.hooks import (
+    EffectiveSettingsHook,
+    InterruptHook,
+    MethodRunsCloseHook,
+    ParamsCheckHook,
+    RunTagsHook,
+    SummaryHook,
+)
 
-# kedro-mlflow registers its own hook through its entry point; ours tags every MLflow run with
-# the method(s), dataset, partition scheme and privacy budget, so that the MLflow UI's search
-# (for example ``tags.dataset = 'digits'``) works without knowing our code.
-# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (fedclust.cli prints a
-# user error as one line); MethodRunsCloseHook ends a method's nested run of the tour before the next
-# method's nodes; InterruptHook marks the MLflow run of an interrupted run as KILLED.
-HOOKS = (ParamsCheckHook(), RunTagsHook(), MethodRunsCloseHook(), InterruptHook())
+# kedro-mlflow registers its own hook through its entry point. Ours, one job each (fedclust.hooks):
+# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (the command
+# line, fedclust.cli, prints a user error as one line); RunTagsHook names and tags every MLflow run with the method(s), dataset,
+# partition scheme and privacy budget, so that the MLflow UI's search (for example
+# ``tags.dataset = 'digits'``) works without knowing our code, and opens one nested run per method of
+# the tour (MethodRunsCloseHook ends it before the next method's nodes); EffectiveSettingsHook logs
+# each method's settings as it ran; SummaryHook shows progress and the end-of-run table;
+# InterruptHook marks the MLflow run of an interrupted run as KILLED.
+HOOKS = (ParamsCheckHook(), RunTagsHook(), MethodRunsCloseHook(), EffectiveSettingsHook(), SummaryHook(),
+         InterruptHook())
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
@@ -23,7 +33,3 @@ CONFIG_LOADER_ARGS = {
 _BIN = os.path.dirname(sys.executable)
 if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
-
-# `kedro run` ends without the interpreter's ~1.3 s module teardown (same exit code, every atexit
-# handler still runs; FEDCLUST_SLOW_EXIT=1 turns this off): see fedclust.hooks.install_fast_exit.
-install_fast_exit()

@@ -4,7 +4,7 @@ fedclust's hot loops are many small products (a federated round is hundreds of t
 where extra threads cost more than they give, and torch's intra-op pool, its OpenMP runtime and
 numpy's OpenBLAS each default to one thread per core. Left alone on a machine already under load they
 oversubscribe the cores: with 2 threads the clustered-FL engine ran up to 5x slower than with 1
-(issue 16; ``benchmarks/bench_vs_frameworks.py`` measures both settings side by side).
+(``benchmarks/bench_vs_frameworks.py`` measures both settings side by side).
 
 The setting is one parameter, ``compute.threads`` in ``conf/base/parameters.yml``:
 

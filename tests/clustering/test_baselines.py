@@ -245,7 +245,7 @@ def _node_inputs(mixture):
 ])
 def test_pipeline_nodes_never_claim_a_finite_epsilon_for_a_non_dp_run(method, extra, dp, mixture, caplog):
     # calibrate -> train -> report_privacy, as the kedro pipeline wires them (privacy.json content)
-    from fedclust.pipelines.kmeans_baselines.nodes import nodes_for
+    from fedclust.pipelines.methods import node_functions as nodes_for
     from fedclust.pipelines.privacy.nodes import report_privacy
 
     dataset, partition = _node_inputs(mixture)
@@ -269,10 +269,11 @@ def test_pipeline_nodes_never_claim_a_finite_epsilon_for_a_non_dp_run(method, ex
 
 
 def test_fkm_pipeline_nodes_flag_a_private_data_row_init(mixture, caplog):
-    from fedclust.pipelines.fkm.nodes import calibrate, train as train_node
+    from fedclust.pipelines.methods import node_functions
     from fedclust.pipelines.privacy.nodes import report_privacy
 
     dataset, partition = _node_inputs(mixture)
+    calibrate, train_node = node_functions("fkm")
     privacy = {"epsilon": 2.0, "delta": 1e-5}
     for init, finite in ((None, True), ("uniform_ball", True), ("data", False)):
         train = {"k": 4, "rounds": 5, "clients_per_round": None, "clip": 12.0, "init": init, "init_domain": None}

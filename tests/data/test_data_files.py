@@ -18,6 +18,7 @@ MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
 # ------------------------------------------------------------------ real MNIST
+@pytest.mark.external_data
 def test_mnist_test_set_real_file():
     need(MNIST_IMAGES, MNIST_LABELS)
     ds = load_idx(MNIST_IMAGES, MNIST_LABELS)
@@ -35,6 +36,7 @@ def test_mnist_test_set_real_file():
     assert np.array_equal(ds2.X, ds.X) and np.array_equal(ds2.y, ds.y)
 
 
+@pytest.mark.external_data
 def test_mnist_folder_train_split_missing_names_the_file(tmp_path):
     need(MNIST_IMAGES)
     with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
@@ -132,6 +134,7 @@ def test_idx_missing_file(tmp_path, small_idx):
 
 
 # ------------------------------------------------------------------ real .mat (FedSC)
+@pytest.mark.external_data
 @pytest.mark.parametrize("fname, shape, counts", [
     ("Iris_tsne.mat", (150, 4), [50, 50, 50]),
     ("Bank_tsne.mat", (1372, 4), [762, 610]),
@@ -149,6 +152,7 @@ def test_fedsc_mat_real_files(fname, shape, counts):
     assert np.array_equal(ds.meta["label_values"][ds.y], raw["Label"].ravel())
 
 
+@pytest.mark.external_data
 def test_concentric_circles_mat_noisy_copy_and_radii():
     p = FEDSC_DIR / "Concentric_Circles.mat"
     need(p)
@@ -179,6 +183,7 @@ def test_mat_transpose_remap_and_errors(tmp_path):
         load_mat(tmp_path / "missing.mat")
 
 
+@pytest.mark.external_data
 def test_mat_truncated_real_copy(tmp_path):
     p = FEDSC_DIR / "Iris_tsne.mat"
     need(p)

@@ -11,6 +11,7 @@ from fedclust.data.base import Dataset
 from fedclust.pipelines.datasets import CIFAR10Dataset, IDXDataset, MatDataset
 
 
+@pytest.mark.external_data
 def test_idx_dataset_real_mnist_and_read_only():
     need(MNIST_IMAGES, MNIST_LABELS)
     ds = IDXDataset(images_filepath=str(MNIST_IMAGES), labels_filepath=str(MNIST_LABELS))
@@ -34,6 +35,7 @@ def test_idx_dataset_missing_and_truncated(tmp_path):
         ds.load()
 
 
+@pytest.mark.external_data
 def test_mat_dataset_through_catalog_config():
     need(FEDSC_DIR / "Iris_tsne.mat")
     catalog = DataCatalog.from_config({

@@ -50,6 +50,7 @@ def test_file_names_need_path():
         load_dataset("fedsc_iris")
 
 
+@pytest.mark.external_data
 def test_fedsc_names_and_mat_by_file():
     need(FEDSC_DIR / "COIL20_tsne.mat", FEDSC_DIR / "Concentric_Circles.mat")
     coil = load_dataset("fedsc_coil20", path=FEDSC_DIR)
@@ -61,6 +62,7 @@ def test_fedsc_names_and_mat_by_file():
     assert noisy.X.shape == clean.X.shape == (1258, 2) and not np.allclose(noisy.X, clean.X)
 
 
+@pytest.mark.external_data
 def test_prepare_dataset_mnist_subsample_and_scale():
     need(MNIST_IMAGES)
     ds = prepare_dataset("mnist", path=MNIST_DIR, seed=0, scale="minmax", n_per_class=20)

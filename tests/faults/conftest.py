@@ -5,7 +5,6 @@ grid's cell file, which no failed run may change (:func:`unchanged`)."""
 from __future__ import annotations
 
 import pytest
-
 from faultkit import TINY, Project
 
 

@@ -40,8 +40,14 @@ class Project:
         self.store = root / "mlflow.db"
 
     def env(self, **extra) -> dict:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1",
-               "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "KEDRO_DISABLE_TELEMETRY": "true",
+            "DO_NOT_TRACK": "1",
+            "MPLBACKEND": "Agg",
+            "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+        }
         for name in ("FEDCLUST_TRACEBACK", "FEDCLUST_DEBUG"):
             env.pop(name, None)
         env.update(extra)
@@ -55,16 +61,18 @@ class Project:
             return {}
         client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{self.store}")
         exps = [e.experiment_id for e in client.search_experiments()]
-        return {r.info.run_id: (r.data.tags.get("mlflow.runName", ""), r.info.status)
-                for r in (client.search_runs(exps) if exps else [])}
+        return {
+            r.info.run_id: (r.data.tags.get("mlflow.runName", ""), r.info.status)
+            for r in (client.search_runs(exps) if exps else [])
+        }
 
     def run(self, *args: str, env: dict | None = None, timeout: int = 300) -> Outcome:
         before = self.runs()
-        proc = subprocess.run([KEDRO, "run", *args], cwd=self.root, env=env or self.env(), capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [KEDRO, "run", *args], cwd=self.root, env=env or self.env(), capture_output=True, text=True, timeout=timeout
+        )
         after = self.runs()
-        return Outcome(proc.returncode, proc.stdout, proc.stderr,
-                       [v for k, v in after.items() if k not in before])
+        return Outcome(proc.returncode, proc.stdout, proc.stderr, [v for k, v in after.items() if k not in before])
 
     def fingerprint(self) -> dict[str, str]:
         """sha256 of every stored result file (reports, grid cells)."""
@@ -73,5 +81,3 @@ class Project:
             if path.is_file():
                 out[str(path.relative_to(self.root))] = hashlib.sha256(path.read_bytes()).hexdigest()
         return out
-
-

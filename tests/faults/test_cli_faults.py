@@ -17,7 +17,6 @@ import time
 import numpy as np
 import pytest
 import scipy.io
-
 from faultkit import KEDRO, TINY
 
 ERROR = "fedclust: error: "
@@ -34,6 +33,7 @@ def assert_fault(outcome, first_line: str, statuses: list[str]):
 
 
 # ---- the budget -----------------------------------------------------------------------------------
+
 
 @pytest.mark.usefixtures("unchanged")
 def test_epsilon_1e9_names_the_supported_range(project):
@@ -55,6 +55,7 @@ def test_delta_outside_0_1_is_refused(project, delta):
 
 
 # ---- the data -------------------------------------------------------------------------------------
+
 
 @pytest.mark.usefixtures("unchanged")
 def test_an_empty_data_set_fails_its_run(project):
@@ -84,11 +85,11 @@ def test_a_path_given_to_a_data_set_that_reads_no_file_is_named(project):
 
 # ---- settings -------------------------------------------------------------------------------------
 
+
 @pytest.mark.usefixtures("unchanged")
 def test_zero_threads_fails_its_run(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},compute.threads=0")
-    assert_fault(outcome, "compute.threads must be null (leave threads as they are) or an int >= 1, got 0",
-                 ["FAILED"])
+    assert_fault(outcome, "compute.threads must be null (leave threads as they are) or an int >= 1, got 0", ["FAILED"])
 
 
 @pytest.mark.usefixtures("unchanged")
@@ -117,7 +118,7 @@ def test_verbose_shows_the_traceback(project):
 #: loaded first by the Python of ``kedro run`` (PYTHONPATH): writes under FEDCLUST_TEST_READONLY fail
 #: with EROFS, as on a read-only mount. Root ignores file modes, so chmod cannot make a folder
 #: read-only for this suite; this stands in for the mount at the OS boundary (open, mkdir).
-READ_ONLY_SHIM = textwrap.dedent('''
+READ_ONLY_SHIM = textwrap.dedent("""
     import builtins, errno, os
     _root = os.path.abspath(os.environ["FEDCLUST_TEST_READONLY"])
     _open, _mkdir = builtins.open, os.mkdir
@@ -142,7 +143,7 @@ READ_ONLY_SHIM = textwrap.dedent('''
         return _mkdir(path, *args, **kwargs)
 
     builtins.open, os.mkdir = open, mkdir
-''')
+""")
 
 
 @pytest.mark.usefixtures("unchanged")
@@ -206,10 +207,17 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
 
     # the store exists before the run: polling it must not race the run creating its tables
     mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").create_experiment(
-        "fedclust", artifact_location=(project.root / "mlruns").as_uri())
+        "fedclust", artifact_location=(project.root / "mlruns").as_uri()
+    )
     long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=100000"
-    proc = subprocess.Popen([KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"], cwd=project.root,
-                            env=project.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"],
+        cwd=project.root,
+        env=project.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while not [r for r in _mlflow_runs(folder / "mlflow.db") if r.info.status == "RUNNING"]:
@@ -236,6 +244,7 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
 
 # ---- what a run handles (last: these runs write new results, other partitions included) ----------
 
+
 def test_a_tiny_dirichlet_alpha_still_runs(project):
     outcome = project.run("--pipelines=fkm", f"--params={TINY},partition.scheme=dirichlet,partition.options.alpha=1e-6")
     assert outcome.code == 0, outcome.err[-3000:]
@@ -244,14 +253,16 @@ def test_a_tiny_dirichlet_alpha_still_runs(project):
 
 def test_config_file_and_params_are_merged_with_params_winning(project, tmp_path):
     config = tmp_path / "run.yml"
-    config.write_text(textwrap.dedent("""
+    config.write_text(
+        textwrap.dedent("""
         run:
           pipelines: fkm
           params:
             dataset: {n_per_class: 20}
             partition: {n_clients: 4}
             fkm: {train: {rounds: 3}}
-    """))
+    """)
+    )
     outcome = project.run(f"--config={config}", "--params=fkm.train.rounds=2,seed=7")
     assert outcome.code == 0, outcome.err[-3000:]
     assert [status for _, status in outcome.new_runs] == ["FINISHED"]

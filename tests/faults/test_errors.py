@@ -15,9 +15,8 @@ from fedclust.data.base import Dataset
 from fedclust.data.registry import NO_FILE_NAMES, prepare_dataset
 from fedclust.errors import DataError, RepeatedUserErrorFilter, user_message
 from fedclust.memory import MemoryEstimateError, human, require_memory
-from fedclust.params_check import method_problems
 from fedclust.partition.base import Partition
-from fedclust.registry import REGISTRY
+from fedclust.registry import REGISTRY, method_problems
 from fedclust.registry.privacy import check_privacy_params
 from fedclust.registry.spec import estimate_work
 
@@ -26,7 +25,9 @@ from fedclust.registry.spec import estimate_work
 def test_an_epsilon_outside_the_range_names_the_range(eps):
     with pytest.raises(ValueError) as err:
         check_privacy_params({"epsilon": eps}, "dp_fedc")
-    assert str(err.value).startswith(f"privacy.epsilon = {eps:g} is outside the supported range for dp_fedc, [0.001, 1000]")
+    assert str(err.value).startswith(
+        f"privacy.epsilon = {eps:g} is outside the supported range for dp_fedc, [0.001, 1000]"
+    )
     assert check_privacy_params({"epsilon": 4.0}, "dp_fedc") == (4.0, 1e-5)
 
 
@@ -42,8 +43,11 @@ class _Wrapped(Exception):
 
 
 def test_a_read_only_or_full_output_folder_is_explained_through_wrappers():
-    for code, words in ((errno.EROFS, "the file system is read-only"), (errno.EACCES, "permission denied"),
-                        (errno.ENOSPC, "no space left on the device")):
+    for code, words in (
+        (errno.EROFS, "the file system is read-only"),
+        (errno.EACCES, "permission denied"),
+        (errno.ENOSPC, "no space left on the device"),
+    ):
         try:
             try:
                 raise OSError(code, "os says no", "data/08_reporting/x.png")
@@ -57,7 +61,8 @@ def test_a_read_only_or_full_output_folder_is_explained_through_wrappers():
 
 def test_a_file_in_the_way_of_a_folder_and_an_unwritable_mlflow_store_are_explained():
     assert user_message(NotADirectoryError(errno.ENOTDIR, "Not a directory", "data/08_reporting/x")).startswith(
-        "cannot write data/08_reporting/x: a file is in the way of a folder on that path")
+        "cannot write data/08_reporting/x: a file is in the way of a folder on that path"
+    )
     try:
         try:
             raise sqlite3.OperationalError("attempt to write a readonly database")
@@ -97,8 +102,11 @@ def test_kedro_lines_about_a_user_error_are_dropped_while_it_propagates(monkeypa
 def test_config_file_params_and_command_line_params_merge_key_by_key():
     from_file = {"dataset": {"n_per_class": 20, "scale": "none"}, "fkm": {"train": {"rounds": 3, "k": 4}}}
     given = {"fkm": {"train": {"rounds": 2}}, "seed": 7}
-    assert merge_params(from_file, given) == {"dataset": {"n_per_class": 20, "scale": "none"},
-                                              "fkm": {"train": {"rounds": 2, "k": 4}}, "seed": 7}
+    assert merge_params(from_file, given) == {
+        "dataset": {"n_per_class": 20, "scale": "none"},
+        "fkm": {"train": {"rounds": 2, "k": 4}},
+        "seed": 7,
+    }
     assert from_file["fkm"]["train"]["rounds"] == 3  # inputs left as they were
 
 
@@ -106,8 +114,10 @@ def test_memory_beyond_what_is_available_is_refused_with_the_estimate():
     parts = {"models": 3 * 2**40, "data": 2**30}
     with pytest.raises(MemoryEstimateError) as err:
         require_memory("ifca with these settings", parts, "use a smaller model", available=16 * 2**30)
-    assert str(err.value) == ("ifca with these settings would need about 3.0 TiB of memory (models: 3.0 TiB), more "
-                              "than this machine has available (16.0 GiB): use a smaller model")
+    assert str(err.value) == (
+        "ifca with these settings would need about 3.0 TiB of memory (models: 3.0 TiB), more "
+        "than this machine has available (16.0 GiB): use a smaller model"
+    )
     assert user_message(err.value) == str(err.value)
     assert require_memory("small", {"a": 2**20}, "", available=16 * 2**30) == 2**20
     assert human(512) == "512 B" and human(1.5 * 2**30) == "1.5 GiB"
@@ -126,10 +136,14 @@ def test_a_method_whose_arrays_cannot_fit_is_refused_before_it_starts(monkeypatc
 
 
 def test_dk_pp_rounds_that_leave_no_room_for_seeding_say_what_to_set():
-    problems = method_problems({"dk_pp": {"train": {"rounds": 3}}, "privacy": {"epsilon": None}}, ["params:dk_pp.train"])
-    assert problems == ["dk_pp.train.rounds = 3 is too few for DK++, which spends 5 k-means|| seeding round(s) and 1 "
-                        "weighting round before its Lloyd rounds: set dk_pp.train.rounds >= 6, or lower "
-                        "dk_pp.train.seeding_rounds (0 is the DP variant)"]
+    problems = method_problems(
+        {"dk_pp": {"train": {"rounds": 3}}, "privacy": {"epsilon": None}}, ["params:dk_pp.train"]
+    )
+    assert problems == [
+        "dk_pp.train.rounds = 3 is too few for DK++, which spends 5 k-means|| seeding round(s) and 1 "
+        "weighting round before its Lloyd rounds: set dk_pp.train.rounds >= 6, or lower "
+        "dk_pp.train.seeding_rounds (0 is the DP variant)"
+    ]
     private = {"dk_pp": {"train": {"rounds": 20, "private_rounds": 5}}, "privacy": {"epsilon": 1.0}}
     assert "dk_pp.train.private_rounds = 5 is too few" in method_problems(private, ["params:dk_pp.train"])[0]
     assert method_problems({"dk_pp": {"train": {"rounds": 6}}}, ["params:dk_pp.train"]) == []

@@ -7,7 +7,6 @@ write their data, ``mlflow.db`` and ``mlruns/`` inside the copy, never into the 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

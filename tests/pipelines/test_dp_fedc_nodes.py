@@ -8,8 +8,10 @@ from fedclust.data.preprocess import preprocess
 from fedclust.data.registry import load_dataset
 from types import SimpleNamespace
 
-from fedclust.pipelines.dp_fedc.nodes import calibrate, train
+from fedclust.pipelines.methods import node_functions
 from fedclust.pipelines.privacy.nodes import report_privacy
+
+calibrate, train = node_functions("dp_fedc")
 
 TRAIN = {"rounds": 4, "clients_per_round": 3, "Q1": 2, "q2": 2, "Qhat": 10, "b": 20, "G": 0.03, "clip": 4.0}
 

@@ -154,7 +154,7 @@ def test_concurrent_runs_read_only_what_they_wrote(tmp_path, project_copy):
         # timestamps) differ: two runs that start in the same millisecond would collide on every file
         procs[seed] = kedro_run(project, "--pipelines=fkm", f"--params={TINY},seed={seed}")
         time.sleep(0.3)
-    for seed, proc in procs.items():
+    for proc in procs.values():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
     client, runs = runs_of(project)

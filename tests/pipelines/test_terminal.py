@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fedclust.hooks import RunTagsHook, _tag_value
+from fedclust.hooks.state import RUN
+from fedclust.hooks.summary import SummaryHook, _Bars, summary_rows
+from fedclust.hooks.tags import tag_value
 
 PARAMS = "dataset.name=digits,dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=4"
 
@@ -45,25 +47,22 @@ def test_kedro_run_prints_a_short_log_and_the_summary(tmp_path, project_copy):
 
 
 def test_summary_rows_name_the_utility_epsilon_and_run():
-    from fedclust.hooks import _METHOD_RUNS
-
-    _METHOD_RUNS.__init__()  # no nested runs left over from a pipeline run earlier in this process
-    hook = RunTagsHook()
-    hook._parent_id = "abc"
-    hook._summary = {
+    RUN.reset()  # no nested runs left over from a pipeline run earlier in this process
+    RUN.parent_id = "abc"
+    summary = {
         "fkm": {"metrics": {"ACC": 0.75, "NMI": 0.7}, "privacy": {"epsilon_accountant": 4.0}, "wall_time_s": 1.25},
         "ifca": {"metrics": {"test_accuracy": 0.9}, "privacy": {"epsilon_accountant": "inf"}, "wall_time_s": 2.0},
     }
-    rows = hook.summary_rows()
+    rows = summary_rows(summary, {})
     assert rows[0] == {"method": "fkm", "result": "ACC 0.750 · NMI 0.700", "epsilon": "4", "wall_time_s": "1.2",
                        "run_id": "abc"}
     assert rows[1]["result"] == "test acc 0.900" and rows[1]["epsilon"] == "inf"
 
 
 def test_tags_hold_no_python_repr():
-    assert _tag_value(["fkm", "dkm"]) == "fkm,dkm"
-    assert _tag_value({"b": 1, "a": None}) == '{"a": null, "b": 1}'
-    assert _tag_value("<kedro.runner.sequential_runner.SequentialRunner object at 0x7f00>") == "SequentialRunner"
+    assert tag_value(["fkm", "dkm"]) == "fkm,dkm"
+    assert tag_value({"b": 1, "a": None}) == '{"a": null, "b": 1}'
+    assert tag_value("<kedro.runner.sequential_runner.SequentialRunner object at 0x7f00>") == "SequentialRunner"
 
 
 class _FakeBar:
@@ -95,12 +94,11 @@ def test_training_nodes_get_a_rounds_bar_fed_by_the_library_loop():
 
     from fedclust import progress
     from fedclust.clustering import fkm
-    from fedclust.hooks import _METHOD_RUNS
-
-    _METHOD_RUNS.__init__()
-    hook = RunTagsHook()
-    bar = hook._progress = _FakeBar()
-    hook._task = bar.add_task("", total=3, unit="nodes")
+    RUN.reset()
+    hook = SummaryHook()
+    bars = hook._bars = _Bars.__new__(_Bars)  # the real bars, drawing on a recording stand-in for rich
+    bar = bars.bar = _FakeBar()
+    bars.task, bars.rounds = bar.add_task("", total=3, unit="nodes"), None
     train = _Node("fkm.train", "fkm", ["training"])
     hook.before_node_run(train, None, {})
     rng = np.random.default_rng(0)
@@ -118,7 +116,7 @@ def test_training_nodes_get_a_rounds_bar_fed_by_the_library_loop():
     # a node that does not train gets no rounds bar
     hook.before_node_run(_Node("fkm.evaluate", "fkm", ["evaluation"]), None, {})
     assert len(bar.tasks) == 2
-    hook._progress = None
+    hook._bars = None
 
 
 def test_every_family_reports_its_rounds():
@@ -156,41 +154,3 @@ def test_every_family_reports_its_rounds():
     with progress.listening(lambda label, done, total: got.append((done, total))):
         ifca.run(data, MLP(d_in=16, hidden=8, n_classes=2), 2, rounds=2, seed=0, local_steps=1)
     assert got == [(1, 2), (2, 2)]
-
-
-def test_fast_exit_only_for_kedro_run_and_keeps_the_status(monkeypatch):
-    """``kedro run`` leaves through ``os._exit`` after every atexit handler has run (no slow module
-    teardown), with the status ``sys.exit`` was given; other processes keep the normal ``sys.exit``."""
-    import atexit
-    import os
-    import sys
-
-    from fedclust.hooks import install_fast_exit
-
-    plain = sys.exit
-    monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "viz", "build"])
-    install_fast_exit()
-    assert sys.exit is plain
-    monkeypatch.setattr(sys, "argv", ["/venv/bin/kedro", "run", "--pipelines=fkm"])
-    monkeypatch.delenv("FEDCLUST_SLOW_EXIT", raising=False)
-    install_fast_exit()
-    fast = sys.exit
-    monkeypatch.setattr(sys, "exit", plain)  # restored after the test whatever happens
-    assert fast is not plain
-    calls = []
-    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append("atexit"))
-    monkeypatch.setattr(os, "_exit", lambda status: calls.append(status))
-    import threading
-
-    monkeypatch.setattr(threading, "_shutdown", lambda: calls.append("threads"))
-    # only Kedro's last exit (KedroCLI.main, after its CLI hooks) is fast: run `fast` as if from there
-    kedro_cli = compile("fast(code)", "/venv/lib/site-packages/kedro/framework/cli/cli.py", "exec")
-    for code, status in ((0, 0), (None, 0), (1, 1), (2, 2), ("bad input", 1)):
-        calls.clear()
-        exec(kedro_cli, {"fast": fast, "code": code})
-        assert calls == ["threads", "atexit", status]
-    # click's own sys.exit, or one inside a node, raises SystemExit as usual
-    calls.clear()
-    with pytest.raises(SystemExit) as exc:
-        fast(3)
-    assert exc.value.code == 3 and calls == []

@@ -91,7 +91,8 @@ def test_factor_calibration_reads_no_data():
     """With public kernel constants (default) r, d and the noise stds do not depend on the data (the
     old node computed r and d from the raw data and put them into the sensitivities)."""
     from fedclust.clustering import fedsc as lib
-    from fedclust.pipelines.fedsc.nodes import calibrate
+    from fedclust.pipelines.methods import node_functions
+    calibrate, _ = node_functions("fedsc")
 
     privacy = {"epsilon": 1.0, "delta": 1e-5}
     a = calibrate(privacy, dict(_TRAIN), _dataset(0), None)
@@ -104,7 +105,8 @@ def test_factor_calibration_reads_no_data():
 def test_factor_pipeline_run_meets_budget_and_literal_rules_are_not_private():
     from types import SimpleNamespace
 
-    from fedclust.pipelines.fedsc.nodes import calibrate, train
+    from fedclust.pipelines.methods import node_functions
+    calibrate, train = node_functions("fedsc")
     from fedclust.pipelines.privacy.nodes import report_privacy
 
     ds = _dataset(0)
@@ -126,7 +128,8 @@ def test_factor_pipeline_run_meets_budget_and_literal_rules_are_not_private():
 def test_factor_paper_calibration_is_reported_by_the_accountant():
     """factor_calibration=paper keeps Theorem 3.9's stds (faithful variant); the report's epsilon is
     still the accountant's on the per-sample sensitivities, next to the paper's claim."""
-    from fedclust.pipelines.fedsc.nodes import calibrate
+    from fedclust.pipelines.methods import node_functions
+    calibrate, _ = node_functions("fedsc")
 
     tr = dict(_TRAIN, factor_calibration="paper")
     noise = calibrate({"epsilon": 0.5, "delta": 1e-5}, tr, _dataset(0), None)
@@ -144,7 +147,8 @@ def test_data_variant_calibration_meets_the_budget():
     accounted epsilon meets the target; Prop. 3.7's own claim for that sigma is reported beside it."""
     from types import SimpleNamespace
 
-    from fedclust.pipelines.fedsc.nodes import calibrate, train
+    from fedclust.pipelines.methods import node_functions
+    calibrate, train = node_functions("fedsc")
     from fedclust.pipelines.privacy.nodes import report_privacy
 
     ds = _dataset(0)

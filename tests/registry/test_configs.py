@@ -3,6 +3,7 @@ wrong types, zero counts and absurd sizes are errors naming the parameter."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -81,7 +82,7 @@ def test_all_problems_are_reported_at_once_and_null_means_default():
 
 def test_configs_are_frozen():
     cfg = REGISTRY["fkm"].config()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.rounds = 3
 
 
@@ -143,3 +144,21 @@ def test_the_registry_is_library_code_without_kedro_or_torch_at_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_config_validates_itself_however_it_is_built():
+    """The constructor and replace() check kinds, bounds and the checks between fields, exactly as
+    from_params does; a whole number given as a float becomes an int."""
+    from fedclust.params_check import ParameterError
+    from fedclust.registry.configs import FedSCConfig, FKMConfig
+
+    with pytest.raises(ParameterError, match=r"train\.rounds must be null \(the default\) or an integer >= 1"):
+        FKMConfig(rounds=0)
+    with pytest.raises(ParameterError, match=r"rounds"):
+        FKMConfig().replace(rounds=-2)
+    with pytest.raises(ParameterError, match=r"d=600 exceeds .*d_max=500"):
+        FedSCConfig(d=600, d_max=500)
+    cfg = FKMConfig(rounds=3.0)
+    assert cfg.rounds == 3 and isinstance(cfg.rounds, int)
+    with pytest.raises(ParameterError, match=r"fkm\.train\.rounds"):
+        FKMConfig.from_params({"rounds": 0}, where="fkm.train")

@@ -57,7 +57,7 @@ class Page:
             except Exception:
                 if time.monotonic() > deadline or self._proc.poll() is not None:
                     self.close()
-                    raise RuntimeError("headless chromium did not open its DevTools port")
+                    raise RuntimeError("headless chromium did not open its DevTools port") from None
                 time.sleep(0.2)
         self._ws = self._loop.run_until_complete(websockets.connect(url, max_size=64_000_000))
         self.call("Page.enable")

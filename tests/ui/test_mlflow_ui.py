@@ -24,7 +24,7 @@ import pytest
 from cdp import _free_port
 from cdp import find_chromium as _chromium
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.allow_skip("needs chromium, installed with apt-get when missing and possible")]
 
 SERVER_START_TIMEOUT_S = 60
 BROWSER_TIMEOUT_S = 90

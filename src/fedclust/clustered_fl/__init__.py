@@ -2,7 +2,7 @@
 
 * :mod:`~fedclust.clustered_fl.engine`: the vectorized engine (batched cluster estimation and local
   training of all sampled clients at once, segment-sum aggregation, replaceable server strategies).
-* :mod:`~fedclust.clustered_fl.models`: batched MLP, the spec-004 CNN, linear regression, any module.
+* :mod:`~fedclust.clustered_fl.models`: batched MLP, IFCA's CIFAR CNN, linear regression, any module.
 * Methods: :mod:`~fedclust.clustered_fl.cfl_mgd` (CFL-MGD, Options I and II),
   :mod:`~fedclust.clustered_fl.ifca` (IFCA = beta 0), :mod:`~fedclust.clustered_fl.fedavg` (one model).
 
@@ -10,7 +10,7 @@ FedBCD (a baseline in the CFL-MGD paper) is deliberately omitted: the paper's re
 missing, the cited method is most likely a *vertical* FL block-coordinate-descent method for
 distributed features (a different problem setting), and the paper gives no blocks, local steps or
 learning rate, only a different architecture (ResNet-20 / a 3-layer network). Any implementation
-would be a low-fidelity proxy (spec 004, section 2.6 and ambiguity 10), so none is provided.
+would be a low-fidelity proxy, so none is provided.
 """
 
 from fedclust.clustered_fl import cfl_mgd, fedavg, ifca

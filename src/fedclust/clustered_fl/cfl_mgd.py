@@ -1,10 +1,10 @@
-"""CFL-MGD ("MCFL"): Clustered Federated Learning based on Momentum Gradient Descent (spec 004).
+"""CFL-MGD ("MCFL"): Clustered Federated Learning based on Momentum Gradient Descent.
 
-Paper: the (untitled in the available text) MDPI-style journal paper specified in
-``specs/004_cfl_mgd.md``; IFCA (Ghosh et al., "An Efficient Framework for Clustered Federated
+Paper: an MDPI-style journal article (no title line, authors or venue in the text we worked from;
+``docs/methods/cfl_mgd.md``): IFCA (Ghosh et al., "An Efficient Framework for Clustered Federated
 Learning") with Polyak heavy-ball momentum carried across rounds per cluster.
 
-Round t (spec 004, section 2.4, the resolved Algorithm 1; runs on :mod:`fedclust.clustered_fl.engine`):
+Round t (runs on :mod:`fedclust.clustered_fl.engine`):
 
 * cluster estimate, eq. (8): ``p_i = argmin_p phi_i(chi_p^{t-1})`` (ties -> lowest index);
 * Option I, gradient averaging, eq. (3) + (5):
@@ -17,7 +17,7 @@ Round t (spec 004, section 2.4, the resolved Algorithm 1; runs on :mod:`fedclust
   ``u_p^t = mean_{i in S_p} u_i``;
 * an empty cluster keeps its model and momentum; momentum starts at 0 and is never reset.
 
-Defaults follow spec 004, section 4.3 (MNIST column): lr 0.1, no decay, beta 0.9, H = 10 full-batch
+Defaults follow the paper's MNIST setting: lr 0.1, no decay, beta 0.9, H = 10 full-batch
 steps, Option II. Random independent init of the k models (IFCA's restart heuristic optional).
 """
 

@@ -1,13 +1,15 @@
-"""RR-Cluster's DP baselines (spec 002, sections 2.4-2.6, amendment A-2): client-level DP, trusted
+"""RR-Cluster's DP baselines: client-level DP, trusted
 server, the same fixed-size client sampling, neighbouring relation, rounds and (eps, delta) as RR-Cluster.
 
-One relation for the whole comparison (amendment A-2; derivation in :mod:`fedclust.clustered_fl.rr_cluster`):
+The method, our choices and measured numbers: ``docs/methods/dp_baselines.md``.
+
+One relation for the whole comparison (derivation in :mod:`fedclust.clustered_fl.rr_cluster`):
 a fixed number m of the M clients is sampled without replacement each round, so every method is
 accounted under **replace-one** neighbours (one client's data replaced by any other) with the WBK19
 bound for sampling without replacement, and every Gaussian is calibrated to its replace-one
 sensitivity: a sum of updates clipped to ``C_theta`` moves by up to ``2 C_theta`` (the old update out,
-the new one in), a clipped one-hot identifier by ``sqrt(2) C_s``. The spec's resolution A2 (noise for
-``C_theta`` while sampling a fixed number of clients) is withdrawn; ``noise_calibration="paper_literal"``
+the new one in), a clipped one-hot identifier by ``sqrt(2) C_s``. The paper's baseline noise (for
+``C_theta`` while sampling a fixed number of clients) is not used by default; ``noise_calibration="paper_literal"``
 still adds that noise, labelled, and the report then gives the larger epsilon it really spends.
 
 Clustering baselines (Alg. 1/2 without the rebalancing lines, B = 0, "directly privatized"; the
@@ -16,7 +18,7 @@ identifiers are privatized exactly as in RR-Cluster):
 * :func:`dp_ifca` (Ghosh et al. 2020, IFCA), :func:`dp_fesem` (Long et al. 2023, FeSEM),
   :func:`dp_fedcam` (Ma et al. 2023, FedCAM; three Gaussians): :func:`fedclust.clustered_fl.rr_cluster.run`
   with ``B = 0``: noise ``N(0, (2 C_theta sigma_theta)^2)`` on every cluster sum, ``sqrt(2) C_s sigma_s``
-  on every identifier coordinate. An empty cluster skips its update (A9).
+  on every identifier coordinate. An empty cluster skips its update.
 
 Single-model baselines (no identifier; the whole budget on one Gaussian, ``rho_s = 0``):
 

@@ -1,9 +1,9 @@
 """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
-AISTATS 2017) as the single-model baseline of spec 004, section 2.6.
+AISTATS 2017) as the single-model baseline of CFL-MGD (``docs/methods/ifca.md``).
 
 One global model, no clustering: ``chi(t) = sum_{i in M_t} chi~_i(t) / |M_t|`` with ``chi~_i`` from H local
-plain (S)GD steps (beta = 0), the same lr, H, batch size, rounds and seeds as CFL-MGD and IFCA
-(spec 004, 6.1 item 10). It runs on the clustered-FL engine with k = 1; test accuracy uses the single
+plain (S)GD steps (beta = 0), the same lr, H, batch size, rounds and seeds as CFL-MGD and IFCA.
+It runs on the clustered-FL engine with k = 1; test accuracy uses the single
 model for every test client, and the reported client-clustering ACC is that of putting every client
 in one cluster (1/P for P equal groups).
 """

@@ -1,7 +1,7 @@
 """IFCA: Iterative Federated Clustering Algorithm (Ghosh et al., "An Efficient Framework for Clustered
-Federated Learning", NeurIPS 2020), as the CFL-MGD baseline of spec 004, section 2.6.
+Federated Learning", NeurIPS 2020), as the CFL-MGD baseline (``docs/methods/ifca.md``).
 
-IFCA is the CFL-MGD engine with beta = 0 (spec 004, 6.1 item 10): each sampled client picks
+IFCA is the CFL-MGD engine with beta = 0: each sampled client picks
 ``p_i = argmin_p phi_i(chi_p)`` (IFCA Alg. 1 / CFL-MGD eq. 8), then
 
 * model averaging (IFCA's experiments; default): H local (S)GD steps ``w <- w - lr_t*grad phi_i(w)``

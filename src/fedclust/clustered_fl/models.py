@@ -18,17 +18,17 @@ own loss.
 Models:
 
 * :class:`MLP`: ``d_in -> hidden -> ... -> n_classes`` with ReLU (784-200-10 is the rotated-MNIST MLP
-  of spec 004, section 4.2). Two implementations of the same function: ``impl="bmm"`` (hand-batched
+  of CFL-MGD and IFCA). Two implementations of the same function: ``impl="bmm"`` (hand-batched
   with ``torch.baddbmm``; ``forward_shared`` turns the first layer of all k models into one ``torch.mm``)
   and ``impl="vmap"`` (``torch.func.functional_call`` + ``torch.func.vmap`` over an ``nn.Sequential``).
   ``benchmarks/bench_cfl_engine.py`` measures both; ``bmm`` is the default because it was faster.
 * :class:`ModuleModel`: any ``nn.Module`` factory, batched with ``functional_call`` + ``vmap``.
-* :func:`ifca_cnn`: the 2-conv + 2-FC CIFAR network of spec 004, section 4.2 (IFCA's TF CIFAR-10
+* :func:`ifca_cnn`: the 2-conv + 2-FC CIFAR network of CFL-MGD and IFCA (IFCA's TF CIFAR-10
   tutorial network: conv5x5-64, max-pool 3/2, LRN, conv5x5-64, LRN, max-pool 3/2, FC 384, FC 192,
   linear 10, with its truncated-normal init and the L2 weight decay 0.004 * 1/2 ||W||^2 on the two FC
   weight matrices, returned by :meth:`BatchedModel.penalty`).
-* :class:`LinearRegression`: ``y = <x, w> (+ b)`` with the squared loss ``1/2 (y_hat - y)^2`` (the
-  mixed-linear-regression sanity check of spec 004, section 3.6; "extra, not in paper").
+* :class:`LinearRegression`: ``y = <x, w> (+ b)`` with the squared loss ``1/2 (y_hat - y)^2`` (a
+  mixed-linear-regression sanity check; not in the papers).
 
 Inputs are always flattened rows (``d`` features); models that need images reshape internally.
 """
@@ -358,11 +358,11 @@ def _trunc_normal_(t: torch.Tensor, std: float) -> torch.Tensor:
 
 
 class IFCACNN(nn.Module):
-    """The 2-conv + 2-FC CNN of spec 004, section 4.2 (TF CIFAR-10 tutorial network used by IFCA).
+    """The 2-conv + 2-FC CNN of CFL-MGD's CIFAR experiments (TF CIFAR-10 tutorial network used by IFCA).
 
     conv5x5(C->64, SAME) + ReLU -> maxpool 3/2 -> LRN -> conv5x5(64->64, SAME) + ReLU -> LRN ->
     maxpool 3/2 -> FC 384 + ReLU -> FC 192 + ReLU -> linear n_classes. For 24x24 inputs the flattened
-    feature has 6*6*64 = 2304 entries. Max-pool "SAME" is mapped to ``padding=1`` (spec 004, 4.2).
+    feature has 6*6*64 = 2304 entries. Max-pool "SAME" is mapped to ``padding=1``.
     ``nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0)`` equals TF's
     ``lrn(depth_radius=4, bias=1, alpha=0.001/9, beta=0.75)``.
     """
@@ -381,11 +381,16 @@ class IFCACNN(nn.Module):
         self.fc2 = nn.Linear(384, 192)
         self.fc3 = nn.Linear(192, n_classes)
         with torch.no_grad():
-            _trunc_normal_(self.conv1.weight, 0.05); self.conv1.bias.zero_()
-            _trunc_normal_(self.conv2.weight, 0.05); self.conv2.bias.fill_(0.1)
-            _trunc_normal_(self.fc1.weight, 0.04); self.fc1.bias.fill_(0.1)
-            _trunc_normal_(self.fc2.weight, 0.04); self.fc2.bias.fill_(0.1)
-            _trunc_normal_(self.fc3.weight, 1.0 / 192); self.fc3.bias.zero_()
+            _trunc_normal_(self.conv1.weight, 0.05)
+            self.conv1.bias.zero_()
+            _trunc_normal_(self.conv2.weight, 0.05)
+            self.conv2.bias.fill_(0.1)
+            _trunc_normal_(self.fc1.weight, 0.04)
+            self.fc1.bias.fill_(0.1)
+            _trunc_normal_(self.fc2.weight, 0.04)
+            self.fc2.bias.fill_(0.1)
+            _trunc_normal_(self.fc3.weight, 1.0 / 192)
+            self.fc3.bias.zero_()
 
     def forward(self, x):
         x = self.lrn(self.pool(torch.relu(self.conv1(x))))
@@ -398,7 +403,7 @@ class IFCACNN(nn.Module):
 
 def ifca_cnn(in_channels: int = 3, image_size: int = 24, n_classes: int = 10,
              weight_decay: float = 0.004) -> ModuleModel:
-    """The spec's CIFAR CNN as a :class:`ModuleModel` (vmap over copies), with the L2 penalty
+    """IFCA's CIFAR CNN as a :class:`ModuleModel` (vmap over copies), with the L2 penalty
     ``weight_decay * 1/2 (||W_fc1||^2 + ||W_fc2||^2)`` added to the training loss (not to the
     loss used for cluster assignment)."""
     if weight_decay < 0:

@@ -1,10 +1,12 @@
-"""Random rebalancing (RR) of cluster assignments: RR-Cluster's server-side step (spec 002, section 2.3).
+"""Random rebalancing (RR) of cluster assignments: RR-Cluster's server-side step.
+
+The method, our choices and measured numbers: ``docs/methods/rr_cluster.md``.
 
 Paper: Yang, Hu, Kim & Li, "Differentially Private Federated Clustering with Random Rebalancing",
 Algorithm 1 lines 9-10 and Algorithm 2 ("Server: j_l = {j : |S_j^t| >= B}; j_s = [k] \\ j_l; sample client
 indices in U_{j in j_l} S_j^t uniformly at random to expand the small ones such that |S_j^t| = B").
 
-Semantics implemented (the spec's RESOLUTION pseudo-code):
+Semantics implemented:
 
 * small clusters ``j_s = {j : |S_j| < B}``; each is filled to exactly ``B``;
 * one *slot* per missing update; the slots are shuffled so no small cluster is favoured;
@@ -30,7 +32,7 @@ expects at least ``min_expected_cluster_size(m, k, sigma) = m (1-p)/(k-1)`` of t
 updates, whatever the clients chose. RR moves updates only in rounds where a noisy cluster is below B.
 
 Privacy: RR reads only the (already privatized) noisy assignment and its own random draws, so under the
-replace-one relation of the comparison (amendment A-2) it does not change the sensitivity: RR-Cluster
+replace-one relation of the comparison it does not change the sensitivity: RR-Cluster
 and the baselines both add ``2 C sigma`` to every cluster sum (derivation in
 :mod:`fedclust.clustered_fl.rr_cluster`), and RR's averaged noise ``2 C sigma/max(|S_j|, B)`` is never
 larger than the baseline's ``2 C sigma/|S_j|``. (Under add/remove, as the paper states it, the baseline

@@ -1,12 +1,14 @@
 """RR-Cluster: client-level DP clustered FL with random rebalancing.
 
+The method, our choices and measured numbers: ``docs/methods/rr_cluster.md``.
+
 Paper: Xiyuan Yang, Shengyuan Hu, Soyeon Kim, Tian Li, "Differentially Private Federated Clustering with
-Random Rebalancing" (spec ``specs/002_rr_cluster.md``, amendment A-2). Algorithm 1 (generic RR-Cluster),
+Random Rebalancing". Algorithm 1 (generic RR-Cluster),
 Algorithm 2 (RR-Cluster(IFCA)), Prop. 4.1 / Theorem 4.2 (RDP accounting, the paper's formula in
 :mod:`fedclust.privacy.paper.rr_cluster`; the reported epsilon comes from
 :mod:`fedclust.privacy.accountants`).
 
-One round t, in this exact order (spec 002, section 7 item 1), on the vectorized
+One round t, in this exact order, on the vectorized
 :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`:
 
 1. a fixed-size sample M^t of m = round(qM) clients (without replacement, stream "sampling");
@@ -18,18 +20,18 @@ One round t, in this exact order (spec 002, section 7 item 1), on the vectorized
 4. random rebalancing (Alg. 1 lines 9-10, :func:`~fedclust.clustered_fl.rebalance.random_rebalance`,
    own stream "rebalance"): every cluster gets >= B updates, moved (never copied) uniformly from the
    pooled updates of clusters with surplus;
-5. clips every update: ``Delta_bar_i = Delta_i * min(1, C_theta/||Delta_i||)`` (Alg. 1 line 11 with the
-   spec's typo fix ||s|| -> ||Delta||; the norm is over all parameters of the released part);
+5. clips every update: ``Delta_bar_i = Delta_i * min(1, C_theta/||Delta_i||)`` (Alg. 1 line 11, whose
+   ||s|| we read as ||Delta||, a typo; the norm is over all parameters of the released part);
 6. ``Delta~_j = (sum_{i in S_j} Delta_bar_i + N(0, (2 C_theta sigma_theta)^2 I_d)) / |S_j|`` (Alg. 1
    line 12: the paper's 2 C_theta, which is also the replace-one sensitivity of every method here);
    noise is drawn for each of the k clusters independently (stream "noise"); an empty cluster skips
-   its update (A9);
+   its update;
 7. ``theta_j <- theta_j + gamma Delta~_j`` (Alg. 1 line 13).
 
 ``B = 0`` is the directly privatized base algorithm (DP-IFCA etc.): the rebalancing draws come from their
 own stream, so B = 0 and B > 0 share every other random draw.
 
-Base algorithms (spec 002, 2.5, RESOLUTIONs for sampling + DP):
+Base algorithms:
 
 * ``base="ifca"``: the engine's own client step (argmin-loss, local training from the chosen model);
 * ``base="fesem"``: :class:`FeSEMEngine`: the client starts from the centre of its last assignment
@@ -40,7 +42,7 @@ Base algorithms (spec 002, 2.5, RESOLUTIONs for sampling + DP):
   Gaussians: identifiers (sigma_s), the global part (sum over all of M^t clipped to C_theta, noise
   ``2 C_theta sigma_g``, divided by |M^t|; never rebalanced) and the cluster part as above.
 
-Privacy (amendment A-2: one relation, true sensitivities). Every method of the comparison (RR-Cluster
+Privacy. Every method of the comparison (RR-Cluster
 and all its DP baselines) samples a fixed number m of the M clients without replacement, so the
 guarantee is client-level (eps, delta)-DP under **replace-one** neighbours (one client's whole data
 set replaced by any other), accounted with the subsampled-RDP bound for sampling without replacement
@@ -72,7 +74,7 @@ The Gaussians of one round act on the same sample: they are one Gaussian with th
 rounds) whose multipliers are the noise stds divided by these true sensitivities.
 
 ``noise_calibration="paper_literal"`` (clearly labelled, for reproducing the paper's text) adds the
-noise the paper and the withdrawn resolution A2 wrote: identifiers ``C_s sigma_s`` (sensitivity
+noise the paper writes: identifiers ``C_s sigma_s`` (sensitivity
 C_s), sums ``2 C_theta sigma_theta`` with RR and ``C_theta sigma_theta`` without (baselines), FedCAM's
 global part ``C_theta sigma_g``. Under fixed-size sampling that is not the (eps, delta) the
 calibration asked for, so it is accounted at its true multipliers ``sigma_s/sqrt(2)``,
@@ -120,11 +122,11 @@ GLOBAL_PREFIX, CLUSTER_PREFIX = "g.", "c."
 
 
 # ================================================================================================
-# Calibration (RESOLUTION 3.4, amendment A-2): the project's accountant, replace-one, fixed-size sampling
+# Calibration: the project's accountant, replace-one, fixed-size sampling
 # ================================================================================================
 CALIBRATION_BOUNDS = ("accountant",) + paper.BOUNDS
 NOISE_CALIBRATIONS = ("replace_one", "paper_literal")
-#: The neighbouring relation and sampling of every release of this module (amendment A-2).
+#: The neighbouring relation and sampling of every release of this module.
 RELATION = {"neighbouring": "replace_one", "sampling": "without_replacement", "unit": "client"}
 
 
@@ -187,7 +189,7 @@ def calibrate(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | Non
 def calibrate_fedcam(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | None = None,
                      T: int | None = None, M: int | None = None, shares=(1 / 3, 1 / 3, 1 / 3), *,
                      bound: str = "accountant") -> tuple[float, float, float]:
-    """``(sigma_s, sigma_g, sigma_theta)`` for DP-FedCAM's three Gaussians (spec 002, 2.5): per-round RDP
+    """``(sigma_s, sigma_g, sigma_theta)`` for DP-FedCAM's three Gaussians: per-round RDP
     ``alpha/(2 sigma_eff^2)`` split with ``shares`` (identifier, global, cluster; positive, summing to 1):
     ``1/sigma_x^2 = share_x / sigma_eff^2``; calibration as :func:`calibrate`."""
     sh = np.asarray(shares, dtype=float)
@@ -254,8 +256,8 @@ class PrivateClusterAggregator(DeltaAveraging):
       irrelevant to the argmax); noise std ``sqrt(2) C_s sigma_s``;
     * ``sigma_theta``: cluster-sum noise multiplier, noise std ``2 C_theta sigma_theta`` (the replace-one
       sensitivity, module docstring); ``clip`` = C_theta (None: no clipping; only allowed without noise);
-    * ``noise_calibration``: ``"replace_one"`` (default) or ``"paper_literal"`` (the paper's / withdrawn
-      A2 noise, accounted at its true, smaller multipliers; module docstring);
+    * ``noise_calibration``: ``"replace_one"`` (default) or ``"paper_literal"`` (the paper's noise,
+      accounted at its true, smaller multipliers; module docstring);
     * ``B``: rebalancing threshold (0 = off);
     * ``global_keys`` (FedCAM): names of the global-model parameters, aggregated over all of M^t with
       noise std ``2 C_theta sigma_g`` and clipped separately; ``frozen_keys`` (FedPer's personal head):
@@ -443,7 +445,7 @@ class AdditiveModel(BatchedModel):
 # FeSEM: distance-based E-step with client-side state
 # ================================================================================================
 class FeSEMEngine(ClusteredFLEngine):
-    """FeSEM (Long et al. 2023, "Multi-center federated learning") under sampling + DP (spec 002, 2.5).
+    """FeSEM (Long et al. 2023, "Multi-center federated learning") under sampling + DP.
 
     Client i keeps the index of its last assignment; it starts local training from that centre (first
     participation: the argmin-loss model), then picks ``j_hat = argmin_j ||theta_i - theta_j||_2`` over
@@ -493,7 +495,7 @@ def _sample_size(data: FederatedTensors, participation, clients_per_round) -> in
 
 PRIVACY_NOTES = (
     "client-level DP under replace-one neighbours (one client's data replaced by any other) with fixed-size "
-    "client sampling without replacement (amendment A-2; WBK19 Thm 27 in dp-accounting)",
+    "client sampling without replacement (WBK19 Thm 27 in dp-accounting)",
     "noise calibrated to the replace-one sensitivities: identifiers sqrt(2) C_s, cluster sums 2 C_theta with "
     "or without rebalancing (the partition is post-processing of the noisy identifiers)",
     "outside the guarantee (experimenter-side, raw data): test accuracy, client ACC/NMI, training loss, "
@@ -514,10 +516,10 @@ def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: s
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
     if "sensitivity_factor" in engine_kwargs:
-        raise ValueError("sensitivity_factor was removed (amendment A-2): every method adds noise for its "
+        raise ValueError("sensitivity_factor was removed: every method adds noise for its "
                          "replace-one sensitivity; noise_calibration='paper_literal' reproduces the paper's noise")
     if engine_kwargs.get("sampling", "fixed") != "fixed":
-        raise ValueError("sampling must be 'fixed' (fixed-size sampling without replacement, spec 002, 2.8; "
+        raise ValueError("sampling must be 'fixed' (fixed-size sampling without replacement; "
                          "the replace-one accounting assumes it)")
     m = _sample_size(data, participation, clients_per_round)
     check_threshold(B, m, k)
@@ -526,8 +528,8 @@ def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: s
                          f"too), got sigma_s={sigma_s!r}")
     if sigma_theta and sigma_theta > 0 and engine_kwargs.get("init_min_fraction") is not None:
         raise ValueError("init_min_fraction must be None in a private run: IFCA's restart heuristic picks the "
-                         "initial models with the clients' raw losses, a release without a DP mechanism "
-                         "(amendment A-1); private runs use the public random init")
+                         "initial models with the clients' raw losses, a release without a DP mechanism; "
+                         "private runs use the public random init")
     agg_kw = dict(aggregator_kwargs or {})
     if base == "fedcam":
         model = AdditiveModel(model)

@@ -1,13 +1,14 @@
-"""Helpers shared by DP-FedC (spec 000) and its Table I baselines (FZKM, DK++, DKM).
+"""Helpers shared by DP-FedC and its Table I baselines (FZKM, DK++, DKM).
 
 Everything here is plain numpy and vectorized over clients: client sampling, the client-sorted
 "segment" layout of the data, nearest-centroid assignment, weighted Lloyd on a small point set,
 (weighted) k-means++ seeding, per-round metric logging and the Gaussian-noise calibration of the
-baselines (spec 000, A11).
+baselines.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import NamedTuple
@@ -19,6 +20,7 @@ from fedclust.metrics import clustering_scores
 from fedclust.privacy.mechanisms import clip_rows
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
+from fedclust.threads import thread_limits
 
 MECHANISMS = ("classical", "analytic")
 
@@ -85,7 +87,7 @@ class SegmentLayout:
         return start + within
 
 
-#: How the shared initial centroids W^0 are chosen (amendment A-1: initialisation is a release).
+#: How the shared initial centroids W^0 are chosen.
 #: ``"data"``: k distinct data rows (the papers' choice; not private); ``"uniform_box"``: uniform in
 #: the public data domain ``[low, high]^m`` (``domain``), then scaled into the clip ball when a clip
 #: is given; ``"uniform_ball"``: uniform in the L2 ball of radius ``clip`` (or ``radius``). The last
@@ -144,7 +146,7 @@ def public_centroids(k: int, m: int, seed: int, init: str, *, clip: float | None
 
 def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None, *, init: str = "data",
                       clip: float | None = None, domain=None) -> np.ndarray:
-    """The shared W^0 (spec 000, A9; amendment A-1).
+    """The shared W^0.
 
     ``init_centroids`` if given (the caller vouches that they are public); else by ``init``:
     ``"data"``: k distinct random data rows drawn from stream ``"init"`` (not private: a private
@@ -283,7 +285,7 @@ def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, me
     """The noise multiplier z (noise std / L2 sensitivity) of a baseline's per-round release.
 
     Either given directly (``noise_multiplier``) or calibrated from a per-round ``(epsilon, delta)``
-    with the classical or the analytic Gaussian mechanism (spec 000, A11). 0 = no DP.
+    with the classical or the analytic Gaussian mechanism. 0 = no DP.
     """
     z = check_float("noise_multiplier", noise_multiplier, 0.0, strict=False)
     if mechanism not in MECHANISMS:
@@ -305,7 +307,7 @@ def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, me
 def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
     """The L2 bound on every sample used by a baseline (None when not private and not given).
 
-    A private run must name a public ``clip`` (amendment A-1): the largest row norm of X would be
+    A private run must name a public ``clip``: the largest row norm of X would be
     a sensitivity read off the private data (one extreme sample would set its own noise scale), so
     it is refused with a ValueError rather than guessed. ``X`` is kept in the signature for callers.
     """
@@ -402,15 +404,11 @@ def blas_limit(n: int | None):
     """Context limiting BLAS/OpenMP (and torch, if imported) threads to ``n`` (no-op for None); see
     :func:`fedclust.threads.thread_limits`. The federated rounds are many small products, which
     multi-threaded OpenBLAS runs several times slower on a busy CPU."""
-    from fedclust.threads import thread_limits
-
     return thread_limits(n, name="blas_threads")
 
 
 def with_blas_limit(fn):
     """Decorator: adds a keyword ``blas_threads`` (default 1; None = leave BLAS alone) to ``run``."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, blas_threads: int | None = 1, **kwargs):
         with blas_limit(blas_threads):

@@ -1,6 +1,8 @@
 """DK++: distributed k-means++ (k-means|| seeding, then distributed Lloyd), a baseline of DP-FedC's
 Table I (our reimplementation).
 
+The method, our choices and measured numbers: ``docs/methods/dk_pp.md``.
+
 Reference: the DK++ baseline of "Differentially Private Federated Clustering Over Non-IID Data"
 (Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from Bahmani et al.,
 "Scalable k-means++" (k-means||, VLDB 2012). The paper gives no details; every choice below is ours.

@@ -1,8 +1,10 @@
 """DKM: coreset-based distributed k-means (Balcan, Ehrlich, Liang), a baseline of DP-FedC's Table I
 (our reimplementation).
 
+The method, our choices and measured numbers: ``docs/methods/dkm.md``.
+
 Reference: the DKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
-(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed in spec 000, section 2.4, from Balcan,
+(Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from Balcan,
 Ehrlich, Liang, "Distributed k-means and k-median clustering on general topologies" (NeurIPS 2013).
 The paper gives no details; every choice below is ours. The k-means (squared distance) variant.
 
@@ -21,10 +23,9 @@ Balcan et al.'s distributed coreset, run once per round over the K sampled clien
    k-means on their union (best of Lloyd warm-started at the previous centres and
    ``server_restarts`` weighted k-means++ restarts) to get the new global centres.
 
-Noisy variant (spec 000, A11): samples are clipped to a public L2 norm ``clip``; every uploaded
+Noisy variant: samples are clipped to a public L2 norm ``clip``; every uploaded
 quantity gets i.i.d. Gaussian noise with std z times its per-item add/remove sensitivity (a sampled
-point or a centre: clip; a count: 1; a local cost: 4 clip^2). This is NOT a DP mechanism (amendment
-A-1): the coreset points are private samples chosen by their own distances (a data-dependent
+point or a centre: clip; a count: 1; a local cost: 4 clip^2). This is NOT a DP mechanism: the coreset points are private samples chosen by their own distances (a data-dependent
 selection; whether a sample is uploaded depends on itself), and a local k-means solution can jump
 with one sample. A noisy run therefore records a ``non_dp_release`` naming these steps and reports
 epsilon = inf; the noise multiplier stays available to reproduce the paper's protocol

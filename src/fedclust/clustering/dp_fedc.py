@@ -2,10 +2,10 @@
 
 Paper: Y. Li, S. Wang, C.-Y. Chi, T. Q. S. Quek, "Differentially Private Federated Clustering Over
 Non-IID Data", IEEE Internet of Things Journal (2023), DOI 10.1109/JIOT.2023.3312852.
-Specified (with resolutions of the paper's ambiguities) in ``specs/000_dp_fedc.md``; amendments
-A-1 (privacy soundness) and A-3 (penalty) of ``specs/AMENDMENTS.md`` apply.
+The algorithm, our choices where the paper is unclear (penalty, step sizes, public constants of a
+private run) and measured numbers are in ``docs/methods/dp_fedc.md``.
 
-Model (eqs. 13-14, with the spec's resolution A3 for the penalty): with W (m x k) the shared
+Model (eqs. 13-14, with our default penalty weight, see ``rho_factor``): with W (m x k) the shared
 centroids and H_i (k x n_i) >= 0 the local soft assignments of client i,
 
     F(W, H) = (1/N) sum_i F_i(W, H_i)                                                    (13)
@@ -21,26 +21,26 @@ One round t (Algorithm 1):
    with W = the broadcast global W (eq. 17), step 1/gamma (rules below);
 3. every sampled client takes Q2^t minibatch SGD steps on its copy of W (eq. 18) with H fixed,
    Q2^t = floor(Qhat/t) + 1 or a constant; minibatches of b_i = min(b, n_i) samples taken from
-   reshuffled epochs of the local data (spec 2.1.6); the minibatch gradient is scaled by n_i/b_i
-   (unbiased, A2); each minibatch gradient is clipped to Frobenius norm G (A4);
+   reshuffled epochs of the local data; the minibatch gradient is scaled by n_i/b_i
+   (unbiased); each minibatch gradient is clipped to Frobenius norm G;
 4. each sampled client adds i.i.d. N(0, sigma_{i,t}^2) noise to every entry of W_i (eq. 19), sigma
    from eq. (29) with the sensitivity 2 G Q2^t / eta_i of eq. (28) and the per-round epsilon from
    Theorem 3 / eq. (32) (``fedclust.privacy.paper.dp_fedc``);
 5. the server sets W to the plain mean of the K noisy uploads (eq. 20).
 
-Step sizes (spec 2.1.4, A1/A2). With lam = lambda_max(W'W) of the broadcast W and the exact
-Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (A3 penalty):
+Step sizes. With lam = lambda_max(W'W) of the broadcast W and the exact
+Lipschitz constant L_H = 2 lam + rho (k-1) + mu_h of grad_H F_i (with the penalty above):
 
 * ``h_step="stable"`` (default): gamma = alpha_1 * L_H, alpha_1 = 1.0 -> guaranteed descent;
 * ``h_step="fast"``: gamma = alpha_1 * L_H / 2, alpha_1 = 1.1 (step ~ 1/lam, still < 2/L_H: descent);
 * ``h_step="paper_literal"``: gamma = lam / 2 (Sec. VI-A read literally; step ~ 4/L_H, may diverge).
 
-W step: eta_i = alpha_2 * Lambda_i per client (``eta_rule="per_client"``, A2) or the RMS of Lambda
+W step: eta_i = alpha_2 * Lambda_i per client (``eta_rule="per_client"``) or the RMS of Lambda
 over all clients (``eta_rule="rms"``, the L_W^t of Assumption 1), where Lambda_i is set by
 ``constants`` (below); alpha_2 = 5 (the paper) with the data's Lambda_i, 1.25 with the public one
 (:data:`ALPHA_2`).
 
-Privacy (amendment A-1). The release is each sampled client's noisy W_i (sample-level DP, replace-one
+Privacy. The release is each sampled client's noisy W_i (sample-level DP, replace-one
 neighbours, the paper's Definition 1). The Gaussian of eq. (19) covers it only if the noise scale and
 everything the upload depends on, apart from the sampled minibatch, are public. ``constants`` says how
 the noise-relevant constants are set:
@@ -61,17 +61,17 @@ the noise-relevant constants are set:
   client's step depend on private data outside the minibatch, neither eq. (28) nor the amplification
   holds, and a private run reports epsilon = inf (``non_dp_release``).
 
-Initialisation (A-1): W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
-(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``, the paper's A9; a private run
+Initialisation: W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
+(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``; a private run
 that uses it reports epsilon = inf) or data-independent (``"uniform_box"``, the private default).
 
-Heterogeneous clients (A-1): every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
+Heterogeneous clients: every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
 sample belongs to one client and the other clients' uploads depend on it only through the released
 broadcasts, so the run's epsilon is the worst client's (:func:`planned_releases` describes the client
 whose releases the accountant rates highest, found over all distinct client sizes).
 
 Labels: argmax over each column of H_i (each row of our (n, k) H); an all-zero column falls back to
-the nearest centroid of the final W (A17).
+the nearest centroid of the final W.
 
 Implementation: rows are samples (X is (n, m)), so we store C = W' (k x m) and H as one (n, k) array
 in the client-sorted "segment" layout (client i owns a contiguous block of rows). Because every
@@ -99,6 +99,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedclust.clustering._common import (
+    blas_limit,
     check_all_clients_nonempty,
     check_clients_per_round,
     check_float,
@@ -117,6 +118,7 @@ from fedclust.clustering._common import (
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.events import non_dp_release
+from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
@@ -128,7 +130,7 @@ H_INITS = ("uniform", "nearest")
 #: How the noise-relevant constants (rho, mu_h, eta) are set (module docstring): from public
 #: quantities only, or from the data as the paper does (not private).
 CONSTANTS = ("public", "data")
-#: The paper's rho_factor (Sec. VI-A); the default is 1e-2 (amendment A-3).
+#: The paper's rho_factor (Sec. VI-A); the default is 1e-2.
 PAPER_RHO_FACTOR = 1e-7
 #: Default alpha_2 of the W step eta_i = alpha_2 Lambda_i: the paper's 5 with its data-dependent
 #: Lambda_i = lambda_max(H_i H_i'); 1.25 with the public stand-in Lambda_i = n_i / k, which assumes unit
@@ -142,10 +144,10 @@ ALPHA_2 = {"data": 5.0, "public": 1.25}
 # ----------------------------------------------------------------------------------------------
 def penalty_params(X: np.ndarray | None, n_clients: int, rho_factor: float = 1e-2, mu_h_factor: float = 1e-10,
                    *, energy: float | None = None):
-    """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A, spec 5.3) with E = ||X||_F^2
+    """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A) with E = ||X||_F^2
     (the paper), or the given ``energy`` (e.g. the public worst case :func:`public_energy`).
 
-    The default rho_factor is 1e-2 (amendment A-3); the paper's is :data:`PAPER_RHO_FACTOR` = 1e-7.
+    The default rho_factor is 1e-2; the paper's is :data:`PAPER_RHO_FACTOR` = 1e-7.
     """
     e = (float(np.square(X).sum()) if energy is None else float(energy)) / n_clients
     return rho_factor * e, mu_h_factor * e
@@ -216,7 +218,7 @@ def h_gamma(CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1:
 def h_grad(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, rho: float, mu_h: float,
            literal_2rho: bool = False) -> np.ndarray:
     """grad_{H_i} F_i for all clients at once, rows = samples: (2 W'W H - 2 W'X + rho U H - rho H
-    + mu_h H)' (spec 1.5; ``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
+    + mu_h H)' (``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
     a_rho = 2.0 * rho if literal_2rho else rho
     return 2.0 * (H @ CC) - 2.0 * XC + a_rho * H.sum(1, keepdims=True) + (mu_h - rho) * H
 
@@ -261,7 +263,7 @@ def draw_minibatches(rng: np.random.Generator, sizes: np.ndarray, Q2: int, b: in
     a (K, b_max) mask of valid slots and the (K,) minibatch sizes b_i.
 
     Client i uses b_i = min(b, n_i) samples per step; its Q2 b_i samples are consecutive chunks of
-    reshuffled epochs (random permutations of its n_i samples, concatenated; spec 2.1.6). All clients
+    reshuffled epochs (random permutations of its n_i samples, concatenated). All clients
     are drawn at once: random keys (K, epochs, n_max) with +inf on padding, argsorted.
     """
     K = sizes.size
@@ -363,7 +365,7 @@ def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h
             nrm = c[sl] * np.sqrt(np.einsum("kij,kij->k", D, D))  # ||grad_i||_F
             gnorm[r, sl] = nrm
             f = c[sl] / eta[sl]
-            if G is not None:  # clip every minibatch gradient to G (spec A4)
+            if G is not None:  # clip every minibatch gradient to G
                 over = nrm > G
                 n_clipped += int(np.count_nonzero(over))
                 f = f * np.minimum(1.0, G / np.maximum(nrm, np.finfo(np.float64).tiny))
@@ -463,21 +465,13 @@ def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w
 # labels
 # ----------------------------------------------------------------------------------------------
 def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, int]:
-    """argmax of every column of H (row of our H); all-zero columns -> nearest centroid (A17)."""
+    """argmax of every column of H (row of our H); all-zero columns -> nearest centroid."""
     lab = H.argmax(1)
     zero = ~(H > 0).any(1)
     nz = int(zero.sum())
     if nz:
         lab[zero] = nearest(X[zero], C)[0]
     return lab, nz
-
-
-def _blas_threads(n):
-    """Context limiting BLAS/OpenMP (and torch, if imported) threads to n (no-op for None); see
-    :func:`fedclust.threads.thread_limits`."""
-    from fedclust.threads import thread_limits
-
-    return thread_limits(n, name="blas_threads")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,9 +486,7 @@ SCREEN_ORDERS = tuple(o for o in RDP_ORDERS if o in (1.5, 2.0, 3.0, 4.0, 5.0, 6.
 
 
 def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0, q_cap):
-    """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t} (A7))."""
-    from fedclust.privacy.paper.dp_fedc import round_epsilon
-
+    """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t})."""
     sizes = np.asarray(sizes)
     bi_all = np.minimum(b, sizes)
     q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, int(rounds) + 1))
@@ -505,8 +497,6 @@ def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0
 
 def _client_releases(n_i: int, *, rounds, q2, Qhat, b, eps_round, delta, q_cap, label) -> list:
     """The releases of one client of size n_i over all rounds (as if sampled every round)."""
-    from fedclust.privacy.paper.dp_fedc import release, sensitivity, sigma_round
-
     bi = min(int(b), int(n_i))
     counts: dict[tuple, int] = {}
     for t in range(1, int(rounds) + 1):
@@ -540,7 +530,7 @@ def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tu
 
 def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
                    eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> dict:
-    """The DP releases of every client of a private run and the worst client (amendment A-1).
+    """The DP releases of every client of a private run and the worst client.
 
     Sample-level DP of one client's data, replace-one neighbours (Definition 1). Per round a sampled
     client draws Q2^t b_i of its n_i samples without replacement (all n_i, i.e. no amplification,
@@ -758,8 +748,7 @@ def run(
     Q1: H steps per round (>= 1). q2: "diminishing" (Q2^t = floor(Qhat/t)+1) or a constant int >= 1.
     b: minibatch size (>= 1); a client with n_i < b uses b_i = n_i.
     rho_factor, mu_h_factor: rho = rho_factor E/N, mu_h = mu_h_factor E/N, E = ||X||_F^2
-        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2 (amendment
-        A-3: H nearly one-hot); the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
+        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2; the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
         mu_w >= 0.
     h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
     eta_rule: "per_client" | "rms"; alpha_2 > 0; None = :data:`ALPHA_2` of ``constants`` (5, the
@@ -769,12 +758,12 @@ def run(
         data-derived constants when ``constants`` is (or defaults to) ``"data"``.
     delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
         no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
-    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i (A6).
+    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i.
     all_clients_update_H: the paper's behaviour (True) or only the sampled clients (False).
-    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho (A3).
+    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho.
     h_init: "uniform" (H^0 ~ U[0,1]) or "nearest" (one-hot nearest centroid of W^0).
     init_centroids: (k, m) shared W^0 (transposed), taken as public; overrides ``init``.
-    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows, the paper's A9) when
+    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows) when
         not private, "uniform_box" (uniform in ``init_domain``, scaled into the clip ball) when
         private. "data" in a private run releases private rows: epsilon = inf.
     init_domain: [low, high], the public domain of every feature (default [0, 1]).
@@ -790,29 +779,97 @@ def run(
     ``non_dp_release`` for each non-private step; a run without DP has one naming its steps);
     ``history`` has per round "objective" (F of eq. 13 at (W^{t+1}, H^t)), "ACC"/"NMI" (with y), "Q2", "gamma", "eta" (mean over sampled
     clients), "sigma" (mean), "q_eff" (mean), "eps_round", "clipped_fraction", "noise_to_signal"
-    (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: the
-    spec's A4 suggestion for choosing G from a non-private warm-up run). The histories are
+    (||mean noise||_F / ||W||_F), "grad_norm_median" (median unclipped minibatch gradient norm: a
+    way to choose G from a non-private warm-up run). The histories are
     computed on raw data: experimenter-side evaluation, not covered by epsilon. ``info`` has
     "sampled_clients", "round_sigma" and "round_eta" ((R, K): per round, the sampled clients (sorted),
     their noise std and step-size denominator), "H" and the privacy settings.
     """
     X, client, N = check_inputs(X, client, k)
-    n, m = X.shape
-    R = check_int("rounds", rounds, 1)
-    K = check_clients_per_round(clients_per_round, N)
-    Q1 = check_int("Q1", Q1, 1)
+    s = _settings(X.shape[1], N, rounds=rounds, clients_per_round=clients_per_round, Q1=Q1, q2=q2, Qhat=Qhat,
+                  b=b, rho_factor=rho_factor, mu_h_factor=mu_h_factor, mu_w=mu_w, h_step=h_step,
+                  alpha_1=alpha_1, eta_rule=eta_rule, alpha_2=alpha_2, eps_bar=eps_bar, delta=delta, G=G,
+                  c0=c0, q_cap=q_cap, all_clients_update_H=all_clients_update_H, literal_2rho=literal_2rho,
+                  h_init=h_init, init=init, init_domain=init_domain, constants=constants, clip=clip,
+                  blas_threads=blas_threads)
+    st = _initial_state(X, client, k, s, seed=seed, init_centroids=init_centroids, init_domain=init_domain)
+    eps_round, q_acc = _calibrate(st.sizes, s)
+    hist = new_history(y, ("Q2", "gamma", "eta", "sigma", "q_eff", "eps_round", "clipped_fraction",
+                           "noise_to_signal", "grad_norm_median"))
+    logs = _RoundLogs(s.rounds, s.K)
+    rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
+    with blas_limit(s.blas_threads):
+        for t in range(1, s.rounds + 1):
+            _one_round(t, st, s, eps_round, rng_s, rng_mb, rng_noise, logs)
+            _record_round(t, st, s, eps_round, logs, hist, y)
+            if progress is not None:
+                progress(t, hist)
+
+    lab_sorted, n_zero_cols = labels_from_H(st.H, st.Xs, st.C)
+    events, worst = _releases(st.sizes, s, init_centroids)
+    info = {
+        "rho": st.rho, "mu_h": st.mu_h, "mu_w": s.mu_w, "G": s.G, "clip": s.clip, "constants": s.constants,
+        "init": "given" if init_centroids is not None else s.init,
+        "eps_bar": s.eps_bar if s.private else math.inf,
+        "eps_round": eps_round, "delta": s.delta, "q_accounting": q_acc, "p": s.K / N, "c0": s.c0,
+        "clients_per_round": s.K, "n_clients": N, "h_step": s.h_step, "alpha_1": s.alpha_1,
+        "eta_rule": s.eta_rule, "alpha_2": s.alpha_2, "zero_columns": n_zero_cols,
+        "privacy_notes": s.notes, "eps_round_gt_1": bool(s.private and eps_round > 1.0),
+        "dp_event_client": worst.get("client"), "dp_event_n_i": worst.get("n_i"),
+        "client_epsilon": {str(key): v for key, v in worst.get("profiles", {}).items()},
+        "H": st.H[st.lay.inverse], "sampled_clients": logs.sampled, "round_sigma": logs.sigma,
+        "round_eta": logs.eta,
+    }
+    return ClusteringResult(labels=lab_sorted[st.lay.inverse], centroids=st.C, history=hist, dp_events=events,
+                            uploaded_reals=int(logs.uploaded), info=info)
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps of run(), in the order it calls them
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Settings:
+    """The run's validated settings (defaults resolved); ``notes`` collects the privacy notes."""
+
+    rounds: int
+    K: int
+    Q1: int
+    q2: int | str
+    Qhat: int
+    b: int
+    rho_factor: float
+    mu_h_factor: float
+    mu_w: float
+    h_step: str
+    alpha_1: float
+    eta_rule: str
+    alpha_2: float
+    private: bool
+    eps_bar: float | None
+    delta: float
+    G: float | None
+    c0: float
+    q_cap: float
+    all_clients_update_H: bool
+    literal_2rho: bool
+    h_init: str
+    init: str
+    constants: str
+    clip: float | None
+    blas_threads: int | None
+    notes: list
+
+
+def _settings(m: int, N: int, *, rounds, clients_per_round, Q1, q2, Qhat, b, rho_factor, mu_h_factor, mu_w,
+              h_step, alpha_1, eta_rule, alpha_2, eps_bar, delta, G, c0, q_cap, all_clients_update_H,
+              literal_2rho, h_init, init, init_domain, constants, clip, blas_threads) -> _Settings:
+    """Check every argument of :func:`run` and resolve the defaults that depend on privacy."""
     if q2 != "diminishing":
         q2 = check_int("q2 (constant Q2, or 'diminishing')", q2, 1)
-    Qhat = check_int("Qhat", Qhat, 0)
-    b = check_int("b", b, 1)
-    rho_factor = check_float("rho_factor", rho_factor, 0.0, strict=False)
-    mu_h_factor = check_float("mu_h_factor", mu_h_factor, 0.0, strict=False)
-    mu_w = check_float("mu_w", mu_w, 0.0, strict=False)
     if h_step not in H_STEPS:
         raise ValueError(f"h_step must be one of {H_STEPS}, got {h_step!r}")
     if alpha_1 is None:
         alpha_1 = 1.1 if h_step == "fast" else 1.0
-    alpha_1 = check_float("alpha_1", alpha_1, 0.0)
     if eta_rule not in ETA_RULES:
         raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}")
     if h_init not in H_INITS:
@@ -827,7 +884,6 @@ def run(
     delta = check_float("delta", delta, 0.0)
     if not delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
-    c0 = check_float("c0", c0, 0.0)
     if blas_threads is not None:
         blas_threads = check_int("blas_threads", blas_threads, 1)
     q_cap = check_float("q_cap", q_cap, 0.0)
@@ -838,7 +894,6 @@ def run(
         constants = "public" if private else "data"
     if constants not in CONSTANTS:
         raise ValueError(f"constants must be one of {CONSTANTS} (or null for the default), got {constants!r}")
-    alpha_2 = check_float("alpha_2", ALPHA_2[constants] if alpha_2 is None else alpha_2, 0.0)
     notes: list[str] = []
     if clip is not None:
         clip = check_float("clip", clip, 0.0)
@@ -848,133 +903,168 @@ def run(
                      f"{clip:.4g}, is used")
     else:
         domain_clip(m, init_domain)  # validates init_domain
+    return _Settings(
+        rounds=check_int("rounds", rounds, 1), K=check_clients_per_round(clients_per_round, N),
+        Q1=check_int("Q1", Q1, 1), q2=q2, Qhat=check_int("Qhat", Qhat, 0), b=check_int("b", b, 1),
+        rho_factor=check_float("rho_factor", rho_factor, 0.0, strict=False),
+        mu_h_factor=check_float("mu_h_factor", mu_h_factor, 0.0, strict=False),
+        mu_w=check_float("mu_w", mu_w, 0.0, strict=False), h_step=h_step,
+        alpha_1=check_float("alpha_1", alpha_1, 0.0), eta_rule=eta_rule,
+        alpha_2=check_float("alpha_2", ALPHA_2[constants] if alpha_2 is None else alpha_2, 0.0),
+        private=private, eps_bar=eps_bar, delta=delta, G=G, c0=check_float("c0", c0, 0.0), q_cap=q_cap,
+        all_clients_update_H=all_clients_update_H, literal_2rho=literal_2rho, h_init=h_init, init=init,
+        constants=constants, clip=clip, blas_threads=blas_threads, notes=notes)
 
+
+@dataclass
+class _State:
+    """What a round reads and updates: the client-sorted data, the penalty constants, W' (``C``), H."""
+
+    lay: SegmentLayout
+    Xs: np.ndarray
+    x_sq: np.ndarray
+    rho: float
+    mu_h: float
+    lam_public: np.ndarray | None
+    C: np.ndarray
+    H: np.ndarray
+    XC: np.ndarray
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.lay.sizes
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.lay.offsets
+
+
+def _initial_state(X, client, k, s: _Settings, *, seed, init_centroids, init_domain) -> _State:
+    """Clip the data, sort it by client, set rho and mu_h, and draw W^0 and H^0."""
+    n, N = X.shape[0], int(client.max()) + 1
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
-    X = clip_data(X, clip)  # every sample within the public bound (a no-op without a clip)
+    X = clip_data(X, s.clip)  # every sample within the public bound (a no-op without a clip)
     Xs = np.ascontiguousarray(X[lay.order])
-    sizes, offsets = lay.sizes, lay.offsets
-    if constants == "public":
-        rho, mu_h = penalty_params(None, N, rho_factor, mu_h_factor, energy=public_energy(n, clip))
-        lam_public = public_lambda(sizes, k)
+    if s.constants == "public":
+        rho, mu_h = penalty_params(None, N, s.rho_factor, s.mu_h_factor, energy=public_energy(n, s.clip))
+        lam_public = public_lambda(lay.sizes, k)
     else:
-        rho, mu_h = penalty_params(X, N, rho_factor, mu_h_factor)
+        rho, mu_h = penalty_params(X, N, s.rho_factor, s.mu_h_factor)
         lam_public = None
-    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
-    if h_init == "uniform":
+    C = initial_centroids(X, k, seed, init_centroids, init=s.init, clip=s.clip, domain=init_domain)
+    if s.h_init == "uniform":
         H = stream(seed, "init_h").random((n, k))
     else:
         H = np.zeros((n, k))
         H[np.arange(n), nearest(Xs, C)[0]] = 1.0
+    return _State(lay=lay, Xs=Xs, x_sq=np.square(Xs).sum(1), rho=rho, mu_h=mu_h, lam_public=lam_public,
+                  C=C, H=H, XC=Xs @ C.T)
 
-    # ---- privacy calibration (eqs. 28, 29, 32), per spec A5-A8 ----
-    p = K / N
-    eps_round = math.inf
-    q_acc = float(np.max(np.minimum(max(q2_schedule(t, q2, Qhat) for t in range(1, R + 1)) * np.minimum(b, sizes)
-                                    / sizes, q_cap)))
-    if private:
-        eps_round, q_acc = _round_epsilon(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b,
-                                          eps_bar=eps_bar, c0=c0, q_cap=q_cap)
-        logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
-                    eps_bar, eps_round, q_acc, p, R, c0)
 
-    rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
-    hist = new_history(y, ("Q2", "gamma", "eta", "sigma", "q_eff", "eps_round", "clipped_fraction",
-                           "noise_to_signal", "grad_norm_median"))
-    kw = dict(Q1=Q1, rho=rho, mu_h=mu_h, mu_w=mu_w, h_rule=h_step, alpha_1=alpha_1, eta_rule=eta_rule,
-              alpha_2=alpha_2, G=G, literal_2rho=literal_2rho, all_clients_update_H=all_clients_update_H,
-              lam_public=lam_public)
-    x_sq = np.square(Xs).sum(1)
-    XC = Xs @ C.T
-    uploaded = 0
-    sampled_log = np.empty((R, K), dtype=np.int64)
-    sigma_log = np.zeros((R, K))
-    eta_log = np.zeros((R, K))
-    with _blas_threads(blas_threads):
-        for t in range(1, R + 1):
-            Q2 = q2_schedule(t, q2, Qhat)
-            S = sample_clients(rng_s, N, K)
-            sampled_log[t - 1] = S
-            local, mask, b_i = draw_minibatches(rng_mb, sizes[S], Q2, b)
-            mb_rows = local + offsets[S][:, None, None]
-            q_it = np.minimum(Q2 * b_i / sizes[S], q_cap)
-            noise = sigma_fn = None
-            if private:
-                noise = rng_noise.standard_normal((K, k, m))
+def _calibrate(sizes: np.ndarray, s: _Settings) -> tuple[float, float]:
+    """The per-round epsilon of eq. (32) and the largest sampling ratio q the accountant uses."""
+    Q2_max = max(q2_schedule(t, s.q2, s.Qhat) for t in range(1, s.rounds + 1))
+    q_acc = float(np.max(np.minimum(Q2_max * np.minimum(s.b, sizes) / sizes, s.q_cap)))
+    if not s.private:
+        return math.inf, q_acc
+    eps_round, q_acc = _round_epsilon(sizes, rounds=s.rounds, clients_per_round=s.K, q2=s.q2, Qhat=s.Qhat,
+                                      b=s.b, eps_bar=s.eps_bar, c0=s.c0, q_cap=s.q_cap)
+    logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
+                s.eps_bar, eps_round, q_acc, s.K / sizes.size, s.rounds, s.c0)
+    return eps_round, q_acc
 
-                def sigma_fn(eta, Q2_, q_it=q_it):
-                    from fedclust.privacy.paper.dp_fedc import sigma_round
 
-                    out = np.empty(eta.size)
-                    for j in range(eta.size):  # scalar formula per sampled client (K calls, no heavy work)
-                        out[j], note = sigma_round(G, Q2_, float(eta[j]), eps_round, delta, float(q_it[j]))
-                        if note and note not in notes:
-                            notes.append(note)
-                    return out
+class _RoundLogs:
+    """Per-round records that go into ``info``: sampled clients, their noise std and step size."""
 
-            rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
-            H, C, st = round_vectorized(Xs, sizes, offsets, H, C, rin, XC=XC, **kw)
-            uploaded += K * k * m
-            sigma_log[t - 1], eta_log[t - 1] = st["sigma"], st["eta"]
+    def __init__(self, rounds: int, K: int):
+        self.sampled = np.empty((rounds, K), dtype=np.int64)
+        self.sigma = np.zeros((rounds, K))
+        self.eta = np.zeros((rounds, K))
+        self.uploaded = 0
+        self.last: dict = {}
 
-            # objective F(W^{t+1}, H^t) (A10) and labels; XC is reused by the next round's H step
-            XC = Xs @ C.T
-            f = sample_objective(Xs, XC, C @ C.T, H, rho, mu_h, x_sq)
-            hist["objective"].append(float(f.sum() / N + 0.5 * mu_w * np.square(C).sum()))
-            if y is not None:
-                lab_sorted, _ = labels_from_H(H, Xs, C)
-                log_scores(hist, y, lab_sorted[lay.inverse])
-            hist["Q2"].append(Q2)
-            hist["gamma"].append(float(st["gamma"]))
-            hist["eta"].append(float(np.mean(st["eta"])))
-            hist["sigma"].append(float(np.mean(st["sigma"])))
-            hist["q_eff"].append(float(np.mean(q_it)))
-            hist["eps_round"].append(eps_round)
-            hist["clipped_fraction"].append(float(st["clipped_fraction"]))
-            hist["noise_to_signal"].append(float(st["noise_to_signal"]))
-            hist["grad_norm_median"].append(st["grad_norm_median"])
-            logger.info("dp_fedc round %d/%d F=%.6g%s", t, R, hist["objective"][-1],
-                        f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
-            report_round("round", t, R)
-            if progress is not None:
-                progress(t, hist)
 
-    lab_sorted, n_zero_cols = labels_from_H(H, Xs, C)
-    labels = lab_sorted[lay.inverse]
-    H_out = H[lay.inverse]
+def _sigma_fn(s: _Settings, eps_round: float, q_it: np.ndarray):
+    """sigma_{i,t} of eq. (29) for the sampled clients, given their step sizes eta (one scalar formula each)."""
 
-    events: list = []
-    worst: dict = {}
-    if private:
-        worst = client_privacy(sizes, rounds=R, clients_per_round=K, q2=q2, Qhat=Qhat, b=b, eps_bar=eps_bar,
-                               delta=delta, c0=c0, q_cap=q_cap)
-        events += init_release(private, init, init_centroids, "dp_fedc initial centroids W^0")
-        if constants == "data":
-            events.append(non_dp_release(
-                "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "
-                "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
-                "and the subsampling amplification do not hold"))
-        events.extend(worst["releases"])
-    else:
-        # eps_bar null is a run without DP: say so in its releases (epsilon = inf), never an empty
-        # list that an accountant would rate epsilon = 0
+    def sigma(eta, Q2):
+        out = np.empty(eta.size)
+        for j in range(eta.size):
+            out[j], note = sigma_round(s.G, Q2, float(eta[j]), eps_round, s.delta, float(q_it[j]))
+            if note and note not in s.notes:
+                s.notes.append(note)
+        return out
+
+    return sigma
+
+
+def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb, rng_noise,
+               logs: _RoundLogs) -> None:
+    """Round t of Algorithm 1: sample clients, draw their minibatches and noise, update H and W."""
+    Q2 = q2_schedule(t, s.q2, s.Qhat)
+    S = sample_clients(rng_s, st.sizes.size, s.K)
+    local, mask, b_i = draw_minibatches(rng_mb, st.sizes[S], Q2, s.b)
+    mb_rows = local + st.offsets[S][:, None, None]
+    q_it = np.minimum(Q2 * b_i / st.sizes[S], s.q_cap)
+    noise = sigma_fn = None
+    if s.private:
+        noise = rng_noise.standard_normal((s.K, st.C.shape[0], st.C.shape[1]))
+        sigma_fn = _sigma_fn(s, eps_round, q_it)
+    rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
+    st.H, st.C, out = round_vectorized(
+        st.Xs, st.sizes, st.offsets, st.H, st.C, rin, XC=st.XC, Q1=s.Q1, rho=st.rho, mu_h=st.mu_h,
+        mu_w=s.mu_w, h_rule=s.h_step, alpha_1=s.alpha_1, eta_rule=s.eta_rule, alpha_2=s.alpha_2, G=s.G,
+        literal_2rho=s.literal_2rho, all_clients_update_H=s.all_clients_update_H, lam_public=st.lam_public)
+    st.XC = st.Xs @ st.C.T  # shared by this round's objective and the next round's H step
+    logs.uploaded += s.K * st.C.size
+    logs.sampled[t - 1], logs.sigma[t - 1], logs.eta[t - 1] = S, out["sigma"], out["eta"]
+    logs.last = {**out, "Q2": Q2, "q_eff": float(np.mean(q_it))}
+
+
+def _record_round(t: int, st: _State, s: _Settings, eps_round: float, logs: _RoundLogs, hist: dict, y) -> None:
+    """History of round t: F(W^{t+1}, H^t), the scores against ``y`` and the privacy diagnostics."""
+    f = sample_objective(st.Xs, st.XC, st.C @ st.C.T, st.H, st.rho, st.mu_h, st.x_sq)
+    hist["objective"].append(float(f.sum() / st.sizes.size + 0.5 * s.mu_w * np.square(st.C).sum()))
+    if y is not None:
+        lab_sorted, _ = labels_from_H(st.H, st.Xs, st.C)
+        log_scores(hist, y, lab_sorted[st.lay.inverse])
+    out = logs.last
+    hist["Q2"].append(out["Q2"])
+    hist["gamma"].append(float(out["gamma"]))
+    hist["eta"].append(float(np.mean(out["eta"])))
+    hist["sigma"].append(float(np.mean(out["sigma"])))
+    hist["q_eff"].append(out["q_eff"])
+    hist["eps_round"].append(eps_round)
+    hist["clipped_fraction"].append(float(out["clipped_fraction"]))
+    hist["noise_to_signal"].append(float(out["noise_to_signal"]))
+    hist["grad_norm_median"].append(out["grad_norm_median"])
+    logger.info("dp_fedc round %d/%d F=%.6g%s", t, s.rounds, hist["objective"][-1],
+                f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
+    report_round("round", t, s.rounds)
+
+
+def _releases(sizes: np.ndarray, s: _Settings, init_centroids) -> tuple[list, dict]:
+    """The run's releases for the accountant (the worst client's) and that client's profile.
+
+    A run without DP still names what it released without noise (epsilon = inf), never an empty
+    list that an accountant would rate epsilon = 0.
+    """
+    if not s.private:
         what = "W uploads released without noise (eps_bar null)"
-        if constants == "data":
+        if s.constants == "data":
             what += ("; rho, mu_h and eta computed from the private data (constants='data', the default "
                      "without DP), themselves a release")
-        events.append(non_dp_release(f"dp_fedc without DP: {what}"))
-        notes.append(f"not a DP run: {what}")
-    info = {
-        "rho": rho, "mu_h": mu_h, "mu_w": mu_w, "G": G, "clip": clip, "constants": constants,
-        "init": "given" if init_centroids is not None else init,
-        "eps_bar": eps_bar if private else math.inf,
-        "eps_round": eps_round, "delta": delta, "q_accounting": q_acc, "p": p, "c0": c0,
-        "clients_per_round": K, "n_clients": N, "h_step": h_step, "alpha_1": alpha_1,
-        "eta_rule": eta_rule, "alpha_2": alpha_2, "zero_columns": n_zero_cols,
-        "privacy_notes": notes, "eps_round_gt_1": bool(private and eps_round > 1.0),
-        "dp_event_client": worst.get("client"), "dp_event_n_i": worst.get("n_i"),
-        "client_epsilon": {str(key): v for key, v in worst.get("profiles", {}).items()},
-        "H": H_out, "sampled_clients": sampled_log, "round_sigma": sigma_log, "round_eta": eta_log,
-    }
-    return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
-                            uploaded_reals=int(uploaded), info=info)
+        s.notes.append(f"not a DP run: {what}")
+        return [non_dp_release(f"dp_fedc without DP: {what}")], {}
+    worst = client_privacy(sizes, rounds=s.rounds, clients_per_round=s.K, q2=s.q2, Qhat=s.Qhat, b=s.b,
+                           eps_bar=s.eps_bar, delta=s.delta, c0=s.c0, q_cap=s.q_cap)
+    events = list(init_release(True, s.init, init_centroids, "dp_fedc initial centroids W^0"))
+    if s.constants == "data":
+        events.append(non_dp_release(
+            "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "
+            "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
+            "and the subsampling amplification do not hold"))
+    events.extend(worst["releases"])
+    return events, worst

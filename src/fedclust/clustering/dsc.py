@@ -1,8 +1,10 @@
 """DSC, distributed spectral clustering with an anchor point (baseline of FedSC).
 
+The method, our choices and measured numbers: ``docs/methods/fedsc.md``.
+
 Paper: E. Hernandez-Pereira et al., ESANN 2021, as used (and implemented in ``models/DSC.m``) by the
-FedSC paper (Qiao, Ding & Fan, NeurIPS 2023). Spec: ``specs/001_fed_spectral.md`` section 2.12(c);
-this module follows its RESOLUTION literally:
+FedSC paper (Qiao, Ding & Fan, NeurIPS 2023). Where the text is unclear this module follows the
+authors' code:
 
 1. A random client p0 builds its local kNN similarity graph (``k_p = ceil(ln N_p)``, weights
    ``exp(-(dist / 1)^2)``, kernel scale 1 as in MATLAB's ``spectralcluster`` default, 'complete'

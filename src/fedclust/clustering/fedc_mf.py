@@ -1,4 +1,6 @@
-"""FedCAvg and FedCGds: federated clustering via matrix factorization (spec 003).
+"""FedCAvg and FedCGds: federated clustering via matrix factorization.
+
+The method, our choices and measured numbers: ``docs/methods/fedc_mf.md``.
 
 Paper: S. Wang and T.-H. Chang, "Federated Clustering via Matrix Factorization Models: From Model
 Averaging to Gradient Sharing", arXiv:2002.04930 (text of September 17, 2021).
@@ -26,39 +28,31 @@ Methods
 * :func:`run_fedcpalm`: the naive model-averaging baseline of Remark 1: each client runs
   ``local_steps`` (= Q/2) PALM steps (7)-(8) (projected H step, then projected W step), the server
   averages and projects W.
-* :func:`run_sncp`: centralized SNCP stand-in (spec 2.7): PALM (3a)-(3b) on the pooled data with the
+* :func:`run_sncp`: centralized SNCP stand-in: PALM (3a)-(3b) on the pooled data with the
   rho-continuation; it is FedCGds with one client.
 * :func:`run_kmeanspp`: sklearn K-means with k-means++ seeding on the pooled data.
 
-SNCP continuation (spec 2.6, A8). Every solver takes ``continuation="sncp"``: after each round the
+SNCP continuation. Every solver takes ``continuation="sncp"``: after each round the
 relative change eps = |F^s - F^{s-1}| / F^{s-1} is computed; the run stops when eps < ``tol``
 (default 1e-8 under continuation); otherwise when eps < ``rho_tol`` (2e-5 synthetic, 8e-5 MNIST, see
 :data:`SNCP_RHO_TOL`) rho is multiplied by ``rho_growth`` (1.5). At a rho change the objective of the
-*current* iterate is re-evaluated with the new rho and used as F^{s-1} of the next test (A8), so the
+*current* iterate is re-evaluated with the new rho and used as F^{s-1} of the next test, so the
 jump of F caused by the new penalty never counts as progress. ``rounds`` is the maximum number of
 (accumulated) rounds. Without continuation, rho stays fixed and ``tol`` (default None: off) can stop
 early.
 
-Partial participation and the rho trigger (issue 17). Under the paper's per-round test
+Partial participation and the rho trigger. Under the paper's per-round test
 (``rho_trigger="round"``), with m << P the change of F in one round reflects only the m sampled clients:
 a round whose clients barely move reads as converged and raises rho, often several rounds in a row,
 while most clients have not taken one H step at the previous rho; once rho is large, their H columns
-lock onto whatever entry leads. Measured on syn_noniid with Q1 = Q2 = 100 (benchmarks/bench_fedc_mf.py,
-table 5, 10 seeds): at N = 1500, P = 20, m = 2, tau_rho = 1e-3, rho reaches 1e4-1e5 within ~150 rounds
-and the run stops "converged" at ACC 0.64 +- 0.12 whatever the round budget (m = P: 0.998); recomputing
-G1, G2 instead of the running sums gives the same runs, and gamma = 1.01 or 2 does not help (0.67 +-
-0.17, 0.67 +- 0.13): the cause is the trigger, not the step sizes or the partial sums. At the paper's
-size (N = 10000, P = 100, m = 10, tau_rho = 2e-5) the cascade is milder; there every run hits a
-400-round cap mid-continuation (ACC 0.92 +- 0.05), and the same rule given 1500 rounds stops converged
-at ACC 0.998 +- 0.005 after 530-640 rounds; at the grid's default size (N = 2000, P = 20, m = 2, tau_rho
-= 2e-5) it stops converged at ACC 0.51 and 0.60 (2 trials). ``rho_trigger="epoch"`` (ours) measures eps
-over a window of E = ceil(P/m) rounds, F^s against F^{s-E} (or the re-evaluated iterate after a rho
-change, A8), and tests it only at the end of a window, for both the rho increase and the stop: each rho
-stage then gets about one participation per client, as one full-participation round does. It is the
-paper's rule when m = P; at m = P/10 it takes about E times more rounds but about the uploads of m = P
-(first setting above: ACC 0.998 +- 0.0004 in ~1170 rounds).
+lock onto whatever entry leads; the cause is the trigger, not the step sizes or the running sums.
+``rho_trigger="epoch"`` (ours) measures eps over a window of E = ceil(P/m) rounds, F^s against F^{s-E}
+(or the re-evaluated iterate after a rho change), and tests it only at the end of a window, for both
+the rho increase and the stop: each rho stage then gets about one participation per client, as one
+full-participation round does. It is the paper's rule when m = P; at m = P/10 it takes about E times
+more rounds but about the uploads of m = P. Measurements: ``docs/methods/fedc_mf.md``.
 
-Step sizes (spec 2.4, ambiguity A1). ``step_rule="lipschitz"`` (default) uses the exact Lipschitz
+Step sizes. ``step_rule="lipschitz"`` (default) uses the exact Lipschitz
 constants of the gradients as implemented, with c_p = (gamma/2) L_{H_p} for every H block;
 d = (gamma/2) L_W for FedCGds / SNCP (Theorem 3) and d = gamma L_W (Theorem 2) or (s+1) L_W
 (``d_schedule="thm1"``, Theorem 1) for FedCAvg. L_{H_p} is the spectral norm of the per-column Hessian
@@ -66,11 +60,11 @@ d = (gamma/2) L_W for FedCGds / SNCP (Theorem 3) and d = gamma L_W (Theorem 2) o
 the paper drops); the N_p factors cancel in the step, so every client's H step equals the
 centralized one. FedCAvg's L_W is sqrt(sum_p omega_p L_{W_p}^2) with L_{W_p} = (2/N_p) lmax(H_p H_p^T)
 (``lw="clients"``, Theorem 1/2) or (2/N) lmax(H H^T) (``lw="global"``); both use the global H of the
-current round, an oracle in a real deployment (A6). ``step_rule="paper"`` is the literal rule of
+current round, an oracle in a real deployment. ``step_rule="paper"`` is the literal rule of
 Sec. V: c_p = lmax(W^T W)/2, d = lmax(H H^T)/2 (FedCGds) or lmax(H H^T) (FedCAvg), applied to the
 normalized gradients of (5), which gives far shorter steps.
 
-Communication (spec 4.3): ``history["comm_reals"]`` is the cumulative number of reals uploaded: FedCAvg
+Communication: ``history["comm_reals"]`` is the cumulative number of reals uploaded: FedCAvg
 and FedCPALM M K per client per round, FedCGds (M K + K^2) per participating client per round; the
 one-off upload that initialises G1, G2 is excluded (as in the paper) and reported in
 ``info["init_upload_reals"]``. Centralized SNCP uploads nothing.
@@ -221,7 +215,7 @@ class _Data:
 
 
 def make_init(X, k: int, seed: int, *, w_init: str = "samples", normalize_h: bool = True) -> dict:
-    """A random initial point (spec A2), from stream ``"init"`` of ``seed``.
+    """A random initial point, from stream ``"init"`` of ``seed``.
 
     * ``W0`` (M x K): ``w_init="samples"``: K distinct samples (rows of ``X``) as columns;
       ``"uniform"``: i.i.d. U[min X, max X].
@@ -281,7 +275,7 @@ def _regularizer(H: np.ndarray, rho: float, nu: float) -> float:
 
 
 def _objective_stats(data: _Data, W, G1, G2, H, rho, nu) -> float:
-    """F from G1 = (2/N) H H^T and G2 = (2/N) X^T H^T (spec 2.3 NOTE; no raw data needed)."""
+    """F from G1 = (2/N) H H^T and G2 = (2/N) X^T H^T (no raw data needed)."""
     fit = data.xsq / data.N - float(np.einsum("ij,ij->", W, G2)) + 0.5 * float(np.einsum("ij,ij->", W.T @ W, G1))
     return fit + _regularizer(H, rho, nu)
 
@@ -368,7 +362,7 @@ class _GdsEngine(_Engine):
         self.Q1, self.Q2, self.m, self.gamma, self.step_rule = Q1, Q2, m, gamma, step_rule
         self.rng, self.recompute_stats = rng, recompute_stats
         N = data.N
-        # Initial upload from ALL clients (spec 2.3, the paper's line 1 with the typo fixed)
+        # Initial upload from ALL clients
         self.G1 = (2.0 / N) * (H @ H.T)
         self.G2 = (2.0 / N) * _big(data.X.T, H.T)
         self.upload_per_round = 0 if central else m * (data.M * data.K + data.K**2)
@@ -527,7 +521,7 @@ class _PalmEngine(_Engine):
         self.HHt = H @ H.T
 
     def round(self, s: int):
-        d, N, K = self.data, self.data.N, self.data.K
+        d, N = self.data, self.data.N
         avg = np.zeros_like(self.W)
         H = self.H.copy()
         for ids, mask, col, Xpad in self.chunks:  # loop over memory-bounded chunks, not clients
@@ -565,7 +559,7 @@ class _PalmEngine(_Engine):
 # --------------------------------------------------------------------------- driver
 def _drive(engine: _Engine, *, rounds: int, continuation, rho_growth: float, rho_tol: float, tol,
            y, progress: ProgressFn | None, rho_trigger: str = "round") -> tuple[dict, dict]:
-    """Round loop shared by all solvers: history, eps, SNCP rho-continuation (A8), stopping."""
+    """Round loop shared by all solvers: history, eps, SNCP rho-continuation, stopping."""
     hist: dict[str, list] = {"objective": [], "eps": [], "comm_reals": [], "rho": []}
     if y is not None:
         hist["ACC"], hist["NMI"] = [], []
@@ -627,7 +621,7 @@ def _drive_loop(engine, hist, *, rounds, continuation, rho_growth, rho_tol, tol,
         if continuation == "sncp" and eps_test < rho_tol:
             engine.set_rho(engine.rho * rho_growth, s)
             n_rho += 1
-            F_prev = engine.objective()  # A8: compare the next round with the re-evaluated iterate
+            F_prev = engine.objective()  # compare the next round with the re-evaluated iterate
             F_ref = F_prev
     info = {"rounds_run": s, "stop_reason": stop, "rho_final": engine.rho, "n_rho_updates": n_rho,
             "objective0": F0, "n_clients": data.P, "tol": tol, "rho_trigger": rho_trigger, "test_window": E}
@@ -672,7 +666,7 @@ def run_fedcgds(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int =
 
     ``clients_per_round`` = m (default: all P non-empty clients), drawn uniformly without replacement
     from stream "sampling". ``recompute_stats=True`` recomputes G1, G2 from the current H every round
-    instead of accumulating the uploaded differences (equal in exact arithmetic, spec 2.3).
+    instead of accumulating the uploaded differences (equal in exact arithmetic).
     ``rho_trigger`` (with ``continuation="sncp"``): "round" (the paper) tests eps every round;
     "epoch" tests the relative change of F over windows of E = ceil(P/m) rounds (one expected
     participation per client; E = 1 and the same run as "round" when m = P). See the module
@@ -706,7 +700,7 @@ def run_fedcavg(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int =
     """FedCAvg (Algorithm 1, eqs. 9-13): model averaging, all clients every round.
 
     ``q_hat``: if given, the diminishing schedule Q2^s = floor(q_hat / s) + 1 replaces ``Q2``; s is the
-    accumulated round index (A7), or the index within the current rho stage when ``q_hat_restart``.
+    accumulated round index, or the index within the current rho stage when ``q_hat_restart``.
     ``lw``: "clients" (L_W = sqrt(sum_p omega_p L_{W_p}^2), Theorems 1-2) or "global" ((2/N) lmax(HH^T)).
     ``d_schedule``: "thm2" (d = gamma L_W) or "thm1" (d = (s+1) L_W).
     ``history["Q2"]`` is not kept; ``info["Q2_last"]`` is the last Q2 used.
@@ -757,7 +751,7 @@ def run_sncp(X, k: int, *, seed: int = 0, rounds: int = 1000, Q1: int = 1, Q2: i
              gamma: float = 1.1, step_rule: str = "lipschitz", rho: float = 1e-8, nu: float = 1e-10,
              continuation: str | None = "sncp", rho_growth: float = 1.5, rho_tol: float = 2e-5,
              tol: float | None = None, y=None, progress: ProgressFn | None = None) -> ClusteringResult:
-    """Centralized SNCP stand-in (spec 2.7): PALM (3a)-(3b) on the pooled data with rho-continuation.
+    """Centralized SNCP stand-in: PALM (3a)-(3b) on the pooled data with rho-continuation.
 
     One "round" = ``Q1`` projected H steps then ``Q2`` projected W steps (Q1 = Q2 = 1 is PALM).
     It is FedCGds with a single client; nothing is uploaded (``uploaded_reals`` = 0).

@@ -1,7 +1,8 @@
 """FedSC: federated spectral clustering via secure similarity reconstruction.
 
 Paper: Dong Qiao, Chris Ding, Jicong Fan, "Federated Spectral Clustering via Secure Similarity
-Reconstruction", NeurIPS 2023. Spec: ``specs/001_fed_spectral.md`` (its RESOLUTIONs are the defaults).
+Reconstruction", NeurIPS 2023. The method, our choices where the paper is unclear and measured numbers
+are in ``docs/methods/fedsc.md``.
 
 Stage I (Algorithm 1, federated kernel factorization ``phi(X_p) ~ phi(Z) C_p``, eq. 6-8):
 
@@ -12,19 +13,19 @@ Stage I (Algorithm 1, federated kernel factorization ``phi(X_p) ~ phi(Z) C_p``, 
 * Z-step from the gradient (eq. 15): ``dF/dZ = (X_p W - Z diag(1^T W))/r^2 + 2 (Z Q - Z diag(1^T Q))/r^2``,
   ``W = -C_p^T * K(X_p, Z)``, ``Q = 1/2 (C_p C_p^T) * K(Z, Z)``. ``z_step="official"`` takes the
   official code's preconditioned fixed-point step ``Z_p = Z - G tau^{-1}``,
-  ``tau = (2Q - diag(1^T W + 2 1^T Q))/r^2`` (spec 2.5; one step per round); ``z_step="gradient"``
+  ``tau = (2Q - diag(1^T W + 2 1^T Q))/r^2`` (one step per round); ``z_step="gradient"``
   takes ``local_steps`` plain gradient steps (eq. 16) with a fixed ``z_lr`` or a backtracking 1/L.
   All clients' Z-steps run as batched matmuls / batched solves over a zero-padded (P, N_max, .) layout;
 * server: plain mean of the participating clients' ``Z_p`` (eq. 11);
-* final C, recomputed from the final Z (spec 2.6 RESOLUTION): ``final_c="projection"`` (default, issue 17)
+* final C, recomputed from the final Z: ``final_c="projection"`` (default)
   solves eq. (14) with a 1e-6 jitter instead of ``lam`` (the ridge cuts the small-eigenvalue directions
-  of ``K_zz`` that carry the nearest-neighbour order; digits: FedSC 0.840 -> 0.893, SC 0.888);
+  of ``K_zz`` that carry the nearest-neighbour order; ``docs/methods/fedsc.md`` has the numbers);
   ``"paper"`` keeps ``lam``. ``run`` calls the stages in the order of Algorithm 1 (see its docstring).
 
-Stage II (eq. 12, 23, 25; spec 2.7): ``K_hat = C^T K(Z,Z) C``, global min-max to [0, 1], kNN with
+Stage II (eq. 12, 23, 25): ``K_hat = C^T K(Z,Z) C``, global min-max to [0, 1], kNN with
 ``k = ceil(ln n)`` (self included), ``max(S, S^T)``, NJW spectral clustering (sparse eigsh, k-means with
 50 restarts). K_hat is only ever formed in row blocks (see :mod:`fedclust.clustering.spectral`).
-``graph`` (issue 17) swaps the paper's kNN graph for a connectivity-preserving one; Stage II reads only
+``graph`` swaps the paper's kNN graph for a connectivity-preserving one; Stage II reads only
 the released Z and C, so any graph is post-processing.
 
 Privacy variants (section 3 of the paper):
@@ -48,7 +49,7 @@ The noise stds are inputs: calibration from (epsilon, delta) lives in the privac
 
 Baselines: :func:`centralized_kmeans`, :func:`fedclust.clustering.spectral.spectral_clustering`
 (vanilla SC), :mod:`fedclust.clustering.dsc`, :func:`attack_on_c`, and ``run`` with one client (P = 1).
-Metrics: :func:`nmi_paper` is the paper-compatible NMI (spec 2.13).
+Metrics: :func:`nmi_paper` is the paper-compatible NMI.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ TRACK_EVERY_ROUND_MAX_N = 2000
 #: Memory budget of one batch of clients in the Z-step (the (P, d, d) temporaries grow as P d^2).
 CHUNK_BYTES = 256 * 2**20
 #: ``final_c``: "paper" = the final C solves the Stage I ridge (eq. 14 with ``lam``); "projection" = the
-#: least-squares projection of phi(X) on span phi(Z) (eq. 14 with this jitter in place of ``lam``; issue 17).
+#: least-squares projection of phi(X) on span phi(Z) (eq. 14 with this jitter in place of ``lam``).
 FINAL_C = ("projection", "paper")
 #: Ridge jitter of ``final_c="projection"`` (K_zz has unit diagonal, so it is relative to K_zz's scale).
 PROJECTION_JITTER = 1e-6
@@ -121,7 +122,7 @@ def _batched_kernel(A: np.ndarray, B: np.ndarray, r2: float) -> np.ndarray:
 
 
 def _grad_and_tau(Zb, Xpad, Cpad, Kxz, Kzz, r2, gradient: bool = True):
-    """Gradient (eq. 15) and the official preconditioner tau (spec 2.5) for P clients at once.
+    """Gradient (eq. 15) and the official preconditioner tau for P clients at once.
 
     Zb (P, d, m) client dictionaries; Xpad (P, N, m) zero-padded client data; Cpad (P, N, d) = C_p^T,
     zero on padding rows (so padding contributes nothing); Kxz (P, N, d); Kzz (P, d, d) or (1, d, d).
@@ -153,7 +154,7 @@ def _dot(A: np.ndarray, B: np.ndarray) -> float:
 
 
 def official_z_steps(Z, Xpad, Cpad, Kxz, Kzz, r2, chunk_bytes: int | None = None):
-    """The official code's preconditioned Z-step (spec 2.5) for P clients that all start from the
+    """The official code's preconditioned Z-step for P clients that all start from the
     server's ``Z`` (d, m): ``Z_p = Z - G_p tau_p^{-1}``, computed as the frozen-weight stationary point
     ``-tau_p^{-1} W_p^T X_p / r^2`` (identical; skips the ``tau Z`` product). Inputs as in
     :func:`_grad_and_tau` (zero-padded, (P, N_max, .)); ``Kzz`` (d, d). Clients are processed as one
@@ -260,7 +261,7 @@ def factor_sensitivities(*, d: int, r: float, tau_c: float, z_lr: float, lam: fl
       non-expansive :func:`clip_frobenius` moves by ``Delta_Z = 2 eta B``.
 
     When ``lam``, ``tau_x`` and ``tau_z`` are given, the paper's Theorem 3.9 values are added for
-    reference as ``"z_paper"`` and ``"c_paper"`` (``Upsilon = tau_z + tau_x`` unless given; spec 3.4):
+    reference as ``"z_paper"`` and ``"c_paper"`` (``Upsilon = tau_z + tau_x`` unless given):
     ``(2 sqrt(d) tau_C tau_X eta / r^2)(1 + (tau_X + tau_Z)(tau_X + Upsilon)/r^2)`` and
     ``2 sqrt(d) tau_X (tau_X + Upsilon) / (lam r^2)``. They are not used for accounting.
     """
@@ -323,7 +324,7 @@ def public_dictionary_size(m: int, k: int, cap: int = 50) -> int:
 
 # --------------------------------------------------------------------------- metrics / baselines
 def nmi_paper(y, pred) -> float:
-    """The paper-compatible NMI (spec 2.13): the official ``getNMI`` after ``bestMap``.
+    """The paper-compatible NMI: the official ``getNMI`` after ``bestMap``.
 
     True labels are compacted to 0..C-1; predicted clusters are mapped to true label values by the
     best one-to-one matching (Hungarian); then every sample labelled 0 (true or mapped) is left out of
@@ -578,7 +579,7 @@ class ClientLayout:
 
 
 def init_dictionaries(rng: np.random.Generator, n_part: int, d: int, m: int) -> np.ndarray:
-    """Algorithm 1, line 1 (spec 2.6): every first-round participant draws ``Z_p^0 ~ N(0, 1)`` (d, m)."""
+    """Algorithm 1, line 1: every first-round participant draws ``Z_p^0 ~ N(0, 1)`` (d, m)."""
     return rng.standard_normal((n_part, d, m))
 
 
@@ -617,7 +618,7 @@ def stage1_objective(C, Kzx, Kzz, n, lam, tau_c):
 
 def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_step, local_steps, z_lr, L_est, tau_z):
     """Clients, eq. (10): the local Z update of the participants ``part``, batched over clients: the
-    official preconditioned fixed-point step (spec 2.5) or ``local_steps`` gradient steps (eq. 15-16;
+    official preconditioned fixed-point step or ``local_steps`` gradient steps (eq. 15-16;
     ``L_est`` holds the per-client backtracking estimates and is updated in place). The result is
     Frobenius-clipped to ``tau_z`` (non-expansive: the step's sensitivity holds for the upload)."""
     r2 = r * r
@@ -635,14 +636,13 @@ def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_ste
 def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z_lr, participation, tau_z, tau_c,
            z_noise_std, z_noise_alpha, seed, track, code_compat_pairing=False, lam_final=None, progress=None,
            uploads=None):
-    """Stage I, federated similarity reconstruction (Algorithm 1 / the official loop of spec 2.6).
+    """Stage I, federated similarity reconstruction (Algorithm 1, in the loop order of the authors' code).
 
     Round s: the participants' uploads ``Z_p`` (noised by :func:`perturb_z_uploads` in the factor
     variant) are averaged (eq. 11), every client solves its C-step (eq. 14), the objective (eq. 8) and
     the reconstruction error are logged, and the next round's participants take their local Z step
-    (eq. 10/15/16). The last round's local step would be discarded (spec 2.6) and is skipped.
-    Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z (spec 2.6
-    RESOLUTION; with ridge weight ``lam_final`` when given, see ``final_c`` of :func:`run`) or, with
+    (eq. 10/15/16). The last round's local step would be discarded and is skipped.
+    Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z or, with
     ``code_compat_pairing``, the code's C of the previous round.
     ``uploads`` (a dict) receives ``Z_clean``/``Z_released`` (data-dependent rounds) and ``Z_server``."""
     n, m = X.shape
@@ -694,14 +694,14 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
         if progress is not None:
             progress(s + 1, vals)
         if s == rounds - 1:
-            break  # the last local step would be discarded (spec 2.6): skip it
+            break  # the last local step would be discarded: skip it
         part = choose()
         Zp = local_z_updates(Z, C, Kzx, Kzz, layout, part, r=r, lam=lam, z_step=z_step, local_steps=local_steps,
                              z_lr=z_lr, L_est=L_est, tau_z=tau_z)
     if code_compat_pairing and rounds > 1:
         C = C_prev
     elif lam_final is not None and lam_final != lam:
-        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), tau_c)  # the final C-step (issue 17)
+        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), tau_c)  # the final C-step
     return {"Z": Z, "C": C, "history": hist, "z_stds": z_stds, "n_part": n_part}
 
 
@@ -723,7 +723,7 @@ def perturb_c_upload(C, client, sizes, *, c_noise_std, c_noise_alpha, rng):
 
 
 def factor_release_events(o, *, d, r, events, notes):
-    """The releases of the perturbed-factor variant (section 3.2, Thm 3.9), appended to ``events`` and
+    """The releases of the perturbed-factor variant (the paper's Sec. 3.2, Thm 3.9), appended to ``events`` and
     ``notes``: the ``rounds - 1`` data-dependent Z uploads and the C upload, as Gaussian mechanisms with
     the per-sample sensitivities of :func:`factor_sensitivities` when asked for as DP (absolute stds,
     ``tau_c``, a fixed ``z_lr``), otherwise as non-DP releases naming the reason."""
@@ -785,21 +785,21 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         y=None, progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
 
-    The stages of Algorithm 1 (spec 2.1-2.7), each a function of this module:
+    The stages of Algorithm 1, each a function of this module:
 
     0. :func:`privatize_data`: perturbed data ``X~ = clip(X) + N(0, sigma^2)`` (eq. 22, Prop. 3.7);
     1. :func:`kernel_constants`: kernel width ``r`` (eq. 40 / 42) and dictionary size ``d`` (eq. 43);
     2. :func:`stage1`, Stage I, S rounds of: :func:`init_dictionaries` (round 1: ``Z_p^0``),
        :func:`perturb_z_uploads` (factor variant, eq. 32), :func:`aggregate` (server mean, eq. 11),
        :func:`c_step` (ridge solve, eq. 14), :func:`stage1_objective` (eq. 8) and
-       :func:`local_z_updates` (fixed-point step of spec 2.5, or gradient steps eq. 15-16); then the
-       final C from the final Z (spec 2.6; ``final_c``);
+       :func:`local_z_updates` (the official fixed-point step, or gradient steps eq. 15-16); then the
+       final C from the final Z (``final_c``);
     3. :func:`perturb_c_upload` (factor variant, eq. 32) and :func:`factor_release_events` (Thm 3.9
        accounting with the sensitivities of :func:`factor_sensitivities`);
     4. :func:`reconstruct_and_cluster`, Stage II: ``K_hat = C^T K(Z,Z) C`` (eq. 23), kNN graph
        (eq. 25), NJW spectral clustering (eq. 12).
 
-    Parameters (defaults = spec 5.4 RESOLUTIONs):
+    Parameters (defaults: the paper's where it gives them, ours elsewhere):
 
     * ``rounds`` S = 20; ``d``: dictionary size, None = eigenvalue rule with ``d_tol`` = 0.99 (eq. 43)
       on the clustered (noisy) data; ``d_max`` caps the rule's d (not in the paper: the rule gives
@@ -807,10 +807,10 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       O(P d^3 + n d^2) per round, about 13 s per round on one core); ``r``: kernel width, None =
       ``r_rule`` "global" (eq. 40, code) or "federated" (eq. 42); ``lam`` = 1e-3 (code; the paper
       says 1e-2).
-    * ``z_step``: "official" (alias "fixed_point"; one preconditioned step, spec 2.5) or "gradient"
+    * ``z_step``: "official" (alias "fixed_point"; one preconditioned step) or "gradient"
       (alias "gd"; ``local_steps`` gradient steps with step ``z_lr``, or 1/L by backtracking when None).
     * ``participation``: fraction of clients that upload each round (P_bar = round(participation * P) >= 1).
-    * perturbed data: ``data_noise_std`` (sigma) or ``data_noise_beta`` (sigma = beta * std(X), spec 2.9);
+    * perturbed data: ``data_noise_std`` (sigma) or ``data_noise_beta`` (sigma = beta * std(X));
       ``clip_tau``: clip every row to norm <= tau_X first (Prop. 3.7). Only ``clip_tau`` with an absolute
       ``data_noise_std`` is DP (:func:`perturb_data`); r, d and everything else are then computed from
       the perturbed data (post-processing). ``data_noise_beta`` (noise scale from the data) or no clip
@@ -829,15 +829,15 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       ``C_released``/``C_clean``),
       for tests and audits. ``cluster=False`` stops after Stage I and the releases (labels all -1).
     * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``;
-      ``graph``: ``"min_connected_k"`` (default, issue 17: the smallest k >= ``knn`` that leaves fewer
+      ``graph``: ``"min_connected_k"`` (default: the smallest k >= ``knn`` that leaves fewer
       connected components than clusters; the paper's k whenever its graph is connected enough),
       ``"paper"`` (the kNN graph of eq. 25 with k = ``knn``, as the paper) or ``"mst"`` (the
       kNN graph joined by a spanning tree of its components); see
-      :func:`fedclust.clustering.spectral.build_graph` (issue 17). A graph with more than ``k``
+      :func:`fedclust.clustering.spectral.build_graph`. A graph with more than ``k``
       components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
       ``graph_components_paper``.
-    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z, spec 2.6).
-      ``"projection"`` (default, issue 17): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
+    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z).
+      ``"projection"`` (default): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
       ``lam``, i.e. the least-squares projection of phi(X) on span phi(Z): ``lam`` = 1e-3 cuts the
       directions of K_zz with eigenvalues below 1e-3 (about 50 of d = 287 on digits), which carry the
       nearest-neighbour order that the kNN graph needs. ``"paper"``: the Stage I ridge with ``lam``
@@ -845,7 +845,7 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
       ``code_compat_pairing`` always use ``"paper"`` (the released C and Theorem 3.9's bounds are defined
       with ``lam``); ``info["final_c"]`` says which was used. Stage I itself always uses ``lam``.
     * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
-      the final Z (spec 2.6). ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
+      the final Z. ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
       (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
     * ``attack``: also run the "attack on C" and put its labels in ``info["attack_on_c_labels"]``;
       ``return_factors``: put ``Z`` (d, m) and ``C`` (d, n) (as uploaded, noise included) in ``info``.
@@ -904,35 +904,12 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     info["participants_per_round"] = s1["n_part"]
 
     # 3. perturbed factors: noise on each C_p once (eq. 32), and the releases of the variant
-    if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
-        uploads["C_clean"] = C
-    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
-                                  rng=stream(seed, "noise/c"))
-    if uploads is not None:
-        uploads.setdefault("C_clean", C)
-        uploads["C_released"] = C
-    info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
-    info["c_noise_std"] = sigma_c
-    if factor_releases:
-        factor_release_events(o, d=d, r=r, events=events, notes=notes)
-    if events:
-        notes.append(_evaluation_note(data_dp))
+    C = _release_factors(o, C, client, sizes, s1, d=d, r=r, seed=seed, factor_releases=factor_releases,
+                         data_dp=data_dp, events=events, notes=notes, info=info, uploads=uploads)
 
     # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
-    if cluster:
-        ginfo: dict = {}
-        labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
-                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
-                                              graph_info=ginfo)
-        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
-                    graph_components_paper=int(ginfo["components_paper"]))
-    else:
-        labels, err = np.full(n, -1, dtype=np.int64), None
-    info["reconstruction_error"] = err
-    if not hist["reconstruction_error"] and err is not None:
-        hist["reconstruction_error"].append(err)
-    if attack:
-        info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
+    labels = _stage2(X, Z, C, k, r, knn, hist, info, seed=seed, cluster=cluster, include_self=include_self,
+                     n_init=n_init, eigen_solver=eigen_solver, graph=graph, attack=attack)
     if return_factors:
         info["Z"], info["C"] = Z, C
     if return_uploads:
@@ -947,6 +924,52 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     uploaded = rounds * s1["n_part"] * d * m + d * n
     return ClusteringResult(labels=labels, centroids=None, history=hist, dp_events=events,
                             uploaded_reals=int(uploaded), info=info)
+
+
+def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, data_dp, events, notes, info,
+                     uploads):
+    """Step 3 of :func:`run`: noise on each client's C_p (once), and the releases of the factor variant.
+
+    Returns the C that leaves the clients (noisy when the variant asks for it).
+    """
+    if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
+        uploads["C_clean"] = C
+    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
+                                  rng=stream(seed, "noise/c"))
+    if uploads is not None:
+        uploads.setdefault("C_clean", C)
+        uploads["C_released"] = C
+    info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
+    info["c_noise_std"] = sigma_c
+    if factor_releases:
+        factor_release_events(o, d=d, r=r, events=events, notes=notes)
+    if events:
+        notes.append(_evaluation_note(data_dp))
+    return C
+
+
+def _stage2(X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_init, eigen_solver, graph,
+            attack) -> np.ndarray:
+    """Step 4 of :func:`run` (Stage II): the labels from the spectral clustering of K_hat = C' K(Z,Z) C.
+
+    Also records the graph actually used, the reconstruction error and, with ``attack``, the labels an
+    attacker gets from C alone.
+    """
+    if cluster:
+        ginfo: dict = {}
+        labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
+                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
+                                              graph_info=ginfo)
+        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
+                    graph_components_paper=int(ginfo["components_paper"]))
+    else:
+        labels, err = np.full(X.shape[0], -1, dtype=np.int64), None
+    info["reconstruction_error"] = err
+    if not hist["reconstruction_error"] and err is not None:
+        hist["reconstruction_error"].append(err)
+    if attack:
+        info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
+    return labels
 
 
 def _gradient_steps(Zb, Xp, Cpad, sizes, r2, lam, steps, z_lr, L_prev):

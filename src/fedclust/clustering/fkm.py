@@ -1,5 +1,7 @@
 """FKM: federated k-means (federated Lloyd), the first baseline of DP-FedC's Table I.
 
+The method, our choices and measured numbers: ``docs/methods/fkm.md``.
+
 Reference: the FKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
 (Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from "Secure
 federated clustering" (SecFC), which runs exact Lloyd iterations (eqs. (9)-(10) of the DP-FedC
@@ -47,7 +49,7 @@ from fedclust.clustering._common import check_init, clip_data, init_release, ini
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
 from fedclust.metrics import clustering_scores
-from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.release import sum_noise_std
 from fedclust.progress import report as report_round
 from fedclust.rng import stream

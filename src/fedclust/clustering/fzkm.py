@@ -1,5 +1,7 @@
 """FZKM: federated fuzzy c-means, a baseline of DP-FedC's Table I (our reimplementation).
 
+The method, our choices and measured numbers: ``docs/methods/fzkm.md``.
+
 Reference: the FZKM baseline of "Differentially Private Federated Clustering Over Non-IID Data"
 (Li, Wang, Chi, Quek, IEEE IoT-J 2023), reconstructed from Stallmann &
 Wilbik, "Towards federated clustering: a federated fuzzy c-means algorithm (FFCM)" (arXiv

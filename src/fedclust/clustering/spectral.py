@@ -1,7 +1,7 @@
 """Spectral-clustering building blocks shared by FedSC, vanilla SC and DSC.
 
-Spec: ``specs/001_fed_spectral.md`` (FedSC, Qiao, Ding & Fan, NeurIPS 2023), sections 1.2, 2.7, 2.8
-and 2.12(b). Everything here works with rows = samples.
+FedSC: Qiao, Ding & Fan, NeurIPS 2023; the method and our choices are described in
+``docs/methods/fedsc.md``. Everything here works with rows = samples.
 
 * Gaussian kernel ``K(a, b) = exp(-||a - b||^2 / (2 r^2))`` (paper footnote 2).
 * The width rule ``r = mean of all n^2 pairwise distances`` (eq. 40, c = 1; diagonal zeros included),
@@ -19,9 +19,9 @@ and 2.12(b). Everything here works with rows = samples.
   component of the kNN graph (9 on COIL20); those eigenvectors are known in closed form and are put in
   exactly, and eigsh only runs on A deflated by them (a single-vector Lanczos loses copies of a
   repeated eigenvalue; see :func:`spectral_embedding`).
-* :func:`spectral_clustering`: the centralized "vanilla SC" baseline (spec 2.12(b)): the same r,
+* :func:`spectral_clustering`: the centralized "vanilla SC" baseline: the same r,
   the same graph construction (no min-max: K_xx is already in (0, 1]) and the same NJW.
-* Connectivity (issue 17, not in the paper): with ``k = ceil(ln n)`` the kNN graph can fall apart
+* Connectivity: with ``k = ceil(ln n)`` the kNN graph can fall apart
   into more connected components than clusters; NJW then just returns the largest
   components. :func:`build_graph` detects this and warns with the numbers, and offers
   ``graph="min_connected_k"`` (the smallest ``k >= ceil(ln n)`` that leaves fewer components than
@@ -151,7 +151,7 @@ def knn_k(n: int) -> int:
 # --------------------------------------------------------------------------- kNN graph
 def knn_graph(rows: Callable[[int, int], np.ndarray], n: int, k: int, *, include_self: bool = True,
               minmax: bool = False, block_rows: int | None = None) -> sp.csr_matrix:
-    """Symmetric kNN affinity from a similarity given in row blocks (eq. 25, spec 2.7 steps 2-3).
+    """Symmetric kNN affinity from a similarity given in row blocks (eq. 25: kNN sparsification and max-symmetrization).
 
     ``rows(start, stop)`` returns the (stop - start, n) similarity rows ``start:stop``. For every row the
     ``k`` largest entries are kept with their values (the diagonal counts as an entry when
@@ -169,7 +169,7 @@ def knn_graph(rows: Callable[[int, int], np.ndarray], n: int, k: int, *, include
 
 
 def kernel_knn_graph(X: np.ndarray, r: float, k: int | None = None, *, include_self: bool = True) -> sp.csr_matrix:
-    """kNN graph of the Gaussian kernel matrix ``K(X, X)`` (vanilla SC; no min-max, spec 2.12(b))."""
+    """kNN graph of the Gaussian kernel matrix ``K(X, X)`` (vanilla SC; no min-max)."""
     X = np.asarray(X, dtype=np.float64)
     r = _check_r(r)
     k = knn_k(X.shape[0]) if k is None else k
@@ -291,7 +291,7 @@ def _join_components(W, rows, n: int, lo: float, hi: float, minmax: bool, block_
 def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int, *, graph: str = "paper",
                 k: int | None = None, include_self: bool = True, minmax: bool = False,
                 block_rows: int | None = None, warn: bool = True) -> tuple[sp.csr_matrix, dict]:
-    """The affinity graph of SC and FedSC's Stage II, with a connectivity check (issue 17).
+    """The affinity graph of SC and FedSC's Stage II, with a connectivity check.
 
     ``graph="paper"``: :func:`knn_graph` with ``k`` (None = ``ceil(ln n)``, eq. 25).
     ``graph="min_connected_k"``: the smallest ``k' >= k`` whose kNN graph has fewer connected
@@ -319,7 +319,7 @@ def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int,
             idx, val, lo, hi = _sorted_topk(rows, n, kmax, include_self, block_rows)
             comps = {}
 
-            def count(kk):
+            def count(kk, idx=idx, val=val, lo=lo, hi=hi, comps=comps):  # this iteration's top-k
                 if kk not in comps:
                     comps[kk] = n_components(_graph_from_topk(idx, val, kk, lo, hi, minmax))
                 return comps[kk]
@@ -459,9 +459,9 @@ def njw(W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 
 def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn: int | None = None,
                         include_self: bool = True, n_init: int = 50, solver: str = "arpack",
                         graph: str = "min_connected_k", y=None) -> ClusteringResult:
-    """Centralized vanilla SC (spec 2.12(b)): Gaussian ``K_xx`` with the FedSC width ``r`` (eq. 40
+    """Centralized vanilla SC: Gaussian ``K_xx`` with the FedSC width ``r`` (eq. 40
     when None), kNN graph (``k = ceil(ln n)``, self included, max-symmetrized, no min-max) and NJW.
-    ``graph``: ``"min_connected_k"`` (default, chosen by measurement on six data sets, issue 17: the
+    ``graph``: ``"min_connected_k"`` (default, chosen by measurement on six data sets: the
     smallest k >= ``knn`` that leaves fewer connected components than clusters; the paper's k whenever
     its graph is connected enough), ``"paper"`` (the paper's rule as it is) or ``"mst"`` (see
     :func:`build_graph`). ``y`` is only used to put ACC/NMI

@@ -7,7 +7,6 @@ Scaling is done separately by :func:`fedclust.data.preprocess.preprocess`.
 
 from __future__ import annotations
 
-import numpy as np
 from sklearn import datasets as _skd
 
 from fedclust.data.base import Dataset

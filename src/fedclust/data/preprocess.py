@@ -3,7 +3,7 @@
 Both functions return a new :class:`Dataset` and never modify their input. They record what they
 did in ``meta["preprocess"]`` / ``meta["subsample"]``.
 
-:func:`id_like_columns` (issue 17) finds features that look like identifiers: integer-valued with
+:func:`id_like_columns` finds features that look like identifiers: integer-valued with
 (almost) one distinct value per sample (a row number, a specimen ID). Unscaled, such a column
 dominates every Euclidean distance; scaled, it still adds a dimension of pure noise. :func:`preprocess`
 lists them in ``meta["id_like_columns"]`` and logs a warning naming them.

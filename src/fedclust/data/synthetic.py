@@ -6,11 +6,11 @@ Every generator takes one integer ``seed`` and draws all its randomness from
 * :func:`gaussian_mixture`: isotropic Gaussian clusters whose centres are a chosen number of
   standard deviations apart.
 * :func:`linear_model`: the FedCAvg/FedCGds model X = W H + E at a given SNR in dB
-  (``specs/003_fedc_mf.md`` section 4.1, "Synthetic generation").
+  (the synthetic data of the FedCAvg/FedCGds paper).
 * :func:`concentric_circles`: noisy points on concentric circles (the FedSC "Concentric Circles" shape).
 * :func:`mixed_linear_regression` and :func:`mixed_regression_1d`: regression data from k true
   parameter vectors, for sanity checks of clustered federated learning
-  (``specs/002_rr_cluster.md`` section 5.2, "Synthetic (App. D.3)").
+  (like the synthetic regression of the RR-Cluster paper's App. D.3).
 """
 
 from __future__ import annotations
@@ -175,19 +175,19 @@ def linear_model(
     balanced: bool = False,
     exact_snr: bool = True,
 ) -> Dataset:
-    """The FedCAvg/FedCGds synthetic model ``X = W H + E`` (spec 003, section 4.1; paper defaults
+    """The FedCAvg/FedCGds synthetic model ``X = W H + E`` (paper defaults
     M = 2000, N = 10000, K = 20, SNR = -3 dB).
 
-    In the spec's notation (columns = samples):
+    In the paper's notation (columns = samples):
 
     * ``W`` (M x K), M = ``n_features``: i.i.d. U[0, 1].
     * ``H`` (K x N), N = ``n_samples``: one-hot columns; column j is ``e_{y_j}`` with the label ``y_j``
       drawn uniformly from {0..K-1} (``balanced=True`` instead gives exact equal class counts, shuffled).
     * ``E`` (M x N): i.i.d. Gaussian, scaled so that ``SNR = 10 log10(||WH||_F^2 / ||E||_F^2) = snr_db``.
-      With ``exact_snr=True`` (default, the spec's "scaled so that") a standard Gaussian draw is rescaled
+      With ``exact_snr=True`` (default, the paper's "scaled so that") a standard Gaussian draw is rescaled
       so the realized SNR equals ``snr_db`` exactly; with ``exact_snr=False`` E has i.i.d. entries of
       variance ``sigma^2 = ||WH||_F^2 / (M N 10^(snr_db/10))`` and the realized SNR is ``snr_db`` only
-      in expectation. X is **not** clipped (it has negative entries at low SNR, as the spec says).
+      in expectation. X is **not** clipped (it has negative entries at low SNR).
 
     The returned :class:`Dataset` has rows = samples, i.e. ``X_rows = (W H + E)^T`` of shape (N, M), and
     ``y`` = the cluster of each one-hot column of H. ``meta`` holds ``"W"`` (M x K, float64), ``"snr_db"``
@@ -374,7 +374,7 @@ def mixed_linear_regression(
     )
 
 
-#: The four ground-truth lines (slope, intercept) of spec 002's RESOLUTION for App. D.3.
+#: Our four ground-truth lines (slope, intercept) for RR-Cluster's App. D.3 (the paper does not list them).
 RR_CLUSTER_LINES = np.array([[-2.0, -3.0], [-0.5, -1.0], [0.5, 1.0], [2.0, 3.0]])
 
 _SCENARIO_RATIOS = {"balanced": (1, 1, 1, 1), "imbalanced": (4, 2, 1, 1)}
@@ -393,7 +393,7 @@ def mixed_regression_1d(
     true_params=None,
     x_range: tuple[float, float] = (-3.0, 3.0),
 ) -> RegressionData:
-    """The 1-D mixed linear regression of RR-Cluster's App. D.3, per the RESOLUTION in spec 002 (5.2).
+    """The 1-D mixed linear regression of RR-Cluster's App. D.3, with our choices where the paper is silent.
 
     Model: ``y_hat = k_g x + b_g + eps``, ``eps ~ N(0, sigma^2)``, ``x ~ U[-3, 3]``, with the 4 lines
     (k, b) in {(-2, -3), (-0.5, -1), (0.5, 1), (2, 3)} (:data:`RR_CLUSTER_LINES`).

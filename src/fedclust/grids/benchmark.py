@@ -1,4 +1,4 @@
-"""One benchmark across all federated data clustering methods (issue 8).
+"""One benchmark across all federated data clustering methods.
 
 Every method sees the same data, the same partition, the same privacy budget and the same seeds.
 Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. Per cell: ACC, NMI,
@@ -8,8 +8,7 @@ Privacy, the same *accounted* budget for every private method (RDP, sample-level
 
 * FKM, FZKM (local_iters = 1), DK++ (its DP variant: ``seeding_rounds = 0``, the k-means||
   seeding being a data-dependent selection): noise multiplier calibrated over all rounds by the
-  accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows,
-  amendment A-1), so under a finite budget it is ``not applicable``;
+  accountant; DKM has no DP variant (its coreset is a data-dependent selection of private rows), so under a finite budget it is ``not applicable``;
 * DP-FedC: its paper budget eps_bar is chosen by bisection so that the accountant rates its
   releases at the target (:func:`fedclust.clustering.dp_fedc.eps_bar_for_budget`);
 * FedSC: perturbed data (rows clipped to ``fedsc_clip``), one Gaussian release calibrated by the
@@ -17,7 +16,7 @@ Privacy, the same *accounted* budget for every private method (RDP, sample-level
 * initial centroids W^0, shared by every method of a cell: in a non-private cell the paper's k
   random data rows (``init = "data"``); in a private cell data-independent points, uniform in the
   public domain ``init_domain`` (default [0, 1]) pulled into the clip ball (``init = "uniform_box"``),
-  since data rows as W^0 would be released unaccounted (issue 13, point 1). Every record names its
+  since data rows as W^0 would be released unaccounted. Every record names its
   ``init`` in its params;
 * FedCAvg, FedCGds and the centralized references (k-means, spectral clustering) have no private
   variant: under a finite budget they are reported with status ``not applicable``, never skipped.
@@ -50,7 +49,7 @@ ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fed_dp_kmeans", "fedc_
 PRIVATE = {name: spec.mechanisms_per_round for name, spec in REGISTRY.items()
            if spec.family == "clustering" and spec.private}
 #: Why a method without a DP variant is not run under a finite budget (default: no private variant).
-NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant (A-1)"}
+NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant"}
 CENTRALIZED = ("kmeans", "sc")
 METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s"]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")

@@ -1,4 +1,4 @@
-"""The CFL-MGD experiment grid (spec 004, section 4.5; issue 9): CFL-MGD, IFCA and FedAvg with
+"""The CFL-MGD experiment grid: CFL-MGD, IFCA and FedAvg with
 shared seeds on rotated data, in the layout of the paper's Table 2 (method x data set, mean ± std
 of test accuracy over seeds), plus client-clustering ACC/NMI."""
 

@@ -1,20 +1,19 @@
-"""The DP-FedC experiment grid (spec 000, section 5.4; issue 4).
+"""The DP-FedC experiment grid.
 
 Two parts, both over ``seeds`` with the same initial centroids (W^0) for every method of a seed
 and privacy level:
 
 * ``table1``: Table I layout, IID split, K = ``table1_K`` clients per round, constant Q2 = 5:
   FKM, FZKM, DK++, DKM and DP-FedC, each without DP and at eps_bar = ``table1_eps``. Following the
-  paper's protocol (spec A11) every baseline gets DP-FedC's per-round epsilon (Theorem 3 inverted)
+  paper's protocol every baseline gets DP-FedC's per-round epsilon (Theorem 3 inverted)
   through the classical Gaussian mechanism, with samples clipped to ``clip``.
 * ``sweep``: DP-FedC with Q2^t = floor(Qhat/t)+1 for eps_bar in ``eps_bars`` (null = no DP),
   K in ``Ks`` and split in ``splits`` (iid; non-iid = two labels per client on MNIST/digits
   (shards), the k-means split elsewhere), as in Figs. 3-4.
 
-DP-FedC runs once per penalty in ``rho_factors`` (amendment A-3: 1e-2, the default, and the paper's
-literal 1e-7); the tables have a ``rho_factor`` column ("-" for the baselines).
+DP-FedC runs once per penalty in ``rho_factors``; the tables have a ``rho_factor`` column ("-" for the baselines).
 
-Privacy (amendment A-1). Non-private cells are the paper's protocol: W^0 = k random data rows
+Privacy. Non-private cells are the paper's protocol: W^0 = k random data rows
 (``init="data"``) and DP-FedC with its data-dependent constants. Private cells never read the data
 for W^0 (uniform in ``init_domain``, default [0, 1], pulled into the clip ball), clip every sample
 to the public bound ``clip`` (default sqrt(m) max|init_domain|, the largest row norm of the domain),
@@ -56,7 +55,7 @@ def _split(data, split: str, n_clients: int, seed: int) -> np.ndarray:
     if split == "iid":
         return iid(data.n_samples, n_clients, seed=seed).client
     if split == "noniid":
-        if data.images is not None:  # MNIST / digits: two labels per client (shards, spec 5.2)
+        if data.images is not None:  # MNIST / digits: two labels per client (shards)
             return shards(data.y, n_clients, labels_per_client=2, seed=seed).client
         return kmeans_split(data.X, n_clients, seed=seed).client
     raise ValueError(f"split must be 'iid' or 'noniid', got {split!r}")
@@ -117,7 +116,7 @@ def run_cell(cell: dict) -> list[dict]:
     K = min(c["K"], N)
     eb = c["eps_bar"]
     # the same initial points for every method of a seed: the paper's data rows without DP, a
-    # public draw (no data read) in a private cell (amendment A-1)
+    # public draw (no data read) in a private cell
     W0 = initial_centroids(X, k, c["seed"], init=default_init(eb is not None), clip=clip, domain=domain)
     common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
     if c["method"] == "dp_fedc":
@@ -125,7 +124,7 @@ def run_cell(cell: dict) -> list[dict]:
                           rho_factor=c["rho_factor"], clip=clip if eb else None, **common)
     else:
         z = 0.0
-        if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline (spec A11)
+        if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline
             n_i = np.bincount(client, minlength=N)
             q2_max = 5 if c["q2"] == 5 else (int(config.get("Qhat", 10)) + 1)
             q = float(min(np.max(q2_max * np.minimum(b, n_i) / n_i), 0.99))

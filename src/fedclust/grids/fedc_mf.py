@@ -1,11 +1,11 @@
-"""The FedCAvg / FedCGds experiment grid (spec 003, section 4.4; issue 5).
+"""The FedCAvg / FedCGds experiment grid.
 
 For every split in ``splits`` (``iid`` = syn_unf / balanced, ``kmeans`` = syn_noniid, ``shards`` and
 ``power_law`` = the MNIST two-digit splits) and every trial, all runs in ``runs`` start from the
 same one of the common random initializations (:func:`fedclust.clustering.fedc_mf.make_init`,
 seed = trial). A run is ``{method, label, Q1, Q2, q_hat, clients_per_round, continuation, ...}``
 with method in fedc_avg, fedc_gds, fedc_palm, sncp (centralized) and kmeanspp (pooled); any other key
-goes to the solver, e.g. ``rho_trigger: epoch`` for FedCGds with m < P under SNCP (issue 17).
+goes to the solver, e.g. ``rho_trigger: epoch`` for FedCGds with m < P under SNCP.
 
 Histories: objective, cumulative uploaded reals (``comm_reals``) and, for clustering runs, ACC,
 so that the plots show objective vs round, objective vs communication, and ACC vs rounds.

@@ -1,4 +1,4 @@
-"""The FedSC experiment grid (spec 001, section 5.5; issue 6).
+"""The FedSC experiment grid.
 
 Cells, per data set and trial (seed), with P iid clients:
 
@@ -13,7 +13,7 @@ Cells, per data set and trial (seed), with P iid clients:
 
 Every method in one trial shares the kernel width r and d, computed once on that trial's data.
 
-Data (issue 17): ``datasets`` is any list of entries, each
+Data: ``datasets`` is any list of entries, each
 
 * a data set name of :mod:`fedclust.data.registry` (``fedsc_iris``; file-based ones read from
   ``data_paths.<name>``; ``mat`` is labelled by the stem of its file);
@@ -33,6 +33,7 @@ import glob
 import sys
 import time
 from pathlib import Path
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -163,20 +164,20 @@ def run_cell(cell: dict) -> list[dict]:
             d = min(d, int(config["d_max"]))
         p = {"beta": beta}
         for method, fn in (
-            ("kmeans", lambda: fedsc.centralized_kmeans(X, k, seed=trial)),
-            ("sc", lambda: spectral.spectral_clustering(X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
-            ("dsc", lambda: dsc.run(X, client, k, seed=trial)),
+            ("kmeans", partial(fedsc.centralized_kmeans, X, k, seed=trial)),
+            ("sc", partial(spectral.spectral_clustering, X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
+            ("dsc", partial(dsc.run, X, client, k, seed=trial)),
         ):
             res, t = _timed(fn)
             out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
-        res, t = _timed(lambda: fedsc.run(X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
-                                          graph=graph))
+        res, t = _timed(partial(fedsc.run, X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
+                                graph=graph))
         out.append(_record("fedsc", "noise", ds_name, trial, y, res.labels, p, res.history, metrics={
             "reconstruction_error": res.info.get("reconstruction_error"), "d": d, "wall_time_s": t,
             "uploaded_reals": res.uploaded_reals}))
         out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
-        one, t = _timed(lambda: fedsc.run(X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
-                                      n_init=n_init, graph=graph))
+        one, t = _timed(partial(fedsc.run, X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
+                                n_init=n_init, graph=graph))
         out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
     r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
     for d in config.get("d_values", [None]) if "d" in sweeps else []:

@@ -2,7 +2,7 @@
 
 Two constructions, both in common use:
 
-* ``method="client"`` (default; RR-Cluster spec 002, section 5.2, RESOLUTION, after TFF): every client
+* ``method="client"`` (default; RR-Cluster's EMNIST split, after TFF): every client
   gets the same number of samples (near-equal, ``n // n_clients`` or one more). For client i draw label
   proportions ``p_i ~ Dir(alpha * prior)`` (``prior`` is the global label distribution, or uniform), then
   draw its samples by label according to ``p_i`` *without replacement*. When a label runs out, its share

@@ -1,8 +1,7 @@
 """IID partition: a random permutation split into near-equal parts.
 
-Used by DP-FedC (spec 000, section 5.2, "randomly assigning the data samples to all clients",
-RESOLUTION: random permutation, then ``n_clients`` parts whose sizes differ by at most one) and as
-option (b) of the FedCAvg/FedCGds ``syn_unf`` split (spec 003, section 4.1).
+Used by DP-FedC and as
+option (b) of the FedCAvg/FedCGds ``syn_unf`` split.
 """
 
 from __future__ import annotations

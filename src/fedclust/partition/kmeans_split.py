@@ -1,8 +1,7 @@
 """Similarity (k-means) partition: one client per k-means cluster of the data.
 
-The non-IID split of DP-FedC for TCGA (spec 000, section 5.2, RESOLUTION: sklearn
-``KMeans(n_clusters=100, n_init=10, random_state=seed)`` on the samples, client i = cluster i) and of
-FedCAvg/FedCGds ``syn_noniid`` (spec 003, section 4.1). Clients are highly unbalanced and nearly
+The non-IID split of DP-FedC for TCGA and of
+FedCAvg/FedCGds ``syn_noniid``. Clients are highly unbalanced and nearly
 label-pure. sklearn's KMeans never returns an empty cluster, so no client is empty.
 """
 

@@ -1,16 +1,16 @@
 """Power-law (lognormal) client sizes with exactly ``c`` labels per client.
 
-FedCAvg/FedCGds ``MNIST_ubls`` (spec 003, section 4.1), modelled on the FedProx MNIST generator that
+FedCAvg/FedCGds ``MNIST_ubls``, modelled on the FedProx MNIST generator that
 Li et al. [13] build on, scaled to any number of clients:
 
-* client p holds labels ``(p + j) mod L`` for ``j = 0..c-1`` (the cyclic pairing of spec 003; with
+* client p holds labels ``(p + j) mod L`` for ``j = 0..c-1`` (a cyclic pairing; with
   ``shuffle_labels=True`` the label order is a random permutation first, so which labels pair up
   depends on the seed);
 * every (client, label) pair first gets ``base`` samples of that label (FedProx: 5 per digit);
 * the rest of each label is split over the pairs that hold it in proportion to
   ``props ~ lognormal(0, sigma)`` (one draw per pair), rounded down;
-* the samples that rounding leaves over go to the pair with the largest proportion of that label
-  (spec 003 option "give the leftovers to the largest client of that digit"), so every sample of a
+* the samples that rounding leaves over go to the pair with the largest proportion of that label,
+  so every sample of a
   held label is used. Labels that no client holds (possible when ``n_clients * c < L``) are left
   unused (client -1).
 

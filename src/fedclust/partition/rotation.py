@@ -1,7 +1,6 @@
 """Rotation partition: clients in G groups, group g's images rotated by its angle.
 
-The clustered-FL benchmark of IFCA, used by CFL-MGD (spec 004, section 4.1) and RR-Cluster (spec 002,
-section 5.2). Every client belongs to one group; all its images (training and held-out test) are
+The clustered-FL benchmark of IFCA, used by CFL-MGD and RR-Cluster. Every client belongs to one group; all its images (training and held-out test) are
 rotated counter-clockwise by the group's angle with ``np.rot90`` over the last two (spatial) axes, so it
 works for (n, H, W) and (n, C, H, W) images. Labels are unchanged. Clients are numbered group-major
 (clients 0..n_0-1 are group 0, and so on).
@@ -13,12 +12,12 @@ clients (largest-remainder rounding).
 
 Two constructions of the training data:
 
-* ``reuse=True`` (default; the IFCA code, spec 004 section 4.1): every group draws its *own* random
+* ``reuse=True`` (default; as IFCA's code): every group draws its *own* random
   permutation of the whole training pool and cuts it into its clients' chunks. A pool image is
   therefore used at most once per group, but may appear in several groups, each time under that group's
   rotation (with MNIST, 2400 clients x 100 = 240,000 = 60,000 x 4: every image appears once in every
   group). No client holds the same pool image twice, and within a group no two clients share one.
-* ``reuse=False`` (RR-Cluster, spec 002: "randomly divide the whole dataset into clients, then group
+* ``reuse=False`` (RR-Cluster's paper: "randomly divide the whole dataset into clients, then group
   the clients"): one permutation of the pool is cut into all clients' chunks; no pool image is used twice.
 
 Held-out test sets: every client also gets ``test_per_client`` test images with its group's rotation.

@@ -1,6 +1,6 @@
 """Shard partition: every client holds exactly ``c`` labels (the "two digits per client" split).
 
-DP-FedC (spec 000, section 5.2, non-IID MNIST) and FedCAvg/FedCGds (spec 003, section 4.1, MNIST_bals)
+DP-FedC and FedCAvg/FedCGds
 follow Li et al. [26] ("On the convergence of FedAvg on non-IID data", ICLR 2020), whose code does:
 
 1. for every label, split that label's samples (in data order) into contiguous shards whose sizes
@@ -10,7 +10,7 @@ follow Li et al. [26] ("On the convergence of FedAvg on non-IID data", ICLR 2020
 
 With 100 clients, c = 2 and 10 labels, each label has 20 shards and all 200 shards are used.
 
-Guard for the last clients (spec 000 RESOLUTION asks for one): the plain random draw can leave a
+Guard for the last clients: the plain random draw can leave a
 client with fewer than ``c`` labels that still have shards. Here a label whose remaining shard count
 equals the number of clients still to serve is *forced* into the current client's choice, and the
 rest of the ``c`` labels are drawn uniformly among the other labels with shards left. With
@@ -19,8 +19,8 @@ rest of the ``c`` labels are drawn uniformly among the other labels with shards 
 exactly ``c`` labels.
 
 ``equalize=True`` first truncates every label to the same count (the smallest label count, chosen at
-random within each label), as spec 003's MNIST_bals asks ("equal sizes across clients").
-``pairing="cyclic"`` replaces the random choice with the deterministic one of spec 003 (client p gets
+random within each label), as FedCAvg/FedCGds's MNIST_bals needs (equal sizes across clients).
+``pairing="cyclic"`` replaces the random choice with a deterministic one (client p gets
 labels p, p+1, ..., p+c-1 mod L), which needs ``n_clients * c`` to be a multiple of the number of labels.
 """
 
@@ -46,8 +46,8 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
       ``shards_per_label <= n_clients``. Surplus shards are dropped at random
       and their samples get client -1 (recorded in ``meta["dropped_shards"]``).
 
-    * ``equalize``: truncate every label to the smallest label count first (spec 003 MNIST_bals).
-    * ``pairing``: "random" (the [26] code, with the guard above) or "cyclic" (spec 003).
+    * ``equalize``: truncate every label to the smallest label count first.
+    * ``pairing``: "random" (the [26] code, with the guard above) or "cyclic".
 
     Returns a :class:`Partition`; ``meta["client_labels"]`` is the (n_clients, c) label choice.
     """

@@ -16,7 +16,7 @@ Gaussian (one ``GaussianDpEvent`` with the effective noise multiplier, below):
 Several Gaussians applied to the same selected units in one step (RR-Cluster's identifier and model
 noise, Prop. 4.1) are exactly one Gaussian with the *effective* noise multiplier
 ``z_eff = (Σ_i z_i^{-2})^{-1/2}`` (rescale each output by its own ``1/z_i`` and stack them; see
-Mironov et al. 2019, §3). Both accountants are fed that single Gaussian, which is required by the PLD
+Mironov et al. 2019, Sec. 3). Both accountants are fed that single Gaussian, which is required by the PLD
 accountant inside a sampling event, and equivalent for the RDP accountant.
 
 Neighbouring relations. ``dp-accounting``'s RDP accountant accounts Poisson sampling under
@@ -29,12 +29,12 @@ event. We therefore account a release with
   to ``C``);
 * ``neighbouring="add_remove"`` and ``"without_replacement"`` according to ``wor_add_remove``:
 
-  - ``"replace_one"`` (default, amendment A-1): a sound bound. Under fixed-size sampling the
+  - ``"replace_one"`` (default): a sound bound. Under fixed-size sampling the
     guarantee is stated for replace-one neighbours; a replacement is a removal plus an addition, so
     the replace-one sensitivity is at most twice the add/remove one, and the WBK19 replace-one bound
     is applied with half the noise multiplier;
   - ``"poisson"``: as Poisson sampling with ``q = sample_size/population`` under add/remove. Common
-    practice, but **not a theorem** for fixed-size batches (amendment A-2 withdraws it): only for
+    practice, but **not a theorem** for fixed-size batches: only for
     reproducing a paper's number; :func:`accounting_notes` says so in every report that uses it.
 
 * ``"poisson"`` with ``neighbouring="replace_one"`` is not supported by ``dp-accounting`` and raises.
@@ -96,7 +96,7 @@ def split_noise_multipliers(noise_multiplier: float, weights) -> tuple[float, ..
 
     ``w_i`` is mechanism i's share of the per-step RDP (``ε_i(α) = w_i α/(2 z²)``). With
     ``Σ w_i = 1`` the effective multiplier is ``z`` itself; with all ``w_i = 1`` every mechanism
-    gets ``z``. RR-Cluster's split (spec 002 §3.4): ``weights = (rho_s, 1 - rho_s)`` gives
+    gets ``z``. RR-Cluster's split: ``weights = (rho_s, 1 - rho_s)`` gives
     ``(sigma_s, sigma_theta)`` with ``sigma_eff = z``.
     """
     w = np.asarray(weights, dtype=np.float64).ravel()
@@ -252,7 +252,7 @@ def accounting_notes(releases, wor_add_remove: str = "replace_one") -> list[str]
                 notes.append(
                     f"{name}: fixed-size sampling ({r.sample_size} of {r.population}) under add/remove neighbours "
                     f"accounted as Poisson sampling with q={r.sample_size / r.population:.6g}: an approximation, "
-                    "NOT a valid DP guarantee for fixed-size batches (amendment A-2); the sound figure uses "
+                    "NOT a valid DP guarantee for fixed-size batches; the sound figure uses "
                     "wor_add_remove='replace_one'"
                 )
             else:

@@ -78,7 +78,7 @@ class GaussianRelease:
 
 
 def non_dp_release(step: str, *, unit: str = "sample", neighbouring: str = "add_remove") -> GaussianRelease:
-    """A release that is not a DP mechanism (amendment A-1): it has no bounded sensitivity or adds
+    """A release that is not a DP mechanism: it has no bounded sensitivity or adds
     no noise, so any run that makes it spends epsilon = inf. ``step`` names the step; the privacy
     report quotes it in its notes."""
     return GaussianRelease(noise_multipliers=(0.0,), count=1, unit=unit, neighbouring=neighbouring,

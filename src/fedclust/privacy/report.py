@@ -16,7 +16,7 @@ from fedclust.privacy._validate import check_delta
 
 __all__ = ["privacy_report", "json_ready", "UNITS", "COVERED", "OUTSIDE", "SCOPE_TAG"]
 
-#: What a finite epsilon covers (amendment A-1): everything that leaves a client, as listed in
+#: What a finite epsilon covers: everything that leaves a client, as listed in
 #: ``releases``, and whatever is computed from those releases alone.
 COVERED = (
     "every release listed under 'releases' (all that the server and the other clients see)",
@@ -26,7 +26,7 @@ COVERED = (
     "choice of cluster model)",
 )
 #: Experimenter-side measurements of a simulation: computed on raw data and true labels, not released
-#: by the protocol, and not covered by epsilon (amendment A-1, "evaluation is not a release").
+#: by the protocol, and not covered by epsilon.
 OUTSIDE = (
     "evaluation metrics (metrics.json: ACC, NMI, ARI, test accuracy, objective) computed on raw data and true labels",
     "per-round histories (MLflow round.* metrics, history.png) computed on raw data",

@@ -5,6 +5,7 @@ group; ``spec.calibrate`` and ``spec.run`` are what the Kedro pipelines, the gri
 call. Plain Python (no Kedro).
 """
 
+from fedclust.registry.checks import method_problems
 from fedclust.registry.config import MethodConfig, param
 from fedclust.registry.spec import (
     REGISTRY,
@@ -16,4 +17,4 @@ from fedclust.registry.spec import (
 )
 
 __all__ = ["REGISTRY", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods", "clustered_fl_methods",
-           "trust_model_of"]
+           "trust_model_of", "method_problems"]

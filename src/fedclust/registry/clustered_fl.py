@@ -2,7 +2,7 @@
 
 IFCA, CFL-MGD and FedAvg are not private (their report says epsilon = inf). RR-Cluster and its DP
 baselines (``rr_cluster.train.method``) are client-level DP under replace-one neighbours with
-fixed-size client sampling (amendment A-2; derivation in :mod:`fedclust.clustered_fl.rr_cluster`):
+fixed-size client sampling (derivation in :mod:`fedclust.clustered_fl.rr_cluster`):
 the target ``privacy.epsilon`` at ``privacy.delta`` over T rounds of m = round(qM) clients, split
 between the identifier noise (share ``rho_s``) and the model noise by the project's accountant
 (``calibration_bound: accountant``; the paper's Theorem 4.2 bound is ``wang_general``).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 
+from fedclust.params_check import ParameterError
 from fedclust.registry import configs as C
 from fedclust.registry.helpers import refuse_absurd, tensors_and_model
 from fedclust.registry.privacy import check_privacy_params, non_private_calibration
@@ -161,8 +162,8 @@ def rr_calibrate(privacy: dict, cfg: C.RRClusterConfig, rotated) -> dict:
     out["paper_formula"] = ("RR-Cluster Prop. 4.1 + Wang et al. (2019) Thm 4.2 RDP bound, eq. (9) conversion, on the "
                             "replace-one noise multipliers")
     if literal == "paper_literal":
-        out["notes"] = ["noise_calibration=paper_literal: the paper's noise (withdrawn resolution A2 for the "
-                        "baselines) is smaller than the replace-one calibration; the accountant's epsilon "
+        out["notes"] = ["noise_calibration=paper_literal: the paper's noise (for the baselines: "
+                        "sensitivity C_theta) is smaller than the replace-one calibration; the accountant's epsilon "
                         "exceeds the target"]
     logger.info("%s: epsilon=%s delta=%s -> %s", method, eps, delta,
                 {k: v for k, v in out.items() if k.startswith("sigma")})
@@ -176,8 +177,6 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
     k = _check_k("rr_cluster", cfg, rotated)
     problems = cfg.feasibility(int(rotated.group.size), k) if method == "rr_cluster" else []
     if problems:
-        from fedclust.params_check import ParameterError
-
         raise ParameterError(problems[0])
     data, model = tensors_and_model(rotated, cfg.model)
     kw = cfg.pick("rounds", "lr", "local_steps", "eval_every", "server_lr")

@@ -20,6 +20,7 @@ Plain Python (no Kedro).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import numbers
@@ -99,12 +100,38 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
     return value, []
 
 
+#: the parameter group named in the messages of a config being built by ``from_params``
+_WHERE: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedclust_config_group", default=None)
+
+
+def _raise(problems: list[str]):
+    head = "invalid parameter" if len(problems) == 1 else f"{len(problems)} invalid parameters"
+    raise ParameterError(f"{head}: " + "; ".join(problems))
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodConfig:
     """Base of every method's config (see the module docstring)."""
 
     #: the parameter group it is read from, for messages (``fkm.train``)
     GROUP: ClassVar[str] = "train"
+
+    def __post_init__(self) -> None:
+        """A config validates itself when it is built, however it is built (``from_params``, the
+        constructor, :meth:`replace`): kinds, bounds and choices of every field, then the checks
+        between fields; values are converted to their kind (``3.0`` -> ``3`` for an integer)."""
+        where = _WHERE.get() or self.GROUP
+        problems = []
+        for name, f in self.fields().items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value, found = check_value(f"{where}.{name}", value, f.metadata)
+            problems.extend(found)
+            object.__setattr__(self, name, value)
+        problems = problems or self.problems(where)
+        if problems:
+            _raise(problems)
 
     @classmethod
     def fields(cls) -> dict[str, dataclasses.Field]:
@@ -142,13 +169,13 @@ class MethodConfig:
         """The config of ``params`` (a ``<method>.train`` dict) and ``overrides``; raises
         :class:`~fedclust.params_check.ParameterError` naming every problem."""
         values, problems = cls.collect({**dict(params or {}), **overrides}, where)
-        if not problems:
-            cfg = cls(**values)
-            problems = cfg.problems(where or cls.GROUP)
-            if not problems:
-                return cfg
-        head = "invalid parameter" if len(problems) == 1 else f"{len(problems)} invalid parameters"
-        raise ParameterError(f"{head}: " + "; ".join(problems))
+        if problems:
+            _raise(problems)
+        token = _WHERE.set(where or cls.GROUP)
+        try:
+            return cls(**values)  # __post_init__ adds the checks between fields
+        finally:
+            _WHERE.reset(token)
 
     def problems(self, where: str) -> list[str]:
         """Checks between fields (override); one line per problem."""

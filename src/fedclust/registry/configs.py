@@ -281,7 +281,7 @@ class RRClusterConfig(MethodConfig):
     model: dict = param(_MLP, "dict")
 
     def feasibility(self, n_clients: int, k: int, where: str = "rr_cluster.train") -> list[str]:
-        """``B <= m / k`` with ``m = round(participation * n_clients)`` sampled clients (spec 002)."""
+        """``B <= m / k`` with ``m = round(participation * n_clients)`` sampled clients."""
         if self.method != "rr_cluster" or self.B == 0:
             return []
         m = max(1, int(round(self.participation * n_clients)))

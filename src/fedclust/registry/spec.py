@@ -15,6 +15,7 @@ from typing import Callable, Literal
 import numpy as np
 
 from fedclust.memory import require_memory
+from fedclust.params_check import _nearest
 from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
 from fedclust.registry import configs as C
@@ -114,7 +115,7 @@ _SPECS = [
                 library="fedclust.clustering.fed_dp_kmeans:run", trust_models=_ALL_MODELS),
     _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
     _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
-    # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
+    # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
     _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
     _clustering("fedc_avg", C.FedCAvgConfig, cl.fedc_mf_calibrate("fedc_avg"), cl.fedc_mf_run("fedc_avg"),
                 private=False, releases="local W models every round (not private)", in_tour=True,
@@ -138,8 +139,6 @@ def get(name: str) -> MethodSpec:
     try:
         return REGISTRY[name]
     except KeyError:
-        from fedclust.params_check import _nearest
-
         near = _nearest(name, list(REGISTRY))
         raise ValueError(f"unknown method {name!r}" + (f"; did you mean {near!r}?" if near else "")
                          + f" (valid: {', '.join(REGISTRY)})") from None

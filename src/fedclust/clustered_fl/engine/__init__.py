@@ -1,16 +1,16 @@
 """Vectorized engine for clustered federated learning (IFCA, CFL-MGD, FedAvg, and RR-Cluster later).
 
-One communication round ``t = 1..T`` (spec 004, section 2.4, one time index per round):
+One communication round ``t = 1..T``:
 
 1. ``lr_t = lr * lr_decay**(t-1)``; the server samples a fixed-size set ``M_t`` of ``round(q*m)``
-   clients without replacement (stream ``"sampling"`` of :mod:`fedclust.rng`; spec 002, 2.8;
+   clients without replacement (stream ``"sampling"`` of :mod:`fedclust.rng`;
    ``sampling="poisson"`` is the alternative).
-2. **Cluster estimation** (spec 004 eq. 8): every sampled client evaluates the loss of all ``k``
+2. **Cluster estimation**: every sampled client evaluates the loss of all ``k``
    current cluster models on its local training data, in ONE batched forward
    (:meth:`~fedclust.clustered_fl.models.BatchedModel.forward_shared`), and picks the argmin; ties go
    to the lowest index (``torch.argmin`` returns the first minimum).
 3. **Local update**, all sampled clients at once, from the chosen model ``chi_{p_i}`` and the chosen
-   cluster's server-side momentum ``u_{p_i}`` (spec 004, 2.4 and ambiguity 5):
+   cluster's server-side momentum ``u_{p_i}``:
 
    * ``local_update="model"`` (Option II, eq. 4 / Alg. 1 lines 19-21): ``H`` heavy-ball steps
      ``u <- beta*u + grad phi_i(w; batch)``; ``w <- w - lr_t*u`` (u computed first; no dampening, no
@@ -26,19 +26,19 @@ One communication round ``t = 1..T`` (spec 004, section 2.4, one time index per 
 4. **Server aggregation**: a replaceable :class:`Aggregator` receives the :class:`ClientUpdates`
    (sampled ids, chosen clusters, start and trained parameters, momentum) and returns the new cluster
    models and momentum buffers. Built in, all with segment sums (``index_add_``) and "an empty cluster
-   keeps its model and momentum" (spec 004, 2.4 [A]):
+   keeps its model and momentum":
 
    * :class:`ModelAveraging` (eq. 6): ``chi_p = mean_{i in S_p} chi~_i``, ``u_p = mean_{i in S_p} u_i``;
    * :class:`GradientAveraging` (eq. 5): ``chi_p <- chi_p - (lr_t/m) sum_{i in S_p} u_i`` with ``m`` the
-     TOTAL number of clients (spec 004, 6.1 item 4), ``u_p = mean u_i``;
+     TOTAL number of clients, ``u_p = mean u_i``;
    * :class:`DeltaAveraging`: ``chi_p <- chi_p + gamma * (sum_{i in S_p} clip(Delta_i) [+ noise]) / |S_p|``
      with hooks :meth:`Aggregator.groups` (privatize / reassign / rebalance the identifiers),
      :meth:`DeltaAveraging.clip_deltas` and :meth:`DeltaAveraging.privatize_sums` (add noise to the
-     per-cluster sums). This is the shape of RR-Cluster's server (spec 002, Alg. 1 lines 7-13); a
+     per-cluster sums). This is the shape of RR-Cluster's server; a
      private strategy records its releases in ``ctx.dp_events`` or returns them from
      :meth:`Aggregator.finish`.
 
-5. **Evaluation** (spec 004, 4.4) every ``eval_every`` rounds: training loss (min over clusters,
+5. **Evaluation** every ``eval_every`` rounds: training loss (min over clusters,
    mean over clients), pooled test accuracy where every test client uses its lowest-loss model on its
    own data (:func:`fedclust.metrics.pooled_accuracy`), client-clustering ACC/NMI against the true
    groups (:func:`fedclust.metrics.client_clustering_scores`) and the cluster sizes used by the server.
@@ -49,7 +49,7 @@ One communication round ``t = 1..T`` (spec 004, section 2.4, one time index per 
 Data come in as :class:`FederatedTensors`: padded per-client tensors ``(n_clients, n_max, d)`` with
 the true per-client sample counts (padding is masked out of every loss).
 
-**Memory** (issue 16): steps 2-4 hold parameter-sized tensors for every sampled client (start model,
+**Memory**: steps 2-4 hold parameter-sized tensors for every sampled client (start model,
 trained model, gradient, momentum), so a round of S clients costs about S times one client's working
 set. The engine therefore processes the sampled clients in chunks sized to ``max_chunk_mb``
 (:func:`bytes_per_client`): the cluster estimate of all S clients first (an (S, k) loss table), then,

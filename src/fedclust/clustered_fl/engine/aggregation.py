@@ -182,7 +182,7 @@ class _SumAggregator(Aggregator):
 
 
 class ModelAveraging(_SumAggregator):
-    """Option II / IFCA / FedAvg (spec 004 eq. 6): per-cluster mean of the clients' models and momenta."""
+    """Option II / IFCA / FedAvg: per-cluster mean of the clients' models and momenta."""
 
     name = "model_averaging"
 
@@ -200,7 +200,7 @@ class ModelAveraging(_SumAggregator):
 
 
 class GradientAveraging(_SumAggregator):
-    """Option I (spec 004 eq. 5): ``chi_p <- chi_p - (lr_t/norm) sum_{i in S_p} u_i``, ``u_p = mean u_i``.
+    """Option I: ``chi_p <- chi_p - (lr_t/norm) sum_{i in S_p} u_i``, ``u_p = mean u_i``.
 
     ``normalization="total"`` (spec: ``norm = m``, the total number of clients; the cluster step is
     then ``lr*|S_p|/m``) or ``"sampled"`` (``norm = |M_t|``; equal under full participation).
@@ -229,7 +229,7 @@ class DeltaAveraging(_SumAggregator):
     """``chi_p <- chi_p + server_lr * privatize(sum_{i in S_p} clip(Delta_i)) / |S_p|`` (empty: kept).
 
     With the default hooks (no clip, no noise, the clients' own choices) and ``server_lr=1`` this
-    equals :class:`ModelAveraging`. RR-Cluster (spec 002, Alg. 1 lines 7-13) overrides
+    equals :class:`ModelAveraging`. RR-Cluster overrides
     :meth:`groups` (identifier noise + random rebalancing), :meth:`clip_deltas` and
     :meth:`privatize_sums`. Momentum buffers (if any) are averaged per final group. In a chunked
     round :meth:`clip_deltas` sees one chunk of clients at a time (it must act per client) and

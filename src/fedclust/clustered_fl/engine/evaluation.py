@@ -1,4 +1,4 @@
-"""Evaluation of k cluster models (spec 004, section 4.4) and the result of a run."""
+"""Evaluation of k cluster models and the result of a run."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fedclust.metrics import client_clustering_scores, pooled_accuracy
 
 def evaluate(model: BatchedModel, params: Params, data: FederatedTensors, *, train: bool = True,
              test: bool = True, test_select: str = "test", max_rows: int = 1 << 16) -> dict[str, Any]:
-    """Full evaluation of k cluster models (spec 004, section 4.4).
+    """Full evaluation of k cluster models.
 
     Returns a dict with (where applicable):
 

@@ -152,7 +152,7 @@ def local_train(model: BatchedModel, params: Params, momentum: Params | None, X:
                 y: torch.Tensor, n: torch.Tensor, *, steps: int, lr: float, beta: float = 0.0,
                 batch_size: int | None = None, local_epochs: int | None = None,
                 gen: np.random.Generator | None = None) -> tuple[Params, Params | None]:
-    """``steps`` heavy-ball steps for all B clients at once (spec 004, Alg. 1 LocalUpdate):
+    """``steps`` heavy-ball steps for all B clients at once:
 
     ``u <- beta*u + grad phi_b(w_b; batch_b)``; ``w_b <- w_b - lr*u`` (no dampening/Nesterov). With
     ``beta == 0`` this is plain (S)GD and the returned momentum is None. ``params``/``momentum`` are
@@ -192,7 +192,7 @@ def local_train(model: BatchedModel, params: Params, momentum: Params | None, X:
 def local_gradient(model: BatchedModel, params: Params, momentum: Params | None, X, y, n, *,
                    beta: float = 0.0, batch_size: int | None = None,
                    gen: np.random.Generator | None = None) -> Params:
-    """Option I (spec 004 eq. 3 with the index fix of 2.4): ``u_i = beta*u_{p_i} + grad phi_i(chi_{p_i})``
+    """Option I: ``u_i = beta*u_{p_i} + grad phi_i(chi_{p_i})``
     for all B clients at once (full local batch, or one minibatch of ``batch_size``)."""
     if batch_size is not None and gen is None:
         raise ValueError("local_gradient with batch_size needs a numpy Generator gen (stream 'minibatch')")

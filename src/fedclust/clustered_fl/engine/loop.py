@@ -323,7 +323,7 @@ class ClusteredFLEngine:
 
     def sample_clients(self) -> np.ndarray:
         """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
-        ``round(q*m)`` clients without replacement (default; spec 002, 2.8), or Poisson sampling (every
+        ``round(q*m)`` clients without replacement (default), or Poisson sampling (every
         client independently with probability q; the number varies and may be 0)."""
         rng = self.rngs["sampling"]
         if self.sampling == "poisson":

@@ -1,4 +1,4 @@
-"""Audit cases of the clustered-FL family: RR-Cluster and its DP baselines (spec 002, amendment A-2).
+"""Audit cases of the clustered-FL family: RR-Cluster and its DP baselines.
 
 Methods: ``rr_cluster`` (RR-Cluster(IFCA), B = 2), ``dp_ifca``, ``dp_fesem``, ``dp_fedcam``,
 ``dp_fedavg``, ``dp_fedprox``, ``dp_fedper``. Each case runs the method's own code path

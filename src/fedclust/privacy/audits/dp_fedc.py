@@ -1,4 +1,4 @@
-"""Audit case of DP-FedC (Li, Wang, Chi & Quek, IEEE IoT-J 2023; spec 000): a canary sample.
+"""Audit case of DP-FedC (Li, Wang, Chi & Quek, IEEE IoT-J 2023): a canary sample.
 
 Setting: 24 digits rows scaled to [0, 1] on 2 clients (n_0 = 10, n_1 = 14), k = 2, one round,
 every client sampled (K = N), the run's public defaults otherwise: ``constants="public"`` (rho, mu_h

@@ -1,4 +1,4 @@
-"""Audit cases of FedSC's two private variants (Qiao, Ding & Fan, NeurIPS 2023; spec 001 section 3).
+"""Audit cases of FedSC's two private variants (Qiao, Ding & Fan, NeurIPS 2023, Sec. 3).
 
 Both cases run :func:`fedclust.clustering.fedsc.run` itself (Stage I and the releases;
 ``cluster=False`` skips Stage II, which only post-processes the releases) on tiny data: 20 points of

@@ -1,25 +1,25 @@
 """DP-FedC's own privacy formulas (Li, Wang, Chi & Quek, "Differentially Private Federated Clustering
-Over Non-IID Data", IEEE IoT-J 2023; spec 000, section 3 and 7.2 A4-A8).
+Over Non-IID Data", IEEE IoT-J 2023: Theorems 1-3).
 
 Sample-level (ε, δ)-DP of each client's uploaded centroid matrix W̃_i^t = W_i^t + ξ_i^t.
 
 * Sensitivity, Lemma 2 eq. (28): ``s = 2 G Q2 / eta`` (G: the Frobenius clip of every minibatch
-  gradient, A4; Q2: local W-steps; eta: the W step-size denominator).
+  gradient; Q2: local W-steps; eta: the W step-size denominator).
 * Per-round noise, Theorem 2 eq. (29), valid for q < 1/2 (amplification by subsampling, Theorem 1,
   eq. (5): ε' = 2 q ε, δ' = q δ)::
 
       σ² = 32 G² Q2² q² ln(1.25 q/δ) / (η² ε²)
 
   i.e. ``σ / (G Q2/η) = sqrt(32 q² ln(1.25 q/δ)) / ε`` (q = 0.5, δ = 1e-4: 8.36/ε). Eq. (31) has a
-  typo (4 for 8); (29) is consistent with (28) and (30) and is what we use (A15).
-  RESOLUTION (A6): for q ≥ 1/2 there is no amplification and the un-amplified Gaussian of eq. (30),
+  typo (4 for 8); (29) is consistent with (28) and (30) and is what we use.
+  Our choice: for q ≥ 1/2 there is no amplification and the un-amplified Gaussian of eq. (30),
   ``σ² = 8 G² Q2² ln(1.25/δ)/(η² ε²)``, is used instead, with a note. A note is also returned when the
-  base mechanism's ε/(2q) exceeds 1 (A8: Lemma 1 / Theorem 1 assume ε ≤ 1).
+  base mechanism's ε/(2q) exceeds 1 (Lemma 1 / Theorem 1 assume ε ≤ 1).
 * Total loss, Theorem 3 eq. (32): ``ε̄ = c0 q² ε sqrt(p R/(1 - q))``; inverted to get the per-round
-  ε from a total budget: ``ε = ε̄ sqrt(1 - q)/(c0 q² sqrt(p R))``. c0 is never given (A5, default 1),
-  and q is capped at ``q_cap = 0.99`` so that 1 - q stays positive (A6).
+  ε from a total budget: ``ε = ε̄ sqrt(1 - q)/(c0 q² sqrt(p R))``. c0 is never given (default 1),
+  and q is capped at ``q_cap = 0.99`` so that 1 - q stays positive.
 
-These formulas set the noise; they are not the reported ε (amendment A-1). The accountant rates the
+These formulas set the noise; they are not the reported ε. The accountant rates the
 releases (:func:`release`: noise multiplier σ/s per round, fixed-size subsampling, replace-one) for
 every client size, and a run reports the worst client's ε (``clustering.dp_fedc.client_privacy``).
 Eq. (28) is a valid sensitivity only when η is public (every clipped step then moves W by at most
@@ -43,7 +43,7 @@ def sensitivity(G: float, Q2: float, eta: float) -> float:
 
 
 def effective_q(Q2: int, b: int, n_i: int, q_cap: float = 0.99) -> float:
-    """The data sampling ratio ``q = min(Q2 b / n_i, q_cap)`` (section 2.1.6 and A6/A18)."""
+    """The data sampling ratio ``q = min(Q2 b / n_i, q_cap)`` (the minibatch share of the client's samples in one round, capped below 1)."""
     if not 0 < q_cap <= 1:
         raise ValueError(f"q_cap must be in (0, 1], got {q_cap!r}")
     return min(check_positive(Q2, "Q2") * check_positive(b, "b") / check_positive(n_i, "n_i"), q_cap)
@@ -61,7 +61,7 @@ def eq29_factor(epsilon: float, delta: float, q: float) -> float:
 
 def sigma_factor(epsilon: float, delta: float, q: float, *, fallback: bool = True) -> tuple[float, str | None]:
     """σ in units of ``G Q2/η``: eq. (29) ``sqrt(32 q² ln(1.25 q/δ))/ε`` for q < 1/2, else (with
-    ``fallback``, RESOLUTION A6) ``sqrt(8 ln(1.25/δ))/ε``, the un-amplified eq. (30) with s from (28).
+    ``fallback``, our choice) ``sqrt(8 ln(1.25/δ))/ε``, the un-amplified eq. (30) with s from (28).
     ``fallback=False`` applies eq. (29) for every q (paper-literal). Returns ``(factor, note)``."""
     e = check_epsilon(epsilon)
     d = check_delta(delta)
@@ -89,7 +89,7 @@ def sigma_factor(epsilon: float, delta: float, q: float, *, fallback: bool = Tru
 
 def sigma_round(G: float, Q2: float, eta: float, epsilon: float, delta: float, q: float, *,
                 fallback: bool = True) -> tuple[float, str | None]:
-    """Per-round noise std of Theorem 2, eq. (29), with the q ≥ 1/2 fallback (A6) unless ``fallback=False``.
+    """Per-round noise std of Theorem 2, eq. (29), with the q ≥ 1/2 fallback unless ``fallback=False``.
 
     Returns ``(sigma, note)``; ``note`` is None when the formula is applied within its assumptions,
     else a sentence saying why not (for the run's log and privacy report; no warning is raised

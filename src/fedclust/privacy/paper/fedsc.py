@@ -1,5 +1,5 @@
 """FedSC's own privacy formulas (Qiao, Ding & Fan, "Federated Spectral Clustering via Secure Similarity
-Reconstruction", NeurIPS 2023; spec 001, sections 2.9-2.10 and 3).
+Reconstruction", NeurIPS 2023: Proposition 3.7 and Theorem 3.9).
 
 Sample-level DP, neighbouring datasets differ in one sample replaced (x -> x' in one client), all
 sample norms bounded by ``tau_x`` (enforce by clipping, :func:`fedclust.privacy.mechanisms.clip_rows`).
@@ -35,8 +35,8 @@ the C-step is column-separable, so ``Δ_C = 2 tau_C`` for columns clipped to ``t
 sample's gradient term is bounded through ``K(a, b) ||a - b|| <= r e^{-1/2}``), which need no bound on
 Z or on the data and no λ.
 
-Υ is the ℓ2 bound ``max ||z_j - x'||_2`` (the proof's choice, conservative; spec 7.2 #20). The theorem
-needs the plain GD Z step (spec 7.2 #22). The classical Gaussian formulas assume ε < 1 (spec 7.2 #21);
+Υ is the ℓ2 bound ``max ||z_j - x'||_2`` (the proof's choice, conservative). The theorem
+needs the plain GD Z step. The classical Gaussian formulas assume ε < 1;
 :func:`perturbed_data_sigma` and :func:`factor_sigma_c` warn for ε >= 1 and offer
 ``mechanism="analytic"`` (Balle & Wang 2018), which is valid for any ε.
 """

@@ -1,9 +1,9 @@
 """RR-Cluster's privacy accounting (Yang, Hu, Kim & Li, "Differentially Private Federated Clustering
-with Random Rebalancing"; spec 002, section 3).
+with Random Rebalancing": Proposition 4.1 and Theorem 4.2).
 
 Client-level DP with a trusted server that adds the noise. The paper states add/remove of one client,
 but its subsampling bound (WBK19, sampling without replacement of a fixed number of clients) is a
-**replace-one** analysis (amendment A-2). The formulas below are therefore read with noise multipliers
+**replace-one** analysis. The formulas below are therefore read with noise multipliers
 relative to the replace-one sensitivities (identifiers ``sqrt(2) C_s``, cluster sums ``2 C_theta``, see
 :mod:`fedclust.clustered_fl.rr_cluster`); :func:`release` describes the run that way, and the reported
 epsilon is the project accountant's, this module's value being the paper's claim shown next to it.
@@ -22,7 +22,7 @@ epsilon is the project accountant's, this module's value being the paper's claim
       eps_q(alpha) <= 1/(alpha-1) log( 1 + q^2 C(alpha,2) min{4(e^{r(2)} - 1), 2 e^{r(2)}}
                                          + 2 sum_{j=3}^{alpha} q^j C(alpha,j) e^{(j-1) r(j)} ),
 
-  evaluated in log space. As the spec (section 3.3) requires, the bound is replaced by the unsampled
+  evaluated in log space. The bound is replaced by the unsampled
   RDP r(alpha) where that is smaller (``take_min=True``), which removes the bound's floor.
 
 * T rounds compose additively (eq. 8): eps(alpha) = T eps_q(alpha).
@@ -37,10 +37,10 @@ Other per-round bounds, selected with ``bound``:
 * ``"poisson_rdp"``: Poisson subsampling at rate q under add/remove (exact integer-order RDP, as
   ``dp-accounting`` computes it).
 
-All three use the conversion of eq. (9), so that they can be compared with the spec's reference table
-(computed with autodp). :func:`calibrate_sigmas` implements RESOLUTION 3.4: split the per-round RDP with
+All three use the conversion of eq. (9), so that they can be compared with reference values
+computed with autodp (in the tests). :func:`calibrate_sigmas` splits the per-round RDP with
 ``rho_s`` (``1/sigma_s^2 = rho_s/sigma_eff^2``, ``1/sigma_theta^2 = (1-rho_s)/sigma_eff^2``) and bisect
-on ``sigma_eff``. ``rho_s = 0.5`` gives ``sigma_s = sigma_theta``, the spec's default; ``rho_s = 0`` is a
+on ``sigma_eff``. ``rho_s = 0.5`` gives ``sigma_s = sigma_theta``, our default; ``rho_s = 0`` is a
 method with no identifier (DP-FedAvg, DP-FedPer).
 """
 
@@ -227,7 +227,7 @@ def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: flo
                      T: int | None = None, M: int | None = None, rho_s: float = 0.5, *,
                      bound: str = "wang_general", orders=None, take_min: bool = True,
                      rtol: float = 1e-4) -> tuple[float, float]:
-    """RESOLUTION 3.4: ``(sigma_s, sigma_theta)`` whose T rounds spend ``target_epsilon`` at ``delta``.
+    """``(sigma_s, sigma_theta)`` whose T rounds spend ``target_epsilon`` at ``delta``.
 
     ``rho_s`` in [0, 1) is the identifiers' share of the per-round RDP (0.5: ``sigma_s == sigma_theta``;
     0: no identifier, ``sigma_s = inf``). ``M`` (number of clients), if given, makes the ratio the one of
@@ -270,7 +270,7 @@ def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: flo
 def release(sigma_s: float | None, sigma_theta: float, *, T: int, M: int, q: float | None = None,
             sample_size: int | None = None, label: str = "rr_cluster") -> GaussianRelease:
     """The :class:`GaussianRelease` of T RR-Cluster rounds: client level, **replace-one** neighbours,
-    fixed-size sampling without replacement (amendment A-2), noise multipliers relative to the
+    fixed-size sampling without replacement, noise multipliers relative to the
     replace-one sensitivities.
 
     ``sample_size`` defaults to ``round(q M)``. Without identifier noise (``sigma_s`` None/inf) the

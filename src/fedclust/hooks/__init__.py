@@ -1,0 +1,27 @@
+"""Kedro hooks of fedclust, one module per job (registered in :mod:`fedclust.settings`):
+
+* :mod:`.params`: parameters checked against ``conf/base`` and the methods' configs before anything
+  runs, and the run's thread setting applied (:class:`ParamsCheckHook`);
+* :mod:`.tags`: MLflow run names and tags, and one nested run per method in a run of several
+  methods (:class:`RunTagsHook`, :class:`MethodRunsCloseHook`);
+* :mod:`.settings_log`: each method's effective settings logged as params of its run
+  (:class:`EffectiveSettingsHook`);
+* :mod:`.summary`: progress bars and the end-of-run summary table (:class:`SummaryHook`);
+* :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
+  marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`).
+
+The hooks share one record of the pipeline run in progress (:mod:`.state`). A user mistake or an
+environment fault is shown in one line, with the MLflow run still open marked FAILED, by the command
+line (:mod:`fedclust.cli`).
+"""
+
+from fedclust.hooks.interrupts import HOST_TAG, PID_TAG, InterruptHook, kill_dead_runs
+from fedclust.hooks.params import ParamsCheckHook
+from fedclust.hooks.settings_log import EffectiveSettingsHook
+from fedclust.hooks.summary import SummaryHook
+from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
+
+__all__ = [
+    "EffectiveSettingsHook", "HOST_TAG", "InterruptHook", "MethodRunsCloseHook", "PID_TAG", "ParamsCheckHook",
+    "RunTagsHook", "SummaryHook", "kill_dead_runs",
+]

@@ -1,0 +1,193 @@
+"""What a ``kedro run`` shows on the terminal: progress bars over nodes and rounds (on a terminal
+only), and at the end a summary table: method, ACC/NMI or test accuracy with its chance line,
+epsilon with its trust model, wall time and MLflow run id."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+from kedro.framework.hooks import hook_impl
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from fedclust import progress
+from fedclust.hooks.state import RUN, is_grid_run, method_of
+from fedclust.hooks.tags import fmt_eps
+
+logger = logging.getLogger(__name__)
+
+
+def _eps_of(privacy: dict):
+    eps = privacy.get("epsilon_accountant")
+    return None if eps in (None, "inf") else eps
+
+
+def _utility(met: dict) -> str | None:
+    if "ACC" in met:
+        util = f"ACC {met['ACC']:.3f} · NMI {met.get('NMI', float('nan')):.3f}"
+        if "ACC_chance" in met:
+            util += f" (chance {met['ACC_chance']:.3f}{', AT CHANCE' if met.get('at_chance') else ''})"
+        return util
+    if "test_accuracy" in met:
+        return f"test acc {met['test_accuracy']:.3f}"
+    return None
+
+
+def summary_rows(summary: dict[str, dict], grid_records: dict[str, list]) -> list[dict]:
+    """One row per method (or grid) of a finished run, for the summary table.
+
+    ``summary`` maps a method to what its nodes returned (``metrics``, ``privacy``, ``wall_time_s``);
+    ``grid_records`` a grid to its records.
+    """
+    rows = []
+    for method, s in summary.items():
+        met, priv = s.get("metrics") or {}, s.get("privacy") or {}
+        util = _utility(met)
+        if util is None:
+            continue
+        wall = s.get("wall_time_s", met.get("wall_time_s"))
+        eps = fmt_eps(_eps_of(priv))
+        if priv.get("trust_model") not in (None, "none"):
+            eps = f"{eps} ({priv['trust_model']})"
+        rows.append({"method": method, "result": util, "epsilon": eps,
+                     "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": RUN.run_id(method)})
+    for grid, records in grid_records.items():
+        wall = sum(float((r.get("metrics") or {}).get("wall_time_s", 0.0) or 0.0) for r in records)
+        rows.append({"method": grid, "result": f"{len(records)} cells (summary in data/08_reporting/{grid})",
+                     "epsilon": "per cell", "wall_time_s": f"{wall:.1f}", "run_id": RUN.parent_id or ""})
+        if grid == "benchmark":
+            # imported here: the benchmark module pulls in every method, which other runs never need
+            from fedclust.grids.benchmark import best_per_epsilon
+
+            for best in best_per_epsilon(records):
+                chance = "AT CHANCE" if best["at_chance"] else f"chance {best['ACC_chance']:.3f}"
+                tm = f" ({best['trust_model']})" if best["trust_model"] not in ("none", "n/a") else ""
+                rows.append({"method": f"  best on {best['dataset']}",
+                             "result": f"{best['method']} ACC {best['ACC']:.3f} ({chance})",
+                             "epsilon": f"{best['epsilon']}{tm}", "wall_time_s": "", "run_id": ""})
+    return rows
+
+
+def print_summary(title: str, rows: list[dict]) -> None:
+    table = Table(title=f"fedclust: {title}", title_justify="left")
+    for col, just in (("method", "left"), ("result", "left"), ("ε", "right"), ("wall time (s)", "right"),
+                      ("MLflow run id", "left")):
+        table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
+    for r in rows:
+        table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
+    Console(width=max(120, Console().width)).print(table)
+
+
+class _Bars:
+    """A bar over the nodes and, under it, one over the rounds of the training node that runs (the
+    library's round loops report through :mod:`fedclust.progress`); nothing when not on a terminal."""
+
+    def __init__(self, total: int):
+        self.bar = Progress(TextColumn("[bold]{task.fields[unit]:>6}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            TextColumn("{task.description}"), transient=True)
+        self.task = self.bar.add_task("", total=total, unit="nodes")
+        self.rounds = None
+        self.bar.start()
+
+    def start_rounds(self, node) -> None:
+        if "training" not in node.tags or self.rounds is not None:
+            return
+        bar, where = self.bar, node.namespace or node.name
+        task = bar.add_task(where, total=None, unit="rounds")
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None, description=f"{where} · {label}")
+
+        listening = progress.listening(update)
+        listening.__enter__()
+        self.rounds = (task, listening)
+
+    def stop_rounds(self) -> None:
+        if self.rounds is None:
+            return
+        task, listening = self.rounds
+        self.rounds = None
+        listening.__exit__(None, None, None)
+        self.bar.remove_task(task)
+
+    def node_done(self, name: str) -> None:
+        self.stop_rounds()
+        self.bar.update(self.task, advance=1, description=name)
+
+    def stop(self) -> None:
+        self.stop_rounds()
+        self.bar.stop()
+
+
+class SummaryHook:
+    """Progress bars during the run (grids show their own bar over cells) and the summary table at
+    its end, from the ``result``, ``metrics``, ``privacy`` and ``records`` outputs of each method."""
+
+    def __init__(self):
+        self._bars: _Bars | None = None
+        self._t0: dict[str, float] = {}
+        self._summary: dict[str, dict] = {}
+        self._grid_records: dict[str, list] = {}
+
+    def _stop_bars(self) -> None:
+        if self._bars is not None:
+            try:
+                self._bars.stop()
+            finally:
+                self._bars = None
+
+    @hook_impl
+    def before_pipeline_run(self, run_params, pipeline, catalog) -> None:
+        self._summary, self._grid_records = {}, {}
+        self._stop_bars()
+        if sys.stderr.isatty() and not is_grid_run(pipeline):  # quiet in logs, pipes and tests
+            self._bars = _Bars(len(pipeline.nodes))
+
+    @hook_impl
+    def before_node_run(self, node, catalog, inputs) -> None:
+        self._t0[node.name] = time.perf_counter()
+        if self._bars is not None:
+            self._bars.start_rounds(node)
+
+    @hook_impl
+    def after_node_run(self, node, catalog, inputs, outputs) -> None:
+        logger.debug("node %s finished in %.2f s", node.name,
+                     time.perf_counter() - self._t0.pop(node.name, time.perf_counter()))
+        if self._bars is not None:
+            self._bars.node_done(node.name)
+        method = method_of(node)
+        if method is None:
+            return
+        for name, value in outputs.items():
+            short = name.rsplit(".", 1)[-1]
+            if short == "result" and hasattr(value, "info"):
+                self._summary.setdefault(method, {})["wall_time_s"] = value.info.get("wall_time_s")
+            elif short == "metrics" and isinstance(value, dict):
+                self._summary.setdefault(method, {}).update(metrics=value)
+            elif short == "privacy" and isinstance(value, dict):
+                self._summary.setdefault(method, {}).update(privacy=value)
+            elif short == "records" and isinstance(value, list):
+                self._grid_records[method] = value
+
+    @hook_impl
+    def on_node_error(self, error, node, catalog, inputs, is_async) -> None:
+        if self._bars is not None:
+            self._bars.stop_rounds()
+
+    @hook_impl
+    def after_pipeline_run(self, run_params, run_result, pipeline, catalog) -> None:
+        self._stop_bars()
+        rows = summary_rows(self._summary, self._grid_records)
+        if rows:
+            try:
+                print_summary(RUN.name, rows)
+            except Exception as exc:  # never fail a finished run for its summary
+                logger.warning("could not print the summary: %s", exc)
+
+    @hook_impl
+    def on_pipeline_error(self, error, run_params, pipeline, catalog) -> None:
+        self._stop_bars()

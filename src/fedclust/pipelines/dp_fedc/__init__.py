@@ -1,1 +1,0 @@
-"""DP-FedC: differentially private federated clustering over non-IID data."""

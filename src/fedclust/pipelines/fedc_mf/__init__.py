@@ -1,1 +1,0 @@
-"""FedCAvg and FedCGds: matrix-factorization federated clustering (spec 003)."""

@@ -1,1 +1,0 @@
-"""FedSC: federated spectral clustering by secure similarity reconstruction."""

@@ -1,1 +1,0 @@
-"""Federated k-means (federated Lloyd): the foundation's end-to-end method."""
