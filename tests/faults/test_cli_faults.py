@@ -87,9 +87,10 @@ def test_a_path_given_to_a_data_set_that_reads_no_file_is_named(project):
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_zero_threads_fails_its_run(project):
+def test_zero_threads_stops_the_run_before_it_starts(project):
+    # checked with the parameters, before kedro-mlflow opens a run: no run is left FINISHED (or open)
     outcome = project.run("--pipelines=fkm", f"--params={TINY},compute.threads=0")
-    assert_fault(outcome, "compute.threads must be null (leave threads as they are) or an int >= 1, got 0", ["FAILED"])
+    assert_fault(outcome, "compute.threads must be null (leave threads as they are) or an int >= 1, got 0", [])
 
 
 @pytest.mark.usefixtures("unchanged")
@@ -108,8 +109,9 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(project):
 
 @pytest.mark.usefixtures("unchanged")
 def test_verbose_shows_the_traceback(project):
-    outcome = project.run("-v", "--pipelines=fkm", f"--params={TINY},compute.threads=0")
-    assert outcome.code != 0 and "Traceback" in outcome.err
+    scipy.io.savemat(project.root / "empty.mat", {"X": np.zeros((3, 0)), "Label": np.zeros((0, 1))})
+    outcome = project.run("-v", "--pipelines=fkm", f"--params={TINY},dataset.name=mat,dataset.path=empty.mat")
+    assert outcome.code != 0 and "Traceback" in outcome.err and "DataError" in outcome.err
     assert [status for _, status in outcome.new_runs] == ["FAILED"]
 
 
