@@ -102,8 +102,9 @@ def test_dk_pp_with_too_few_rounds_says_what_to_set(project):
 
 @pytest.mark.usefixtures("unchanged")
 def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(project):
-    outcome = project.run("--pipelines=fkm", f"--params={TINY},fkm.train.k=100000000")
-    assert_fault(outcome, "fkm with these settings would need about", ["FAILED"])
+    # a clustered-FL model of 10^8 hidden units: about a TiB of models (a raw allocation error before)
+    outcome = project.run("--pipelines=ifca", "--params=ifca.train.model.hidden=100000000,ifca.train.rounds=1")
+    assert_fault(outcome, "ifca with these settings would need about", ["FAILED"])
     assert "TiB of memory" in outcome.first_error and "more than this machine has available" in outcome.first_error
 
 
@@ -118,11 +119,13 @@ def test_verbose_shows_the_traceback(project):
 # ---- the environment ------------------------------------------------------------------------------
 
 #: loaded first by the Python of ``kedro run`` (PYTHONPATH): writes under FEDCLUST_TEST_READONLY fail
-#: with EROFS, as on a read-only mount. Root ignores file modes, so chmod cannot make a folder
-#: read-only for this suite; this stands in for the mount at the OS boundary (open, mkdir).
+#: with the OS error FEDCLUST_TEST_ERRNO (EROFS: a read-only mount; ENOSPC: a full disk). Root ignores
+#: file modes, so chmod cannot make a folder read-only for this suite, and filling a disk is no test;
+#: this stands in for both at the OS boundary (open for writing, mkdir).
 READ_ONLY_SHIM = textwrap.dedent("""
     import builtins, errno, os
     _root = os.path.abspath(os.environ["FEDCLUST_TEST_READONLY"])
+    _errno = getattr(errno, os.environ.get("FEDCLUST_TEST_ERRNO", "EROFS"))
     _open, _mkdir = builtins.open, os.mkdir
 
     def _inside(path):
@@ -132,7 +135,7 @@ READ_ONLY_SHIM = textwrap.dedent("""
             return False
 
     def _refuse(path):
-        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+        raise OSError(_errno, os.strerror(_errno), os.fsdecode(path))
 
     def open(file, mode="r", *args, **kwargs):
         if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") and _inside(file):
@@ -148,16 +151,21 @@ READ_ONLY_SHIM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize(
+    "error, words",
+    [("EROFS", "the file system is read-only"), ("ENOSPC", "no space left on the device")],
+    ids=["read_only", "full_disk"],
+)
 @pytest.mark.usefixtures("unchanged")
-def test_a_read_only_reporting_folder_fails_the_run_in_one_line(project, tmp_path):
+def test_a_read_only_or_full_reporting_folder_fails_the_run_in_one_line(project, tmp_path, error, words):
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(READ_ONLY_SHIM)
-    env = project.env(FEDCLUST_TEST_READONLY=str(project.root / "data" / "08_reporting"))
+    env = project.env(FEDCLUST_TEST_READONLY=str(project.root / "data" / "08_reporting"), FEDCLUST_TEST_ERRNO=error)
     env["PYTHONPATH"] = os.pathsep.join([str(shim), env["PYTHONPATH"]])
     outcome = project.run("--pipelines=fkm", f"--params={TINY}", env=env)
     assert_fault(outcome, f"cannot write {project.root / 'data' / '08_reporting'}", ["FAILED"])
-    assert "the file system is read-only" in outcome.first_error
+    assert words in outcome.first_error
 
 
 @pytest.mark.usefixtures("unchanged")

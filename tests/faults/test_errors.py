@@ -124,15 +124,20 @@ def test_memory_beyond_what_is_available_is_refused_with_the_estimate():
 
 
 def test_a_method_whose_arrays_cannot_fit_is_refused_before_it_starts(monkeypatch):
-    monkeypatch.setattr("fedclust.memory.available_bytes", lambda: 8 * 2**30)
     rng = np.random.default_rng(0)
     ds = Dataset(X=rng.random((60, 5)), y=np.repeat(np.arange(3), 20), name="toy")
     part = Partition(client=np.repeat(np.arange(6), 10), n_clients=6)
-    spec = REGISTRY["fkm"]
-    assert estimate_work(spec, spec.config_from({"k": 3}), ds, part) > 0  # fits: the usual work estimate
-    # 6 clients x 10^10 centres x 5 features x 8 bytes x 4 copies
-    with pytest.raises(MemoryEstimateError, match=r"fkm with these settings would need about 8\.7 TiB of memory"):
-        estimate_work(spec, spec.config_from({"k": 10**10}), ds, part)
+    spec, cfg = REGISTRY["fkm"], REGISTRY["fkm"].config_from({"k": 3})
+    monkeypatch.setattr("fedclust.memory.available_bytes", lambda: 2**30)
+    assert estimate_work(spec, cfg, ds, part) > 0  # fits: the usual work estimate
+    # 3 copies of the 60 x 5 data (7200 B) and 4 of the 6 clients' 3 x 5 centres (2880 B), in 4 KiB
+    monkeypatch.setattr("fedclust.memory.available_bytes", lambda: 4096)
+    with pytest.raises(MemoryEstimateError) as err:
+        estimate_work(spec, cfg, ds, part)
+    assert str(err.value).startswith(
+        "fkm with these settings would need about 9.8 KiB of memory (working copies "
+        "of the data (3 x n x m): 7.0 KiB), more than this machine has available (4.0 KiB)"
+    )
 
 
 def test_dk_pp_rounds_that_leave_no_room_for_seeding_say_what_to_set():

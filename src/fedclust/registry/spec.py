@@ -169,7 +169,8 @@ def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]
     if spec.family == "clustering":
         dataset, partition = data
         n, m = (int(s) for s in dataset.X.shape[:2])
-        k = int(getattr(cfg, "k", None) or dataset.n_classes)
+        # k and d beyond n are refused by the method with a sharper message (refuse_absurd)
+        k = min(int(getattr(cfg, "k", None) or dataset.n_classes), n)
         N = max(int(np.asarray(partition.client).max()) + 1, 1)
         clients = int(getattr(cfg, "clients_per_round", None) or N)
         parts = {"working copies of the data (3 x n x m)": 3.0 * n * m * 8,
@@ -177,7 +178,7 @@ def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]
         if spec.name == "dp_fedc":
             parts["soft assignments H (n x k, 3 copies)"] = 3.0 * n * k * 8
         if spec.name == "fedsc":
-            d = int(cfg.d or min(cfg.d_max or n, n))
+            d = min(int(cfg.d or min(cfg.d_max or n, n)), n)
             parts["dictionary factors (n x d, 4 copies)"] = 4.0 * n * d * 8
         return parts
     (rotated,) = data
