@@ -219,7 +219,7 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
     mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").create_experiment(
         "fedclust", artifact_location=(project.root / "mlruns").as_uri()
     )
-    long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=100000"
+    long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=20000"
     proc = subprocess.Popen(
         [KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"],
         cwd=project.root,
@@ -235,7 +235,7 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
             time.sleep(0.5)
         time.sleep(1)
         folder.rename(moved)
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
