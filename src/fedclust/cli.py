@@ -18,6 +18,7 @@ import os
 import sys
 
 import click
+from click.core import ParameterSource
 from kedro.framework.cli.project import run as kedro_run
 from kedro.framework.cli.utils import _split_params
 
@@ -40,8 +41,6 @@ def merge_params(base: dict, override: dict) -> dict:
 
 def _params_with_config_file(ctx: click.Context, params: dict) -> dict:
     """The run's params: those of the ``--config`` file under ``--params`` (both kept)."""
-    from click.core import ParameterSource
-
     from_file = (ctx.default_map or {}).get("params")
     if not from_file or ctx.get_parameter_source("params") is not ParameterSource.COMMANDLINE:
         return params  # no file params, or click already took them as the default
@@ -52,7 +51,7 @@ def _params_with_config_file(ctx: click.Context, params: dict) -> dict:
 def fail_open_runs() -> None:
     """Mark the MLflow runs this process left open FAILED (MLflow's exit handler would say FINISHED)."""
     try:
-        import mlflow
+        import mlflow  # here: every kedro command loads this module, and MLflow is slow to import
 
         while mlflow.active_run() is not None:
             mlflow.end_run(status="FAILED")
