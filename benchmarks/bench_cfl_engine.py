@@ -1,6 +1,6 @@
 """Benchmark A: vectorized clustered-FL engine vs a per-client-loop engine, many small clients.
 
-Workload (issue 9): rotated 8x8 digits (scikit-learn), P = 4 rotations (0/90/180/270), 1200 clients
+Workload: rotated 8x8 digits (scikit-learn), P = 4 rotations (0/90/180/270), 1200 clients
 (300 per rotation) with 16 training and 4 test images each, MLP 64-32-10, k = 4 cluster models,
 participation 0.2 (240 clients per round), CFL-MGD Option II with H = 10 full-batch heavy-ball steps
 (lr 0.1, beta 0.9). The digits are first split into a 1,497-image training pool and a 300-image test

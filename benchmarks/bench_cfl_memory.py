@@ -1,11 +1,12 @@
-"""Benchmark (issue 16, section 1): memory of the clustered-FL engine against the clients per round.
+"""Benchmark: memory of the clustered-FL engine against the clients per round.
 
 Workload: rotated MNIST test set (``../shared/data/mnist``, the official 10,000 test images, scaled to
 [0, 1]): the images are split into an 8,000-image training pool and a 2,000-image test pool, each
 rotated by 0/90/180/270 degrees; client c belongs to rotation group c mod 4 and holds 30 training and
 10 test images of its group (consecutive entries of one random permutation of the pool from a random
 offset, so no image repeats within a client; clients share images, as ``rotation(reuse=True)`` does).
-MLP 784-200-10, IFCA with k = 4 (model averaging, no momentum), 10 local SGD steps of batch 10,
+MLP 784-200-10, IFCA with k = 4 (model averaging, no momentum; ``--methods`` adds FedAvg, RR-Cluster, DP-IFCA and the
+DP single-model baselines, see ``METHODS``), 10 local SGD steps of batch 10,
 lr 0.1, fixed-size sampling of S clients per round out of N = max(320, S) clients. The padded data
 tensor is built directly in float32 (N x 30 x 784 floats: 0.94 GB at N = 10,000).
 
@@ -19,11 +20,12 @@ Every setting runs in its own process (one torch thread by default) and reports:
   training time (the engine's phase timers; the final evaluation is excluded);
 * ``chunk``: clients per chunk (``max_chunk_mb``) and chunks per round.
 
-``unchunked`` runs use ``max_chunk_mb=1e9`` (one chunk per round: the engine before issue 16); they are
+``unchunked`` runs use ``max_chunk_mb=1e9`` (one chunk per round: the engine without chunking); they are
 skipped above ``--unchunked-up-to`` clients per round (3,200 unchunked needs about 9 GB). Where both
 ran, the largest parameter difference between the chunked and unchunked final models is printed.
 
     .venv/bin/python benchmarks/bench_cfl_memory.py                      # 32, 320, 3200, 10000
+    .venv/bin/python benchmarks/bench_cfl_memory.py --methods ifca,fedavg,rr_cluster,dp_ifca
     .venv/bin/python benchmarks/bench_cfl_memory.py --sizes 32,320 --max-chunk-mb 256
     .venv/bin/python benchmarks/bench_cfl_memory.py --data-clustering 1,10   # DP-FedC, FedC-MF, FedSC
 
@@ -73,10 +75,44 @@ def build_data(n_clients: int, seed: int = 0):
                             group=group)
 
 
-def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None) -> dict:
-    import torch
+#: Methods measured (``--methods``): the engine's IFCA and FedAvg, RR-Cluster(IFCA) with B = 8 and DP-IFCA
+#: (B = 0), both private (sigma_s = sigma_theta = 1, C_theta = 1), plus the single-model DP baselines.
+METHODS = ("ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg", "dp_fedprox", "dp_fedper")
 
-    from fedclust.clustered_fl import MLP, ClusteredFLEngine
+
+def build_engine(method: str, data, S: int, rounds: int, chunk_mb: float):
+    """A configured engine of ``method`` on the benchmark workload (same local training for all)."""
+    from fedclust.clustered_fl import MLP, ClusteredFLEngine, rr_cluster
+    from fedclust.clustered_fl import dp_baselines as dpb
+
+    model = MLP(784, 200, 10)
+    common = dict(rounds=rounds, lr=0.1, local_steps=10, batch_size=10, clients_per_round=S, eval_every=0, seed=0,
+                  max_chunk_mb=chunk_mb)
+    if method in ("ifca", "fedavg"):
+        return ClusteredFLEngine(data, model, K if method == "ifca" else 1, method=method, **common)
+    private = dict(sigma_theta=1.0, clip=1.0)
+    if method in ("rr_cluster", "dp_ifca"):
+        return rr_cluster.build_engine(data, model, K, B=8 if method == "rr_cluster" else 0, sigma_s=1.0,
+                                       **private, **common)
+    single = dict(base="ifca", B=0, sigma_s=None, **private, **common)
+    if method == "dp_fedavg":
+        return rr_cluster.build_engine(data, model, 1, **single)
+    if method == "dp_fedprox":
+        return rr_cluster.build_engine(data, dpb.ProximalModel(model, 0.01), 1, engine_cls=dpb._ProxEngine, **single)
+    if method == "dp_fedper":
+        keys = dpb.last_layer_keys(model.init(1, 0))
+
+        class _Eng(dpb.FedPerEngine):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, head_keys=keys, **kw)
+
+        return rr_cluster.build_engine(data, model, 1, engine_cls=_Eng, aggregator_kwargs={"frozen_keys": keys},
+                                       **single)
+    raise ValueError(f"unknown method {method!r}; one of {METHODS}")
+
+
+def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None, method: str = "ifca") -> dict:
+    import torch
 
     bench.set_threads(threads)
     N = max(320, S)
@@ -84,14 +120,13 @@ def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None)
     gc.collect()
     data_mb = bench.rss_mb()
     reset_ok = bench.reset_peak_rss()
-    eng = ClusteredFLEngine(data, MLP(784, 200, 10), K, rounds=rounds, lr=0.1, local_steps=10, batch_size=10,
-                            clients_per_round=S, eval_every=0, seed=0, max_chunk_mb=chunk_mb, method="ifca")
+    eng = build_engine(method, data, S, rounds, chunk_mb)
     res, wall = bench.timed(eng.run)
     peak = bench.peak_rss_mb(reset_ok)
     train_s = sum(res.info["timing"][p] for p in ("assign", "local", "aggregate"))
     if save:
         torch.save(res.params, save)
-    return {"S": S, "N": N, "rounds": rounds, "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb,
+    return {"method": method, "S": S, "N": N, "rounds": rounds, "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb,
             "updates_per_s": S * rounds / train_s, "train_s": train_s, "wall_s": wall,
             "chunk": res.info["chunk_clients"], "chunks": res.info["chunks_per_round"],
             "test_acc": res.info["final"].get("test_accuracy"), "peak_reset": reset_ok}
@@ -100,6 +135,7 @@ def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None)
 def main():
     ap = bench.parser(__doc__, threads=1)
     ap.add_argument("--sizes", default="32,320,3200,10000", help="clients per round, comma separated")
+    ap.add_argument("--methods", default="ifca", help=f"comma separated, of {','.join(METHODS)} (or 'all')")
     ap.add_argument("--max-chunk-mb", type=float, default=None, help="chunk budget (default: the engine's)")
     ap.add_argument("--unchunked-up-to", type=int, default=3200, help="largest S also run unchunked")
     ap.add_argument("--rounds", default=None, help="rounds per size (default: 10 below 3,200, else 1)")
@@ -108,7 +144,7 @@ def main():
                          "today's largest benchmark setting, e.g. 1,10")
     ap.add_argument("--dc-rounds", type=int, default=2)
     ap.add_argument("--dc-timeout", type=int, default=600, help="seconds per data-clustering run")
-    ap.add_argument("--worker", nargs=4, metavar=("S", "CHUNK_MB", "ROUNDS", "SAVE"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=5, metavar=("METHOD", "S", "CHUNK_MB", "ROUNDS", "SAVE"), help=argparse.SUPPRESS)
     ap.add_argument("--dc-worker", nargs=3, metavar=("METHOD", "SCALE", "ROUNDS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.dc_worker or a.worker:  # a child process: one JSON line on stdout
@@ -123,8 +159,8 @@ def worker_main(a):
         m, sc, R = a.dc_worker
         print(json.dumps(dc_worker(m, int(sc), int(R), a.threads)))
     else:
-        S, mb, R, save = a.worker
-        print(json.dumps(worker(int(S), float(mb), int(R), a.threads, save or None)))
+        method, S, mb, R, save = a.worker
+        print(json.dumps(worker(int(S), float(mb), int(R), a.threads, save or None, method)))
 
 
 def run(a):
@@ -135,46 +171,49 @@ def run(a):
 
     budget = a.max_chunk_mb or DEFAULT_CHUNK_MB
     sizes = [int(s) for s in a.sizes.split(",")]
+    methods = METHODS if a.methods == "all" else tuple(a.methods.split(","))
     rows, diffs = [], {}
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
     with tempfile.TemporaryDirectory() as tmp:
-        for S in sizes:
-            R = int(a.rounds) if a.rounds else (10 if S < 3200 else 1)
-            modes = [("chunked", budget)] + ([("unchunked", 1e9)] if S <= a.unchunked_up_to else [])
-            for mode, mb in modes:
-                save = os.path.join(tmp, f"{S}_{mode}.pt")
-                cmd = [sys.executable, __file__, "--threads", str(a.threads), "--worker", str(S), str(mb), str(R), save]
-                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if p.returncode != 0:
-                    print(f"S={S} {mode}: failed (rc {p.returncode})\n{p.stderr[-2000:]}", flush=True)
-                    continue
-                r = json.loads(p.stdout.strip().splitlines()[-1])
-                r["mode"] = mode
-                rows.append(r)
-                print(f"  S={S:>6} {mode:>9}: peak {r['peak_mb']:8.0f} MB (data {r['data_mb']:6.0f}), "
-                      f"{r['updates_per_s']:7.1f} updates/s, {r['chunks']} chunk(s)", flush=True)
-            if len(modes) == 2 and all(os.path.exists(os.path.join(tmp, f"{S}_{m}.pt")) for m, _ in modes):
-                import torch
+        for method in methods:
+            for S in sizes:
+                R = int(a.rounds) if a.rounds else (10 if S < 3200 else 1)
+                modes = [("chunked", budget)] + ([("unchunked", 1e9)] if S <= a.unchunked_up_to else [])
+                for mode, mb in modes:
+                    save = os.path.join(tmp, f"{method}_{S}_{mode}.pt")
+                    cmd = [sys.executable, __file__, "--threads", str(a.threads), "--worker", method, str(S), str(mb),
+                           str(R), save]
+                    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    if p.returncode != 0:
+                        print(f"{method} S={S} {mode}: failed (rc {p.returncode})\n{p.stderr[-2000:]}", flush=True)
+                        continue
+                    r = json.loads(p.stdout.strip().splitlines()[-1])
+                    r["mode"] = mode
+                    rows.append(r)
+                    print(f"  {method:>10} S={S:>6} {mode:>9}: peak {r['peak_mb']:8.0f} MB (data {r['data_mb']:6.0f}), "
+                          f"{r['updates_per_s']:7.1f} updates/s, {r['chunks']} chunk(s)", flush=True)
+                paths = [os.path.join(tmp, f"{method}_{S}_{m}.pt") for m, _ in modes]
+                if len(modes) == 2 and all(os.path.exists(x) for x in paths):
+                    import torch
 
-                pa = torch.load(os.path.join(tmp, f"{S}_chunked.pt"))
-                pb = torch.load(os.path.join(tmp, f"{S}_unchunked.pt"))
-                diffs[S] = max(float((pa[n] - pb[n]).abs().max()) for n in pa)
-    print(f"\nIFCA k={K}, MLP 784-200-10, 10 local steps of batch 10, rotated MNIST test set, {a.threads} thread(s), "
-          f"max_chunk_mb={budget:g}")
-    print("| clients/round | clients | mode | rounds | chunk x chunks | data MB | peak MB | round MB (peak-data) "
-          "| updates/s | max abs diff chunked vs unchunked |")
-    print("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|")
+                    pa, pb = torch.load(paths[0]), torch.load(paths[1])
+                    diffs[method, S] = max(float((pa[n] - pb[n]).abs().max()) for n in pa)
+    print(f"\nk={K} (FedAvg and the DP single-model baselines: 1), MLP 784-200-10, 10 local steps of batch 10, "
+          f"rotated MNIST test set, {a.threads} thread(s), max_chunk_mb={budget:g}")
+    print("| method | clients/round | clients | mode | rounds | chunk x chunks | data MB | peak MB "
+          "| round MB (peak-data) | updates/s | max abs diff chunked vs unchunked |")
+    print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        d = diffs.get(r["S"])
+        d = diffs.get((r["method"], r["S"]))
         dtxt = f"{d:.1e}" if (d is not None and r["mode"] == "chunked") else ""
         chunk = "all" if r["chunk"] >= r["S"] else r["chunk"]
-        print(f"| {r['S']} | {r['N']} | {r['mode']} | {r['rounds']} | {chunk} x {r['chunks']} | {r['data_mb']:.0f} "
-              f"| {r['peak_mb']:.0f} | {r['round_mb']:.0f} | {r['updates_per_s']:.1f} | {dtxt} |")
+        print(f"| {r['method']} | {r['S']} | {r['N']} | {r['mode']} | {r['rounds']} | {chunk} x {r['chunks']} "
+              f"| {r['data_mb']:.0f} | {r['peak_mb']:.0f} | {r['round_mb']:.0f} | {r['updates_per_s']:.1f} | {dtxt} |")
 
 
 
 # ------------------------------------------------------------------------------------------------
-# Data-clustering methods that stack per-client state (issue 16, section 1, second item)
+# Data-clustering methods that stack per-client state
 # ------------------------------------------------------------------------------------------------
 DC_METHODS = ("dp_fedc", "fedcavg", "fedcgds", "fedsc")
 

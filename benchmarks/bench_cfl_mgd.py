@@ -1,6 +1,6 @@
 """Benchmark B: CFL-MGD vs IFCA vs FedAvg on rotated MNIST built from the MNIST test set.
 
-Workload (issue 9, spec 004 sections 4.1-4.3, scaled to the 10,000-image MNIST test set that is
+Workload (the CFL-MGD paper's rotated-MNIST setup, scaled to the 10,000-image MNIST test set that is
 available offline): P = 4 rotations (0/90/180/270), 320 clients (80 per rotation) with 100 training
 images each and 25 held-out test images each with the same rotation (``fedclust.partition.rotation``,
 reuse=True: every rotation group draws its own permutation of the 8,000-image training pool), MLP

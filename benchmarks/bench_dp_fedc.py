@@ -1,4 +1,4 @@
-"""DP-FedC and its Table I baselines on the MNIST test set (spec 000; issue 4).
+"""DP-FedC and its Table I baselines on the MNIST test set (docs/methods/dp_fedc.md).
 
 Run from the project root::
 
@@ -10,21 +10,21 @@ Prints
    DP-FedC x {no DP, eps_bar = 20}, final ACC mean +- std over the seeds. Every method gets the same
    initial centres W^0 per seed. The baselines get the same per-round (eps, delta) as DP-FedC (the
    per-round eps that Theorem 3 gives DP-FedC) with the classical Gaussian mechanism on their uploads,
-   samples clipped to the largest row norm (spec A11). The baselines are OUR reimplementations;
+   samples clipped to the largest row norm (our choice). The baselines are OUR reimplementations;
 2. the paper's qualitative claims (Figs. 3-4 setting, Q2^t = floor(10/t)+1): ACC ordering
    no DP > eps_bar=20 > eps_bar=2, IID >= non-IID (two digits per client), larger K better;
 3. wall time of one vectorized DP-FedC round against a per-client Python loop of the same round
    (same inputs, results equal to 1e-10), and of a full 100-round run;
-4. what privacy costs now that a private run is sound (issue 13, amendment A-1): ACC of the paper's
+4. what privacy costs when a private run is sound (public W^0, clip and constants): ACC of the paper's
    non-private DP-FedC, of the same mechanism as the private run with its noise off (public W^0,
    public clip, public constants), and of the private run at one budget (its accountant epsilon
    printed next to it), for a few gradient clips G.
 
-Private runs (amendment A-1): W^0 is a public draw (uniform in [0, 1]^m, pulled into the clip ball)
+Private runs: W^0 is a public draw (uniform in [0, 1]^m, pulled into the clip ball)
 shared by every method of a seed, every sample is clipped to the public bound ``--clip`` (default
 sqrt(m), the largest row norm of [0, 1]^m; never the data's largest norm), and DP-FedC uses its public
 constants. Non-private runs keep the paper's choices (k data rows as W^0, data-dependent constants).
-DP-FedC's penalty: rho_factor = 1e-2 (amendment A-3) and the paper's 1e-7 (``--rho-variant``).
+DP-FedC's penalty: rho_factor = 1e-2 (ours, a stronger one-hot penalty) and the paper's 1e-7 (``--rho-variant``).
 
 Data: ``../shared/data/mnist`` (the 10,000-image MNIST test set, pixels / 255), or ``--data``.
 """
@@ -138,7 +138,7 @@ def claims(X, y, seeds, R, G, Ks, rho_factor=1e-2, clip=None):
             res[key] = np.array(accs)
         return res[key]
 
-    tag = "the paper's" if rho_factor == 1e-7 else "amendment A-3, not the paper's: a stronger one-hot penalty"
+    tag = "the paper's" if rho_factor == 1e-7 else "ours, not the paper's: a stronger one-hot penalty"
     print(f"\n## 2. Qualitative claims (DP-FedC, Q1=10, Q2^t=floor(10/t)+1, R={R}, G={G}, "
           f"rho_factor={rho_factor:g} ({tag}), {len(seeds)} seed(s); final ACC %)\n")
     # reference points: W never moves (every gradient clipped to ~0, no noise), i.e. H steps on W^0
@@ -236,7 +236,7 @@ def timing(X, y, G, R_full, reps, quick=False):
 
 def privacy_cost(X, y, seeds, R, Gs, clip, eps_bar=20.0, N=N_CLIENTS, K=K_DEFAULT, q2=5, rho_factor=1e-2, alpha_2=None):
     """ACC of DP-FedC (IID): the paper's non-private run (rho_factor 1e-2), the private mechanism with
-    its noise off, and the private run at eps_bar, for each gradient clip G (issue 13)."""
+    its noise off, and the private run at eps_bar, for each gradient clip G."""
     from fedclust.privacy.accountants import epsilon as accounted
 
     k = int(np.unique(y).size)
@@ -272,7 +272,7 @@ def main():
     ap.add_argument("--G", type=float, default=0.03,
                     help="DP-FedC gradient clip bound for the private runs (non-private runs are unclipped)")
     ap.add_argument("--rho-variant", type=float, default=1e-7,
-                    help="second rho_factor (besides the default 1e-2 of amendment A-3; 1e-7 is the paper's) for the "
+                    help="second rho_factor (besides our stronger default 1e-2; 1e-7 is the paper's) for the "
                          "claims and Table I; 0 = skip")
     ap.add_argument("--clip", type=float, default=None,
                     help="public L2 bound on every sample in private runs (default sqrt(m) = 28 for MNIST)")

@@ -1,4 +1,4 @@
-"""Benchmark: the default cross-method benchmark on the serial, processes and Ray executors (issue 16).
+"""Benchmark: the default cross-method benchmark on the serial, processes and Ray executors.
 
 Run from the project root::
 

@@ -1,4 +1,4 @@
-"""Benchmark: FedCAvg / FedCGds / centralized SNCP / K-means++ (spec 003, Figs. 1, 4, 6).
+"""Benchmark: FedCAvg / FedCGds / centralized SNCP / K-means++ (the paper's Figs. 1, 4, 6).
 
 Run from the project root::
 
@@ -15,7 +15,7 @@ Tables printed (Markdown):
    FedCAvg, centralized SNCP, K-means++ (mean +- std over common random initializations).
 4. Wall time of the full synthetic run (100 rounds) and of one round, vectorized vs a naive
    per-client Python loop (same numbers, checked).
-5. Issue 17: FedCGds with m = P/10 under SNCP on syn_noniid, one hypothesis per row: the paper's
+5. The rho trigger: FedCGds with m = P/10 under SNCP on syn_noniid, one hypothesis per row: the paper's
    per-round rho test (``rho_trigger="round"``) with a short and a long round budget, with the
    running sums recomputed (partial sums), with other step sizes (gamma), and the test over
    ceil(P/m) rounds (``rho_trigger="epoch"``); ACC mean +- std over ``--trials5`` seeds (default 10),
@@ -209,7 +209,7 @@ def clustering(datasets, trials, rounds, sncp_rounds, quick):
             for name, fn in (
                 (f"FedCGds m={P}, Q1=Q2=100", lambda: F.run_fedcgds(X, client, k, rounds=rounds, Q1=100, Q2=100, **common)),
                 # m = P/10 moves each client's H about P/m times less per round (Thm 3): a 400-round
-                # cap stops every run mid-continuation (issue 17, table 5), so it gets 4x the rounds
+                # cap stops every run mid-continuation (table 5), so it gets 4x the rounds
                 (f"FedCGds m={m_small}, Q1=Q2=100, {4 * rounds} rounds", lambda: F.run_fedcgds(
                     X, client, k, rounds=4 * rounds, Q1=100, Q2=100, clients_per_round=m_small, **common)),
                 ("FedCAvg Q1=10, Q_hat=10", lambda: F.run_fedcavg(X, client, k, rounds=rounds, Q1=10, q_hat=10, **common)),
@@ -273,7 +273,7 @@ def timing(X, y, client, quick):
 
 
 def rho_trigger_study(X, y, client, trials, quick):
-    """Table 5 (issue 17): what makes FedCGds with m = P/10 unstable under SNCP."""
+    """Table 5: what makes FedCGds with m = P/10 unstable under SNCP."""
     k = int(y.max()) + 1
     P = len(np.unique(client))
     m = max(1, P // 10)
@@ -291,7 +291,7 @@ def rho_trigger_study(X, y, client, trials, quick):
         (f"m={m}, round, gamma=1.01", dict(clients_per_round=m, rho_trigger="round", gamma=1.01), R_long),
         (f"m={m}, epoch (E={E}), {R_long} rounds", dict(clients_per_round=m, rho_trigger="epoch"), R_long),
     ]
-    print(f"## 5. Issue 17: FedCGds m = P/10 under SNCP on syn_noniid (Q1 = Q2 = 100, tau_rho = {tau}); "
+    print(f"## 5. The rho trigger: FedCGds m = P/10 under SNCP on syn_noniid (Q1 = Q2 = 100, tau_rho = {tau}); "
           f"mean +- std over {trials} seeds (common init = seed)\n")
     rows = []
     for name, kw, rounds in rows_spec:
@@ -313,7 +313,7 @@ def main():
     ap = bench.parser(__doc__, quick="small sizes, < 1 minute")
     ap.add_argument("--trials", type=int, default=None, help="common random initializations for table 3")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: conv,clust,mnist,time,rho")
-    ap.add_argument("--trials5", type=int, default=10, help="seeds for table 5 (rho trigger, issue 17)")
+    ap.add_argument("--trials5", type=int, default=10, help="seeds for table 5 (rho trigger)")
     args = ap.parse_args()
     with bench.session(args):
         run(args)

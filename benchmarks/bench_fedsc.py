@@ -1,4 +1,4 @@
-"""FedSC benchmark (spec 001, section 5.3 protocol): K-means / SC / DSC / FedSC / attack on C / FedSC P=1.
+"""FedSC benchmark (the paper's experimental protocol): K-means / SC / DSC / FedSC / attack on C / FedSC P=1.
 
 Run from the project root:
 
@@ -7,8 +7,8 @@ Run from the project root:
     .venv/bin/python benchmarks/bench_fedsc.py --diagnose # COIL20: where a FedSC-SC gap comes from (exact / rank-d K)
     .venv/bin/python benchmarks/bench_fedsc.py --make-extra data/01_raw/fedsc_extra   # two more .mat files
     .venv/bin/python benchmarks/bench_fedsc.py --graphs --seeds 5 \
-        --files '../shared/data/fedsc/*.mat' 'data/01_raw/fedsc_extra/*.mat'       # kNN graph choices (issue 17)
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fedsc.py --issue17 --seeds 5   # the issue-17 table:
+        --files '../shared/data/fedsc/*.mat' 'data/01_raw/fedsc_extra/*.mat'       # Stage II kNN graph choices
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fedsc.py --six-files --seeds 5   # the six-files table:
         # k-means, SC, FedSC paper rule / new default on the six files (writes the two extra files if missing)
     .venv/bin/python benchmarks/bench_fedsc.py --diagnose-digits --seeds 5  # the digits gap, one knob at a time
 
@@ -18,7 +18,7 @@ standardize), for the comparison table and ``--graphs``.
 
 Per trial (seed = trial): X~ = X + beta*std(X)*N(0,1); random equal split into P = 8 clients; r (eq. 40)
 and d (eq. 43) estimated once on X~ and shared by SC, FedSC and FedSC P=1 (the paper uses the same r
-for SC and FedSC). Prints mean +- std (ddof=1) of ACC, NMI and the paper-compatible NMI (spec 2.13),
+for SC and FedSC). Prints mean +- std (ddof=1) of ACC, NMI and the paper-compatible NMI (fedsc.nmi_paper),
 the mean wall time of each method, the wall time of COIL20 FedSC end to end (target < 20 s), a
 side-by-side timing of the vectorized C-step / Z-step against a per-client loop, and the MNIST test set
 (n = 10,000) end to end in a fresh subprocess with its peak RSS (target < 3 min, < 8 GB).
@@ -105,7 +105,7 @@ GRAPH_COLS = ["K-means", "SC paper", "SC min_connected_k", "SC mst",
 
 
 def graph_table(names, seeds, P=8):
-    """Issue 17: k-means, SC and FedSC with each Stage II graph (paper kNN, min_connected_k, mst) on every
+    """The graph comparison: k-means, SC and FedSC with each Stage II graph (paper kNN, min_connected_k, mst) on every
     file, ``seeds`` seeds (seed = trial; FedSC's Stage I is run once per seed and shared by the graphs)."""
     import warnings
 
@@ -159,16 +159,16 @@ def graph_table(names, seeds, P=8):
               + " / ".join(f"{np.mean(t_g[g]):.2f}" for g in GRAPHS) + " |")
 
 
-ISSUE17_FILES = ["../shared/data/fedsc/*.mat", "data/01_raw/fedsc_extra/*.mat"]
-ISSUE17_COLS = ["K-means", "SC paper", "SC", "FedSC paper", "FedSC final_c=paper", "FedSC"]
+SIX_FILES = ["../shared/data/fedsc/*.mat", "data/01_raw/fedsc_extra/*.mat"]
+SIX_FILES_COLS = ["K-means", "SC paper", "SC", "FedSC paper", "FedSC final_c=paper", "FedSC"]
 #: FedSC settings of the columns: the paper rule (kNN graph of eq. 25, final C with the Stage I ridge lam),
 #: the paper's final C on the default graph, and the defaults (graph min_connected_k, final_c projection)
-ISSUE17_FEDSC = {"FedSC paper": {"graph": "paper", "final_c": "paper"}, "FedSC final_c=paper": {"final_c": "paper"},
+SIX_FILES_FEDSC = {"FedSC paper": {"graph": "paper", "final_c": "paper"}, "FedSC final_c=paper": {"final_c": "paper"},
                  "FedSC": {}}
 
 
-def issue17_table(names, seeds, P=8):
-    """Issue 17's table: k-means, SC (paper kNN graph / default graph), FedSC with the paper rule and with the
+def six_files_table(names, seeds, P=8):
+    """The six-files table: k-means, SC (paper kNN graph / default graph), FedSC with the paper rule and with the
     defaults, ACC and NMI (mean ± std over ``seeds`` seeds, seed = trial), and FedSC - SC per file."""
     import logging
     import warnings
@@ -178,7 +178,7 @@ def issue17_table(names, seeds, P=8):
     for name in names:
         X, y = load(name)
         k, n = int(len(np.unique(y))), len(y)
-        per = {c: {"ACC": [], "NMI": []} for c in ISSUE17_COLS}
+        per = {c: {"ACC": [], "NMI": []} for c in SIX_FILES_COLS}
         t0 = time.perf_counter()
         for t in range(seeds):
             r = spectral.mean_pairwise_distance(X, rng=stream(t, "data"))
@@ -189,23 +189,23 @@ def issue17_table(names, seeds, P=8):
                 warnings.simplefilter("ignore")
                 out["SC paper"] = spectral.spectral_clustering(X, k, seed=t, r=r, graph="paper").labels
                 out["SC"] = spectral.spectral_clustering(X, k, seed=t, r=r).labels
-                for col, kw in ISSUE17_FEDSC.items():
+                for col, kw in SIX_FILES_FEDSC.items():
                     out[col] = fedsc.run(X, client, k, seed=t, r=r, d=d, track_reconstruction=False, **kw).labels
-            for c in ISSUE17_COLS:
+            for c in SIX_FILES_COLS:
                 sc_ = scores(y, out[c])
                 per[c]["ACC"].append(sc_["ACC"])
                 per[c]["NMI"].append(sc_["NMI"])
-            print(f"  {name} seed {t} (d={d}): " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in ISSUE17_COLS),
+            print(f"  {name} seed {t} (d={d}): " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in SIX_FILES_COLS),
                   flush=True)
         rows.append((name, n, k, per, time.perf_counter() - t0))
     for key in ("ACC", "NMI"):
         print(f"\n### {key}, mean ± std over {seeds} seed(s), P = {P} iid clients, scale = {SCALE}\n")
-        print("| data | n | k | " + " | ".join(ISSUE17_COLS) + " | FedSC paper − SC paper | FedSC − SC |")  # same graph
-        print("|---|---|---|" + "---|" * (len(ISSUE17_COLS) + 2))
+        print("| data | n | k | " + " | ".join(SIX_FILES_COLS) + " | FedSC paper − SC paper | FedSC − SC |")  # same graph
+        print("|---|---|---|" + "---|" * (len(SIX_FILES_COLS) + 2))
         for name, n, k, per, _ in rows:
             dp = np.mean(per["FedSC paper"][key]) - np.mean(per["SC paper"][key])
             dd = np.mean(per["FedSC"][key]) - np.mean(per["SC"][key])
-            print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in ISSUE17_COLS)
+            print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in SIX_FILES_COLS)
                   + f" | {dp:+.3f} | {dd:+.3f} |")
     worst = min(np.mean(per["FedSC"]["ACC"]) - np.mean(per["SC"]["ACC"]) for _, _, _, per, _ in rows)
     print(f"\nworst FedSC − SC (ACC, defaults): {worst:+.3f} ({'within' if worst >= -0.03 else 'NOT within'} 0.03); "
@@ -572,12 +572,12 @@ def main():
                     help="any .mat files or glob patterns (default: the paper's Iris, Bank, COIL20); label = file name")
     ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
                     help="preprocessing of the files (default none: the paper's code uses the files as they are)")
-    ap.add_argument("--graphs", action="store_true", help="only the kNN-graph comparison (issue 17) on the files")
-    ap.add_argument("--six-files", "--issue17", dest="issue17", action="store_true",
+    ap.add_argument("--graphs", action="store_true", help="only the Stage II kNN-graph comparison on the files")
+    ap.add_argument("--six-files", dest="six_files", action="store_true",
                     help="the table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
     ap.add_argument("--diagnose-digits", action="store_true",
                     help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --issue17, --diagnose-digits (default 5)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --six-files, --diagnose-digits (default 5)")
     ap.add_argument("--make-extra", metavar="DIR", default=None, help="write Digits.mat and Subclusters.mat to DIR and exit")
     ap.add_argument("--mnist-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -586,9 +586,9 @@ def main():
     if a.make_extra:
         make_extra(a.make_extra)
         return
-    if (a.issue17 or a.diagnose_digits) and not (ROOT / "data/01_raw/fedsc_extra/Digits.mat").is_file():
+    if (a.six_files or a.diagnose_digits) and not (ROOT / "data/01_raw/fedsc_extra/Digits.mat").is_file():
         make_extra(ROOT / "data/01_raw/fedsc_extra")
-    patterns = a.files or ([str(ROOT / f) for f in ISSUE17_FILES] if (a.issue17 or a.diagnose_digits) else None)
+    patterns = a.files or ([str(ROOT / f) for f in SIX_FILES] if (a.six_files or a.diagnose_digits) else None)
     if patterns:
         PATHS.clear()
         PATHS.update(resolve_files(patterns))
@@ -602,8 +602,8 @@ def main():
         if a.graphs:
             graph_table(list(PATHS), a.seeds)
             return
-        if a.issue17:
-            issue17_table(list(PATHS), a.seeds)
+        if a.six_files:
+            six_files_table(list(PATHS), a.seeds)
             return
         if a.diagnose_digits:
             digits_diagnostic(a.seeds)

@@ -4,10 +4,10 @@
 
 Prints three tables:
 1. ACC/NMI of FKM (10 clients, iid and shards, all clients every round) against scikit-learn's
-   KMeans on the pooled data, over seeds (issue 2's done-when check: within 0.03).
+   KMeans on the pooled data, over seeds (target: within 0.03).
 2. Wall time of one round, vectorized (segment sums) against a naive loop over clients.
 3. ACC of FKM by initialisation on digits with the pipeline's defaults (iid, 10 clients, 20 rounds,
-   clip 1.0), non-private and at accounted budgets epsilon = 4 and 16 (issue 13: a private run may
+   clip 1.0), non-private and at accounted budgets epsilon = 4 and 16 (a private run may
    not start from data rows; this table is how its data-independent default was chosen).
    ``--init-only`` prints just this table.
 """

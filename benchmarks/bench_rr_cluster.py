@@ -1,4 +1,4 @@
-"""Benchmark: RR-Cluster vs its DP baselines on rotated MNIST (spec 002, Table 1 and Table 4 layouts).
+"""Benchmark: RR-Cluster vs its DP baselines on rotated MNIST (the paper's Table 1 and Table 4 layouts).
 
 Data (a smaller version of the paper's FMNIST rotations, from the 10,000-image MNIST test set in
 ``../shared/data/mnist``): images centre-cropped to 20x20 and 2x2 average-pooled to 10x10 (d = 100, so
@@ -14,7 +14,7 @@ Training (the same for every method): fixed-size sampling of qM = 100 clients pe
 qM/k = 25 balanced, 33 imbalanced, and B in {4, 8, 12} is allowed), T = 30 rounds, local training 5
 full-batch GD steps with lr 0.1, server step gamma = 1, softmax-regression model (100 -> 10, 1010
 parameters; DP-FedPer alone uses a 100-16-10 ReLU MLP, because with one layer its personal last layer
-would be the whole model). Privacy (amendment A-2: one relation, true sensitivities): client-level
+would be the whole model). Privacy (one neighbour relation, true sensitivities): client-level
 (eps, delta = 1e-3) under replace-one neighbours with fixed-size sampling for EVERY method, calibrated
 by the project's accountant (dp-accounting, WBK19 Thm 27), each method's noise set for its replace-one
 sensitivity: 2 C_theta on every clipped sum (RR-Cluster and the baselines alike: the rebalancing is
@@ -24,7 +24,7 @@ one Gaussian for DP-FedAvg/FedProx/FedPer; the accounted epsilon of every run is
 table. C_s = 0.1. C_theta is tuned per (method, setting, eps) from {0.1, 0.3, 1.0} on a separate tuning
 seed (another partition, init and sampling); reported numbers are means (+- std) over the evaluation
 seeds. RR-Cluster uses B = 8 in the Table-1 layout. (The earlier "DP-IFCA (2C)" row is gone: under one
-relation DP-IFCA already pays 2 C_theta, and the withdrawn resolution A2, noise for C_theta, is not DP
+relation DP-IFCA already pays 2 C_theta, and noise calibrated for C_theta alone is not DP
 at the target epsilon.)
 
 Test accuracy: each test client uses the model with the lowest loss on its own test data (IFCA
@@ -79,7 +79,7 @@ def build(images, y, setting: str, seed: int, M: int):
                          reuse=False), G
 
 
-# (label, kind, B, noise calibration): every method replace-one (amendment A-2)
+# (label, kind, B, noise calibration): every method replace-one
 METHODS = [
     ("DP-FedAvg", "fedavg", 0, "replace_one"),
     ("DP-FedProx (mu=0.1)", "fedprox", 0, "replace_one"),

@@ -5,6 +5,8 @@ Measures, each in a fresh interpreter (so nothing is cached in the process):
 * the imports a run pays for: Kedro's CLI and session, MLflow, kedro-mlflow's hook, torch,
   scikit-learn, and the project's pipeline registry (building only the `fkm` pipeline, as
   `kedro run --pipelines=fkm` does, and building all of them, as `kedro registry list` does);
+* `kedro --version` (the floor: Kedro's CLI with its plugins), interleaved with the runs below, and
+  the ratio tiny run / `kedro --version`;
 * a tiny `kedro run --pipelines=fkm` (300 digits, 6 clients, 6 rounds) in a throw-away copy of the
   project: wall time, the time until the first node starts (from time-stamped log lines), the time
   spent inside nodes (from the per-node log lines of fedclust.hooks.RunTagsHook), and the overhead
@@ -91,10 +93,10 @@ root: {handlers: [console]}
 """
 
 
-def time_run(project: Path) -> tuple[float, float, float]:
+def time_run(project: Path, extra_env: dict | None = None) -> tuple[float, float, float]:
     """(wall s, s before the first node starts, s inside nodes) of one tiny `kedro run --pipelines=fkm`."""
     (project / "bench_logging.yml").write_text(LOGGING)
-    env = {**ENV, "KEDRO_LOGGING_CONFIG": str(project / "bench_logging.yml")}
+    env = {**ENV, "KEDRO_LOGGING_CONFIG": str(project / "bench_logging.yml"), **(extra_env or {})}
     t0 = time.time()
     out = subprocess.run([KEDRO, "run", "--pipelines=fkm", f"--params={TINY}"], cwd=project, env=env,
                          capture_output=True, text=True)
@@ -106,10 +108,20 @@ def time_run(project: Path) -> tuple[float, float, float]:
     return wall, first - t0, nodes
 
 
+def time_version(project: Path) -> float:
+    """Wall seconds of `kedro --version` in the project (Kedro's floor: the CLI and its plugins)."""
+    t0 = time.time()
+    subprocess.run([KEDRO, "--version"], cwd=project, env=ENV, check=True, capture_output=True, text=True)
+    return time.time() - t0
+
+
 def main() -> None:
     parser = bench.parser(__doc__, quick="one repetition instead of three")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--run-only", action="store_true", help="only the tiny `kedro run`, not the imports")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time the tiny run with these environment variables (interleaved), e.g. "
+                             "MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS=false")
     args = parser.parse_args()
     with bench.session(args):
         run(args)
@@ -125,7 +137,15 @@ def run(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = project_copy(Path(tmp))
         time_run(project)  # first run creates the MLflow store: not what a user pays every time
-        runs = [time_run(project) for _ in range(repeat)]
+        runs, versions, variants = [], [], []
+        extra = dict(v.split("=", 1) for v in args.variant)
+        for _ in range(repeat):  # interleaved: the floor and the run see the same load
+            versions.append(time_version(project))
+            runs.append(time_run(project))
+            if extra:
+                variants.append(time_run(project, extra))
+    version = statistics.median(versions)
+    ratio = statistics.median(w / v for (w, _, _), v in zip(runs, versions))
     wall = statistics.median(w for w, _, _ in runs)
     first = statistics.median(f for _, f, _ in runs)
     nodes = statistics.median(n for _, _, n in runs)
@@ -137,7 +157,11 @@ def run(args) -> None:
         ("... before the first node starts", f"{first:.2f}"),
         ("... inside nodes", f"{nodes:.2f}"),
         ("... overhead (wall - inside nodes)", f"{wall - nodes:.2f}"),
-    ])
+        ("`kedro --version` (Kedro's floor), interleaved with the runs", f"{version:.2f}"),
+        ("tiny run / `kedro --version` (median of per-repeat ratios; target <= 1.5)", f"{ratio:.2f}"),
+    ] + ([(f"tiny run with {' '.join(args.variant)}: wall", f"{statistics.median(w for w, _, _ in variants):.2f}"),
+          ("... / `kedro --version`", f"{statistics.median(w / v for (w, _, _), v in zip(variants, versions)):.2f}")]
+         if variants else []))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """fedclust's clustered-FL engine side by side with a per-client torch loop and Flower's simulation.
 
-Workload (issue 16): rotated MNIST built from the 10,000-image MNIST test set (``../shared/data/mnist``),
+Workload: rotated MNIST built from the 10,000-image MNIST test set (``../shared/data/mnist``),
 P = 4 rotations (0/90/180/270), 320 clients (80 per rotation) of 30 training images each, plus 25 held-out
 test images per client with the same rotation (``fedclust.bench.rotated``, as ``bench_cfl_mgd.py``), MLP 784-200-10, 10 local
 SGD steps with minibatches of 10 (drawn without replacement per step), lr 0.1, 32 clients per round,
@@ -169,13 +169,17 @@ def average(state: dict[str, torch.Tensor], results: list[tuple[int, dict]], k: 
 # ================================================================================================
 # Systems
 # ================================================================================================
+#: ``--defer-updates``: the engine's deferred first-layer local training (``ClusteredFLEngine(defer_updates=True)``)
+DEFER_UPDATES = False
+
+
 def run_engine(data, k: int, init: dict, rounds: int, seed: int) -> dict:
     from fedclust.clustered_fl import MLP, ClusteredFLEngine
     from fedclust.clustered_fl.engine import ModelAveraging
 
     eng = ClusteredFLEngine(data, MLP(*SIZES), k, rounds=rounds, lr=LR, beta=0.0, local_update="model",
                             local_steps=STEPS, batch_size=BATCH, clients_per_round=S, aggregator=ModelAveraging(),
-                            seed=seed, init_params=init, eval_every=0,
+                            seed=seed, init_params=init, eval_every=0, defer_updates=DEFER_UPDATES,
                             method="ifca" if k > 1 else "fedavg")
     st = eng.init_state()
     clock = RoundClock()
@@ -366,7 +370,11 @@ def main(argv=None):
                     help="thread settings to compare (default 1 2; --quick 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write every measurement and the summary to this file")
+    ap.add_argument("--defer-updates", action="store_true",
+                    help="engine with defer_updates=True (first-layer updates folded into one product)")
     args = ap.parse_args(argv)
+    global DEFER_UPDATES
+    DEFER_UPDATES = args.defer_updates
     from fedclust import bench
     from fedclust.bench import mm_rate
 

@@ -23,8 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 #: the footnote of every figure of values measured on raw data
 OUTSIDE_GUARANTEE = "experimenter-side evaluation on raw data: outside the DP guarantee"

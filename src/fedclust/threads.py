@@ -30,6 +30,9 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
 __all__ = ["check_threads", "thread_limits", "apply_thread_setting", "current_threads", "THREAD_ENV_VARS"]
 
 #: Environment variables read by OpenMP, MKL and OpenBLAS (and by torch at import for its default).
@@ -42,7 +45,6 @@ def check_threads(threads, name: str = "threads") -> int | None:
         return None
     if isinstance(threads, bool) or not isinstance(threads, int):
         try:
-            import numpy as np
 
             ok = isinstance(threads, np.integer)
         except ImportError:  # pragma: no cover
@@ -62,7 +64,6 @@ def _torch():
 def current_threads() -> dict:
     """The thread counts in force now: ``torch`` (intra-op, None if torch is not imported), ``blas`` and
     ``openmp`` (largest count among the loaded libraries of that kind, None if none is loaded)."""
-    from threadpoolctl import threadpool_info
 
     out: dict = {"torch": None, "blas": None, "openmp": None}
     t = _torch()
@@ -87,7 +88,6 @@ def thread_limits(threads, *, name: str = "threads") -> Iterator[int | None]:
     if n is None:
         yield None
         return
-    from threadpoolctl import threadpool_limits
 
     t = _torch()
     old = t.get_num_threads() if t is not None else None
@@ -112,7 +112,6 @@ def apply_thread_setting(threads, *, name: str = "compute.threads") -> dict:
     if n is not None:
         for var in THREAD_ENV_VARS:
             os.environ[var] = str(n)
-        from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=n)
         t = _torch()

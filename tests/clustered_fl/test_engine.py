@@ -57,13 +57,14 @@ def _loop_local_train(model, params, momentum, X, y, n, steps, lr, beta, input_s
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", ["bmm", "vmap"])
 @pytest.mark.parametrize("beta", [0.0, 0.9])
-def test_batched_local_train_equals_per_client_loop_mlp(impl, beta):
+@pytest.mark.parametrize("client_block", [None, 2])
+def test_batched_local_train_equals_per_client_loop_mlp(impl, beta, client_block):
     X, y, n = _padded_classification()
     model = MLP(12, (8, 6), 4, impl=impl)
     B = X.shape[0]
     params = model.init(B, seed=3)
     mom = {k: 0.1 * torch.randn_like(v) for k, v in params.items()}
-    got_p, got_u = local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta)
+    got_p, got_u = local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta, client_block=client_block)
     ref_p, ref_u = _loop_local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta)
     for k in params:
         assert torch.allclose(got_p[k], ref_p[k], atol=1e-6, rtol=0), k

@@ -4,14 +4,11 @@ aggregation, minibatch protocol and sampling scheme, and the budget really split
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import torch
 
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, DeltaAveraging, FederatedTensors, GradientAveraging
-from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import bytes_per_client
 from fedclust.privacy.mechanisms import add_gaussian_noise
 
@@ -115,19 +112,6 @@ def test_chunked_round_keeps_updates_without_the_per_client_stack():
     assert updates.losses.shape == (20, 2) and len(updates.clients) == 20
     assert torch.equal(agg.groups, updates.chosen)
     assert int(agg.cluster_sizes.sum()) == 20
-
-
-def test_aggregator_without_chunks_falls_back_to_whole_round(caplog):
-    """RR-Cluster's server needs every update at once: a small budget must not change its numbers."""
-    data = _data()
-    model = MLP(D, 8, N_CLASSES)
-    kw = dict(B=2, sigma_s=1.0, sigma_theta=1.0, clip=0.3, rounds=2, participation=0.5, seed=1, local_steps=2)
-    ref = rr_cluster.run(data, model, 2, **kw)
-    with caplog.at_level(logging.WARNING, logger="fedclust.clustered_fl.engine"):
-        small = rr_cluster.run(data, model, 2, max_chunk_mb=_budget(model, data, 3), **kw)
-    assert "cannot aggregate in chunks" in caplog.text
-    for n in ref.params:
-        assert torch.equal(ref.params[n], small.params[n])
 
 
 def test_max_chunk_mb_is_validated_and_bounds_the_chunk():

@@ -81,30 +81,3 @@ def test_threshold_is_chosen_on_held_out_runs():
     s_out = np.r_[np.zeros(50), np.ones(50)]
     r = epsilon_lower_bound_from_scores(s_in, s_out, 1e-5)
     assert r["epsilon_lower"] == 0.0 and r["tpr"] == 0.0
-
-
-def test_fkm_canary_audit_sound_and_powerful():
-    from fedclust.privacy.audits import get
-
-    rep = audit_case(get("fkm"), n_runs=600)
-    assert rep.case.epsilon == pytest.approx(1.0, rel=1e-3)
-    assert rep.sound, rep.to_dict()
-    assert rep.powerful, rep.to_dict()
-
-
-def test_audit_registry_names_the_nearest_case():
-    from fedclust.privacy.audits import get
-
-    with pytest.raises(KeyError, match="did you mean 'fkm'"):
-        get("fkmm")
-
-
-def test_privacy_audit_config_rejects_typos():
-    from fedclust.grids.privacy_audit import check_config
-
-    with pytest.raises(ValueError, match="did you mean 'n_runs'"):
-        check_config({"n_run": 10})
-    with pytest.raises(ValueError, match="did you mean 'fkm'"):
-        check_config({"methods": ["fkn"]})
-    with pytest.raises(ValueError, match="unknown option"):
-        check_config({"cases": {"fkm": {"epsilonn": 2}}})

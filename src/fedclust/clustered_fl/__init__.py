@@ -15,13 +15,35 @@ would be a low-fidelity proxy, so none is provided.
 
 from fedclust.clustered_fl import cfl_mgd, fedavg, ifca
 from fedclust.clustered_fl.engine import (
-    Aggregation, Aggregator, ClientUpdates, ClusteredFLEngine, ClusteredFLResult, DeltaAveraging,
-    FederatedTensors, GradientAveraging, ModelAveraging, RoundContext, ServerState, assign_clusters,
-    client_model_losses, client_norms, evaluate, local_gradient, local_train, run_clustered_fl, segment_counts,
+    Aggregation,
+    Aggregator,
+    ClientUpdates,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    DeltaAveraging,
+    FederatedTensors,
+    GradientAveraging,
+    ModelAveraging,
+    RoundContext,
+    ServerState,
+    assign_clusters,
+    client_model_losses,
+    client_norms,
+    evaluate,
+    local_gradient,
+    local_train,
+    run_clustered_fl,
+    segment_counts,
     segment_sum,
 )
 from fedclust.clustered_fl.models import (
-    MLP, BatchedModel, IFCACNN, LinearRegression, ModuleModel, ifca_cnn, stack_module_params,
+    IFCACNN,
+    MLP,
+    BatchedModel,
+    LinearRegression,
+    ModuleModel,
+    ifca_cnn,
+    stack_module_params,
 )
 
 __all__ = [

@@ -24,7 +24,11 @@ steps, Option II. Random independent init of the k models (IFCA's restart heuris
 from __future__ import annotations
 
 from fedclust.clustered_fl.engine import (
-    ClusteredFLEngine, ClusteredFLResult, FederatedTensors, GradientAveraging, ModelAveraging,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    FederatedTensors,
+    GradientAveraging,
+    ModelAveraging,
 )
 from fedclust.clustered_fl.models import BatchedModel
 

@@ -37,13 +37,14 @@ All return a :class:`~fedclust.clustered_fl.engine.ClusteredFLResult` with the D
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import (
-    ClientUpdates, ClusteredFLEngine, ClusteredFLResult, FederatedTensors, ServerState, client_model_losses,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    FederatedTensors,
+    ServerState,
     local_train,
 )
 from fedclust.clustered_fl.models import BatchedModel
@@ -114,10 +115,10 @@ class ProximalModel(BatchedModel):
 
 
 class _ProxEngine(ClusteredFLEngine):
-    def client_round(self, state, clients, lr):
+    def _local_update(self, state, *args):
         self.model.anchor = state.params  # k = 1: (1, ...) broadcasts over the sampled clients
         try:
-            return super().client_round(state, clients, lr)
+            return super()._local_update(state, *args)
         finally:
             self.model.anchor = None
 
@@ -197,24 +198,22 @@ class FedPerEngine(ClusteredFLEngine):
         self.heads = {n: state.params[n].expand(N, *state.params[n].shape[1:]).clone() for n in self.head_keys}
         return state
 
-    def client_round(self, state, clients, lr):
+    def _local_update(self, state, chosen, X, y, n, lr, gen, clients):
+        """Local training from (global base, own head); the trained head stays on the client (written
+        back to ``heads``) and the update sent has the start head, so its head delta is zero."""
         idx = torch.as_tensor(clients, dtype=torch.long)
-        X, y, n = self.client_data(clients)
         S = len(clients)
-        t0 = time.perf_counter()
         start = {}
         for name, v in state.params.items():
             start[name] = self.heads[name][idx] if name in self.head_keys else v.expand(S, *v.shape[1:])
-        losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
-                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=self.rngs["minibatch"])
+                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=gen,
+                                client_block=self.client_block)
         for name in self.head_keys:  # the head stays on the client
             self.heads[name][idx] = params[name]
             params[name] = start[name]
         self.count_local_samples(n, self.local_steps)
-        self.timing["local"] += time.perf_counter() - t0
-        return ClientUpdates(clients=clients, chosen=torch.zeros(S, dtype=torch.long), losses=losses,
-                             start_params=start, params=params, momentum=None, n_samples=n)
+        return start, params, None
 
     @torch.no_grad()
     def personalized_accuracy(self, state) -> float:
@@ -229,7 +228,8 @@ class FedPerEngine(ClusteredFLEngine):
         step = max(1, self.max_rows // max(d.X_test.shape[1], 1))
         for a in range(0, N, step):  # memory chunks of many clients
             b = min(N, a + step)
-            out = self.model.forward_paired({k: v[a:b] for k, v in per.items()}, d.X_test[a:b])
+            dev = per[next(iter(per))].device
+            out = self.model.forward_paired({k: v[a:b] for k, v in per.items()}, d.X_test[a:b].to(dev)).cpu()
             ok = self.model.correct(out, d.y_test[a:b])
             mask = torch.arange(d.X_test.shape[1]).unsqueeze(0) < d.n_test[a:b].unsqueeze(1)
             correct += int((ok & mask).sum())

@@ -124,6 +124,16 @@ class BatchedModel:
         pen = self.penalty(params)
         return loss if pen is None else loss + pen
 
+    def deferred_steps_(self, w: dict[str, torch.Tensor], batches: list, lr: float) -> bool:
+        """Optional fast path: all plain-SGD steps (one ``(X, y, mask, n)`` batch per step) in place,
+        with weight updates deferred where that saves memory passes. False when not implemented."""
+        return False
+
+    def deferred_keys(self) -> tuple[str, ...]:
+        """Parameters that :meth:`deferred_steps_` reads and then replaces in ``w`` without modifying
+        them in place (so the caller need not copy them first)."""
+        return ()
+
     def fused_step_(self, w: dict[str, torch.Tensor], u: dict[str, torch.Tensor] | None, X: torch.Tensor,
                     y: torch.Tensor, mask: torch.Tensor, n: torch.Tensor, lr: float, beta: float) -> bool:
         """Optional fast path: one in-place heavy-ball step ``u <- beta*u + g; w <- w - lr*u`` (plain
@@ -293,6 +303,69 @@ class MLP(BatchedModel):
                     w[bn].sub_(u[bn], alpha=lr)
                 dA = dA_prev
         return True
+
+    def deferred_steps_(self, w, batches, lr: float) -> bool:
+        """All plain-SGD steps of ``batches`` [(X, y, mask, n) per step] IN PLACE, with the first layer's
+        weight updates deferred to one product at the end (impl="bmm"; returns False otherwise).
+
+        Step t's update of the first weight matrix is ``-lr * D_t^T X_t`` (rank = batch size), so the
+        first layer's pre-activations at step t are ``X_t W_0^T + b_t - lr * sum_{s<t} (X_t X_s^T) D_s``:
+        the products ``X W_0^T`` of every step are one matrix product with the batches stacked, the
+        corrections are small (batch x batch) products, and ``W <- W_0 - lr * D^T X`` with all steps'
+        errors ``D`` stacked is one product at the end. The big weight matrix is then read twice and
+        written once per local update instead of three passes per step. Same mathematics as
+        :meth:`fused_step_` step after step; floating-point results differ in the last bits.
+        """
+        if self.impl != "bmm" or not batches:
+            return False
+        L = len(self._layers)
+        W0n, b0n = self._layers[0] + ".weight", self._layers[0] + ".bias"
+        with torch.no_grad():
+            Xs = [b[0] for b in batches]
+            base = Xs[0]._base if Xs[0]._base is not None else None
+            # the batches are usually views of one stacked tensor (_Batcher.all_steps): use it as is
+            if base is not None and base.dim() == 3 and base.shape[1] == sum(x.shape[1] for x in Xs) \
+                    and all(x._base is base for x in Xs):
+                Xall = base
+            else:
+                Xall = torch.cat(Xs, dim=1)  # (B, sum of batch sizes, d)
+            P = torch.bmm(Xall, w[W0n].transpose(1, 2))  # first layer of every step at the start weights
+            Dall = torch.empty_like(P)
+            lo = 0
+            for Xb, yb, mb, nb in batches:
+                hi = lo + Xb.shape[1]
+                h = P[:, lo:hi] + w[b0n].unsqueeze(1)
+                if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
+                    h = h.baddbmm_(torch.bmm(Xb, Xall[:, :lo].transpose(1, 2)), Dall[:, :lo], alpha=-lr)
+                hs = [Xb]
+                for i in range(L):
+                    if i > 0:
+                        name = self._layers[i]
+                        h = torch.baddbmm(w[name + ".bias"].unsqueeze(1), h, w[name + ".weight"].transpose(1, 2))
+                    if i < L - 1:
+                        h = torch.relu(h)
+                        hs.append(h)
+                logp = torch.log_softmax(h, dim=-1)
+                scale = mb / nb.clamp(min=1).to(Xb.dtype).unsqueeze(1)
+                dA = logp.exp_()
+                dA.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(scale, -1.0).unsqueeze(-1))
+                dA.mul_(scale.unsqueeze(-1))
+                for i in range(L - 1, 0, -1):
+                    Wn, bn = self._layers[i] + ".weight", self._layers[i] + ".bias"
+                    dA_prev = torch.bmm(dA, w[Wn]).mul_(hs[i] > 0)  # before W changes
+                    w[Wn].baddbmm_(dA.transpose(1, 2), hs[i], beta=1.0, alpha=-lr)
+                    w[bn].sub_(dA.sum(1), alpha=lr)
+                    dA = dA_prev
+                Dall[:, lo:hi] = dA
+                w[b0n].sub_(dA.sum(1), alpha=lr)
+                lo = hi
+            # out of place: the start weights may be the caller's (see deferred_keys)
+            w[W0n] = torch.baddbmm(w[W0n], Dall.transpose(1, 2), Xall, beta=1.0, alpha=-lr)
+        return True
+
+    def deferred_keys(self) -> tuple[str, ...]:
+        """Parameters that :meth:`deferred_steps_` only reads and then replaces (never modifies in place)."""
+        return (self._layers[0] + ".weight",) if self.impl == "bmm" else ()
 
     def flops_per_sample(self):
         macs = [a * b for a, b in zip(self.sizes[:-1], self.sizes[1:])]

@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import log_ndtr
 
 __all__ = ["RebalanceResult", "random_rebalance", "check_threshold", "identifier_keep_probability",
            "min_expected_cluster_size"]
@@ -125,7 +126,6 @@ def identifier_keep_probability(sigma_s: float, k: int) -> float:
         raise ValueError(f"sigma_s must be >= 0 and finite, got {sigma_s!r}")
     if k == 1 or sigma_s == 0:
         return 1.0
-    from scipy.special import log_ndtr
 
     z, w = np.polynomial.hermite_e.hermegauss(200)  # weight exp(-z^2/2)
     vals = np.exp((k - 1) * log_ndtr(z + 1.0 / sigma_s))

@@ -99,11 +99,24 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine import (
-    Aggregation, ClientUpdates, ClusteredFLEngine, ClusteredFLResult, DeltaAveraging, FederatedTensors, Params,
-    client_model_losses, assign_clusters, client_norms, local_train, segment_counts, segment_sum,
+    Aggregation,
+    ClientUpdates,
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    DeltaAveraging,
+    FederatedTensors,
+    Params,
+    assign_clusters,
+    client_model_losses,
+    client_norms,
+    local_train,
+    segment_counts,
+    segment_sum,
 )
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.clustered_fl.rebalance import check_threshold, random_rebalance
+from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
+from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import add_gaussian_noise
 from fedclust.privacy.paper import rr_cluster as paper
@@ -141,7 +154,6 @@ def _sample_of(q, M) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=256)
 def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int, weights: tuple) -> float:
-    from fedclust.privacy.accountants import calibrate_noise_multiplier
 
     return calibrate_noise_multiplier(epsilon, delta, steps=T, sampling="without_replacement", population=M,
                                       sample_size=m, neighbouring="replace_one", weights=weights, rtol=1e-4)
@@ -153,7 +165,6 @@ def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ..
     if bound not in CALIBRATION_BOUNDS:
         raise ValueError(f"bound must be one of {CALIBRATION_BOUNDS}, got {bound!r}")
     if bound == "accountant":
-        from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
 
         eps, d, T = check_epsilon(epsilon, "target_epsilon"), check_delta(delta), check_steps(T, "T")
         M, m = _sample_of(q, M)
@@ -344,35 +355,58 @@ class PrivateClusterAggregator(DeltaAveraging):
         self.log["identifier_flips"].append(float((noisy != chosen).float().mean()) if len(chosen) else 0.0)
         return torch.as_tensor(rr.groups, dtype=torch.long)
 
+    # A round is begin (identifiers, rebalancing), one accumulate per chunk of clients (clip every
+    # update, add it to its group's running sum) and end (noise on the complete sums, server step), so
+    # the engine can fold a round of any size in chunks; the whole round is the same three calls with
+    # one chunk (Aggregator._fold). Running sums use index_add_, which adds rows one after another in
+    # their order, so on the CPU the chunked sums are the unchunked sums bit for bit.
+    def supports_chunks(self):
+        return True
+
     def __call__(self, state, updates, ctx):
-        k = ctx.k
+        return self._fold(state, updates, ctx)
+
+    def begin(self, state, updates, ctx):
         g = self.groups(updates, ctx)
-        counts = segment_counts(g, k)
         names = list(state.params)
-        gl = [n for n in names if n in self.global_keys]
-        cl = [n for n in names if n not in self.global_keys and n not in self.frozen_keys]
-        deltas = updates.deltas()
-        # steps 5-7 for the cluster part
-        dc, n_clip = _clip({n: deltas[n] for n in cl}, self.clip)
-        sums = noisy_cluster_sums(dc, g, k, self.sum_std, ctx.rngs["noise"])
-        params = dict(state.params)
-        for n in cl:
-            old = state.params[n]
-            c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
-            params[n] = torch.where(c > 0, old + self.server_lr * sums[n] / c.clamp(min=1), old)
-        # FedCAM's global part: one Gaussian over all sampled clients, never rebalanced
-        if gl:
-            dg, n_clip_g = _clip({n: deltas[n] for n in gl}, self.clip)
-            m = max(len(updates.clients), 1)
-            std_g = self.global_std
-            for n in gl:
-                s = dg[n].sum(0)
-                if std_g > 0:
-                    s = add_gaussian_noise(s, std_g, ctx.rngs["noise"])
-                params[n] = state.params[n] + self.server_lr * (s / m).unsqueeze(0)  # same g in every row
+        return {"g": g, "counts": segment_counts(g, ctx.k), "sums": {}, "gsums": {}, "n_clip": 0,
+                "gl": [n for n in names if n in self.global_keys],
+                "cl": [n for n in names if n not in self.global_keys and n not in self.frozen_keys]}
+
+    def accumulate(self, acc, chunk, rows, ctx):
+        g = acc["g"][rows]
+        # steps 5-6 (before the noise) for the cluster part
+        dc, n_clip = _clip({n: chunk.params[n] - chunk.start_params[n] for n in acc["cl"]}, self.clip)
+        for n, v in dc.items():
+            self._add(acc["sums"], n, v, g, ctx.k)
+        # FedCAM's global part: one sum over all sampled clients (one segment), never rebalanced
+        if acc["gl"]:
+            dg, n_clip_g = _clip({n: chunk.params[n] - chunk.start_params[n] for n in acc["gl"]}, self.clip)
+            zero = torch.zeros(len(g), dtype=torch.long)
+            for n, v in dg.items():
+                self._add(acc["gsums"], n, v, zero, 1)
             n_clip += n_clip_g
-        self.log["n_clipped"].append(n_clip)
-        return Aggregation(params, state.momentum, g, counts.numpy().copy())
+        acc["n_clip"] += n_clip
+
+    def end(self, state, acc, ctx):
+        counts, rng = acc["counts"], ctx.rngs["noise"]
+        params = dict(state.params)
+        for n in acc["cl"]:  # noise on each of the k sums, per parameter in dict order (noisy_cluster_sums)
+            old = state.params[n]
+            s = acc["sums"].get(n, torch.zeros_like(old))
+            if self.sum_std > 0:
+                s = add_gaussian_noise(s, self.sum_std, rng)
+            c = counts.to(old.device, old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+            params[n] = torch.where(c > 0, old + self.server_lr * s / c.clamp(min=1), old)
+        if acc["gl"]:
+            m = max(len(acc["g"]), 1)
+            for n in acc["gl"]:
+                s = acc["gsums"].get(n, torch.zeros_like(state.params[n][:1]))[0]
+                if self.global_std > 0:
+                    s = add_gaussian_noise(s, self.global_std, rng)
+                params[n] = state.params[n] + self.server_lr * (s / m).unsqueeze(0)  # same g in every row
+        self.log["n_clipped"].append(acc["n_clip"])
+        return Aggregation(params, state.momentum, acc["g"], counts.numpy().copy())
 
     def noise_multipliers(self) -> tuple[float, ...]:
         """The release's noise multipliers: each noise std added divided by its replace-one sensitivity
@@ -465,16 +499,17 @@ class FeSEMEngine(ClusteredFLEngine):
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         last = torch.as_tensor(self.last_center[clients])
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
-        start = {k: v.index_select(0, start_j) for k, v in state.params.items()}
+        start = {k: v.index_select(0, start_j.to(v.device)) for k, v in state.params.items()}
         t1 = time.perf_counter()
         params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
                                 batch_size=self.batch_size, local_epochs=self.local_epochs, gen=self.rngs["minibatch"])
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)
-        chosen = torch.argmin(torch.cdist(flat_i.double(), flat_c.double()), dim=1)
+        chosen_d = torch.argmin(torch.cdist(flat_i.double(), flat_c.double()), dim=1)
+        chosen = chosen_d.cpu()
         self.last_center[clients] = chosen.numpy()
-        anchor = {k: v.index_select(0, chosen) for k, v in state.params.items()}
+        anchor = {k: v.index_select(0, chosen_d) for k, v in state.params.items()}
         self.count_local_samples(n, self.local_steps)
         self.timing["assign"] += t1 - t0
         self.timing["local"] += time.perf_counter() - t1

@@ -17,6 +17,8 @@ import numpy as np
 
 from fedclust.clustering.lloyd import lloyd_step, masked_means
 from fedclust.metrics import clustering_scores
+from fedclust.privacy import mechanisms as mech
+from fedclust.privacy.events import non_dp_release
 from fedclust.privacy.mechanisms import clip_rows
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
@@ -268,7 +270,6 @@ def init_release(private: bool, init: str, init_centroids, what: str) -> list:
     """The release of a private run whose W^0 is k private data rows (``init="data"``): one
     ``non_dp_release`` naming ``what`` (epsilon = inf); empty otherwise."""
     if private and init_is_private_release(init, init_centroids):
-        from fedclust.privacy.events import non_dp_release
 
         return [non_dp_release(f"{what} are k private data rows (init='data')")]
     return []
@@ -298,7 +299,6 @@ def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, me
     check_float("delta", delta, 0.0)
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
-    from fedclust.privacy import mechanisms as mech
 
     fn = mech.classical_sigma if mechanism == "classical" else mech.analytic_sigma
     return float(fn(eps, delta, 1.0))

@@ -99,6 +99,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedclust.clustering._common import (
+    DEFAULT_DOMAIN,
+    SegmentLayout,
     blas_limit,
     check_all_clients_nonempty,
     check_clients_per_round,
@@ -106,18 +108,18 @@ from fedclust.clustering._common import (
     check_init,
     check_int,
     clip_data,
-    DEFAULT_DOMAIN,
     init_release,
     initial_centroids,
     log_scores,
     nearest,
     new_history,
     sample_clients,
-    SegmentLayout,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.privacy.accountants import RDP_ORDERS
+from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
+from fedclust.privacy.mechanisms import clip_by_norm
 from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
@@ -402,7 +404,6 @@ def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w
     ``"textbook"`` evaluates eq. (80) as written, -2 W'(X_i - W H_i) + ..., at each of the Q1 steps
     (the per-client loop one writes from the paper's pseudo-code; same numbers up to rounding).
     """
-    from fedclust.privacy.mechanisms import clip_by_norm
 
     if h_grad_form not in ("hoisted", "textbook"):
         raise ValueError(f"h_grad_form must be 'hoisted' or 'textbook', got {h_grad_form!r}")
@@ -551,7 +552,6 @@ def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishin
     the worst client's index, size and releases, its accountant epsilon (None when not computed:
     a single signature), and ``profiles``: {n_i: exact epsilon or None} for the sizes examined.
     """
-    from fedclust.privacy.accountants import epsilon as accounted
 
     sizes = np.asarray(sizes)
     eps_round, q_acc = _round_epsilon(sizes, rounds=rounds, clients_per_round=clients_per_round, q2=q2, Qhat=Qhat,
@@ -655,7 +655,6 @@ def eps_bar_for_budget(target_epsilon: float, delta: float, sizes, *, accountant
     the screening slope; usually two or three exact accountant calls). The returned eps_bar is rated
     at most the target, within ``rtol`` (relative, on eps_bar or on the accounted epsilon).
     """
-    from fedclust.privacy.accountants import epsilon as accounted
 
     target = check_float("target_epsilon", target_epsilon, 0.0)
     rtol = check_float("rtol", rtol, 0.0)

@@ -32,6 +32,7 @@ from sklearn.cluster import KMeans
 
 from fedclust.clustering import spectral
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.fedsc import _scores
 from fedclust.rng import stream, torch_seed
 
 
@@ -97,7 +98,6 @@ def run(X, client, k: int, *, seed: int = 0, kernel_scale: float = 1.0, n_init: 
     labels = np.argmin(spectral.sq_distances(V, glob), axis=1).astype(np.int64)
     info = {"anchor_client": p0, "anchor_index": int(idx0[a])}
     if y is not None:
-        from fedclust.clustering.fedsc import _scores
 
         info.update(_scores(y, labels))
     uploaded = P * k * k + (P - 1) * (X.shape[1] + k)

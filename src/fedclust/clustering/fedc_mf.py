@@ -104,11 +104,13 @@ import logging
 from typing import Any, Callable
 
 import numpy as np
+from sklearn.cluster import KMeans
 
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_accuracy, nmi
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
+from fedclust.threads import current_threads, thread_limits
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +132,6 @@ _BLAS = {"threads": None}
 def _blas_limit(n_threads):
     """A context limiting BLAS/OpenMP (and torch, if imported) threads to ``n_threads`` (None: the BLAS
     thread count found at the first call); see :func:`fedclust.threads.thread_limits`."""
-    from fedclust.threads import current_threads, thread_limits
 
     if n_threads is None:
         if _BLAS["threads"] is None:
@@ -780,7 +781,6 @@ def run_kmeanspp(X, k: int, seed: int = 0, *, y=None, n_init: int = 1, max_iter:
     The sklearn ``random_state`` comes from stream "init" of ``seed`` (recorded in ``info``). The history
     holds one entry: "inertia" (K-means objective, not F) and, with ``y``, "ACC"/"NMI". Nothing is uploaded.
     """
-    from sklearn.cluster import KMeans
 
     X = np.asarray(X, dtype=np.float64)
     X, _, _ = check_inputs(X, np.zeros(X.shape[0] if X.ndim == 2 else 0, dtype=np.int64), k)

@@ -61,10 +61,13 @@ from typing import Callable
 
 import numpy as np
 import scipy.linalg
+from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 
 from fedclust.clustering import spectral
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.metrics import clustering_scores
+from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.progress import report as report_round
 from fedclust.rng import stream, torch_seed
@@ -293,7 +296,6 @@ def factor_noise_stds(epsilon: float, delta: float, *, rounds: int, d: int, r: f
     ``share_z`` of ``1/z^2`` (split evenly over its uploads), C the rest (all of it when rounds = 1).
     Returns ``{"z_noise_std", "c_noise_std", "z_multiplier", "c_multiplier", "sensitivity_z", "sensitivity_c"}``.
     """
-    from fedclust.privacy.accountants import calibrate_noise_multiplier
 
     if not 0.0 < share_z < 1.0:
         raise ValueError(f"share_z must be in (0, 1), got {share_z!r}")
@@ -331,7 +333,6 @@ def nmi_paper(y, pred) -> float:
     the mutual information and of both entropies, while the counts and N stay those of all samples:
     ``NMI = -2 sum_{i,j>=1} N_ij ln(N N_ij / (N_i. N_.j)) / (sum_{i>=1} N_i. ln(N_i./N) + sum_{j>=1} N_.j ln(N_.j/N))``.
     """
-    from scipy.optimize import linear_sum_assignment
 
     y = np.asarray(y).ravel()
     pred = np.asarray(pred).ravel()
@@ -376,7 +377,6 @@ def attack_on_c(C: np.ndarray, k: int, *, seed: int = 0, n_init: int = 5) -> np.
 
 
 def _scores(y, labels) -> dict[str, float]:
-    from fedclust.metrics import clustering_scores
 
     out = clustering_scores(y, labels)
     out["NMI_paper"] = nmi_paper(y, labels)

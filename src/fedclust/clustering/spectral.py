@@ -48,6 +48,7 @@ import torch
 from sklearn.cluster import KMeans
 
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.metrics import clustering_scores
 from fedclust.rng import stream, torch_seed
 
 logger = logging.getLogger(__name__)
@@ -475,7 +476,6 @@ def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn
     info = {"r": r, "knn_k": int(ginfo["knn_k"]), "graph": graph, "graph_components": int(ginfo["components"]),
             "graph_components_paper": int(ginfo["components_paper"])}
     if y is not None:
-        from fedclust.metrics import clustering_scores
 
         info.update(clustering_scores(y, labels))
     return ClusteringResult(labels=labels, info=info)

@@ -21,6 +21,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import scipy.io
+import scipy.sparse
 
 from fedclust.data.base import Dataset
 
@@ -176,8 +178,6 @@ def load_mat(path, x_key: str = "X", label_key: str = "Label", *, samples_as: st
     sample; the distinct label values (sorted) are remapped to 0..C-1 (``meta["label_values"]`` keeps
     the originals). Use ``x_key="Xn"`` for the noisy copy in ``Concentric_Circles.mat``.
     """
-    import scipy.io
-    import scipy.sparse
 
     p = _require_file(path, f"a MATLAB .mat file with keys {x_key!r} and {label_key!r}")
     if samples_as not in ("columns", "rows"):

@@ -477,7 +477,8 @@ def rounds_figure(records: list[dict]):
 def confusion_figure(records: list[dict], data_paths: dict | None = None):
     """The confusion matrix of the best run (highest ACC among the non-private seed-0 runs that
     kept their labels), clusters matched to classes."""
-    from fedclust.plots import best_run, confusion_figure as figure, message_figure
+    from fedclust.plots import best_run, message_figure
+    from fedclust.plots import confusion_figure as figure
 
     best = best_run(records, "ACC")
     if best is None:

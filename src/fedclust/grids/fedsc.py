@@ -32,18 +32,18 @@ from __future__ import annotations
 import glob
 import sys
 import time
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedclust.clustering import dsc, fedsc, spectral
+from fedclust.data.registry import prepare_dataset
 from fedclust.executors import without_execution
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids import run_grid
 from fedclust.grids._data import memo, stamp
-from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import scores_with_chance
 from fedclust.partition import iid
 from fedclust.rng import stream

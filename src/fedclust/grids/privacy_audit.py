@@ -1,11 +1,13 @@
 """The privacy audit of every DP method (pipeline ``privacy_audit``): one record per method and budget.
 
-Each method's canary audit (:mod:`fedclust.privacy.audits`) is run at every budget of ``epsilons``
+Each method's canary audit (:mod:`fedclust.audits`) is run at every budget of ``epsilons``
 (default 1 and 4) with the noise on and off, and on its halved-noise mutant
 (:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower
-bounds (distribution-free, and tight where the case has a Gaussian statistic), ``tightness``, the
-noise-off bound (the audit's power), the mutant's audited ε and the verdicts ``sound`` (audited <=
-accounted), ``powerful`` (noise-off > accounted) and ``mutant_caught`` (mutant > accounted). The
+bounds (distribution-free; tight where the case has a Gaussian statistic; measured-noise where its
+noise is measured), ``tightness``, the noise-off bound (the audit's power), the mutant's audited ε
+and the verdicts ``sound`` (every audited bound <= accounted), ``powerful`` (noise-off > accounted)
+and ``mutant_caught`` (a mutant bound > accounted). :func:`verdict_errors` names the records that
+fail (the pipeline stops on them). The
 mutant's noise scale is fixed here (:data:`MUTANT_NOISE_SCALE`): no configuration reaches it. Cases run on ``executor`` (default: a process pool of
 ``workers`` processes, each with one BLAS/torch thread; :mod:`fedclust.executors`); every case is a
 pure function of its options and the seed, so the records do not depend on the executor.
@@ -51,7 +53,7 @@ def check_config(config: dict | None) -> dict:
     """``config`` merged over :data:`DEFAULTS`; unknown keys and methods are errors naming the nearest."""
     import difflib
 
-    from fedclust.privacy.audits import cases
+    from fedclust.audits import cases
 
     cfg = dict(DEFAULTS)
     for key, value in (config or {}).items():
@@ -90,9 +92,9 @@ def check_config(config: dict | None) -> dict:
 def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool,
               mutant: bool = True) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
+    from fedclust.audits import cases
     from fedclust.experiments import eps_label
     from fedclust.privacy.audit import audit_case
-    from fedclust.privacy.audits import cases
 
     factory = cases()[method]
     eps_param = inspect.signature(factory).parameters.get("epsilon")
@@ -119,8 +121,11 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
         "epsilon_paper": case.info.get("epsilon_paper"),
         "epsilon_audited": rep.noisy.epsilon_lower,
         "epsilon_audited_tight": rep.noisy.epsilon_tight,
+        "epsilon_audited_noise": rep.noisy.epsilon_noise,
+        "noise_ratio_upper": None if rep.noisy.noise_measured is None else rep.noisy.noise_measured["ratio_upper"],
         "tightness": rep.tightness,
         "mutant_epsilon_audited": rep.mutant_epsilon,
+        "mutant_epsilon_audited_noise": None if rep.mutant is None else rep.mutant.epsilon_noise,
         "mutant_caught": None if rep.mutant_caught is None else float(rep.mutant_caught),
         "tpr": rep.noisy.tpr,
         "fpr": rep.noisy.fpr,
@@ -185,9 +190,10 @@ def log_record(rec: dict) -> None:
     def f(key):
         return f"{met[key]:.3f}" if key in met else "-"
 
-    logger.info("audit %-18s eps accounted %.3f  audited %.3f  tight %s  tightness %s  noise-off %s  mutant %s %s  %s"
-                "  (%.1f s)", rec["name"], met["epsilon"], met["epsilon_audited"], f("epsilon_audited_tight"),
-                f("tightness"), f("epsilon_audited_noise_off"), f("mutant_epsilon_audited"),
+    logger.info("audit %-18s eps accounted %.3f  audited %.3f  tight %s  noise %s  tightness %s  noise-off %s  "
+                "mutant %s %s  %s  (%.1f s)", rec["name"], met["epsilon"], met["epsilon_audited"],
+                f("epsilon_audited_tight"), f("epsilon_audited_noise"), f("tightness"), f("epsilon_audited_noise_off"),
+                f("mutant_epsilon_audited"),
                 {1.0: "caught", 0.0: "MISSED"}.get(met.get("mutant_caught"), "-"),
                 "sound" if met["sound"] else "UNSOUND", met["audit_time_s"])
 
@@ -210,15 +216,15 @@ def run(config: dict | None, data_paths: dict | None = None, store=None, on_done
                     store=store, on_done=done)
 
 
-COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_tight", "tightness",
-           "look_closer", "epsilon_audited_noise_off", "sound", "powerful", "mutant_epsilon_audited", "mutant_caught",
-           "n_runs", "audit_time_s"]
+COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_tight",
+           "epsilon_audited_noise", "tightness", "look_closer", "epsilon_audited_noise_off", "sound", "powerful",
+           "mutant_epsilon_audited", "mutant_caught", "n_runs", "audit_time_s"]
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     """One table: ε targeted (the budget asked for), ε the paper's formula claims (where a case
     reports one: ``case.info["epsilon_paper"]``), ε accounted, ε audited (distribution-free, tight,
-    noise off), tightness (``look_closer`` when below :data:`LOW_TIGHTNESS`; blank where the case has
+    measured-noise, noise off), tightness (``look_closer`` when below :data:`LOW_TIGHTNESS`; blank where the case has
     no Gaussian statistic), the mutant's audited ε and the verdicts, per method and budget."""
     rows = []
     for r in records:
@@ -227,6 +233,7 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
         rows.append({
             "method": r["tags"]["method"],
             "epsilon_audited_tight": met.get("epsilon_audited_tight"),
+            "epsilon_audited_noise": met.get("epsilon_audited_noise"),
             "tightness": tight,
             "look_closer": "no tight audit" if tight is None else ("LOW" if tight < LOW_TIGHTNESS else ""),
             "mutant_epsilon_audited": met.get("mutant_epsilon_audited"),
@@ -242,6 +249,19 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
             "audit_time_s": met["audit_time_s"],
         })
     return {"privacy_audit": pd.DataFrame(rows, columns=COLUMNS)}
+
+
+def verdict_errors(records: list[dict]) -> list[str]:
+    """One message per failed verdict, naming the records: an audited ε above the accounted one (a
+    leak), a noise-off bound not above it (no power), a halved-noise mutant not caught."""
+    met = [(r["name"], r["metrics"]) for r in records]
+    groups = {
+        "audited epsilon above the accounted one (a leak)": [n for n, m in met if not m["sound"]],
+        "no power (noise-off bound not above the accounted epsilon)": [n for n, m in met if m.get("powerful") == 0.0],
+        "halved-noise mutant not caught (the audit cannot see a 2x noise cut)":
+            [n for n, m in met if m.get("mutant_caught") == 0.0],
+    }
+    return [f"{what} for {names}" for what, names in groups.items() if names]
 
 
 def audit_figure(records: list[dict]):

@@ -29,7 +29,7 @@ so audits use budgets of ε ≈ 1-2.
 
 An :class:`AuditCase` describes one method's audit: ``scores(with_canary, noise, n_runs, seed)``
 returns one distinguisher score per independent run. The method families register their cases in
-:mod:`fedclust.privacy.audits`.
+:mod:`fedclust.audits`.
 
 The tight audit (:func:`gaussian_audit`). The distribution-free bound above needs many runs to get
 near the accounted ε: it estimates tail probabilities. Where the release is Gaussian, a case can
@@ -43,20 +43,42 @@ what the mechanism spends only under that Gaussian model, so it applies to cases
 exactly a Gaussian release (a case says so with ``gaussian=True``); for others only the
 distribution-free bound is reported. ``tightness = ε_tight / ε_accounted``.
 
+The measured-noise audit (:func:`noise_audit`). The tight audit measures what one canary reveals,
+so it is only as strong as the canary (a canary that moves the release by less than the
+sensitivity, or a statistic that sees one of several releases, reads low). A case whose noise is
+Gaussian can also return a *noise residual*: released values whose noise-free value is the same in
+every run of a side (for example a released total minus the exact total, or a difference of two
+coordinates the canary moves alike), with the standard deviation the method claims for it
+(``AuditCase.noise_std``, from the calibrated noise). The audit takes the chi-square upper
+confidence bound of the residual's standard deviation, divides it by the claimed one (``ratio``,
+about 1 when the code adds the noise it accounts) and reports the accountant's ε for the case's
+releases with every noise multiplier multiplied by that ratio (``AuditCase.epsilon_at_noise``). It
+checks the noise, not the sensitivity (that is the canary audits' job): with the claimed noise it
+stays below the accounted ε with probability ``1 - noise_alpha`` (:data:`NOISE_ALPHA`, smaller
+than ``alpha``: this bound has no slack but the std's sampling error); with half of it, it reports
+the ε of half the noise, far above the claim, from a few hundred runs.
+
 The mutant. A case factory's ``noise_scale`` (test-side only: no user configuration reaches it)
 runs the method with that fraction of its calibrated noise while the case keeps the claim of the
-unmutated run. :func:`audit_case` audits such a case as ``mutant`` and calls it caught when either
-bound exceeds the claim: an audit that cannot see a run with half its noise is not worth much.
+unmutated run. :func:`audit_case` audits such a case as ``mutant`` and calls it caught when any of
+its bounds (distribution-free, tight, measured-noise) exceeds the claim: an audit that cannot see a
+run with half its noise is not worth much.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.stats import beta, chi2, norm
+from scipy.stats import t as student_t
+
+from fedclust.privacy.accountants import epsilon as accounted_epsilon
+from fedclust.privacy.report import json_ready
 
 __all__ = [
     "AuditCase",
@@ -69,13 +91,22 @@ __all__ = [
     "seeded_scores",
     "gaussian_dp_epsilon",
     "gaussian_audit",
+    "noise_audit",
+    "epsilon_with_noise",
+    "NOISE_ALPHA",
 ]
+
+
+#: Confidence risk of the measured-noise bound. A sound mechanism's bound sits at its claim but for
+#: the sampling error of the std, so at ``alpha = 0.05`` one audit in twenty would flag a correct
+#: method (the privacy_audit pipeline runs 28); at 1e-3 its noise bound is still within a few
+#: percent of the measured std at the default run counts, and half the noise stays far above.
+NOISE_ALPHA = 1e-3
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided Clopper-Pearson bounds at level ``alpha`` each: ``(lower, upper)`` for a binomial
     proportion with ``k`` successes in ``n`` trials (``P(p < lower) <= alpha``, ``P(p > upper) <= alpha``)."""
-    from scipy.stats import beta
 
     k, n = int(k), int(n)
     if n <= 0 or not 0 <= k <= n:
@@ -149,8 +180,6 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     """The smallest ε with ``mu``-Gaussian-DP implying (ε, ``delta``)-DP: the root of
     ``Phi(-ε/mu + mu/2) - e^ε Phi(-ε/mu - mu/2) = delta`` (0 when ``mu`` is too small to need any;
     inf for ``mu >= 50``)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
 
     mu = float(mu)
     if not 0 < delta < 1:
@@ -178,7 +207,6 @@ def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict
     Returns ``{"epsilon_lower", "epsilon_point", "mu_lower", "mu_point", "shift", "shift_lower",
     "sigma", "sigma_upper"}``: ε of ``mu``-GDP at ``delta`` for ``mu`` at the conservative ends of the
     intervals (``alpha/2`` each) and at the point estimates."""
-    from scipy.stats import chi2, t
 
     a = np.asarray(stat_in, dtype=np.float64).ravel()
     b = np.asarray(stat_out, dtype=np.float64).ravel()
@@ -188,13 +216,48 @@ def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict
     var = (np.square(a - a.mean()).sum() + np.square(b - b.mean()).sum()) / dof  # pooled: one noise scale
     sd = math.sqrt(var)
     shift = float(a.mean() - b.mean())
-    shift_lo = shift - float(t.ppf(1 - alpha / 2, dof)) * sd * math.sqrt(1 / a.size + 1 / b.size)
+    shift_lo = shift - float(student_t.ppf(1 - alpha / 2, dof)) * sd * math.sqrt(1 / a.size + 1 / b.size)
     sd_hi = math.sqrt(dof * var / float(chi2.ppf(alpha / 2, dof)))
     mu_lo = max(shift_lo, 0.0) / sd_hi if sd_hi > 0 else (math.inf if shift_lo > 0 else 0.0)
     mu_pt = abs(shift) / sd if sd > 0 else (math.inf if shift else 0.0)
     return {"epsilon_lower": gaussian_dp_epsilon(mu_lo, delta), "epsilon_point": gaussian_dp_epsilon(mu_pt, delta),
             "mu_lower": mu_lo, "mu_point": mu_pt, "shift": shift, "shift_lower": shift_lo, "sigma": sd,
             "sigma_upper": sd_hi}
+
+
+def noise_audit(res_in, res_out, noise_std: float, alpha: float = 0.05) -> dict:
+    """The measured noise of a residual (module docstring), confidence ``1 - alpha``.
+
+    ``res_in`` / ``res_out``: shape ``(n,)`` or ``(n, p)``, one row per run; each column's noise-free
+    value is the same in every run of a side, its noise has the claimed std ``noise_std``, and the
+    entries are independent. The variance is pooled around the per-side, per-column means. Returns
+    ``{"sigma", "sigma_upper", "sigma_claimed", "ratio", "ratio_upper", "dof"}``."""
+
+    if not noise_std > 0:
+        raise ValueError(f"noise_std must be > 0, got {noise_std}")
+    a = np.asarray(res_in, dtype=np.float64)
+    b = np.asarray(res_out, dtype=np.float64)
+    a, b = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    if a.shape[0] < 4 or b.shape[0] < 4 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"need at least 4 runs per side and the same columns, got {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("noise residuals must be finite")
+    dof = (a.shape[0] - 1) * a.shape[1] + (b.shape[0] - 1) * b.shape[1]
+    ss = float(np.square(a - a.mean(0)).sum() + np.square(b - b.mean(0)).sum())
+    var = ss / dof
+    sd_hi = math.sqrt(ss / float(chi2.ppf(alpha, dof)))
+    return {"sigma": math.sqrt(var), "sigma_upper": sd_hi, "sigma_claimed": float(noise_std),
+            "ratio": math.sqrt(var) / noise_std, "ratio_upper": sd_hi / noise_std, "dof": int(dof)}
+
+
+def epsilon_with_noise(releases, delta: float, ratio: float, accountant: str = "rdp") -> float:
+    """The accountant's ε of ``releases`` with every noise multiplier multiplied by ``ratio``: what
+    the releases spend if the code adds ``ratio`` times the noise it reports (0 noise: inf)."""
+    if not ratio > 0:
+        return math.inf
+    rels = releases if isinstance(releases, (list, tuple)) else [releases]
+    scaled = [replace(r, noise_multipliers=tuple(z * ratio for z in r.noise_multipliers)) for r in rels]
+    return float(accounted_epsilon(scaled, delta, accountant))
 
 
 def seeded_scores(one_run: Callable[[int], float], n_runs: int, seed: int) -> np.ndarray:
@@ -216,6 +279,10 @@ class AuditCase:
     * ``gaussian``: the case has a Gaussian statistic for the tight audit: ``scores`` returns shape
       ``(n, 2)`` (distinguisher, Gaussian statistic), or shape ``(n,)`` when the distinguisher is
       itself the Gaussian statistic.
+    * ``noise_std`` and ``epsilon_at_noise``: the measured-noise audit (module docstring). ``scores``
+      then returns a dict ``{"score": (n,), "gaussian": (n,) (Gaussian cases), "noise": (n,) or
+      (n, p)}``; ``noise_std`` is the claimed std of each ``noise`` entry and
+      ``epsilon_at_noise(ratio)`` the accounted ε had every noise been ``ratio`` times the claimed.
     """
 
     name: str
@@ -227,6 +294,13 @@ class AuditCase:
     description: str = ""
     info: dict = field(default_factory=dict, hash=False, compare=False)
     gaussian: bool = False
+    #: runs per side of the noise-off audit and of the mutant (None: ``n_runs``). A Gaussian case's
+    #: noise-off tight bound is unbounded at any run count and the measured-noise audit sees half
+    #: the noise from a few hundred runs; only the distribution-free power check needs many.
+    power_runs: int | None = None
+    mutant_runs: int | None = None
+    noise_std: float | None = None
+    epsilon_at_noise: Callable[[float], float] | None = field(default=None, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -245,13 +319,23 @@ class AuditResult:
     seconds: float
     #: the tight audit (:func:`gaussian_audit`) of a Gaussian case, else None
     tight: dict | None = None
+    #: the measured-noise audit (:func:`noise_audit` and its ``epsilon_lower``), else None
+    noise_measured: dict | None = None
 
     @property
     def epsilon_tight(self) -> float | None:
         return None if self.tight is None else self.tight["epsilon_lower"]
 
+    @property
+    def epsilon_noise(self) -> float | None:
+        return None if self.noise_measured is None else self.noise_measured["epsilon_lower"]
+
+    @property
+    def epsilon_max(self) -> float:
+        """The largest of this result's lower bounds."""
+        return max(self.epsilon_lower, self.epsilon_tight or 0.0, self.epsilon_noise or 0.0)
+
     def to_dict(self) -> dict:
-        from dataclasses import asdict
 
         return asdict(self)
 
@@ -267,9 +351,9 @@ class AuditReport:
 
     @property
     def sound(self) -> bool:
-        """Neither lower bound of the noisy mechanism exceeds the accounted ε."""
-        tight = self.noisy.epsilon_tight
-        return self.noisy.epsilon_lower <= self.case.epsilon and (tight is None or tight <= self.case.epsilon)
+        """No lower bound of the noisy mechanism (distribution-free, tight, measured-noise) exceeds
+        the accounted ε."""
+        return self.noisy.epsilon_max <= self.case.epsilon
 
     @property
     def powerful(self) -> bool | None:
@@ -287,10 +371,10 @@ class AuditReport:
 
     @property
     def mutant_epsilon(self) -> float | None:
-        """The mutant's larger lower bound (distribution-free or tight)."""
+        """The mutant's largest lower bound (distribution-free, tight or measured-noise)."""
         if self.mutant is None:
             return None
-        return max(self.mutant.epsilon_lower, self.mutant.epsilon_tight or 0.0)
+        return self.mutant.epsilon_max
 
     @property
     def mutant_caught(self) -> bool | None:
@@ -298,13 +382,13 @@ class AuditReport:
         return None if self.mutant is None else self.mutant_epsilon > self.case.epsilon
 
     def to_dict(self) -> dict:
-        from fedclust.privacy.report import json_ready
 
         mut = None
         if self.mutant is not None:
             mut = {"epsilon_audited": self.mutant_epsilon, "caught": self.mutant_caught,
                    "epsilon_audited_distribution_free": self.mutant.epsilon_lower,
                    "epsilon_audited_tight": self.mutant.epsilon_tight,
+                   "epsilon_audited_noise": self.mutant.epsilon_noise,
                    "noise_scale": self.case.info.get("mutant_noise_scale"), "result": self.mutant.to_dict()}
         return json_ready({
             "name": self.case.name,
@@ -314,8 +398,11 @@ class AuditReport:
             "epsilon_accounted": self.case.epsilon,
             "epsilon_audited": self.noisy.epsilon_lower,
             "epsilon_audited_tight": self.noisy.epsilon_tight,
+            "epsilon_audited_noise": self.noisy.epsilon_noise,
+            "noise_ratio_upper": None if self.noisy.noise_measured is None else self.noisy.noise_measured["ratio_upper"],
             "tightness": self.tightness,
             "gaussian": self.case.gaussian,
+            "why_not_gaussian": None if self.case.gaussian else self.case.info.get("why_not_gaussian"),
             "epsilon_audited_noise_off": None if self.noise_off is None else self.noise_off.epsilon_lower,
             "sound": self.sound,
             "powerful": self.powerful,
@@ -327,44 +414,70 @@ class AuditReport:
         })
 
 
-def _split(case: AuditCase, s: np.ndarray, n_runs: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """(distinguisher scores, Gaussian statistic or None) of one side's ``scores`` output."""
+def _split(case: AuditCase, s, n_runs: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(distinguisher scores, Gaussian statistic or None, noise residual or None) of one side's
+    ``scores`` output."""
+    if isinstance(s, dict):
+        score, _, _ = _split(case, s["score"], n_runs)
+        g = s.get("gaussian")
+        g = None if g is None or not case.gaussian else np.asarray(g, dtype=np.float64).reshape(n_runs)
+        r = s.get("noise")
+        r = None if r is None else np.asarray(r, dtype=np.float64).reshape(n_runs, -1)
+        return score, g, r
     s = np.asarray(s, dtype=np.float64)
     if s.shape == (n_runs, 2):
-        return s[:, 0], s[:, 1]
+        return s[:, 0], s[:, 1], None
     if s.shape != (n_runs,):
         raise ValueError(f"audit case {case.name!r}: scores must return shape ({n_runs},) or ({n_runs}, 2), "
                          f"got {s.shape}")
-    return s, (s if case.gaussian else None)
+    return s, (s if case.gaussian else None), None
 
 
-def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float) -> AuditResult:
+def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float,
+         noise_alpha: float = NOISE_ALPHA) -> AuditResult:
     t0 = time.perf_counter()
     ss = np.random.SeedSequence([int(seed), 1 if noise else 0]).generate_state(2, dtype=np.uint32)
-    s_in, g_in = _split(case, case.scores(True, noise, n_runs, int(ss[0])), n_runs)
-    s_out, g_out = _split(case, case.scores(False, noise, n_runs, int(ss[1])), n_runs)
+    s_in, g_in, r_in = _split(case, case.scores(True, noise, n_runs, int(ss[0])), n_runs)
+    s_out, g_out, r_out = _split(case, case.scores(False, noise, n_runs, int(ss[1])), n_runs)
     r = epsilon_lower_bound_from_scores(s_in, s_out, case.delta, alpha)
     tight = None
     if case.gaussian and g_in is not None and g_out is not None:
         tight = gaussian_audit(g_in, g_out, case.delta, alpha)
+    measured = None
+    # noise off: there is no noise to measure (the residual is constant); the power check is the
+    # canary audits' business
+    if noise and case.noise_std and case.epsilon_at_noise is not None and r_in is not None and r_out is not None:
+        measured = noise_audit(r_in, r_out, case.noise_std, noise_alpha)
+        measured["alpha"] = noise_alpha
+        measured["epsilon_lower"] = float(case.epsilon_at_noise(measured["ratio_upper"]))
     return AuditResult(
         name=case.name, method=case.method, noise=noise, epsilon_accounted=float(case.epsilon),
         epsilon_lower=r["epsilon_lower"], delta=case.delta, alpha=alpha, n_runs=n_runs,
         threshold=r["threshold"], tpr=r["tpr"], fpr=r["fpr"], seconds=time.perf_counter() - t0, tight=tight,
+        noise_measured=measured,
     )
 
 
 def audit_case(case: AuditCase, *, n_runs: int | None = None, seed: int = 0, alpha: float = 0.05,
-               power_check: bool = True, mutant: AuditCase | None = None) -> AuditReport:
-    """Audit ``case``: ``n_runs`` runs with and without the canary, noise on (and off when
-    ``power_check``), and ``mutant`` (the same case built with ``noise_scale < 1``) with its noise on.
-    Returns an :class:`AuditReport` (``sound``, ``powerful``, ``tightness``, ``mutant_caught``, ``to_dict()``)."""
-    n = int(case.n_runs if n_runs is None else n_runs)
-    if n < 8:
-        raise ValueError(f"n_runs must be >= 8, got {n}")
+               power_check: bool = True, mutant: AuditCase | None = None, power_runs: int | None = None,
+               mutant_runs: int | None = None, noise_alpha: float = NOISE_ALPHA) -> AuditReport:
+    """Audit ``case``: ``n_runs`` runs with and without the canary with the noise on, ``power_runs``
+    with it off (when ``power_check``), and ``mutant_runs`` of ``mutant`` (the same case built with
+    ``noise_scale < 1``) with its noise on. An ``n_runs`` given applies to all three unless
+    ``power_runs`` / ``mutant_runs`` are given too; without it, the case's ``n_runs``,
+    ``power_runs`` and ``mutant_runs`` apply. Returns an :class:`AuditReport` (``sound``,
+    ``powerful``, ``tightness``, ``mutant_caught``, ``to_dict()``)."""
+    if n_runs is None:
+        n = int(case.n_runs)
+        n_off, n_mut = int(power_runs or case.power_runs or n), int(mutant_runs or case.mutant_runs or n)
+    else:
+        n = int(n_runs)
+        n_off, n_mut = int(power_runs or n), int(mutant_runs or n)
+    if min(n, n_off, n_mut) < 8:
+        raise ValueError(f"run counts must be >= 8, got {n}, {n_off}, {n_mut}")
     if mutant is not None and not math.isclose(mutant.epsilon, case.epsilon, rel_tol=1e-9):
         raise ValueError(f"the mutant of {case.name!r} must keep the unmutated claim {case.epsilon}, got {mutant.epsilon}")
-    noisy = _run(case, True, n, seed, alpha)
-    off = _run(case, False, n, seed, alpha) if power_check else None
-    mut = _run(mutant, True, n, seed + 7919, alpha) if mutant is not None else None
+    noisy = _run(case, True, n, seed, alpha, noise_alpha)
+    off = _run(case, False, n_off, seed, alpha, noise_alpha) if power_check else None
+    mut = _run(mutant, True, n_mut, seed + 7919, alpha, noise_alpha) if mutant is not None else None
     return AuditReport(case=case, noisy=noisy, noise_off=off, mutant=mut)

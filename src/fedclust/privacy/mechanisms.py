@@ -57,7 +57,7 @@ def clip_by_norm(v, max_norm: float):
     """
     c = _check_max_norm(max_norm)
     if _is_torch(v):
-        import torch
+        import torch  # only for torch inputs: numpy callers never pay torch's import
 
         norm = float(torch.linalg.vector_norm(v.detach()))
         if norm > c:
@@ -78,7 +78,7 @@ def clip_rows(x, max_norm: float):
     """
     c = _check_max_norm(max_norm)
     if _is_torch(x):
-        import torch
+        import torch  # only for torch inputs: numpy callers never pay torch's import
 
         if x.ndim == 0:
             raise ValueError("x must have at least one axis (items first)")
@@ -114,7 +114,7 @@ def add_gaussian_noise(x, std, rng: np.random.Generator):
     if np.any(std_arr < 0) or not np.all(np.isfinite(std_arr)):
         raise ValueError(f"std must be finite and >= 0, got {std!r}")
     if _is_torch(x):
-        import torch
+        import torch  # only for torch inputs: numpy callers never pay torch's import
 
         if not np.any(std_arr > 0):
             return x.clone()

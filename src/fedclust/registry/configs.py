@@ -227,7 +227,7 @@ class _EngineConfig(MethodConfig):
     local_steps: int = param(10, **K)
     participation: float = param(0.25, "float", gt=0, le=1)
     eval_every: int = param(5, "int", ge=0)
-    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 1024")
+    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 512")
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
 
     def problems(self, where):

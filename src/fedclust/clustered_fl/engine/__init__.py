@@ -60,29 +60,47 @@ chunk by chunk, local training and the aggregator's running per-cluster sums
 **Layout** of this package (everything is re-exported here): :mod:`.data` (:class:`FederatedTensors`,
 the padded per-client layout), :mod:`.kernels` (batched losses, cluster estimation, minibatch draws,
 local training, segment sums), :mod:`.aggregation` (server state, client updates and the
-aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`) and :mod:`.loop`
-(:class:`ClusteredFLEngine`, :func:`run_clustered_fl`).
+aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`), :mod:`.loop`
+(:class:`ClusteredFLEngine`, :func:`run_clustered_fl`, :func:`resolve_device`) and :mod:`.distributed`
+(the chunks of a round on worker processes or Ray tasks: :class:`ProcessChunkRunner`,
+:class:`RayChunkRunner`).
 """
 
 from __future__ import annotations
 
 from fedclust.clustered_fl.engine.aggregation import (
-    Aggregation, Aggregator, ClientUpdates, DeltaAveraging, GradientAveraging, ModelAveraging, RoundContext,
+    Aggregation,
+    Aggregator,
+    ClientUpdates,
+    DeltaAveraging,
+    GradientAveraging,
+    ModelAveraging,
+    RoundContext,
     ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
+from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
-    DEFAULT_CHUNK_MB, _Batcher, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, client_norms,
-    local_gradient, local_train, segment_counts, segment_sum,
+    DEFAULT_CHUNK_MB,
+    _Batcher,
+    _DrawTape,
+    assign_clusters,
+    bytes_per_client,
+    client_model_losses,
+    client_norms,
+    local_gradient,
+    local_train,
+    segment_counts,
+    segment_sum,
 )
-from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, run_clustered_fl
+from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, resolve_device, run_clustered_fl
 
 __all__ = [
     "FederatedTensors", "ServerState", "ClientUpdates", "RoundContext", "Aggregation",
     "Aggregator", "ModelAveraging", "GradientAveraging", "DeltaAveraging",
     "segment_sum", "segment_counts", "client_norms",
     "client_model_losses", "assign_clusters", "local_train", "local_gradient",
-    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "evaluate", "bytes_per_client",
-    "DEFAULT_CHUNK_MB",
+    "ClusteredFLResult", "ClusteredFLEngine", "run_clustered_fl", "resolve_device", "evaluate", "bytes_per_client",
+    "DEFAULT_CHUNK_MB", "ChunkRunner", "ProcessChunkRunner", "RayChunkRunner", "train_chunk",
 ]

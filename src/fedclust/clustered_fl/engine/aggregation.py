@@ -141,8 +141,8 @@ class Aggregator:
     @staticmethod
     def _add(sums: dict, name: str, values: torch.Tensor, g: torch.Tensor, k: int) -> None:
         if name not in sums:
-            sums[name] = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype)
-        sums[name].index_add_(0, g, values)
+            sums[name] = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
+        sums[name].index_add_(0, g.to(values.device), values)  # groups live on the CPU, updates on the device
 
     def _add_momentum(self, acc, chunk, g, k):
         if chunk.momentum is not None:
@@ -161,7 +161,7 @@ def _mean_or_keep(sums: torch.Tensor, counts: torch.Tensor, old: torch.Tensor, s
                   base: torch.Tensor | None = None) -> torch.Tensor:
     """``sums / counts`` per cluster, or ``base + scale * sums / counts`` when ``base`` is given; an
     empty cluster keeps its row of ``old``."""
-    c = counts.to(old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
+    c = counts.to(old.device, old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
     new = sums / c.clamp(min=1) if base is None else base + scale * sums / c.clamp(min=1)
     return torch.where(c > 0, new, old)
 

@@ -24,22 +24,24 @@ def client_model_losses(model: BatchedModel, params: Params, X: torch.Tensor, y:
     models (:meth:`BatchedModel.forward_shared`).
     """
     C, n_max = X.shape[:2]
-    k = next(iter(params.values())).shape[0]
+    first = next(iter(params.values()))
+    k, dev = first.shape[0], first.device
     losses = torch.empty(C, k, dtype=X.dtype)
     correct = torch.empty(C, k, dtype=torch.long) if with_correct else None
     step = max(1, max_rows // max(n_max, 1))
     for a in range(0, C, step):  # memory chunks of many clients each (not one client at a time)
         b = min(C, a + step)
-        Xc, yc, nc = X[a:b], y[a:b], n[a:b]
+        # the data go to the models' device one chunk at a time; the (C, k) tables stay on the CPU
+        Xc, yc, nc = X[a:b].to(dev), y[a:b].to(dev), n[a:b].to(dev)
         c = b - a
         out = model.forward_shared(params, Xc.reshape(c * n_max, -1))  # (k, c*n_max, o)
         yk = yc.reshape(1, -1).expand(k, -1)
         m = _mask(nc, n_max).reshape(1, c, n_max).to(X.dtype)
         ls = model.sample_losses(out, yk).reshape(k, c, n_max)
-        losses[a:b] = ((ls * m).sum(-1) / nc.clamp(min=1).to(X.dtype)).t()
+        losses[a:b] = ((ls * m).sum(-1) / nc.clamp(min=1).to(X.dtype)).t().cpu()
         if with_correct:
             cr = model.correct(out, yk).reshape(k, c, n_max) & m.bool()
-            correct[a:b] = cr.sum(-1).t()
+            correct[a:b] = cr.sum(-1).t().cpu()
     return losses, correct
 
 
@@ -68,12 +70,41 @@ class _Batcher:
 
     def _perm(self):
         keys = self.gen.random((self.B, self.n_max))
-        keys[~_mask(self.n, self.n_max).numpy()] = np.inf  # padding goes last
-        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable"))
+        # padding goes last; a new array, since the keys may be a read-only view of the round's draws
+        keys = np.where(_mask(self.n, self.n_max).cpu().numpy(), keys, np.inf)
+        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
 
     def __call__(self, s: int):
         if self.bs is None or self.bs >= self.n_max:
             return self.X, self.y, self.full_mask, self.n
+        idx, nb = self.indices(s)
+        # advanced indexing copies whole sample rows (gather with an index expanded over the features
+        # reads one index per float and was a tenth of a training step)
+        rows = torch.arange(self.B, device=idx.device).unsqueeze(1)
+        Xb = self.X[rows, idx]
+        yb = self.y[rows, idx]
+        mb = _mask(nb, idx.shape[1]).to(self.X.dtype)
+        return Xb, yb, mb, nb
+
+    def all_steps(self, steps: int) -> list:
+        """The batches of steps ``0..steps-1`` (in order, the same draws as calling the batcher per
+        step); minibatch rows of all steps are copied in ONE indexing into one (B, rows, d) tensor, of
+        which every step's batch is a view."""
+        if self.bs is None or self.bs >= self.n_max:
+            return [self(s) for s in range(steps)]
+        parts = [self.indices(s) for s in range(steps)]
+        idx = torch.cat([p[0] for p in parts], dim=1)
+        rows = torch.arange(self.B, device=idx.device).unsqueeze(1)
+        Xall, yall = self.X[rows, idx], self.y[rows, idx]
+        out, lo = [], 0
+        for i, nb in parts:
+            hi = lo + i.shape[1]
+            out.append((Xall[:, lo:hi], yall[:, lo:hi], _mask(nb, i.shape[1]).to(self.X.dtype), nb))
+            lo = hi
+        return out
+
+    def indices(self, s: int):
+        """Step ``s``'s minibatch: sample indices (B, b) into every client's rows and batch sizes (B,)."""
         if self.epochs is None:
             idx = self._perm()[:, : self.bs]
             nb = self.n.clamp(max=self.bs)
@@ -84,11 +115,7 @@ class _Batcher:
             lo = j * self.bs
             idx = self.perm[:, lo: lo + self.bs]
             nb = (self.n - lo).clamp(min=0, max=self.bs)
-        d = self.X.shape[2:]
-        Xb = torch.gather(self.X, 1, idx.reshape(self.B, -1, *([1] * len(d))).expand(-1, -1, *d))
-        yb = torch.gather(self.y, 1, idx)
-        mb = _mask(nb, idx.shape[1]).to(self.X.dtype)
-        return Xb, yb, mb, nb
+        return idx, nb
 
 
 class _DrawTape:
@@ -124,7 +151,7 @@ class _TapeView:
 
 
 #: Default memory budget of one chunk of clients (``max_chunk_mb=None``).
-DEFAULT_CHUNK_MB = 1024.0
+DEFAULT_CHUNK_MB = 512.0
 
 
 def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0,
@@ -151,24 +178,69 @@ def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *,
 def local_train(model: BatchedModel, params: Params, momentum: Params | None, X: torch.Tensor,
                 y: torch.Tensor, n: torch.Tensor, *, steps: int, lr: float, beta: float = 0.0,
                 batch_size: int | None = None, local_epochs: int | None = None,
-                gen: np.random.Generator | None = None) -> tuple[Params, Params | None]:
-    """``steps`` heavy-ball steps for all B clients at once:
+                gen: np.random.Generator | None = None, client_block: int | None = None,
+                defer_updates: bool = False) -> tuple[Params, Params | None]:
+    """``steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's Algorithm 1):
 
     ``u <- beta*u + grad phi_b(w_b; batch_b)``; ``w_b <- w_b - lr*u`` (no dampening/Nesterov). With
     ``beta == 0`` this is plain (S)GD and the returned momentum is None. ``params``/``momentum`` are
     stacked (B, ...) and are not modified. A client whose batch is empty (only with ``local_epochs``
     and unequal sizes) skips that step.
+
+    ``client_block`` (None: all B at once) trains the clients in blocks of that many, every block
+    through all its steps before the next (client-major loop order): a block's weights, momenta and
+    activations then stay in the CPU cache across its steps instead of streaming all B clients'
+    weights through memory at every step. Minibatch draws come from one :class:`_DrawTape` of the B
+    clients, so every client gets the draws it would get with all B at once.
+
+    ``defer_updates`` (plain SGD only, models with :meth:`~BatchedModel.deferred_steps_`, i.e. the
+    MLP): the batches of all steps are drawn first and the model runs them with its first layer's
+    updates deferred to one product (same mathematics, float results differ in the last bits).
     """
-    w = {k: v.detach().clone() for k, v in params.items()}
+    B = int(X.shape[0])
+    blk = B if client_block is None or client_block >= B else max(1, int(client_block))
+    defer = bool(defer_updates) and beta == 0
+    # the deferred path replaces these without writing into them: no copy needed (one pass less)
+    borrowed = set(model.deferred_keys()) if (defer and blk >= B) else set()
+    w = {k: v.detach() if k in borrowed else v.detach().clone() for k, v in params.items()}
     u = None
     if beta > 0:
         u = ({k: v.detach().clone() for k, v in momentum.items()} if momentum is not None
              else {k: torch.zeros_like(v) for k, v in params.items()})
     if batch_size is not None and gen is None:
         raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
+    if blk >= B:
+        _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer, borrowed)
+        return w, u
+    tape = _DrawTape(gen, B) if gen is not None else None
+    for a in range(0, B, blk):
+        r = slice(a, min(B, a + blk))
+        # slices along the client axis of contiguous stacks are contiguous views: trained in place
+        wb = {k: v[r] for k, v in w.items()}
+        _train_steps(model, wb, None if u is None else {k: v[r] for k, v in u.items()},
+                     X[r], y[r], n[r], steps, lr, beta, batch_size, local_epochs,
+                     tape.view(r) if tape is not None else None, defer)
+        for k, v in wb.items():
+            if v.data_ptr() != w[k][r].data_ptr():  # replaced (deferred path), not updated in place
+                w[k][r].copy_(v)
+    return w, u
+
+
+def _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer=False,
+                 borrowed=()) -> None:
+    """The steps of :func:`local_train` on one block of clients, updating ``w`` and ``u`` in place
+    (the deferred path replaces ``w``'s entries instead; ``borrowed`` entries are the caller's and are
+    copied before any in-place step)."""
     batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
+    batches = None
+    if defer and u is None:
+        batches = batcher.all_steps(steps)
+        if not any(bool((b[3] == 0).any()) for b in batches) and model.deferred_steps_(w, batches, lr):
+            return
+    for k in borrowed:
+        w[k] = w[k].clone()
     for s in range(steps):
-        Xb, yb, mb, nb = batcher(s)
+        Xb, yb, mb, nb = batcher(s) if batches is None else batches[s]
         skip = (nb == 0)
         any_skip = bool(skip.any())
         if not any_skip and model.fused_step_(w, u, Xb, yb, mb, nb, lr, beta):
@@ -179,14 +251,13 @@ def local_train(model: BatchedModel, params: Params, momentum: Params | None, X:
                 if u is not None:
                     if any_skip:
                         keep = skip.reshape(-1, *([1] * (g.ndim - 1)))
-                        u[k] = torch.where(keep, u[k], u[k] * beta + g)
+                        u[k].copy_(torch.where(keep, u[k], u[k] * beta + g))
                         w[k].sub_(torch.where(keep, torch.zeros_like(g), u[k]), alpha=lr)
                     else:
                         torch.add(g, u[k], alpha=beta, out=u[k])  # u <- beta*u + g (one pass)
                         w[k].sub_(u[k], alpha=lr)  # w <- w - lr*u
                 else:
                     w[k].sub_(g, alpha=lr)  # g is 0 for an empty batch
-    return w, u
 
 
 def local_gradient(model: BatchedModel, params: Params, momentum: Params | None, X, y, n, *,
@@ -206,7 +277,7 @@ def local_gradient(model: BatchedModel, params: Params, momentum: Params | None,
 
 def segment_sum(values: torch.Tensor, index: torch.Tensor, k: int) -> torch.Tensor:
     """Sum of the rows of ``values`` (S, ...) per segment ``index`` (S,) in [0, k): (k, ...)."""
-    out = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype)
+    out = torch.zeros((k,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
     return out.index_add_(0, index, values)
 
 

@@ -13,13 +13,26 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.aggregation import (
-    Aggregation, Aggregator, ClientUpdates, GradientAveraging, ModelAveraging, RoundContext, ServerState,
+    Aggregation,
+    Aggregator,
+    ClientUpdates,
+    GradientAveraging,
+    ModelAveraging,
+    RoundContext,
+    ServerState,
 )
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params
+from fedclust.clustered_fl.engine.distributed import ChunkRunner, chunk_losses, n_draws, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
-    DEFAULT_CHUNK_MB, _DrawTape, assign_clusters, bytes_per_client, client_model_losses, local_gradient,
-    local_train, segment_counts,
+    DEFAULT_CHUNK_MB,
+    _DrawTape,
+    assign_clusters,
+    bytes_per_client,
+    client_model_losses,
+    local_gradient,
+    local_train,
+    segment_counts,
 )
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.metrics import client_clustering_scores
@@ -68,13 +81,27 @@ class ClusteredFLEngine:
       always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
       ``"train"``; ``progress(round, record)`` optional callback;
     * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
-      1024): the round's clients are evaluated, trained and folded into the aggregation
+      512): the round's clients are evaluated, trained and folded into the aggregation
       ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
       does not grow with the clients per round. Chunks consume the random streams exactly as one
       batch does; a chunked round equals the unchunked one up to float summation order. A round that
       fits in one chunk runs unchanged. An aggregator without the chunked protocol
       (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
       still gets the whole round at once (a warning says the budget is not kept).
+    * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
+      local steps before the next (:func:`~fedclust.clustered_fl.engine.local_train`; None = the
+      whole chunk at once, step by step). Same draws and same per-client arithmetic either way.
+    * ``device``: ``"auto"`` (default; CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
+      (:func:`resolve_device`). Same code on both; models and each chunk's data live on the device,
+      the data set and the round's bookkeeping in host memory; results come back on the CPU.
+    * ``chunk_runner``: where the chunks of a chunked round train
+      (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
+      :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
+      equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
+      their chunks here.
+    * ``defer_updates``: plain-SGD local training with the MLP's first-layer updates deferred to one
+      product per local update (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`; same
+      mathematics, last-bit differences, fewer passes over the big weight matrix).
     """
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
@@ -86,7 +113,9 @@ class ClusteredFLEngine:
                  init_min_fraction: float | None = None, init_max_restarts: int = 20,
                  eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
                  max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
-                 progress: Callable[[int, dict], None] | None = None):
+                 progress: Callable[[int, dict], None] | None = None, client_block: int | None = None,
+                 device: str | torch.device | None = "auto", chunk_runner: ChunkRunner | None = None,
+                 defer_updates: bool = False):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
         if not isinstance(model, BatchedModel):
@@ -141,6 +170,15 @@ class ClusteredFLEngine:
         self.max_rows = _num("max_rows", max_rows, 1, integer=True)
         self.max_chunk_mb = DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0,
                                                                                lo_open=True)
+        self.client_block = None if client_block is None else _num("client_block", client_block, 1, integer=True)
+        self.device = resolve_device(device)
+        if chunk_runner is not None and not isinstance(chunk_runner, ChunkRunner):
+            raise ValueError(f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(chunk_runner).__name__}")
+        if chunk_runner is not None and self.device.type != "cpu":
+            raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
+        self.chunk_runner = chunk_runner
+        self.defer_updates = bool(defer_updates)
+        self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
         self.data, self.model, self.method, self.progress = data, model, method, progress
@@ -197,6 +235,8 @@ class ClusteredFLEngine:
             momentum = self._check_stacked("init_momentum", self.init_momentum, params)
         else:
             momentum = {n: torch.zeros_like(v) for n, v in params.items()}
+        params = {n: v.to(self.device) for n, v in params.items()}
+        momentum = {n: v.to(self.device) for n, v in momentum.items()}
         self.init_info = info
         self._set_chunk(params)
         return ServerState(params=params, momentum=momentum, round=0)
@@ -232,23 +272,26 @@ class ClusteredFLEngine:
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         chosen = assign_clusters(losses)
         t1 = time.perf_counter()
-        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"])
+        start, params, mom = self._local_update(state, chosen, X, y, n, lr, self.rngs["minibatch"], clients)
         t2 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         self.timing["local"] += t2 - t1
         return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
                              momentum=mom, n_samples=n)
 
-    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen):
-        """Step 3 for clients that chose ``chosen``: gather their start models and momenta, train
+    def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen, clients):
+        """Step 3 for the ``clients`` that chose ``chosen``: gather their start models and momenta, train
         (Option II) or take the momentum-gradient (Option I) with minibatch draws from ``gen``, and
-        count the local samples. Returns (start, params, momentum)."""
-        start = {k: v.index_select(0, chosen) for k, v in state.params.items()}
-        mom0 = {k: v.index_select(0, chosen) for k, v in state.momentum.items()} if self.beta > 0 else None
+        count the local samples. Returns (start, params, momentum). The one hook of a round that
+        subclasses override (FedProx's anchor, FedPer's personal heads): a chunked round calls it once
+        per chunk, a whole round once."""
+        ch = chosen.to(self.device)
+        start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+        mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
             params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
                                       beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                      gen=gen)
+                                      gen=gen, client_block=self.client_block, defer_updates=self.defer_updates)
             steps = self.local_steps
         else:
             mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
@@ -258,15 +301,22 @@ class ClusteredFLEngine:
         return start, params, mom
 
     def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The padded training data ``X, y, n`` of the given clients (a gathered copy)."""
+        """The padded training data ``X, y, n`` of the given clients (a gathered copy, on the engine's
+        device; the data set itself stays in host memory)."""
         idx = torch.as_tensor(clients, dtype=torch.long)
-        d = self.data
-        return d.X_train[idx], d.y_train[idx], d.n_train[idx]
+        d, dev = self.data, self.device
+        if self._device_train is None and dev.type == "cuda":
+            self._device_train = _device_copy(d, dev)
+        if self._device_train:  # the training data already live on the GPU: gather there
+            X, y, n = self._device_train
+            idx = idx.to(dev)
+            return X[idx], y[idx], n[idx]
+        return d.X_train[idx].to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
 
     def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
         """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
         batch, or at most ``batch_size`` per step) to ``n_local_samples``."""
-        per_step = n if self.batch_size is None else n.clamp(max=self.batch_size)
+        per_step = n.cpu() if self.batch_size is None else n.cpu().clamp(max=self.batch_size)
         self.n_local_samples += int(per_step.sum()) * steps
 
     def _chunked(self, n_sampled: int) -> bool:
@@ -293,22 +343,32 @@ class ClusteredFLEngine:
         d = self.data
         S = len(clients)
         t0 = time.perf_counter()
-        losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
+        remote = self.chunk_runner is not None and type(self)._local_update is ClusteredFLEngine._local_update
+        if remote:  # eq. (8) on the workers too, chunk by chunk (the same chunks, so the same numbers)
+            losses = self._remote_losses(state.params, clients)
+        else:
+            losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
         chosen = assign_clusters(losses)
-        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]
+        n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]  # host copy (bookkeeping)
         updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
                                 momentum=None, n_samples=n_all, chunked=True)
         t1 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         acc = self.aggregator.begin(state, updates, ctx)
         self.timing["aggregate"] += time.perf_counter() - t1
+        if remote:
+            self._run_chunks_remotely(state, clients, chosen, losses, lr, ctx, acc)
+            t2 = time.perf_counter()
+            agg = self.aggregator.end(state, acc, ctx)
+            self.timing["aggregate"] += time.perf_counter() - t2
+            return updates, agg
         tape = _DrawTape(self.rngs["minibatch"], S)
         for a in range(0, S, self.chunk_clients):
             rows = slice(a, min(S, a + self.chunk_clients))
             t1 = time.perf_counter()
             X, y, n = self.client_data(clients[rows])
             ch = chosen[rows]
-            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows))
+            start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows), clients[rows])
             t2 = time.perf_counter()
             chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
                                   params=params, momentum=mom, n_samples=n)
@@ -320,6 +380,52 @@ class ClusteredFLEngine:
         agg = self.aggregator.end(state, acc, ctx)
         self.timing["aggregate"] += time.perf_counter() - t2
         return updates, agg
+
+    def _remote_losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
+        """:meth:`_losses` with every chunk's loss table computed by ``chunk_runner``."""
+        step = self.chunk_clients
+
+        def per_chunk():
+            for a in range(0, len(clients), step):
+                yield (*self.client_data(clients[a:a + step]), self.max_rows)
+
+        out = list(self.chunk_runner.map(chunk_losses, (self.model, params), per_chunk()))
+        return torch.cat(out) if out else torch.zeros(0, self.k, dtype=self.data.X_train.dtype)
+
+    def _run_chunks_remotely(self, state, clients, chosen, losses, lr, ctx, acc) -> None:
+        """The chunk loop of :meth:`chunked_round` through ``chunk_runner``: the round's minibatch
+        keys are drawn here up front (the stream positions of a serial round), every chunk gets its
+        rows of them, and the trained chunks are folded into ``acc`` in chunk order."""
+        d, S = self.data, len(clients)
+        t0 = time.perf_counter()
+        n_max = int(d.X_train.shape[1])
+        gen = self.rngs["minibatch"]
+        draws = [gen.random((S, n_max)) for _ in range(n_draws(self.batch_size, self.local_epochs, n_max,
+                                                                  self.local_steps, self.local_update))]
+        cfg = {"local_update": self.local_update, "steps": self.local_steps, "lr": lr, "beta": self.beta,
+               "batch_size": self.batch_size, "local_epochs": self.local_epochs, "client_block": self.client_block,
+               "defer_updates": self.defer_updates}
+        slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
+
+        def per_chunk():
+            for rows in slices:
+                X, y, n = self.client_data(clients[rows])
+                yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
+
+        shared = (self.model, state.params, state.momentum if self.beta > 0 else None)
+        t_agg = 0.0
+        for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
+            t1 = time.perf_counter()
+            ch = chosen[rows]
+            start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+            n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
+            self.count_local_samples(n, self.local_steps if params is not None else 1)
+            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
+                                  params=params if params is not None else start, momentum=mom, n_samples=n)
+            self.aggregator.accumulate(acc, chunk, rows, ctx)
+            t_agg += time.perf_counter() - t1
+        self.timing["aggregate"] += t_agg
+        self.timing["local"] += time.perf_counter() - t0 - t_agg
 
     def sample_clients(self) -> np.ndarray:
         """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
@@ -418,9 +524,36 @@ class ClusteredFLEngine:
             "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
             "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
         }
-        return ClusteredFLResult(params=state.params, momentum=state.momentum, assignment=final["assignment"],
+        params, momentum = ({n: v.cpu() for n, v in p.items()} for p in (state.params, state.momentum))  # on the CPU
+        return ClusteredFLResult(params=params, momentum=momentum,
+                                 assignment=final["assignment"],
                                  test_assignment=final.get("test_assignment"), history=history,
                                  dp_events=list(self.dp_events), info=info)
+
+
+def _device_copy(data: FederatedTensors, dev: torch.device) -> tuple:
+    """The training tensors on ``dev`` when they take at most a quarter of its free memory (the chunks
+    are then gathered on the GPU, with no host copy and transfer per chunk), else ``()``."""
+    size = sum(t.numel() * t.element_size() for t in (data.X_train, data.y_train, data.n_train))
+    free, _ = torch.cuda.mem_get_info(dev)
+    if size > free // 4:
+        return ()
+    return (data.X_train.to(dev), data.y_train.to(dev), data.n_train.to(dev))
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``"auto"``/None: CUDA when ``torch.cuda.is_available()``, else the CPU; otherwise ``torch.device(device)``.
+    The engine runs the same code on either: data are gathered per chunk and moved to the device, the
+    bookkeeping (choices, groups, counts, losses) stays on the CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}, but torch.cuda.is_available() is False")
+    return dev
 
 
 def run_clustered_fl(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:

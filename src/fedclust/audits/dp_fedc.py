@@ -29,6 +29,9 @@ so the scores separate perfectly: the power check. The score is linear in C, and
 Gaussian noise, so it is itself a Gaussian statistic with one variance under both hypotheses: the
 case is audited tightly as well (``gaussian=True``).
 
+Measured noise: the released mean minus A (or B) is the noise itself, ``sqrt(sum_i sigma_i^2) / K``
+per entry as claimed (sigma_i: each client's std of eq. (28) in the calibrated run).
+
 Mutant: DP-FedC sets its noise from eps_bar, not from a multiplier, so ``noise_scale`` picks the
 eps_bar at which client 0's noise std is ``noise_scale`` times the calibrated one (found by
 bisection on the run's own reported std); the accounted epsilon stays that of the calibrated run.
@@ -39,8 +42,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from sklearn.datasets import load_digits
 
-from fedclust.privacy.audit import AuditCase, seeded_scores
+from fedclust.clustering import dp_fedc
+from fedclust.clustering._common import public_centroids
+from fedclust.privacy.accountants import epsilon as account
+from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 
 SIZES = (10, 14)
 K_CLUSTERS = 2
@@ -52,10 +59,6 @@ CANARY_A = 0.7
 def audit_data() -> dict:
     """The audit setting: ``X`` (24 digits rows / 16, the replacement in client 0's last row), ``client``,
     ``canary``, ``slot`` (that row), ``clip`` (the public default sqrt(m)) and ``W0`` (the public init)."""
-    from sklearn.datasets import load_digits
-
-    from fedclust.clustering import dp_fedc
-    from fedclust.clustering._common import public_centroids
 
     n = sum(SIZES)
     X = load_digits().data[:n] / 16.0
@@ -89,8 +92,6 @@ def neighbours(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
 
 def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, rounds: int = 1,
                   n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
-    from fedclust.clustering import dp_fedc
-    from fedclust.privacy.accountants import epsilon as account
 
     d = audit_data()
     sizes = np.bincount(d["client"])
@@ -115,16 +116,24 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
     def score(C):
         return float(np.square(C - A).sum() - np.square(C - B).sum())
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> np.ndarray:
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         Xn, cl = neighbours(canary_in)
-        return seeded_scores(lambda s: score(run(Xn, cl, s, noise, eb_run).centroids), n, seed)
+        clean = B if canary_in else A
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        Cs = np.array([run(Xn, cl, int(s), noise, eb_run).centroids for s in seeds])
+        sc = np.array([score(C) for C in Cs])
+        return {"score": sc, "gaussian": sc, "noise": (Cs - clean).reshape(len(seeds), -1)}
 
     Q2 = int(probe.history["Q2"][0])
     eta0 = float(probe.info["alpha_2"]) * dp_fedc.public_lambda(sizes, K_CLUSTERS)[0]  # client 0's eta
     sens = 2.0 * G * Q2 / eta0  # eq. (28)
     sigma = float(probe.info["round_sigma"][0][0])  # client 0's noise std
+    # the released mean of the K uploads carries sqrt(sum_i sigma_i^2) / K per entry (claimed noise)
+    mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
     return AuditCase(
         name="dp_fedc", method="dp_fedc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+        power_runs=100, mutant_runs=100,
+        noise_std=mean_std, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
                      f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "
                      "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"),

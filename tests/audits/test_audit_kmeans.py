@@ -21,8 +21,8 @@ from fedclust.clustering import dk_pp, fkm, fzkm
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
-from fedclust.privacy.audits import cases, get
-from fedclust.privacy.audits.kmeans import K_CLUSTERS, with_canary
+from fedclust.audits import cases, get
+from fedclust.audits.kmeans import K_CLUSTERS, with_canary
 
 DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans")
 N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
@@ -136,3 +136,26 @@ def test_fkm_data_row_init_releases_the_canary_and_beats_the_gaussian_epsilon():
     # ... and with the public default init the canary row is never published
     pub = [fkm.run(Xc, cc, K_CLUSTERS, rounds=1, seed=s, noise_multiplier=z, clip=1.0) for s in range(300)]
     assert not any(np.any(np.all(p.centroids == canary, axis=1)) for p in pub)
+
+
+# ---- the tight statistics see the whole shift the accountant assumes ---------------------------------
+@pytest.mark.parametrize("name", ["fkm", "fzkm", "dk_pp", "fed_dp_kmeans"])
+def test_noise_off_gaussian_statistic_is_zero_without_the_canary_and_the_full_shift_with_it(name):
+    # With the noise off the statistic is exactly its noise-free value in every run: 0 without the
+    # canary (everything else is removed as known), and with it the shift whose ratio to the
+    # statistic's claimed std is the mu the claim accounts (so a tightness near 1 is reachable).
+    # A statistic that assigns the canary unlike the method (raw vs clipped), misses a release, or
+    # leaves another sample's mass in would move one of these.
+    case = get(name)
+    s_in, s_out = case.scores(True, False, 6, 3)["gaussian"], case.scores(False, False, 6, 4)["gaussian"]
+    assert np.allclose(s_out, 0.0, atol=1e-9)
+    assert np.allclose(s_in, s_in[0], rtol=1e-9)
+    z = case.info.get("noise_multiplier")
+    if name == "fed_dp_kmeans":
+        zs = case.info["noise_multipliers"]
+        mu = math.sqrt(sum(zs[key] ** -2 for key in ("weighting", "step_sums", "step_counts")))
+    else:
+        mu = (math.sqrt(2.0) if name == "dk_pp" else 1.0) / z
+    # FZKM's noise residual is every released entry; its statistic projects them on the canary's shift
+    stat_std = case.noise_std * (case.info["sensitivity_used"] if name == "fzkm" else 1.0)
+    assert s_in[0] / stat_std == pytest.approx(mu, rel=1e-6)

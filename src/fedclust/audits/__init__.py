@@ -1,5 +1,10 @@
 """Canary audit cases of every DP method, one module per method family.
 
+This package sits above the methods and the registry (it runs each method's own code on tiny data),
+beside the grids; the audit statistics themselves (bounds, the tight and the measured-noise audits,
+:class:`~fedclust.privacy.audit.AuditCase`) live in :mod:`fedclust.privacy.audit`, which imports no
+method.
+
 Each family module defines ``CASES: dict[str, Callable[..., AuditCase]]``: a method name mapped to a
 factory that builds the method's :class:`~fedclust.privacy.audit.AuditCase` (tiny data, a canary,
 a distinguisher, and the accountant's ε of exactly the audited configuration). Every factory takes
@@ -10,6 +15,7 @@ keyword arguments with defaults (at least ``epsilon`` and ``delta``), so ``facto
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Callable
 
@@ -23,7 +29,7 @@ def cases() -> dict[str, Callable[..., AuditCase]]:
     """Every registered audit case factory, by method name."""
     out: dict[str, Callable[..., AuditCase]] = {}
     for fam in FAMILIES:
-        mod = importlib.import_module(f"fedclust.privacy.audits.{fam}")
+        mod = importlib.import_module(f"fedclust.audits.{fam}")
         for name, factory in mod.CASES.items():
             if name in out:
                 raise ValueError(f"audit case {name!r} is registered twice")
@@ -35,7 +41,6 @@ def get(name: str, **kwargs) -> AuditCase:
     """The audit case of method ``name`` (kwargs go to its factory)."""
     all_cases = cases()
     if name not in all_cases:
-        import difflib
 
         near = difflib.get_close_matches(name, all_cases, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""

@@ -8,7 +8,7 @@ import pytest
 from fedclust.clustering import dp_fedc as D
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case
-from fedclust.privacy.audits import get
+from fedclust.audits import get
 from fedclust.privacy.paper import dp_fedc as paper
 
 
@@ -95,7 +95,7 @@ def test_paper_literal_constants_leak_more_than_their_gaussian_claims():
     clip, a canary scaled up shrinks its client's noise; the audit then finds far more than the epsilon
     the Gaussian releases would claim (about 1 here)."""
     from fedclust.privacy.audit import AuditCase, seeded_scores
-    from fedclust.privacy.audits import dp_fedc as A
+    from fedclust.audits import dp_fedc as A
 
     d = A.audit_data()
     sched = dict(rounds=1, clients_per_round=2, q2="diminishing", Qhat=10, b=50)

@@ -1,6 +1,6 @@
 """Canary audits and statistical noise tests of FedSC's private variants (issue 13, point 6).
 
-The audits run :func:`fedclust.clustering.fedsc.run` itself (see :mod:`fedclust.privacy.audits.fedsc`);
+The audits run :func:`fedclust.clustering.fedsc.run` itself (see :mod:`fedclust.audits.fedsc`);
 the noise tests check that what a run releases carries exactly the noise its DP events account for.
 """
 
@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 from fedclust.clustering import fedsc
 from fedclust.privacy.accountants import epsilon
 from fedclust.privacy.audit import audit_case
-from fedclust.privacy.audits import fedsc as fedsc_audits
+from fedclust.audits import fedsc as fedsc_audits
 
 N_RUNS = 400  # 200 evaluation runs per side: bounds up to ~4, enough above epsilon = 1
 
@@ -41,7 +41,7 @@ def test_audit_without_noise_finds_more_than_accounted(report):
 
 
 def test_cases_are_registered_for_both_variants():
-    from fedclust.privacy import audits
+    from fedclust import audits
 
     assert "fedsc" in audits.FAMILIES
     assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_factors"}

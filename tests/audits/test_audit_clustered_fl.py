@@ -21,7 +21,7 @@ from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.rebalance import identifier_keep_probability
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case
-from fedclust.privacy.audits import clustered_fl as cases
+from fedclust.audits import clustered_fl as cases
 
 METHODS = cases.METHODS
 SINGLE = ("dp_fedavg", "dp_fedprox", "dp_fedper")
@@ -45,7 +45,7 @@ def _report(reports, method):
 def test_every_method_has_a_case_accounted_replace_one():
     assert set(cases.CASES) == {"rr_cluster", "dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox",
                                 "dp_fedper"}
-    from fedclust.privacy.audits import cases as all_cases
+    from fedclust.audits import cases as all_cases
 
     assert set(cases.CASES) <= set(all_cases())
 

@@ -1,0 +1,373 @@
+"""Audit cases of the k-means family: FKM and the DP variants of the Table I baselines.
+
+The shared setting: 40 digits rows scaled to [0, 1] on 4 clients of 10, k = 4. The canary is one
+extra sample (sample-level DP, add/remove) on client 0. For FKM, DK++ and FedDP-KMeans it is put on
+pixel 0, which is blank in every digit, far outside the clip ball: ``canary = 8 e_0``. Clipped, it
+adds ``clip e_0`` to the cluster sums, and nothing else in the data touches coordinate 0, so the
+distinguisher is the largest coordinate 0 among the released centroids. The initial centroids are
+the run's public default (data-independent), so with the noise off the canary is seen in (almost)
+every run: the audit's power check. (Without the canary a centre that receives no mass keeps its
+public initial value, whose coordinate 0 is not 0: that is the noise-off false positives.) FZKM's
+canary sits on a public initial centre instead (:func:`_fzkm_case`).
+
+Cases (each the method's own ``run`` on this data, the accountant's ε of its own ``dp_events``):
+
+* ``fkm``: one federated Lloyd round;
+* ``fzkm``: one round with ``local_iters = 1`` (its only DP configuration);
+* ``dk_pp``: ``seeding_rounds = 0`` (its only DP configuration): the weighting round (counts per
+  public candidate) then one Lloyd round, two releases;
+* ``fed_dp_kmeans``: a public server sample of 20 other rows, the weighting histogram and one Lloyd
+  step.
+
+Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
+the least noise a run carries for its epsilon).
+
+Tight audit. Every case here is Gaussian and returns a Gaussian statistic: the auditor observes the
+released noisy totals (:func:`observed_totals`, :func:`observed_updates`, :func:`observed_weights`;
+the centroids are post-processing of them) and knows everything but the canary, including the
+run's public W^0, hence the cluster j the canary joins and the number n_j of other samples there.
+For FKM, ``clip * S_j[0] + (N_j - n_j)`` is ``N(0, z^2 (clip^2+1)^2)`` without the canary and
+shifted by ``clip^2 + 1`` with it: mu = 1/z, the whole Gaussian-DP budget of the release. DK++ and
+FedDP-KMeans add the weighting release's count at the canary's public point; FZKM projects its
+released totals on the canary's shift. The statistic is also the case's noise residual (the
+measured-noise audit, :func:`fedclust.privacy.audit.noise_audit`; FZKM: every released entry).
+
+Mutant: ``noise_scale`` multiplies the noise multiplier(s) the case passes to the method; the
+accounted epsilon stays that of the calibrated (unmutated) run.
+
+DKM and the other configurations of FZKM / DK++ are not DP mechanisms; they report epsilon = inf
+(tests/clustering/test_baselines.py), so there is no finite claim to audit.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import lru_cache
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
+from fedclust.clustering._common import nearest, public_centroids
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import epsilon as account
+from fedclust.privacy.audit import AuditCase, epsilon_with_noise
+from fedclust.privacy.mechanisms import clip_rows
+
+N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
+#: default runs per side of the noise-off audit and of the mutant: every case here is Gaussian, so
+#: its noise-off tight bound is unbounded and its mutant is seen by the measured-noise audit
+POWER_RUNS, MUTANT_RUNS = 100, 100
+CANARY_VALUE = 8.0
+
+
+@contextmanager
+def quiet_rounds():
+    """Silence the per-round INFO logs of the clustering methods during the (thousands of) audit
+    runs: under Kedro's console handler they cost more than the runs themselves."""
+    log = logging.getLogger("fedclust.clustering")
+    old = log.level
+    log.setLevel(max(logging.WARNING, old))
+    try:
+        yield
+    finally:
+        log.setLevel(old)
+
+
+@contextmanager
+def observed_totals(module=lloyd):
+    """Record every release of noisy Lloyd totals (:func:`fedclust.clustering.lloyd.release_totals`,
+    as ``module`` calls it: FZKM imports it by name) made inside the block: yields a list that
+    receives ``(sums, counts)`` as released. Observation only: the noise is drawn by the method's own
+    code, unchanged."""
+    seen: list = []
+    original = module.release_totals
+
+    def tap(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append((np.array(out[0], copy=True), np.array(out[1], copy=True)))
+        return out
+
+    module.release_totals = tap
+    try:
+        yield seen
+    finally:
+        module.release_totals = original
+
+
+@contextmanager
+def observed_updates():
+    """Record every centre update of the shared Lloyd step (:func:`fedclust.clustering.lloyd.update_centres`)
+    made inside the block: yields a list that receives ``(C, sums, counts)``, the broadcast centres
+    and the released totals. Observation only, as :func:`observed_totals`."""
+    seen: list = []
+    original = lloyd.update_centres
+
+    def tap(C, sums, counts, release, n_contributors):
+        seen.append((np.array(C, copy=True), np.array(sums, copy=True), np.array(counts, copy=True)))
+        return original(C, sums, counts, release, n_contributors)
+
+    lloyd.update_centres = tap
+    try:
+        yield seen
+    finally:
+        lloyd.update_centres = original
+
+
+def lloyd_statistic(update, canary: np.ndarray, others: np.ndarray, w_sum: float, w_count: float) -> float:
+    """The Gaussian statistic of one released Lloyd step: ``w_sum S_j[0] + w_count (N_j - n_j)`` for
+    the cluster ``j`` the canary is assigned to under the broadcast centres, ``n_j`` the other samples
+    there (``canary`` and ``others`` as the method assigns them: raw or clipped). Without the canary
+    it is pure noise around 0 (no other sample touches coordinate 0); with it, shifted by
+    ``w_sum clip + w_count``. Everything it reads is released or known to the auditor."""
+    C, sums, counts = update
+    j = int(nearest(canary[None], C)[0][0])
+    n_j = float(np.sum(nearest(others, C)[0] == j))
+    return float(w_sum * sums[j, 0] + w_count * (counts[j] - n_j))
+
+
+@lru_cache(maxsize=1)
+def audit_data() -> tuple[np.ndarray, np.ndarray]:
+    """(X, client): 40 digits rows scaled to [0, 1] (pixel 0 is 0 in all of them), 4 clients of 10."""
+    X = load_digits().data[: N_PER_CLIENT * N_CLIENTS] / 16.0
+    assert not X[:, 0].any()
+    client = np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
+    return X, client
+
+
+def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, client, canary): the audit data with the canary appended to client 0 when asked."""
+    X, client = audit_data()
+    canary = np.zeros(X.shape[1])
+    canary[0] = CANARY_VALUE
+    if with_canary:
+        return np.vstack([X, canary]), np.append(client, 0), canary
+    return X, client, canary
+
+
+def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
+              n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
+    X0, client0, canary = with_canary(False)
+
+    def run(X, client, seed, zz):
+        # the run's public W^0 (uniform_box from the seed), passed explicitly so the auditor knows it
+        W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
+        return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip,
+                       init_centroids=W0), W0
+
+    events = run(*with_canary(True)[:2], 0, z)[0].dp_events
+    eps = account(events, delta)  # the claim of the calibrated run
+
+    def one(X, client, s, zz):
+        with observed_totals() as seen:
+            res, W0 = run(X, client, s, zz)
+        sums, counts = seen[0]  # round 1's released totals, under the public W^0
+        # FKM assigns every raw sample (canary included) to its nearest centre, then clips it
+        return res.centroids[:, 0].max(), lloyd_statistic((W0, sums, counts), canary, X0, clip, 1.0)
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+
+    return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
+                     noise_std=z * (clip**2 + 1.0), epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
+                                 "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
+                                 "clip S_j[0] + N_j - n_j of the canary's cluster j (released totals)",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "mutant_noise_scale": noise_scale})
+
+
+def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
+               n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """FZKM with ``local_iters = 1``: one round under one public W^0 shared by every run (a
+    ``uniform_box`` draw, so each centre lies on the clip sphere). The canary is client 0's extra
+    sample placed on the first initial centre, ``W^0_0`` (norm ``clip``: clipping leaves it alone):
+    its fuzzy membership there is 1, so it adds ``(W^0_0, 1)`` to that centre's released totals, a
+    vector of norm ``sqrt(clip^2 + 1)``, the whole sensitivity the accountant assumes. Everything else
+    in the round is fixed (all clients, fixed W^0), so the noise-free totals without and with the
+    canary, ``T_out`` and ``T_in``, are known to the auditor. The distinguisher and the Gaussian
+    statistic are the likelihood-ratio direction ``<T - T_out, T_in - T_out>`` of the released totals
+    T: ``N(0, s^2)`` without the canary and ``N(||T_in - T_out||^2, s^2)`` with it,
+    ``s = z sqrt(clip^2 + 1) ||T_in - T_out||``, so mu = 1/z. The noise residual is every released
+    entry minus its noise-free value (claimed std ``z sqrt(clip^2 + 1)``)."""
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
+    X0, client0, _ = with_canary(False)
+    W0 = public_centroids(K_CLUSTERS, X0.shape[1], 0, "uniform_box", clip=clip)
+    canary = W0[0].copy()
+
+    def data(canary_in: bool):
+        if canary_in:
+            return np.vstack([X0, canary]), np.append(client0, 0)
+        return X0, client0
+
+    def run(X, client, seed, zz):
+        return fzkm.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
+                        local_iters=1, server_restarts=1, noise_multiplier=zz, clip=clip, init_centroids=W0,
+                        blas_threads=None)
+
+    def totals(X, client, seed, zz) -> np.ndarray:
+        with observed_totals(fzkm) as seen:
+            run(X, client, seed, zz)
+        return np.hstack([seen[0][0], seen[0][1][:, None]])  # round 1's released (sums | counts), k x (m+1)
+
+    events = run(*data(True), 0, z).dp_events
+    eps = account(events, delta)  # the claim of the calibrated run
+    with quiet_rounds():
+        T_out, T_in = totals(*data(False), 0, 0.0), totals(*data(True), 0, 0.0)
+    direction = T_in - T_out
+    pair_std = z * float(np.sqrt(clip**2 + 1.0))
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client = data(canary_in)
+        clean = T_in if canary_in else T_out
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            T = np.array([totals(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        stat = np.einsum("nkm,km->n", T - T_out, direction)
+        return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
+
+    return AuditCase(name="fzkm", method="fzkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
+                     noise_std=pair_std, epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
+                                 "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "
+                                 "statistic = <T - T_out, T_in - T_out> of the released totals T",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "local_iters": 1,
+                           "sensitivity_used": float(np.linalg.norm(direction)), "mutant_noise_scale": noise_scale})
+
+
+@contextmanager
+def observed_weights(module):
+    """Record the weighting release of DK++ or FedDP-KMeans (the noisy counts of samples per public
+    point: :func:`fedclust.privacy.release.release_sum` as ``module`` calls it) made inside the block:
+    yields a list that receives the released counts. Observation only, as :func:`observed_totals`."""
+    seen: list = []
+    original = module.release_sum
+
+    def tap(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(np.array(out, copy=True))
+        return out
+
+    module.release_sum = tap
+    try:
+        yield seen
+    finally:
+        module.release_sum = original
+
+
+def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
+                n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """DK++'s DP variant: the weighting round (noisy counts of samples per public candidate, the
+    run's public W^0, passed explicitly so the auditor knows it), then Lloyd rounds. The Gaussian
+    statistic adds the two releases the canary touches, each divided by its shift: the weighting
+    count of the canary's candidate minus the other samples' count there (``N(0, z^2)``, shift 1)
+    and the first Lloyd round's ``(clip S_j[0] + N_j - n_j) / (clip^2 + 1)`` (:func:`lloyd_statistic`;
+    DK++ assigns clipped samples; ``N(0, z^2)``, shift 1). Their sum is ``N(0, 2 z^2)`` without the
+    canary and shifted by 2 with it: mu = sqrt(2)/z, the Gaussian-DP budget of both releases (the
+    Lloyd round's centres are post-processing of the weighting release, so the two noises are
+    independent given them)."""
+    # PLD: the claim of the two releases is their exact Gaussian-DP composition
+    z = calibrate_noise_multiplier(epsilon, delta, steps=rounds, accountant="pld")
+    X0, _, canary = with_canary(False)
+    others = clip_rows(X0, clip)[0]
+    c_clipped = clip_rows(canary[None], clip)[0][0]
+
+    def run(X, client, seed, zz):
+        W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
+        return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
+                         seeding_rounds=0, noise_multiplier=zz, clip=clip, init_centroids=W0,
+                         blas_threads=None), W0
+
+    events = run(*with_canary(True)[:2], 0, z)[0].dp_events
+    eps = account(events, delta, "pld")  # the claim of the calibrated run
+
+    def one(X, client, s, zz):
+        with observed_updates() as seen, observed_weights(dk_pp) as weights:
+            res, W0 = run(X, client, s, zz)
+        j = int(nearest(c_clipped[None], W0)[0][0])
+        w_stat = float(weights[0][j]) - float(np.sum(nearest(others, W0)[0] == j))
+        l_stat = lloyd_statistic(seen[0], c_clipped, others, clip, 1.0) / (clip**2 + 1.0)
+        return res.centroids[:, 0].max(), w_stat + l_stat
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+
+    return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
+                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
+                     gaussian=True, noise_std=z * np.sqrt(2.0),
+                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
+                     description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
+                                 f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
+                                 "score = max_j C_j[0]; Gaussian statistic = weighting count of the canary's "
+                                 "candidate + (clip S_j[0] + N_j - n_j)/(clip^2+1) of the first Lloyd round, "
+                                 "others' counts removed",
+                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "seeding_rounds": 0,
+                           "mutant_noise_scale": noise_scale})
+
+
+def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, steps: int = 1,
+                        n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
+    weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
+    split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
+    method is). The Gaussian statistic adds the weighting count of the server point nearest the
+    (clipped) canary, others' count removed, and the first Lloyd step's released totals
+    (:func:`lloyd_statistic`; the steps assign raw samples), each term weighted by its shift over its
+    claimed noise variance: its mu is the composition of the three releases the canary touches."""
+    server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
+    z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
+    mutated = {key: v * noise_scale for key, v in z.items()}
+    X0, _, canary = with_canary(False)
+    # the best linear statistic for the claimed noise: sums carry std z_s clip, counts z_c, the
+    # weighting counts z_w (each term's variance equals its shift, so the sum's mu is their composition)
+    w_sum, w_count = 1.0 / (z["step_sums"] ** 2 * clip), 1.0 / z["step_counts"] ** 2
+    w_weight = 1.0 / z["weighting"] ** 2
+    c_clipped = clip_rows(canary[None], clip)[0][0]
+    j_w = int(nearest(c_clipped[None], server)[0][0])  # the server point the canary weighs (clipped)
+    n_w = float(np.sum(nearest(clip_rows(X0, clip)[0], server)[0] == j_w))
+
+    def run(X, client, seed, zz):
+        return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
+                                 clip=clip, noise=zz, seed=seed, server_restarts=1)
+
+    events = run(*with_canary(True)[:2], 0, z).dp_events
+    eps = account(events, delta, "pld")  # the claim of the calibrated run
+    stat_std = float(np.sqrt((w_sum * z["step_sums"] * clip) ** 2 + (w_count * z["step_counts"]) ** 2
+                             + (w_weight * z["weighting"]) ** 2))
+
+    def one(X, client, s, zz):
+        with observed_updates() as seen, observed_weights(fed_dp_kmeans) as weights:
+            res = run(X, client, s, zz)
+        w_stat = w_weight * (float(weights[0][j_w]) - n_w)
+        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count) + w_stat
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            out = np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+
+    return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
+                     n_runs=n_runs, gaussian=True, noise_std=stat_std, power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
+                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
+                     description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
+                                 f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
+                                 "Gaussian statistic = weighted weighting count of the canary's server point and "
+                                 "S_j[0], N_j - n_j of the first Lloyd step",
+                     info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale})
+
+
+CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case, "fed_dp_kmeans": _fed_dp_kmeans_case}

@@ -1,0 +1,186 @@
+"""Chunks of one round on other processes or machines (Ray).
+
+A chunked round (:meth:`~fedclust.clustered_fl.engine.ClusteredFLEngine.chunked_round`) trains its
+chunks of clients one after another. The local update of a chunk is a pure function of its inputs
+(:func:`train_chunk`: the model, the round's cluster models and momenta, the chunk's choices, data and
+minibatch draws), and so is the cluster estimate of a chunk (:func:`chunk_losses`), so both phases of
+a round run anywhere while the driver keeps the server side: it draws the
+round's minibatch keys for all sampled clients up front (the same stream positions as a serial round),
+hands every chunk its rows, and folds the trained chunks into the aggregator in chunk order. Because
+the aggregator adds rows in the same order and every chunk runs the same arithmetic, the aggregate
+equals the serial one bit for bit (on machines with the same CPU kernels; a cluster of mixed CPUs
+can differ in the last bits).
+
+* :class:`ChunkRunner`: runs the chunks in this process (the reference; the engine's serial path
+  gives the same numbers);
+* :class:`ProcessChunkRunner`: the chunks on local worker processes (no Ray needed);
+* :class:`RayChunkRunner`: one Ray task per chunk, at most ``max_in_flight`` chunks outstanding (the
+  driver's memory holds that many chunks' results, not the round's), results consumed in order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import torch
+
+from fedclust.clustered_fl.engine.data import Params
+from fedclust.clustered_fl.engine.kernels import (
+    client_model_losses,
+    local_gradient,
+    local_train,
+)
+
+
+class FixedDraws:
+    """Minibatch draws given up front (rows of the round's draws for one chunk), served in order
+    with the ``random(shape)`` call that :class:`~fedclust.clustered_fl.engine.kernels._Batcher` makes."""
+
+    def __init__(self, draws: list[np.ndarray]):
+        self.draws, self.j = draws, 0
+
+    def random(self, shape):
+        if self.j >= len(self.draws):
+            raise RuntimeError(f"chunk asked for minibatch draw {self.j}, only {len(self.draws)} were drawn")
+        out = self.draws[self.j]
+        if out.shape != tuple(shape):
+            raise RuntimeError(f"minibatch draw {self.j}: asked for {tuple(shape)}, have {out.shape}")
+        self.j += 1
+        return out
+
+
+def n_draws(batch_size: int | None, local_epochs: int | None, n_max: int, steps: int, local_update: str) -> int:
+    """How many ``(S, n_max)`` key draws one round's local updates take (see ``_Batcher``)."""
+    if batch_size is None or batch_size >= n_max:
+        return 0
+    if local_update == "gradient":
+        return 1
+    if local_epochs is None:
+        return steps
+    return -(-steps // -(-n_max // batch_size))  # one permutation per local epoch
+
+
+def train_chunk(model, params: Params, momentum: Params | None, chosen: torch.Tensor, X, y, n, draws, cfg: dict,
+                threads: int | None = None) -> tuple[Params, Params | None]:
+    """The local update of one chunk: start from the chosen cluster models (and momenta), train
+    (``cfg["local_update"] == "model"``) or take the momentum-gradient, with the given draws. Returns
+    ``(trained params, momentum)`` (Option I: ``(None, momentum)``); the driver re-gathers the start
+    models itself."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    start = {k: v.index_select(0, chosen) for k, v in params.items()}
+    mom0 = {k: v.index_select(0, chosen) for k, v in momentum.items()} if momentum is not None else None
+    gen = FixedDraws(draws) if draws else None
+    if cfg["local_update"] == "model":
+        return local_train(model, start, mom0, X, y, n, steps=cfg["steps"], lr=cfg["lr"], beta=cfg["beta"],
+                           batch_size=cfg["batch_size"], local_epochs=cfg["local_epochs"], gen=gen,
+                           client_block=cfg.get("client_block"), defer_updates=cfg.get("defer_updates", False))
+    mom = local_gradient(model, start, mom0, X, y, n, beta=cfg["beta"], batch_size=cfg["batch_size"], gen=gen)
+    return None, mom  # Option I: the model is the start model
+
+
+def chunk_losses(model, params: Params, X, y, n, max_rows: int, threads: int | None = None) -> torch.Tensor:
+    """The (chunk, k) losses of every cluster model on one chunk's data (the cluster estimate)."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    return client_model_losses(model, params, X, y, n, max_rows=max_rows)[0]
+
+
+class ChunkRunner:
+    """Runs ``fn(*shared, *args)`` for every ``args`` of ``per_chunk`` in this process, in order."""
+
+    name = "serial"
+
+    def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
+        for args in per_chunk:
+            yield fn(*shared, *args)
+
+    def workers(self) -> int:
+        return 1
+
+
+class RayChunkRunner(ChunkRunner):
+    """One Ray task per chunk (1 CPU and ``threads_per_task`` torch threads each) on a local Ray
+    instance (``num_cpus``) or an existing cluster (``address``). ``shared`` arguments (the model, the
+    round's cluster models) go to the object store once per round; at most ``max_in_flight`` chunks
+    (default twice the cluster's CPUs) are outstanding, and results are consumed in submission order."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_in_flight: int | None = None,
+                 threads_per_task: int = 1, init_options: dict | None = None):
+        self.address, self.num_cpus = address, num_cpus
+        self.max_in_flight, self.threads_per_task = max_in_flight, int(threads_per_task)
+        self.init_options = dict(init_options or {})
+        self._remote: dict = {}
+
+    def _ray(self):
+        # Ray is optional and takes seconds to import: only a run that asks for it pays for it
+        import ray
+
+        if not ray.is_initialized():
+            kw = {"include_dashboard": False, "log_to_driver": False, **self.init_options}
+            if self.address:
+                kw["address"] = self.address
+            elif self.num_cpus:
+                kw["num_cpus"] = int(self.num_cpus)
+            ray.init(**kw)
+        return ray
+
+    def workers(self) -> int:
+        return int(self._ray().cluster_resources().get("CPU", 1))
+
+    def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
+        ray = self._ray()
+        if fn not in self._remote:
+            self._remote[fn] = ray.remote(num_cpus=1, max_retries=0)(fn)
+        remote = self._remote[fn]
+        refs = tuple(ray.put(v) for v in shared)
+        window = self.max_in_flight or 2 * self.workers()
+        pending: deque = deque()
+        for args in per_chunk:
+            pending.append(remote.remote(*refs, *args, threads=self.threads_per_task))
+            if len(pending) >= window:
+                yield ray.get(pending.popleft())
+        while pending:
+            yield ray.get(pending.popleft())
+
+
+class ProcessChunkRunner(ChunkRunner):
+    """The chunks on ``workers`` local processes (``concurrent.futures``, spawned once and kept for the
+    run; 1 torch thread each): the same protocol as :class:`RayChunkRunner` on one machine without
+    Ray. ``shared`` arguments travel with every chunk (pickled), at most ``max_in_flight`` (default
+    twice the workers) chunks are outstanding, results are consumed in order."""
+
+    name = "processes"
+
+    def __init__(self, workers: int = 2, max_in_flight: int | None = None, threads_per_task: int = 1):
+        self.n_workers, self.max_in_flight = int(workers), max_in_flight
+        self.threads_per_task = int(threads_per_task)
+        self._pool = None
+
+    def workers(self) -> int:
+        return self.n_workers
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
+        if self._pool is None:
+
+            # spawn, not fork: the parent may hold torch's thread pools
+            self._pool = ProcessPoolExecutor(self.n_workers, mp_context=multiprocessing.get_context("spawn"))
+        window = self.max_in_flight or 2 * self.n_workers
+        pending: deque = deque()
+        for args in per_chunk:
+            pending.append(self._pool.submit(fn, *shared, *args, threads=self.threads_per_task))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

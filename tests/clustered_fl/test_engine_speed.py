@@ -1,0 +1,159 @@
+"""Loop order and device of the clustered-FL engine: client-major blocks (``client_block``) give the
+same models as all clients at once, and the device parameter picks where the models live."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, local_train
+from fedclust.clustered_fl.engine import resolve_device
+
+
+def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, n_max + 1, n_clients)
+    client = np.repeat(np.arange(n_clients), sizes)
+    group = rng.integers(0, 2, n_clients)
+    centers = rng.normal(size=(2, n_classes, d)) * 2
+    y = rng.integers(0, n_classes, client.size)
+    X = centers[group[client], y] + rng.normal(size=(client.size, d))
+    ct = np.repeat(np.arange(n_clients), 3)
+    yt = rng.integers(0, n_classes, ct.size)
+    Xt = centers[group[ct], yt] + rng.normal(size=(ct.size, d))
+    return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
+
+
+@pytest.mark.parametrize("kw", [{"beta": 0.9, "batch_size": 3}, {"beta": 0.5, "batch_size": 4, "local_epochs": 2},
+                                {"beta": 0.0}], ids=["minibatch_momentum", "epochs_with_empty_batches", "full"])
+def test_client_major_blocks_equal_all_clients_at_once(kw):
+    """Blocks read the round's minibatch draws from one tape: every client gets the same batches and
+    the same per-client arithmetic, so the models are equal bit for bit, and so is the next draw."""
+    data = _data()
+    model = MLP(8, 6, 3)
+    runs = []
+    for block in (None, 1, 4):
+        eng = ClusteredFLEngine(data, model, 2, rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2,
+                                client_block=block, device="cpu", **kw)
+        runs.append((eng, eng.run()))
+    (e0, r0), *rest = runs
+    for e, r in rest:
+        for n in r0.params:
+            assert torch.equal(r0.params[n], r.params[n]), n
+            assert torch.equal(r0.momentum[n], r.momentum[n]), n
+        assert e.rngs["minibatch"].bit_generator.state == e0.rngs["minibatch"].bit_generator.state
+        assert r.history["cluster_sizes"] == r0.history["cluster_sizes"]
+
+
+def test_local_train_blocks_leave_inputs_untouched_and_train_every_block():
+    model = MLP(8, 5, 3)
+    g = torch.Generator().manual_seed(1)
+    X, y = torch.randn(7, 6, 8, generator=g), torch.randint(0, 3, (7, 6), generator=g)
+    n = torch.tensor([6, 3, 5, 6, 2, 4, 6])
+    params = model.init(7, 0)
+    before = {k: v.clone() for k, v in params.items()}
+    whole, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2,
+                           gen=np.random.default_rng(5))
+    blocks, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2,
+                            gen=np.random.default_rng(5), client_block=3)
+    for k in params:
+        assert torch.equal(params[k], before[k])
+        assert torch.equal(whole[k], blocks[k])
+        assert not torch.equal(blocks[k][6], before[k][6])  # the last, partial block trained too
+
+
+def test_resolve_device_and_errors():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device(None) == resolve_device("auto")
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu-ish")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="client_block"):
+        ClusteredFLEngine(_data(), MLP(8, 6, 3), 2, client_block=0)
+
+
+@pytest.mark.allow_skip("needs a CUDA device: runs where one is lent")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_run_matches_cpu_run():
+    """Same code path on the GPU: the models agree with the CPU run up to float rounding, the
+    bookkeeping (choices, sizes) exactly, and the results come back on the CPU."""
+    data = _data()
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "beta": 0.9, "batch_size": 3}
+    cpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cpu", **kw).run()
+    gpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cuda", **kw).run()
+    for n in cpu.params:
+        assert gpu.params[n].device.type == "cpu"
+        torch.testing.assert_close(gpu.params[n], cpu.params[n], atol=1e-4, rtol=1e-4)
+    assert gpu.history["cluster_sizes"] == cpu.history["cluster_sizes"]
+    np.testing.assert_array_equal(gpu.assignment, cpu.assignment)
+
+
+def _loop_sgd(model, params, X, y, batches, lr):
+    """Per-client loop reference: nn.Module + torch.optim.SGD on the given per-step index batches."""
+    import torch.nn.functional as F
+
+    out = {k: [] for k in params}
+    for b in range(X.shape[0]):
+        mod = model.module()
+        mod.load_state_dict({k: v[b].clone() for k, v in params.items()})
+        opt = torch.optim.SGD(mod.parameters(), lr=lr)
+        for idx in batches[b]:
+            opt.zero_grad()
+            F.cross_entropy(mod(X[b, idx]), y[b, idx]).backward()
+            opt.step()
+        for k, p in mod.named_parameters():
+            out[k].append(p.detach().clone())
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("hidden", [(16,), (7, 5), ()])
+@pytest.mark.parametrize("client_block", [None, 2])
+def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
+    """``defer_updates``: the first layer's updates folded into one product give the per-client SGD
+    loop's models (float rounding only), and the caller's parameters are left untouched."""
+    model = MLP(12, hidden, 4)
+    g = torch.Generator().manual_seed(0)
+    B, n_max, bs, steps = 5, 9, 3, 4
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.full((B,), n_max)
+    params = model.init(B, 1)
+    before = {k: v.clone() for k, v in params.items()}
+    got, _ = local_train(model, params, None, X, y, n, steps=steps, lr=0.3, batch_size=bs,
+                         gen=np.random.default_rng(2), client_block=client_block, defer_updates=True)
+    keys = np.random.default_rng(2)  # the engine's draws: per step, the first bs of a stable argsort
+    draws = [np.argsort(keys.random((B, n_max)), axis=1, kind="stable")[:, :bs] for _ in range(steps)]
+    ref = _loop_sgd(model, params, X, y, [[torch.as_tensor(d[b]) for d in draws] for b in range(B)], 0.3)
+    for k in params:
+        assert torch.equal(params[k], before[k]), k
+        torch.testing.assert_close(got[k], ref[k], atol=2e-6, rtol=1e-5)
+        assert not torch.equal(got[k], before[k])
+
+
+def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
+    """Unequal clients with local epochs have empty batches: the step-by-step path runs (on copies)."""
+    data = _data()
+    kw = {"rounds": 2, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 4, "local_epochs": 2, "device": "cpu"}
+    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, **kw).run()
+    b = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=True, **kw).run()
+    for n in a.params:
+        torch.testing.assert_close(a.params[n], b.params[n], atol=1e-6, rtol=1e-5)
+
+
+def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step():
+    data = _data(seed=3)
+    model = MLP(8, 6, 3)
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
+    from fedclust.clustered_fl.engine import bytes_per_client
+
+    mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20
+    steps = ClusteredFLEngine(data, model, 2, **kw).run()
+    whole = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
+    chunked = ClusteredFLEngine(data, model, 2, defer_updates=True, max_chunk_mb=mb, **kw).run()
+    assert chunked.info["chunks_per_round"] > 1
+    for n in whole.params:
+        assert torch.equal(whole.params[n], chunked.params[n])
+        torch.testing.assert_close(whole.params[n], steps.params[n], atol=1e-6, rtol=1e-5)
