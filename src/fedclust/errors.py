@@ -12,6 +12,9 @@ No Kedro imports here.
 from __future__ import annotations
 
 import errno
+import logging
+import os
+import sys
 
 
 class FedclustError(Exception):
@@ -23,7 +26,9 @@ class DataError(FedclustError, ValueError):
 
 
 _NOT_WRITABLE = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                 errno.EPERM: "operation not permitted"}
+                 errno.EPERM: "operation not permitted",
+                 errno.ENOTDIR: "a file is in the way of a folder on that path",
+                 errno.EEXIST: "a file is in the way of a folder on that path"}
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
@@ -39,9 +44,22 @@ def _os_message(exc: OSError) -> str | None:
     where = exc.filename or "a file"
     if exc.errno in _NOT_WRITABLE:
         return (f"cannot write {where}: {_NOT_WRITABLE[exc.errno]}. Make that folder writable, or point the "
-                "output elsewhere (conf/local/catalog.yml), and run again")
+                "output elsewhere (conf/local/catalog.yml for results, conf/local/mlflow.yml for the MLflow "
+                "store), and run again")
     if exc.errno in _NO_SPACE:
         return f"cannot write {where}: no space left on the device. Free some space and run again"
+    return None
+
+
+def _store_message(exc: BaseException) -> str | None:
+    """An MLflow store that can no longer be written (SQLite says so: its folder was moved or
+    deleted, or is read-only)."""
+    text = " ".join(str(exc).split())
+    for words in ("readonly database", "unable to open database file", "disk I/O error"):
+        if words in text and type(exc).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "mlflow"):
+            return (f"the MLflow store cannot be written ({words}): its folder was moved or deleted, or is "
+                    "read-only. Put it back (or set mlflow_tracking_uri in conf/local/mlflow.yml) and run "
+                    "again; the next run marks this one KILLED")
     return None
 
 
@@ -56,6 +74,9 @@ def user_message(exc: BaseException) -> str | None:
         if isinstance(e, OSError) and (msg := _os_message(e)):
             return msg
     for e in chain:
+        if msg := _store_message(e):
+            return msg
+    for e in chain:
         if isinstance(e, MemoryError):
             return (f"not enough memory ({' '.join(str(e).split()) or 'MemoryError'}). Use a smaller setting "
                     "(fewer samples, clients or rounds) and run again")
@@ -63,3 +84,23 @@ def user_message(exc: BaseException) -> str | None:
         if isinstance(e, (ValueError, FileNotFoundError)):
             return " ".join(str(e).split()) or type(e).__name__
     return None
+
+
+def tracebacks_requested() -> bool:
+    """Whether errors keep their traceback: ``kedro run -v`` or ``FEDCLUST_TRACEBACK=1`` (``FEDCLUST_DEBUG=1``)."""
+    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+               for name in ("FEDCLUST_TRACEBACK", "FEDCLUST_DEBUG"))
+
+
+class RepeatedUserErrorFilter(logging.Filter):
+    """A logging filter that drops Kedro's and MLflow's own warnings and errors about a user error
+    while it propagates (the failed node with the whole message, the advice to resume, MLflow's
+    traceback of a store it cannot write): the command line prints that error once, in one line.
+    They are logged inside ``except`` blocks, so the error is the one being handled in the logging
+    thread. Every line is kept when tracebacks are requested."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not record.name.startswith(("kedro", "mlflow")):
+            return True
+        exc = sys.exc_info()[1]
+        return exc is None or tracebacks_requested() or user_message(exc) is None

@@ -9,7 +9,10 @@ so the results do not depend on where or in which order the cells run. Executors
   worker dies with the process that started it, even when that one is killed with SIGKILL;
 * ``ray``: Ray tasks, on a local Ray instance (``num_cpus`` CPUs, default all) or on an existing
   cluster (``address: auto`` or ``ray://host:10001``); Ray is an optional extra
-  (``pip install -e '.[ray]'``).
+  (``pip install -e '.[ray]'``). Its tasks are never retried (``max_retries=0``) and belong to the
+  driver's job, so they end with the driver: an interrupted or failed grid cancels them, and when the
+  driver is killed (SIGKILL included) Ray ends the job's tasks, on a local instance (whose processes
+  share the driver's fate) as on a cluster.
 
 Every executor runs a cell with ``threads_per_cell`` (default 1) BLAS/torch threads, so that a cell
 computes the same bits everywhere. :func:`run_cells` hands each finished result to ``on_done`` in

@@ -13,8 +13,8 @@ from fedclust.hooks import (
 )
 
 # kedro-mlflow registers its own hook through its entry point. Ours, one job each (fedclust.hooks):
-# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (and prints a
-# user error as one line); RunTagsHook names and tags every MLflow run with the method(s), dataset,
+# ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (the command
+# line, fedclust.cli, prints a user error as one line); RunTagsHook names and tags every MLflow run with the method(s), dataset,
 # partition scheme and privacy budget, so that the MLflow UI's search (for example
 # ``tags.dataset = 'digits'``) works without knowing our code, and opens one nested run per method of
 # the tour (MethodRunsCloseHook ends it before the next method's nodes); EffectiveSettingsHook logs

@@ -74,8 +74,15 @@ def _need_path(name: str, path, what: str) -> Path:
     return Path(path)
 
 
+def _no_path(name: str, path) -> None:
+    if path is not None:
+        raise ValueError(f"dataset {name!r} reads no file, but a path was given ({path}): remove the path "
+                         "(dataset.path), or choose a data set read from files")
+
+
 def _builtin(name):
     def load(path, seed, options):
+        _no_path(name, path)
         if options:
             raise ValueError(f"dataset {name!r}: takes no options, got {sorted(options)}")
         return builtin.BUILTIN_LOADERS[name]()
@@ -84,6 +91,7 @@ def _builtin(name):
 
 def _synthetic(func, exclude=("seed",)):
     def load(path, seed, options):
+        _no_path(func.__name__, path)
         _check_options(func.__name__, func, options, exclude)
         out = func(seed=seed, **options)
         return out.as_dataset(func.__name__) if isinstance(out, synthetic.RegressionData) else out
@@ -135,6 +143,10 @@ _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
 
 #: Every name :func:`load_dataset` accepts.
 DATASET_NAMES = tuple(_LOADERS)
+
+#: The names whose data sets read no file (built-in or generated): a path given to them is a mistake.
+NO_FILE_NAMES = ("digits", "iris", "wine", "gaussian_mixture", "linear_model", "concentric_circles",
+                 "mixed_linear_regression", "mixed_regression_1d")
 
 
 def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:

@@ -7,15 +7,14 @@
 * :mod:`.settings_log`: each method's effective settings logged as params of its run
   (:class:`EffectiveSettingsHook`);
 * :mod:`.summary`: progress bars and the end-of-run summary table (:class:`SummaryHook`);
-* :mod:`.failures`: a user mistake or environment fault shown as one line, and the MLflow run of a
-  failed ``kedro run`` marked FAILED (:func:`install_user_error_hook`);
 * :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
   marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`).
 
-The hooks share one record of the pipeline run in progress (:mod:`.state`).
+The hooks share one record of the pipeline run in progress (:mod:`.state`). A user mistake or an
+environment fault is shown in one line, with the MLflow run still open marked FAILED, by the command
+line (:mod:`fedclust.cli`).
 """
 
-from fedclust.hooks.failures import install_user_error_hook
 from fedclust.hooks.interrupts import HOST_TAG, PID_TAG, InterruptHook, kill_dead_runs
 from fedclust.hooks.params import ParamsCheckHook
 from fedclust.hooks.settings_log import EffectiveSettingsHook
@@ -24,5 +23,5 @@ from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
 
 __all__ = [
     "EffectiveSettingsHook", "HOST_TAG", "InterruptHook", "MethodRunsCloseHook", "PID_TAG", "ParamsCheckHook",
-    "RunTagsHook", "SummaryHook", "install_user_error_hook", "kill_dead_runs",
+    "RunTagsHook", "SummaryHook", "kill_dead_runs",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 from kedro.config import OmegaConfigLoader
 from kedro.framework.hooks import hook_impl
 
-from fedclust.hooks.failures import install_user_error_hook
+from fedclust.data.registry import NO_FILE_NAMES
 from fedclust.params_check import ParameterError, raise_for_params
 from fedclust.partition import check_scheme
 from fedclust.registry import REGISTRY, method_problems
@@ -38,7 +38,6 @@ class ParamsCheckHook:
 
     @hook_impl
     def after_context_created(self, context) -> None:
-        install_user_error_hook()
         loader = context.config_loader
         try:
             base = loader.base_env
@@ -67,6 +66,11 @@ class ParamsCheckHook:
                 methods = [m for m in REGISTRY if f"params:{m}.train" in used] or [None]
                 for method in methods:  # each method's range of epsilon (the message gives it)
                     check_privacy_params(params.get("privacy") or {}, method)
+            if "params:dataset" in used:  # a key given but unused is a mistake, not something to skip
+                ds = params.get("dataset") or {}
+                if ds.get("path") is not None and ds.get("name") in NO_FILE_NAMES:
+                    raise ValueError(f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
+                                     "no file: remove dataset.path, or choose a data set read from files")
             if "params:partition" in used:  # the scheme and its option names (values: in the node)
                 part = dict(params.get("partition") or {})
                 extra = {k: v for k, v in part.items() if k not in ("scheme", "n_clients", "options")}

@@ -20,6 +20,17 @@ def _rotation_groups(data: Mapping) -> int:
     return int(data.get("n_groups") or 4)
 
 
+def _dk_pp_rounds(cfg, private: bool, where: str) -> list[str]:
+    """DK++ spends its first rounds on seeding and weighting: the rounds of the run must leave room."""
+    key = "private_rounds" if private and cfg.private_rounds else "rounds"
+    rounds, seeding = cfg.rounds_for(private), int(cfg.seeding_rounds)
+    if rounds >= seeding + 1:
+        return []
+    return [f"{where}.{key} = {rounds} is too few for DK++, which spends {seeding} k-means|| seeding round(s) and "
+            f"1 weighting round before its Lloyd rounds: set {where}.{key} >= {seeding + 1}, or lower "
+            f"{where}.seeding_rounds (0 is the DP variant)"]
+
+
 def method_problems(params: Mapping[str, Any], used: Iterable[str] | None = None) -> list[str]:
     """Every problem of the ``<method>.train`` groups of the registered methods (those whose
     ``params:<method>.train`` is in ``used``, or all when ``used`` is None), checked by their config
@@ -38,6 +49,8 @@ def method_problems(params: Mapping[str, Any], used: Iterable[str] | None = None
         cfg = spec.config(**values)
         between = cfg.problems(where)
         problems.extend(between)
+        if name == "dk_pp" and not between:
+            problems.extend(_dk_pp_rounds(cfg, (params.get("privacy") or {}).get("epsilon") is not None, where))
         if name == "rr_cluster" and not between:
             data = (params.get("clustered_fl") or {}).get("data") or {}
             try:

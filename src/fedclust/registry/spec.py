@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+import numpy as np
+
+from fedclust.memory import require_memory
 from fedclust.params_check import _nearest
 from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
@@ -159,11 +162,52 @@ def clustered_fl_methods() -> list[str]:
     return [n for n, s in REGISTRY.items() if s.family == "clustered_fl"]
 
 
+def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]:
+    """The big arrays of a run (name -> bytes, float64 for data clustering, float32 for clustered FL):
+    rough, and meant to catch the settings that cannot fit (a huge ``d``, ``k`` or model), not to
+    budget a run to the megabyte."""
+    if spec.family == "clustering":
+        dataset, partition = data
+        n, m = (int(s) for s in dataset.X.shape[:2])
+        # k and d beyond n are refused by the method with a sharper message (refuse_absurd)
+        k = min(int(getattr(cfg, "k", None) or dataset.n_classes), n)
+        N = max(int(np.asarray(partition.client).max()) + 1, 1)
+        clients = int(getattr(cfg, "clients_per_round", None) or N)
+        parts = {"working copies of the data (3 x n x m)": 3.0 * n * m * 8,
+                 "per-client centres (clients x k x m, 4 copies)": 4.0 * clients * k * m * 8}
+        if spec.name == "dp_fedc":
+            parts["soft assignments H (n x k, 3 copies)"] = 3.0 * n * k * 8
+        if spec.name == "fedsc":
+            d = min(int(cfg.d or min(cfg.d_max or n, n)), n)
+            parts["dictionary factors (n x d, 4 copies)"] = 4.0 * n * d * 8
+        return parts
+    (rotated,) = data
+    M = int(rotated.group.size)
+    n_max = int(np.ceil(len(rotated.y_train) / max(M, 1)))
+    d = int(np.prod(rotated.X_train.shape[1:]))
+    n_classes = int(max(rotated.y_train.max(), rotated.y_test.max())) + 1
+    model = dict(getattr(cfg, "model", None) or {})
+    kind, hidden = model.get("type", "mlp"), int(model.get("hidden", 200) or 200)
+    P = {"mlp": d * hidden + hidden + hidden * n_classes + n_classes, "linear": d + 1}.get(kind, 0)
+    k = int(getattr(cfg, "k", None) or len(rotated.angles))
+    S = max(1, round(float(getattr(cfg, "participation", 1.0) or 1.0) * M))
+    width = hidden + n_classes if kind == "mlp" else 16 * d
+    per_client = 4.0 * (7 * P + 2 * n_max * (d + 1) + 3 * n_max * width)
+    return {"models (k x parameters, 7 copies)": 4.0 * 7 * k * P,
+            "one sampled client's working set (chunked rounds hold at least one)": per_client,
+            "the clients' losses and states (clients x k)": 8.0 * S * k * 4}
+
+
 def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
     """Log (one line) and return a rough work estimate of a run: rounds x clients per round x cost per
     client and round (sample-feature-cluster operations for data clustering, sample-gradient steps
-    for clustered FL)."""
+    for clustered FL). First, a run whose big arrays (:func:`memory_parts`) cannot fit in the memory
+    available is refused with the estimate (:func:`fedclust.memory.require_memory`)."""
     from fedclust.registry.helpers import log_work, n_clients_of
+
+    require_memory(f"{spec.name} with these settings", memory_parts(spec, cfg, *data),
+                   f"use smaller settings ({spec.name}.train: k, d, clients_per_round, the model's size) or "
+                   "fewer samples (dataset.n_total), and run again")
 
     rounds = int(getattr(cfg, "rounds", 1) or 1)
     if spec.family == "clustering":

@@ -70,8 +70,9 @@ def test_replacing_a_data_file_recomputes_its_cells_and_only_those(two_files, tm
     a_before = [r for r in first if r["params"]["dataset"] == "A"]
     a_after = [r for r in after if r["params"]["dataset"] == "A"]
     assert not same_results(a_after, a_before)  # computed on the new data, not taken from the store
-    assert same_results([r for r in after if r["params"]["dataset"] == "B"],
-                        [r for r in first if r["params"]["dataset"] == "B"])
+    assert same_results(
+        [r for r in after if r["params"]["dataset"] == "B"], [r for r in first if r["params"]["dataset"] == "B"]
+    )
     ran, _ = _run(two_files, store, monkeypatch)
     assert ran == []  # and the new result is the one resumed from now on
 
@@ -87,8 +88,10 @@ def test_the_data_digest_follows_content_not_names(tmp_path):
     copy = {"source": {"name": "mat", "path": str(tmp_path / "copy.mat"), "options": {}}}
     assert cell_data_digest(at) == cell_data_digest(copy)  # the same bytes under another name
     # the same file a grid reads through data_paths, for cells that name the data set in their config
-    by_config = {"config": {"dataset": "mat"}, "data_paths": {"mat": str(tmp_path / "A.mat"),
-                                                               "mnist": str(tmp_path / "nowhere")}}
+    by_config = {
+        "config": {"dataset": "mat"},
+        "data_paths": {"mat": str(tmp_path / "A.mat"), "mnist": str(tmp_path / "nowhere")},
+    }
     assert cell_sources(by_config) == [{"name": "mat", "path": str(tmp_path / "A.mat"), "options": {}}]
     assert cell_data_digest(by_config) == cell_data_digest(at)
 

@@ -1,5 +1,6 @@
 """A grid killed with SIGKILL leaves no process behind: the workers of the ``processes`` executor
-(and multiprocessing's resource tracker) end with the process that started them."""
+(and multiprocessing's resource tracker) end with the process that started them, and the Ray tasks
+of the ``ray`` executor are cancelled (their worker processes end) when their driver dies."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 #: a grid whose two cells sleep for ten minutes, on a pool of two worker processes
 GRID = textwrap.dedent("""
@@ -78,6 +79,51 @@ def test_workers_die_with_a_grid_killed_by_sigkill(tmp_path):
         if grid.poll() is None:
             grid.kill()
         for c in children:  # never leave a test's processes behind
+            try:
+                c.kill()
+            except psutil.Error:
+                pass
+
+
+#: the same grid on the ``ray`` executor, on a local Ray instance of two CPUs
+RAY_GRID = GRID.replace(
+    '"processes", {"max_workers": 2, "threads_per_cell": None}', '"ray", {"num_cpus": 2, "threads_per_cell": None}'
+)
+
+
+def _ray_tasks(parent: psutil.Process) -> list[psutil.Process]:
+    """The Ray worker processes running a cell (Ray names them after the task), once both run."""
+    out = []
+    for c in parent.children(recursive=True):
+        try:
+            if "call_cell" in c.name() or "call_cell" in " ".join(c.cmdline()):
+                out.append(c)
+        except psutil.Error:
+            pass
+    return out if len(out) >= 2 else []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree of Linux")
+def test_ray_tasks_end_with_a_driver_killed_by_sigkill(tmp_path):
+    pytest.importorskip("ray")
+    assert 'iter_cells(time.sleep, [600, 600], "ray"' in RAY_GRID
+    script = tmp_path / "grid.py"
+    script.write_text(RAY_GRID)
+    env = {**os.environ, "PYTHONPATH": SRC, "RAY_USAGE_STATS_ENABLED": "0"}
+    grid = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
+    everything: list[psutil.Process] = []
+    try:
+        parent = psutil.Process(grid.pid)
+        tasks = _wait_for(lambda: _ray_tasks(parent), 180, "the two Ray tasks")
+        everything = parent.children(recursive=True)  # Ray's own processes too
+        os.kill(grid.pid, signal.SIGKILL)
+        grid.wait()
+        _wait_for(lambda: not any(_alive(t) for t in tasks), 20, "the Ray tasks to end after 20 s")
+    finally:
+        if grid.poll() is None:
+            grid.kill()
+        for c in everything:  # Ray's agents linger up to a minute after their raylet: end them here
             try:
                 c.kill()
             except psutil.Error:

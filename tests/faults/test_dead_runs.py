@@ -47,6 +47,5 @@ def test_runs_of_dead_processes_on_this_host_are_marked_killed(client):
 
     assert kill_dead_runs(client, [exp]) == [dead]
     status = {r: client.get_run(r).info.status for r in (dead, nested, alive, elsewhere, finished)}
-    assert status == {dead: "KILLED", nested: "KILLED", alive: "RUNNING", elsewhere: "RUNNING",
-                      finished: "FINISHED"}
+    assert status == {dead: "KILLED", nested: "KILLED", alive: "RUNNING", elsewhere: "RUNNING", finished: "FINISHED"}
     assert kill_dead_runs(client, [exp]) == []  # nothing left to mark
