@@ -41,9 +41,16 @@ def build_data(n_clients=1200, n=16, n_test=4, seed=0, tile=4) -> FederatedTenso
     images, y = d.images / 16.0, d.target
     perm = np.random.default_rng(seed).permutation(len(y))
     te, tr = perm[:300], perm[300:]
-    return bench.rotated(np.tile(images[tr], (tile, 1, 1)), np.tile(y[tr], tile), n_clients=n_clients, n=n,
-                         n_test=n_test, seed=seed, images_test=np.tile(images[te], (tile, 1, 1)),
-                         y_test=np.tile(y[te], tile))
+    return bench.rotated(
+        np.tile(images[tr], (tile, 1, 1)),
+        np.tile(y[tr], tile),
+        n_clients=n_clients,
+        n=n,
+        n_test=n_test,
+        seed=seed,
+        images_test=np.tile(images[te], (tile, 1, 1)),
+        y_test=np.tile(y[te], tile),
+    )
 
 
 class LoopEngine:
@@ -118,11 +125,12 @@ def main(argv=None):
 def run(args):
     data = build_data(seed=args.seed)
     loop_rounds, vec_rounds, full_rounds = (2, 20, 60) if args.quick else (5, 100, 300)
-    cfg = dict(rounds=full_rounds, lr=0.1, beta=0.9, local_steps=10, participation=0.2, seed=args.seed,
-               eval_every=0)
-    print(f"rotated digits 8x8: {data.n_clients} clients x {int(data.n_train[0])} train / {int(data.n_test[0])} "
-          f"test images, P=4, MLP 64-32-10, k=4, q=0.2 ({int(round(0.2 * data.n_clients))} clients/round), "
-          f"H=10 full-batch heavy-ball steps, threads={torch.get_num_threads()}\n")
+    cfg = dict(rounds=full_rounds, lr=0.1, beta=0.9, local_steps=10, participation=0.2, seed=args.seed, eval_every=0)
+    print(
+        f"rotated digits 8x8: {data.n_clients} clients x {int(data.n_train[0])} train / {int(data.n_test[0])} "
+        f"test images, P=4, MLP 64-32-10, k=4, q=0.2 ({int(round(0.2 * data.n_clients))} clients/round), "
+        f"H=10 full-batch heavy-ball steps, threads={torch.get_num_threads()}\n"
+    )
 
     rows = []
     engines = {}
@@ -143,23 +151,31 @@ def run(args):
     rows.append(("per-client loop", loop_rounds, dt_loop))
     loop_rate = loop_rounds / dt_loop
 
-    bench.table(["engine", "rounds timed", "wall (s)", "rounds/s", "speed-up vs loop"],
-                [(name, r, f"{dt:.2f}", f"{r / dt:.2f}", f"{r / dt / loop_rate:.1f}x") for name, r, dt in rows])
+    bench.table(
+        ["engine", "rounds timed", "wall (s)", "rounds/s", "speed-up vs loop"],
+        [(name, r, f"{dt:.2f}", f"{r / dt:.2f}", f"{r / dt / loop_rate:.1f}x") for name, r, dt in rows],
+    )
     for impl, st in engines.items():
         diff = max(float((st.params[k] - st_loop.params[k]).abs().max()) for k in st.params)
         mdiff = max(float((st.momentum[k] - st_loop.momentum[k]).abs().max()) for k in st.momentum)
-        print(f"max |param diff| loop vs vectorized ({impl}) after {loop_rounds} common rounds: {diff:.2e} "
-              f"(momentum {mdiff:.2e})")
+        print(
+            f"max |param diff| loop vs vectorized ({impl}) after {loop_rounds} common rounds: {diff:.2e} "
+            f"(momentum {mdiff:.2e})"
+        )
     speed = rows[0][1] / rows[0][2] / loop_rate
-    print(f"vectorized (bmm) is {speed:.1f}x faster than the per-client loop (target >= 10x): "
-          f"{'yes' if speed >= 10 else 'NO'}")
+    print(
+        f"vectorized (bmm) is {speed:.1f}x faster than the per-client loop (target >= 10x): "
+        f"{'yes' if speed >= 10 else 'NO'}"
+    )
 
     res, wall = bench.timed(ClusteredFLEngine(data, MLP(64, 32, 10), 4, **{**cfg, "test_select": "train"}).run)
     fin = res.info["final"]
-    print(f"\nfull vectorized CFL-MGD run, {full_rounds} rounds incl. final evaluation: "
-          f"{wall:.1f} s; test accuracy {fin['test_accuracy']:.4f} (each client picks its "
-          f"model by its training loss), client ACC {fin['client_ACC']:.3f}, NMI {fin['client_NMI']:.3f}, "
-          f"final cluster sizes {np.bincount(res.assignment, minlength=4).tolist()}")
+    print(
+        f"\nfull vectorized CFL-MGD run, {full_rounds} rounds incl. final evaluation: "
+        f"{wall:.1f} s; test accuracy {fin['test_accuracy']:.4f} (each client picks its "
+        f"model by its training loss), client ACC {fin['client_ACC']:.3f}, NMI {fin['client_NMI']:.3f}, "
+        f"final cluster sizes {np.bincount(res.assignment, minlength=4).tolist()}"
+    )
     return 0
 
 

@@ -54,6 +54,7 @@ def build_data(n_clients: int, seed: int = 0):
     import torch
 
     from fedclust.clustered_fl import FederatedTensors
+
     _, labels, images = bench.mnist_test()
     images = images.astype(np.float32)
     rng = np.random.default_rng(seed)
@@ -67,12 +68,14 @@ def build_data(n_clients: int, seed: int = 0):
         order = rng.permutation(len(pool))
         offs = rng.integers(0, len(pool), n_clients)
         idx = order[(offs[:, None] + np.arange(per)[None, :]) % len(pool)]  # (N, per), distinct per client
-        out[split] = (torch.from_numpy(rot[group[:, None], idx]),  # (N, per, 784) float32
-                      torch.from_numpy(labels[pool][idx]), torch.full((n_clients,), per))
+        out[split] = (
+            torch.from_numpy(rot[group[:, None], idx]),  # (N, per, 784) float32
+            torch.from_numpy(labels[pool][idx]),
+            torch.full((n_clients,), per),
+        )
         del rot
     (Xtr, ytr, ntr), (Xte, yte, nte) = out["train"], out["test"]
-    return FederatedTensors(X_train=Xtr, y_train=ytr, n_train=ntr, X_test=Xte, y_test=yte, n_test=nte,
-                            group=group)
+    return FederatedTensors(X_train=Xtr, y_train=ytr, n_train=ntr, X_test=Xte, y_test=yte, n_test=nte, group=group)
 
 
 #: Methods measured (``--methods``): the engine's IFCA and FedAvg, RR-Cluster(IFCA) with B = 8 and DP-IFCA
@@ -86,14 +89,23 @@ def build_engine(method: str, data, S: int, rounds: int, chunk_mb: float):
     from fedclust.clustered_fl import dp_baselines as dpb
 
     model = MLP(784, 200, 10)
-    common = dict(rounds=rounds, lr=0.1, local_steps=10, batch_size=10, clients_per_round=S, eval_every=0, seed=0,
-                  max_chunk_mb=chunk_mb)
+    common = dict(
+        rounds=rounds,
+        lr=0.1,
+        local_steps=10,
+        batch_size=10,
+        clients_per_round=S,
+        eval_every=0,
+        seed=0,
+        max_chunk_mb=chunk_mb,
+    )
     if method in ("ifca", "fedavg"):
         return ClusteredFLEngine(data, model, K if method == "ifca" else 1, method=method, **common)
     private = dict(sigma_theta=1.0, clip=1.0)
     if method in ("rr_cluster", "dp_ifca"):
-        return rr_cluster.build_engine(data, model, K, B=8 if method == "rr_cluster" else 0, sigma_s=1.0,
-                                       **private, **common)
+        return rr_cluster.build_engine(
+            data, model, K, B=8 if method == "rr_cluster" else 0, sigma_s=1.0, **private, **common
+        )
     single = dict(base="ifca", B=0, sigma_s=None, **private, **common)
     if method == "dp_fedavg":
         return rr_cluster.build_engine(data, model, 1, **single)
@@ -106,8 +118,9 @@ def build_engine(method: str, data, S: int, rounds: int, chunk_mb: float):
             def __init__(self, *a, **kw):
                 super().__init__(*a, head_keys=keys, **kw)
 
-        return rr_cluster.build_engine(data, model, 1, engine_cls=_Eng, aggregator_kwargs={"frozen_keys": keys},
-                                       **single)
+        return rr_cluster.build_engine(
+            data, model, 1, engine_cls=_Eng, aggregator_kwargs={"frozen_keys": keys}, **single
+        )
     raise ValueError(f"unknown method {method!r}; one of {METHODS}")
 
 
@@ -126,10 +139,22 @@ def worker(S: int, chunk_mb: float, rounds: int, threads: int, save: str | None,
     train_s = sum(res.info["timing"][p] for p in ("assign", "local", "aggregate"))
     if save:
         torch.save(res.params, save)
-    return {"method": method, "S": S, "N": N, "rounds": rounds, "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb,
-            "updates_per_s": S * rounds / train_s, "train_s": train_s, "wall_s": wall,
-            "chunk": res.info["chunk_clients"], "chunks": res.info["chunks_per_round"],
-            "test_acc": res.info["final"].get("test_accuracy"), "peak_reset": reset_ok}
+    return {
+        "method": method,
+        "S": S,
+        "N": N,
+        "rounds": rounds,
+        "data_mb": data_mb,
+        "peak_mb": peak,
+        "round_mb": peak - data_mb,
+        "updates_per_s": S * rounds / train_s,
+        "train_s": train_s,
+        "wall_s": wall,
+        "chunk": res.info["chunk_clients"],
+        "chunks": res.info["chunks_per_round"],
+        "test_acc": res.info["final"].get("test_accuracy"),
+        "peak_reset": reset_ok,
+    }
 
 
 def main():
@@ -139,9 +164,13 @@ def main():
     ap.add_argument("--max-chunk-mb", type=float, default=None, help="chunk budget (default: the engine's)")
     ap.add_argument("--unchunked-up-to", type=int, default=3200, help="largest S also run unchunked")
     ap.add_argument("--rounds", default=None, help="rounds per size (default: 10 below 3,200, else 1)")
-    ap.add_argument("--data-clustering", default=None, metavar="SCALES",
-                    help="instead: peak memory of DP-FedC, FedCAvg/FedCGds and FedSC at these multiples of "
-                         "today's largest benchmark setting, e.g. 1,10")
+    ap.add_argument(
+        "--data-clustering",
+        default=None,
+        metavar="SCALES",
+        help="instead: peak memory of DP-FedC, FedCAvg/FedCGds and FedSC at these multiples of "
+        "today's largest benchmark setting, e.g. 1,10",
+    )
     ap.add_argument("--dc-rounds", type=int, default=2)
     ap.add_argument("--dc-timeout", type=int, default=600, help="seconds per data-clustering run")
     ap.add_argument("--worker", nargs=5, metavar=("METHOD", "S", "CHUNK_MB", "ROUNDS", "SAVE"), help=argparse.SUPPRESS)
@@ -181,8 +210,18 @@ def run(a):
                 modes = [("chunked", budget)] + ([("unchunked", 1e9)] if S <= a.unchunked_up_to else [])
                 for mode, mb in modes:
                     save = os.path.join(tmp, f"{method}_{S}_{mode}.pt")
-                    cmd = [sys.executable, __file__, "--threads", str(a.threads), "--worker", method, str(S), str(mb),
-                           str(R), save]
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--threads",
+                        str(a.threads),
+                        "--worker",
+                        method,
+                        str(S),
+                        str(mb),
+                        str(R),
+                        save,
+                    ]
                     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
                     if p.returncode != 0:
                         print(f"{method} S={S} {mode}: failed (rc {p.returncode})\n{p.stderr[-2000:]}", flush=True)
@@ -190,26 +229,34 @@ def run(a):
                     r = json.loads(p.stdout.strip().splitlines()[-1])
                     r["mode"] = mode
                     rows.append(r)
-                    print(f"  {method:>10} S={S:>6} {mode:>9}: peak {r['peak_mb']:8.0f} MB (data {r['data_mb']:6.0f}), "
-                          f"{r['updates_per_s']:7.1f} updates/s, {r['chunks']} chunk(s)", flush=True)
+                    print(
+                        f"  {method:>10} S={S:>6} {mode:>9}: peak {r['peak_mb']:8.0f} MB (data {r['data_mb']:6.0f}), "
+                        f"{r['updates_per_s']:7.1f} updates/s, {r['chunks']} chunk(s)",
+                        flush=True,
+                    )
                 paths = [os.path.join(tmp, f"{method}_{S}_{m}.pt") for m, _ in modes]
                 if len(modes) == 2 and all(os.path.exists(x) for x in paths):
                     import torch
 
                     pa, pb = torch.load(paths[0]), torch.load(paths[1])
                     diffs[method, S] = max(float((pa[n] - pb[n]).abs().max()) for n in pa)
-    print(f"\nk={K} (FedAvg and the DP single-model baselines: 1), MLP 784-200-10, 10 local steps of batch 10, "
-          f"rotated MNIST test set, {a.threads} thread(s), max_chunk_mb={budget:g}")
-    print("| method | clients/round | clients | mode | rounds | chunk x chunks | data MB | peak MB "
-          "| round MB (peak-data) | updates/s | max abs diff chunked vs unchunked |")
+    print(
+        f"\nk={K} (FedAvg and the DP single-model baselines: 1), MLP 784-200-10, 10 local steps of batch 10, "
+        f"rotated MNIST test set, {a.threads} thread(s), max_chunk_mb={budget:g}"
+    )
+    print(
+        "| method | clients/round | clients | mode | rounds | chunk x chunks | data MB | peak MB "
+        "| round MB (peak-data) | updates/s | max abs diff chunked vs unchunked |"
+    )
     print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|")
     for r in rows:
         d = diffs.get((r["method"], r["S"]))
         dtxt = f"{d:.1e}" if (d is not None and r["mode"] == "chunked") else ""
         chunk = "all" if r["chunk"] >= r["S"] else r["chunk"]
-        print(f"| {r['method']} | {r['S']} | {r['N']} | {r['mode']} | {r['rounds']} | {chunk} x {r['chunks']} "
-              f"| {r['data_mb']:.0f} | {r['peak_mb']:.0f} | {r['round_mb']:.0f} | {r['updates_per_s']:.1f} | {dtxt} |")
-
+        print(
+            f"| {r['method']} | {r['S']} | {r['N']} | {r['mode']} | {r['rounds']} | {chunk} x {r['chunks']} "
+            f"| {r['data_mb']:.0f} | {r['peak_mb']:.0f} | {r['round_mb']:.0f} | {r['updates_per_s']:.1f} | {dtxt} |"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -254,8 +301,17 @@ def dc_worker(method: str, scale: int, rounds: int, threads: int) -> dict:
 
         _, wall = bench.timed(fedsc.run, X, client, 10, rounds=rounds, d=100, seed=0, cluster=False)
     peak = bench.peak_rss_mb(reset_ok)
-    return {"method": method, "scale": scale, "n": int(X.shape[0]), "clients": P, "rounds": rounds,
-            "data_mb": data_mb, "peak_mb": peak, "round_mb": peak - data_mb, "wall_s": wall}
+    return {
+        "method": method,
+        "scale": scale,
+        "n": int(X.shape[0]),
+        "clients": P,
+        "rounds": rounds,
+        "data_mb": data_mb,
+        "peak_mb": peak,
+        "round_mb": peak - data_mb,
+        "wall_s": wall,
+    }
 
 
 def dc_main(scales, rounds: int, threads: int, timeout: int):
@@ -274,14 +330,18 @@ def dc_main(scales, rounds: int, threads: int, timeout: int):
                 continue
             r = json.loads(p.stdout.strip().splitlines()[-1])
             rows.append(r)
-            print(f"  {method} x{scale}: peak {r['peak_mb']:.0f} MB (data {r['data_mb']:.0f}), {r['wall_s']:.1f} s",
-                  flush=True)
+            print(
+                f"  {method} x{scale}: peak {r['peak_mb']:.0f} MB (data {r['data_mb']:.0f}), {r['wall_s']:.1f} s",
+                flush=True,
+            )
     print(f"\nData-clustering methods, {rounds} round(s), {threads} thread(s); x1 = today's largest benchmark setting")
     print("| method | scale | samples | clients | data MB | peak MB | run MB (peak-data) | wall s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['method']} | x{r['scale']} | {r['n']} | {r['clients']} | {r['data_mb']:.0f} | {r['peak_mb']:.0f} "
-              f"| {r['round_mb']:.0f} | {r['wall_s']:.1f} |")
+        print(
+            f"| {r['method']} | x{r['scale']} | {r['n']} | {r['clients']} | {r['data_mb']:.0f} | {r['peak_mb']:.0f} "
+            f"| {r['round_mb']:.0f} | {r['wall_s']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

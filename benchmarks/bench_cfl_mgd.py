@@ -60,11 +60,12 @@ def run(args):
     max_images = 5000 if args.quick else None
     data = build_data(n_clients, n, n_test, args.seed, max_images)
     S = int(round(q * n_clients))
-    print(f"rotated MNIST (from the test set): {n_clients} clients x {n} train / {n_test} test images, P=4, "
-          f"MLP 784-200-10, q={q} ({S} clients/round), H={H} full-batch steps, lr={args.lr}, rounds={rounds}, "
-          f"threads={torch.get_num_threads()}, seed={args.seed}\n")
-    common = dict(lr=args.lr, local_steps=H, rounds=rounds, participation=q, seed=args.seed,
-                  eval_every=args.eval_every)
+    print(
+        f"rotated MNIST (from the test set): {n_clients} clients x {n} train / {n_test} test images, P=4, "
+        f"MLP 784-200-10, q={q} ({S} clients/round), H={H} full-batch steps, lr={args.lr}, rounds={rounds}, "
+        f"threads={torch.get_num_threads()}, seed={args.seed}\n"
+    )
+    common = dict(lr=args.lr, local_steps=H, rounds=rounds, participation=q, seed=args.seed, eval_every=args.eval_every)
     methods = {
         f"CFL-MGD (II, beta={args.beta})": lambda m: cfl_mgd.run(data, m, 4, option="II", beta=args.beta, **common),
         "IFCA": lambda m: ifca.run(data, m, 4, **common),
@@ -83,27 +84,51 @@ def run(args):
         rate = res.info["local_samples"] * flops / tl / 1e9
         h = res.history
         acc50 = h["test_accuracy"][min(len(h["test_accuracy"]), max(1, 50 // args.eval_every)) - 1]
-        rows.append((name, fin["test_accuracy"], acc50, fin["client_ACC"], fin["client_NMI"], fin["train_loss"],
-                     wall, wall / rounds, tl, rate, ref, cpu))
-        print(f"  done: {name}: test acc {fin['test_accuracy']:.4f}, client ACC {fin['client_ACC']:.3f}, "
-              f"{wall:.1f} s", flush=True)
+        rows.append(
+            (
+                name,
+                fin["test_accuracy"],
+                acc50,
+                fin["client_ACC"],
+                fin["client_NMI"],
+                fin["train_loss"],
+                wall,
+                wall / rounds,
+                tl,
+                rate,
+                ref,
+                cpu,
+            )
+        )
+        print(
+            f"  done: {name}: test acc {fin['test_accuracy']:.4f}, client ACC {fin['client_ACC']:.3f}, {wall:.1f} s",
+            flush=True,
+        )
     mm = mm_rate(S * n, 784, 200)
     bmm = mm_rate(S * n, 784, 200, batch=S)
-    print("| method | test acc | test acc @ round ~50 | client ACC | client NMI | train loss | wall (s) | CPU (s) | "
-          "s/round | local train (s) | local GFLOP/s | torch.mm GFLOP/s | ratio |")
+    print(
+        "| method | test acc | test acc @ round ~50 | client ACC | client NMI | train loss | wall (s) | CPU (s) | "
+        "s/round | local train (s) | local GFLOP/s | torch.mm GFLOP/s | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]:.4f} | {r[2]:.4f} | {r[3]:.4f} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | "
-              f"{r[11]:.1f} | {r[7]:.3f} | {r[8]:.1f} | {r[9]:.1f} | {r[10]:.1f} | {r[9] / r[10]:.2f} |")
-    print(f"\ntorch.mm column: plain torch.mm ({S * n}x784 @ 784x200, the first layer of one local step of all "
-          f"sampled clients) measured before and after each run; now: torch.mm {mm:.1f} GFLOP/s, torch.bmm "
-          f"({S}x{n}x784 @ {S}x784x200) {bmm:.1f} GFLOP/s")
+        print(
+            f"| {r[0]} | {r[1]:.4f} | {r[2]:.4f} | {r[3]:.4f} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | "
+            f"{r[11]:.1f} | {r[7]:.3f} | {r[8]:.1f} | {r[9]:.1f} | {r[10]:.1f} | {r[9] / r[10]:.2f} |"
+        )
+    print(
+        f"\ntorch.mm column: plain torch.mm ({S * n}x784 @ 784x200, the first layer of one local step of all "
+        f"sampled clients) measured before and after each run; now: torch.mm {mm:.1f} GFLOP/s, torch.bmm "
+        f"({S}x{n}x784 @ {S}x784x200) {bmm:.1f} GFLOP/s"
+    )
     worst = min(r[9] / r[10] for r in rows)
     print(f"local training reaches >= {worst:.2f} of the torch.mm rate (every method; target >= 0.5)")
     order_ok = rows[0][1] >= rows[1][1] > rows[2][1]
-    print(f"ordering CFL-MGD >= IFCA > FedAvg (test accuracy): {'yes' if order_ok else 'NO'}; "
-          f"300-round projection of the slowest method: {max(r[7] for r in rows) * 300:.0f} s wall, "
-          f"{max(r[11] / rounds for r in rows) * 300:.0f} s CPU (target < 300 s)")
+    print(
+        f"ordering CFL-MGD >= IFCA > FedAvg (test accuracy): {'yes' if order_ok else 'NO'}; "
+        f"300-round projection of the slowest method: {max(r[7] for r in rows) * 300:.0f} s wall, "
+        f"{max(r[11] / rounds for r in rows) * 300:.0f} s CPU (target < 300 s)"
+    )
     return 0
 
 

@@ -81,14 +81,18 @@ def main() -> None:
             checks[name] = (old[0] and same_rec, old[1] and same_tab)
             print(f"  repeat {rep + 1}, {name}: {walls[name][-1]:.1f} s", flush=True)
     base = min(walls[ref[0]])
-    print(f"\n| executor | wall time (s), min of {args.repeats} | all repeats (s) | Ray start (s) | speed-up vs {ref[0]} "
-          "| records identical | summary identical |")
+    print(
+        f"\n| executor | wall time (s), min of {args.repeats} | all repeats (s) | Ray start (s) | speed-up vs {ref[0]} "
+        "| records identical | summary identical |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in names:
         w = min(walls[name])
         st = f"{min(starts[name]):.1f}" if starts[name] else "-"
-        print(f"| {name} | {w:.1f} | {', '.join(f'{x:.1f}' for x in walls[name])} | {st} | {base / w:.2f}x | "
-              f"{'yes' if checks[name][0] else 'NO'} | {'yes' if checks[name][1] else 'NO'} |")
+        print(
+            f"| {name} | {w:.1f} | {', '.join(f'{x:.1f}' for x in walls[name])} | {st} | {base / w:.2f}x | "
+            f"{'yes' if checks[name][0] else 'NO'} | {'yes' if checks[name][1] else 'NO'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,19 @@ def _kmeans_family(mod, X, y, client, k, seed, eps, trust_model, **kw):
     cfg = REGISTRY[mod.__name__.rsplit(".", 1)[-1]].config_from({})
     R = cfg.rounds_for(eps is not None)
     z = calibrate_noise_multiplier(eps, DELTA, steps=R) if eps is not None else 0.0
-    res = mod.run(X, client, k, rounds=R, clients_per_round=N_CLIENTS, seed=seed, noise_multiplier=z, clip=cfg.clip,
-                  init="uniform_box",
-                  trust_model=trust_model, **kw)
+    res = mod.run(
+        X,
+        client,
+        k,
+        rounds=R,
+        clients_per_round=N_CLIENTS,
+        seed=seed,
+        noise_multiplier=z,
+        clip=cfg.clip,
+        init="uniform_box",
+        trust_model=trust_model,
+        **kw,
+    )
     return clustering_scores(y, res.labels)["ACC"]
 
 
@@ -42,15 +52,27 @@ def _fed_dp(X, y, client, k, seed, eps, **overrides):
     cfg = REGISTRY["fed_dp_kmeans"].config_from(overrides)
     rows = fed_dp_kmeans.holdout_rows(X.shape[0], cfg.server_fraction, seed)
     z = fed_dp_kmeans.noise_multipliers(eps, DELTA, projection=cfg.projection, steps=cfg.steps) if eps else None
-    res = fed_dp_kmeans.run(X, client, k, server_rows=rows, noise=z, clip=cfg.clip, seed=seed, steps=cfg.steps,
-                            projection=cfg.projection, trust_model=cfg.trust_model)
+    res = fed_dp_kmeans.run(
+        X,
+        client,
+        k,
+        server_rows=rows,
+        noise=z,
+        clip=cfg.clip,
+        seed=seed,
+        steps=cfg.steps,
+        projection=cfg.projection,
+        trust_model=cfg.trust_model,
+    )
     return clustering_scores(y, res.labels)["ACC"]
 
 
 #: FedDP-KMeans with its defaults (chosen on digits) and with the paper's DP projection and 3 steps
 #: (the setting for high-dimensional data such as MNIST)
-FEDDP = {"fed_dp_kmeans (secure_aggregation)": {},
-         "fed_dp_kmeans (dp_pca, 3 steps, secure_aggregation)": {"projection": "dp_pca", "steps": 3}}
+FEDDP = {
+    "fed_dp_kmeans (secure_aggregation)": {},
+    "fed_dp_kmeans (dp_pca, 3 steps, secure_aggregation)": {"projection": "dp_pca", "steps": 3},
+}
 METHODS = {
     **{name: (lambda *a, o=o: _fed_dp(*a, **o)) for name, o in FEDDP.items()},
     "fkm (secure_aggregation)": lambda *a: _kmeans_family(fkm, *a, "secure_aggregation"),
@@ -83,16 +105,31 @@ def run_table(name, X, y, seeds, epsilons):
             if eps is None:
                 continue
             priv = results[(variant, eps)]
-            gaps.append([variant, f"{eps:g}", bench.mean_std(priv), bench.mean_std(base),
-                         f"{np.mean(priv) - np.mean(base):+.3f}"])
-    bench.table(["variant", "ε", "private", "its non-private run", "gap"], gaps,
-                title=f"{name}: FedDP-KMeans against its own non-private run")
+            gaps.append(
+                [
+                    variant,
+                    f"{eps:g}",
+                    bench.mean_std(priv),
+                    bench.mean_std(base),
+                    f"{np.mean(priv) - np.mean(base):+.3f}",
+                ]
+            )
+    bench.table(
+        ["variant", "ε", "private", "its non-private run", "gap"],
+        gaps,
+        title=f"{name}: FedDP-KMeans against its own non-private run",
+    )
 
 
 def main():
     ap = bench.parser(__doc__, quick="digits only, 2 seeds, ε in {1, 4}", seeds=3)
-    ap.add_argument("--mnist", nargs="?", const=str(bench.MNIST_DIR), default=None,
-                    help="also the MNIST test set (default folder ../shared/data/mnist)")
+    ap.add_argument(
+        "--mnist",
+        nargs="?",
+        const=str(bench.MNIST_DIR),
+        default=None,
+        help="also the MNIST test set (default folder ../shared/data/mnist)",
+    )
     args = ap.parse_args()
     seeds = range(2 if args.quick else args.seeds)
     epsilons = [1.0, 4.0, None] if args.quick else [1.0, 4.0, 8.0, None]

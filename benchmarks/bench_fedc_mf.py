@@ -41,6 +41,7 @@ from fedclust.partition.kmeans_split import kmeans_split
 from fedclust.partition.power_law import power_law
 from fedclust.partition.shards import shards
 
+
 # --------------------------------------------------------------------------- data
 def synthetic(quick: bool, seed: int = 0):
     if quick:
@@ -139,11 +140,14 @@ def convergence(X, y, parts, rounds, checkpoints, quick):
     m_small = max(1, P // 10)
     methods = {
         "FedCAvg Q1=10, Q_hat": lambda split: F.run_fedcavg(
-            X, parts[split], k, rounds=rounds, Q1=10, q_hat=400 if split == "syn_unf" else 10, init=init),
+            X, parts[split], k, rounds=rounds, Q1=10, q_hat=400 if split == "syn_unf" else 10, init=init
+        ),
         f"FedCGds m={P}, Q1=10, Q2=100": lambda split: F.run_fedcgds(
-            X, parts[split], k, rounds=rounds, Q1=10, Q2=100, init=init),
+            X, parts[split], k, rounds=rounds, Q1=10, Q2=100, init=init
+        ),
         f"FedCGds m={m_small}, Q1=100, Q2=100": lambda split: F.run_fedcgds(
-            X, parts[split], k, rounds=rounds, Q1=100, Q2=100, clients_per_round=m_small, init=init),
+            X, parts[split], k, rounds=rounds, Q1=100, Q2=100, clients_per_round=m_small, init=init
+        ),
     }
     q2_methods = {
         "FedCAvg Q1=10, Q2=1": dict(Q2=1),
@@ -158,15 +162,19 @@ def convergence(X, y, parts, rounds, checkpoints, quick):
         for name, kw in q2_methods.items():
             if kw is not None:
                 runs[(split, name)] = timed(F.run_fedcavg, X, parts[split], k, rounds=rounds, Q1=10, init=init, **kw)
-    best = {s: min(min(r.history["objective"]) for (sp, _), (r, _) in runs.items() if sp == s)
-            for s in ("syn_unf", "syn_noniid")}
+    best = {
+        s: min(min(r.history["objective"]) for (sp, _), (r, _) in runs.items() if sp == s)
+        for s in ("syn_unf", "syn_noniid")
+    }
 
     def gaps(r, split):
         f = np.asarray(r.history["objective"])
         return [fmt((f[c - 1] - best[split]) / best[split]) for c in checkpoints]
 
-    print(f"## 1. Convergence (Fig. 4): (F - F*)/F* after s rounds; F* = lowest F on the split; "
-          f"{'quick sizes' if quick else 'M=2000, N=10000, K=20, P=100'}\n")
+    print(
+        f"## 1. Convergence (Fig. 4): (F - F*)/F* after s rounds; F* = lowest F on the split; "
+        f"{'quick sizes' if quick else 'M=2000, N=10000, K=20, P=100'}\n"
+    )
     rows = []
     for name in methods:
         for split in ("syn_unf", "syn_noniid"):
@@ -184,18 +192,19 @@ def convergence(X, y, parts, rounds, checkpoints, quick):
     last = {key: (r.history["objective"][-1] - best[key[0]]) / best[key[0]] for key, (r, _) in runs.items()}
     gds, avg = f"FedCGds m={P}, Q1=10, Q2=100", "FedCAvg Q1=10, Q_hat"
     return {
-        "FedCAvg gap grows on non-iid (gap noniid / gap unf)":
-            last[("syn_noniid", avg)] / max(last[("syn_unf", avg)], 1e-300),
-        "FedCGds gap on non-iid minus gap on iid (robust: ~0)":
-            last[("syn_noniid", gds)] - last[("syn_unf", gds)],
-        "non-iid: FedCAvg diminishing Q2 gap < constant Q2=100 gap":
-            last[("syn_noniid", avg)] < last[("syn_noniid", "FedCAvg Q1=10, Q2=100")],
+        "FedCAvg gap grows on non-iid (gap noniid / gap unf)": last[("syn_noniid", avg)]
+        / max(last[("syn_unf", avg)], 1e-300),
+        "FedCGds gap on non-iid minus gap on iid (robust: ~0)": last[("syn_noniid", gds)] - last[("syn_unf", gds)],
+        "non-iid: FedCAvg diminishing Q2 gap < constant Q2=100 gap": last[("syn_noniid", avg)]
+        < last[("syn_noniid", "FedCAvg Q1=10, Q2=100")],
     }
 
 
 def clustering(datasets, trials, rounds, sncp_rounds, quick):
-    print(f"## 3. Clustering ACC with SNCP continuation (Fig. 6); mean +- std over {trials} common inits; "
-          f"tau_rho = {sorted({v[3] for v in datasets.values()})}\n")
+    print(
+        f"## 3. Clustering ACC with SNCP continuation (Fig. 6); mean +- std over {trials} common inits; "
+        f"tau_rho = {sorted({v[3] for v in datasets.values()})}\n"
+    )
     rows = []
     summary = {}
     for dname, (X, y, client, rho_tol) in datasets.items():
@@ -207,12 +216,22 @@ def clustering(datasets, trials, rounds, sncp_rounds, quick):
             init = F.make_init(X, k, t)
             common = dict(continuation="sncp", rho_tol=rho_tol, init=init, seed=t)
             for name, fn in (
-                (f"FedCGds m={P}, Q1=Q2=100", lambda: F.run_fedcgds(X, client, k, rounds=rounds, Q1=100, Q2=100, **common)),
+                (
+                    f"FedCGds m={P}, Q1=Q2=100",
+                    lambda: F.run_fedcgds(X, client, k, rounds=rounds, Q1=100, Q2=100, **common),
+                ),
                 # m = P/10 moves each client's H about P/m times less per round (Thm 3): a 400-round
                 # cap stops every run mid-continuation (table 5), so it gets 4x the rounds
-                (f"FedCGds m={m_small}, Q1=Q2=100, {4 * rounds} rounds", lambda: F.run_fedcgds(
-                    X, client, k, rounds=4 * rounds, Q1=100, Q2=100, clients_per_round=m_small, **common)),
-                ("FedCAvg Q1=10, Q_hat=10", lambda: F.run_fedcavg(X, client, k, rounds=rounds, Q1=10, q_hat=10, **common)),
+                (
+                    f"FedCGds m={m_small}, Q1=Q2=100, {4 * rounds} rounds",
+                    lambda: F.run_fedcgds(
+                        X, client, k, rounds=4 * rounds, Q1=100, Q2=100, clients_per_round=m_small, **common
+                    ),
+                ),
+                (
+                    "FedCAvg Q1=10, Q_hat=10",
+                    lambda: F.run_fedcavg(X, client, k, rounds=rounds, Q1=10, q_hat=10, **common),
+                ),
                 ("central SNCP (Q1=Q2=10)", lambda: F.run_sncp(X, k, rounds=sncp_rounds, Q1=10, Q2=10, **common)),
                 ("K-means++ (pooled)", lambda: F.run_kmeanspp(X, k, seed=t)),
             ):
@@ -226,8 +245,16 @@ def clustering(datasets, trials, rounds, sncp_rounds, quick):
         summary[f"{dname}: ACC FedCGds(m=P) - FedCAvg"] = gds - accs["FedCAvg Q1=10, Q_hat=10"]
         for name, v in res.items():
             a = np.array(v, dtype=float)
-            rows.append([dname, name, f"{a[:, 0].mean():.4f} +- {a[:, 0].std():.4f}", fmt(a[:, 1].mean(), 0),
-                         fmt(a[:, 2].mean()), fmt(a[:, 3].mean(), 1)])
+            rows.append(
+                [
+                    dname,
+                    name,
+                    f"{a[:, 0].mean():.4f} +- {a[:, 0].std():.4f}",
+                    fmt(a[:, 1].mean(), 0),
+                    fmt(a[:, 2].mean()),
+                    fmt(a[:, 3].mean(), 1),
+                ]
+            )
     table(["data", "method", "ACC", "rounds", "comm reals", "time s/run"], rows)
     return summary
 
@@ -239,9 +266,12 @@ def timing(X, y, client, quick):
     init = F.make_init(X, k, 0)
     rows = []
     r, t = timed(F.run_fedcgds, X, client, k, rounds=100, Q1=10, Q2=100, init=init, y=y)
-    rows.append(["FedCGds m=P, Q1=10, Q2=100: 100 rounds (with per-round ACC/NMI)", fmt(t, 2), fmt(r.history["ACC"][-1])])
-    r, t = timed(F.run_fedcgds, X, client, k, rounds=100, Q1=100, Q2=100, clients_per_round=max(1, P // 10),
-                 init=init, y=y)
+    rows.append(
+        ["FedCGds m=P, Q1=10, Q2=100: 100 rounds (with per-round ACC/NMI)", fmt(t, 2), fmt(r.history["ACC"][-1])]
+    )
+    r, t = timed(
+        F.run_fedcgds, X, client, k, rounds=100, Q1=100, Q2=100, clients_per_round=max(1, P // 10), init=init, y=y
+    )
     rows.append([f"FedCGds m={max(1, P // 10)}, Q1=100, Q2=100: 100 rounds", fmt(t, 2), fmt(r.history["ACC"][-1])])
     r, t = timed(F.run_fedcavg, X, client, k, rounds=100, Q1=10, q_hat=400, init=init, y=y)
     rows.append(["FedCAvg Q1=10, Q_hat=400: 100 rounds", fmt(t, 2), fmt(r.history["ACC"][-1])])
@@ -251,8 +281,21 @@ def timing(X, y, client, quick):
     W0, H0 = F._resolve_init(init, X, data, 0)
     Xs, cs = data.X, data.cid
     gamma, rho, nu = 1.1, 1e-8, 1e-10
-    eng = F._GdsEngine(data, W0.copy(), H0.copy(), rho, nu, Q1=10, Q2=100, m=data.P, gamma=gamma,
-                       step_rule="lipschitz", rng=np.random.default_rng(0), recompute_stats=False, central=False)
+    eng = F._GdsEngine(
+        data,
+        W0.copy(),
+        H0.copy(),
+        rho,
+        nu,
+        Q1=10,
+        Q2=100,
+        m=data.P,
+        gamma=gamma,
+        step_rule="lipschitz",
+        rng=np.random.default_rng(0),
+        recompute_stats=False,
+        central=False,
+    )
     G1, G2 = eng.G1.copy(), eng.G2.copy()
     # both under the solvers' BLAS policy (small products on one thread; see fedc_mf._one_blas_thread)
     with F._one_blas_thread():
@@ -261,8 +304,21 @@ def timing(X, y, client, quick):
     err = np.abs(Wl - eng.W).max() / np.abs(Wl).max()
     rows.append(["FedCGds one round (Q1=10, Q2=100): vectorized", fmt(tv, 3), ""])
     rows.append([f"FedCGds one round: per-client loop (max rel diff {err:.1e})", fmt(tl, 3), ""])
-    eng = F._AvgEngine(data, W0.copy(), H0.copy(), rho, nu, Q1=10, Q2=10, q_hat=None, q_hat_restart=False,
-                       gamma=gamma, step_rule="lipschitz", lw="clients", d_schedule="thm2")
+    eng = F._AvgEngine(
+        data,
+        W0.copy(),
+        H0.copy(),
+        rho,
+        nu,
+        Q1=10,
+        Q2=10,
+        q_hat=None,
+        q_hat_restart=False,
+        gamma=gamma,
+        step_rule="lipschitz",
+        lw="clients",
+        d_schedule="thm2",
+    )
     with F._one_blas_thread():
         _, tv = timed(eng.round, 1)
         (Wl, Hl), tl = timed(avg_round_loop, Xs, cs, W0.copy(), H0.copy(), 10, 10, gamma, rho, nu)
@@ -285,28 +341,66 @@ def rho_trigger_study(X, y, client, trials, quick):
         (f"m={P}, round (reference)", dict(), R),
         (f"m={m}, round (paper), {R} rounds", dict(clients_per_round=m, rho_trigger="round"), R),
         (f"m={m}, round (paper), {R_long} rounds", dict(clients_per_round=m, rho_trigger="round"), R_long),
-        (f"m={m}, round, recomputed G1/G2",
-         dict(clients_per_round=m, rho_trigger="round", recompute_stats=True), R_long),
+        (
+            f"m={m}, round, recomputed G1/G2",
+            dict(clients_per_round=m, rho_trigger="round", recompute_stats=True),
+            R_long,
+        ),
         (f"m={m}, round, gamma=2", dict(clients_per_round=m, rho_trigger="round", gamma=2.0), R_long),
         (f"m={m}, round, gamma=1.01", dict(clients_per_round=m, rho_trigger="round", gamma=1.01), R_long),
         (f"m={m}, epoch (E={E}), {R_long} rounds", dict(clients_per_round=m, rho_trigger="epoch"), R_long),
     ]
-    print(f"## 5. The rho trigger: FedCGds m = P/10 under SNCP on syn_noniid (Q1 = Q2 = 100, tau_rho = {tau}); "
-          f"mean +- std over {trials} seeds (common init = seed)\n")
+    print(
+        f"## 5. The rho trigger: FedCGds m = P/10 under SNCP on syn_noniid (Q1 = Q2 = 100, tau_rho = {tau}); "
+        f"mean +- std over {trials} seeds (common init = seed)\n"
+    )
     rows = []
     for name, kw, rounds in rows_spec:
         v = []
         for t in range(trials):
-            r, sec = timed(F.run_fedcgds, X, client, k, rounds=rounds, Q1=100, Q2=100, continuation="sncp",
-                           rho_tol=tau, init=F.make_init(X, k, t), seed=t, **kw)
-            v.append((clustering_accuracy(y, r.labels), r.info["rounds_run"], r.info["n_rho_updates"],
-                      np.log10(r.info["rho_final"]), r.info["stop_reason"] == "converged", r.uploaded_reals, sec))
+            r, sec = timed(
+                F.run_fedcgds,
+                X,
+                client,
+                k,
+                rounds=rounds,
+                Q1=100,
+                Q2=100,
+                continuation="sncp",
+                rho_tol=tau,
+                init=F.make_init(X, k, t),
+                seed=t,
+                **kw,
+            )
+            v.append(
+                (
+                    clustering_accuracy(y, r.labels),
+                    r.info["rounds_run"],
+                    r.info["n_rho_updates"],
+                    np.log10(r.info["rho_final"]),
+                    r.info["stop_reason"] == "converged",
+                    r.uploaded_reals,
+                    sec,
+                )
+            )
         a = np.array(v, dtype=float)
-        rows.append([name, f"{a[:, 0].mean():.4f} +- {a[:, 0].std():.4f}", f"{a[:, 0].min():.3f}",
-                     fmt(a[:, 1].mean(), 0), fmt(a[:, 2].mean(), 1), f"{a[:, 3].mean():.1f}",
-                     f"{int(a[:, 4].sum())}/{trials}", fmt(a[:, 5].mean()), fmt(a[:, 6].mean(), 1)])
-    table(["variant", "ACC", "min ACC", "rounds", "rho updates", "log10 rho end", "converged", "uploads",
-           "time s/run"], rows)
+        rows.append(
+            [
+                name,
+                f"{a[:, 0].mean():.4f} +- {a[:, 0].std():.4f}",
+                f"{a[:, 0].min():.3f}",
+                fmt(a[:, 1].mean(), 0),
+                fmt(a[:, 2].mean(), 1),
+                f"{a[:, 3].mean():.1f}",
+                f"{int(a[:, 4].sum())}/{trials}",
+                fmt(a[:, 5].mean()),
+                fmt(a[:, 6].mean(), 1),
+            ]
+        )
+    table(
+        ["variant", "ACC", "min ACC", "rounds", "rho updates", "log10 rho end", "converged", "uploads", "time s/run"],
+        rows,
+    )
 
 
 def main():
@@ -325,10 +419,12 @@ def run(args):
     t0 = time.perf_counter()
     trials = args.trials or (1 if quick else 2)
     X, y, parts = synthetic(quick)
-    print(f"synthetic X = WH + E at -3 dB: N={X.shape[0]}, M={X.shape[1]}, K={int(y.max()) + 1}, "
-          f"P={len(np.unique(parts['syn_unf']))}; syn_noniid client sizes min/median/max = "
-          f"{np.bincount(parts['syn_noniid']).min()}/{int(np.median(np.bincount(parts['syn_noniid'])))}/"
-          f"{np.bincount(parts['syn_noniid']).max()}\n")
+    print(
+        f"synthetic X = WH + E at -3 dB: N={X.shape[0]}, M={X.shape[1]}, K={int(y.max()) + 1}, "
+        f"P={len(np.unique(parts['syn_unf']))}; syn_noniid client sizes min/median/max = "
+        f"{np.bincount(parts['syn_noniid']).min()}/{int(np.median(np.bincount(parts['syn_noniid'])))}/"
+        f"{np.bincount(parts['syn_noniid']).max()}\n"
+    )
     if "time" not in skip:
         timing(X, y, parts["syn_unf"], quick)
     findings = {}
@@ -348,14 +444,17 @@ def run(args):
                 if quick and name == "MNIST_ubls":
                     continue
                 datasets[name] = (Xm[keep], ym[keep], c, tau_mnist)
-        findings.update(clustering(datasets, trials, rounds=150 if quick else 400, sncp_rounds=300 if quick else 800,
-                                   quick=quick))
+        findings.update(
+            clustering(datasets, trials, rounds=150 if quick else 400, sncp_rounds=300 if quick else 800, quick=quick)
+        )
     if "rho" not in skip:
         rho_trigger_study(X, y, parts["syn_noniid"], args.trials5, quick)
     if findings:
         print("## Summary of the paper's qualitative claims (measured)\n")
-        table(["quantity", "value"], [[k, fmt(v) if not isinstance(v, (bool, np.bool_)) else str(bool(v))]
-                                      for k, v in findings.items()])
+        table(
+            ["quantity", "value"],
+            [[k, fmt(v) if not isinstance(v, (bool, np.bool_)) else str(bool(v))] for k, v in findings.items()],
+        )
     print(f"total benchmark time: {time.perf_counter() - t0:.1f} s")
 
 

@@ -100,8 +100,15 @@ def make_extra(folder):
     print(f"wrote {folder / 'Digits.mat'} and {folder / 'Subclusters.mat'}")
 
 
-GRAPH_COLS = ["K-means", "SC paper", "SC min_connected_k", "SC mst",
-              "FedSC paper", "FedSC min_connected_k", "FedSC mst"]
+GRAPH_COLS = [
+    "K-means",
+    "SC paper",
+    "SC min_connected_k",
+    "SC mst",
+    "FedSC paper",
+    "FedSC min_connected_k",
+    "FedSC mst",
+]
 
 
 def graph_table(names, seeds, P=8):
@@ -129,8 +136,11 @@ def graph_table(names, seeds, P=8):
                     sc = spectral.spectral_clustering(X, k, seed=t, r=r, graph=g)
                     out[f"SC {g}"] = sc.labels
                     gi = {}
-                    (lab, _), tg = timed(lambda: fedsc.reconstruct_and_cluster(
-                        fs.info["Z"], fs.info["C"], k, r, seed=t, graph=g, graph_info=gi))
+                    (lab, _), tg = timed(
+                        lambda: fedsc.reconstruct_and_cluster(
+                            fs.info["Z"], fs.info["C"], k, r, seed=t, graph=g, graph_info=gi
+                        )
+                    )
                     out[f"FedSC {g}"] = lab
                     comps[g].append((sc.info["graph_components"], gi["components"]))
                     ks[g].append((sc.info["knn_k"], gi["knn_k"]))
@@ -139,9 +149,12 @@ def graph_table(names, seeds, P=8):
                 sc_ = scores(y, out[c])
                 per[c]["ACC"].append(sc_["ACC"])
                 per[c]["NMI"].append(sc_["NMI"])
-            print(f"  {name} seed {t}: " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in GRAPH_COLS)
-                  + f" | components (SC, FedSC) paper {comps['paper'][-1]}, k used min_connected_k {ks['min_connected_k'][-1]}",
-                  flush=True)
+            print(
+                f"  {name} seed {t}: "
+                + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in GRAPH_COLS)
+                + f" | components (SC, FedSC) paper {comps['paper'][-1]}, k used min_connected_k {ks['min_connected_k'][-1]}",
+                flush=True,
+            )
         rows.append((name, n, k, per, comps, ks, t_g))
     for key in ("ACC", "NMI"):
         print(f"\n### {key}, mean ± std over {seeds} seed(s), P = {P} iid clients, scale = {SCALE}\n")
@@ -150,21 +163,31 @@ def graph_table(names, seeds, P=8):
         for name, n, k, per, *_ in rows:
             print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in GRAPH_COLS) + " |")
     print("\n### FedSC - SC (same graph), mean ACC difference; graph facts (seed 0: SC / FedSC)\n")
-    print("| data | Δ paper | Δ min_connected_k | Δ mst | components (paper kNN) | k of min_connected_k | Stage II s (paper / mck / mst) |")
+    print(
+        "| data | Δ paper | Δ min_connected_k | Δ mst | components (paper kNN) | k of min_connected_k | Stage II s (paper / mck / mst) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, _n, _k, per, comps, ks, t_g in rows:
         dl = [np.mean(per[f"FedSC {g}"]["ACC"]) - np.mean(per[f"SC {g}"]["ACC"]) for g in GRAPHS]
-        print(f"| {name} | " + " | ".join(f"{v:+.3f}" for v in dl) + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
-              f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "
-              + " / ".join(f"{np.mean(t_g[g]):.2f}" for g in GRAPHS) + " |")
+        print(
+            f"| {name} | "
+            + " | ".join(f"{v:+.3f}" for v in dl)
+            + f" | {comps['paper'][0][0]} / {comps['paper'][0][1]} | "
+            f"{ks['min_connected_k'][0][0]} / {ks['min_connected_k'][0][1]} | "
+            + " / ".join(f"{np.mean(t_g[g]):.2f}" for g in GRAPHS)
+            + " |"
+        )
 
 
 SIX_FILES = ["../shared/data/fedsc/*.mat", "data/01_raw/fedsc_extra/*.mat"]
 SIX_FILES_COLS = ["K-means", "SC paper", "SC", "FedSC paper", "FedSC final_c=paper", "FedSC"]
 #: FedSC settings of the columns: the paper rule (kNN graph of eq. 25, final C with the Stage I ridge lam),
 #: the paper's final C on the default graph, and the defaults (graph min_connected_k, final_c projection)
-SIX_FILES_FEDSC = {"FedSC paper": {"graph": "paper", "final_c": "paper"}, "FedSC final_c=paper": {"final_c": "paper"},
-                 "FedSC": {}}
+SIX_FILES_FEDSC = {
+    "FedSC paper": {"graph": "paper", "final_c": "paper"},
+    "FedSC final_c=paper": {"final_c": "paper"},
+    "FedSC": {},
+}
 
 
 def six_files_table(names, seeds, P=8):
@@ -195,21 +218,30 @@ def six_files_table(names, seeds, P=8):
                 sc_ = scores(y, out[c])
                 per[c]["ACC"].append(sc_["ACC"])
                 per[c]["NMI"].append(sc_["NMI"])
-            print(f"  {name} seed {t} (d={d}): " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in SIX_FILES_COLS),
-                  flush=True)
+            print(
+                f"  {name} seed {t} (d={d}): " + ", ".join(f"{c} {per[c]['ACC'][-1]:.3f}" for c in SIX_FILES_COLS),
+                flush=True,
+            )
         rows.append((name, n, k, per, time.perf_counter() - t0))
     for key in ("ACC", "NMI"):
         print(f"\n### {key}, mean ± std over {seeds} seed(s), P = {P} iid clients, scale = {SCALE}\n")
-        print("| data | n | k | " + " | ".join(SIX_FILES_COLS) + " | FedSC paper − SC paper | FedSC − SC |")  # same graph
+        print(
+            "| data | n | k | " + " | ".join(SIX_FILES_COLS) + " | FedSC paper − SC paper | FedSC − SC |"
+        )  # same graph
         print("|---|---|---|" + "---|" * (len(SIX_FILES_COLS) + 2))
         for name, n, k, per, _ in rows:
             dp = np.mean(per["FedSC paper"][key]) - np.mean(per["SC paper"][key])
             dd = np.mean(per["FedSC"][key]) - np.mean(per["SC"][key])
-            print(f"| {name} | {n} | {k} | " + " | ".join(fmt(per[c][key]) for c in SIX_FILES_COLS)
-                  + f" | {dp:+.3f} | {dd:+.3f} |")
+            print(
+                f"| {name} | {n} | {k} | "
+                + " | ".join(fmt(per[c][key]) for c in SIX_FILES_COLS)
+                + f" | {dp:+.3f} | {dd:+.3f} |"
+            )
     worst = min(np.mean(per["FedSC"]["ACC"]) - np.mean(per["SC"]["ACC"]) for _, _, _, per, _ in rows)
-    print(f"\nworst FedSC − SC (ACC, defaults): {worst:+.3f} ({'within' if worst >= -0.03 else 'NOT within'} 0.03); "
-          f"wall time per file [s]: " + ", ".join(f"{name} {t:.0f}" for name, _, _, _, t in rows))
+    print(
+        f"\nworst FedSC − SC (ACC, defaults): {worst:+.3f} ({'within' if worst >= -0.03 else 'NOT within'} 0.03); "
+        f"wall time per file [s]: " + ", ".join(f"{name} {t:.0f}" for name, _, _, _, t in rows)
+    )
 
 
 DIAG_HYPOTHESES = [
@@ -249,8 +281,9 @@ def digits_diagnostic(seeds, name="Digits", P=8):
         if mode == "data_scale":
             return np.stack([Xc[cl == p].mean(0) + Xc[cl == p].std(0) * E[i] for i, p in enumerate(parts)])
         if mode == "rows":
-            return np.stack([Xc[cl == p][rng.choice(int(np.sum(cl == p)), d, replace=int(np.sum(cl == p)) < d)]
-                             for p in parts])
+            return np.stack(
+                [Xc[cl == p][rng.choice(int(np.sum(cl == p)), d, replace=int(np.sum(cl == p)) < d)] for p in parts]
+            )
         return E
 
     def overlap(K, Kh):
@@ -261,8 +294,7 @@ def digits_diagnostic(seeds, name="Digits", P=8):
     for t in range(seeds):
         r = spectral.mean_pairwise_distance(X, rng=stream(t, "data"))
         d = min(spectral.eigen_rank(X, r, rng=stream(t, "data")), 500)
-        setup.append((r, d, spectral.gaussian_kernel(X, X, r),
-                      spectral.spectral_clustering(X, k, seed=t, r=r).labels))
+        setup.append((r, d, spectral.gaussian_kernel(X, X, r), spectral.spectral_clustering(X, k, seed=t, r=r).labels))
     sc_acc = [clustering_accuracy(y, s[3]) for s in setup]
     print(f"\n### {name}: FedSC - SC gap, one knob at a time ({seeds} seeds; SC {np.mean(sc_acc):.3f})\n")
     print("| hypothesis | FedSC ACC | FedSC − SC | per seed | rel. error ‖K̂−K‖/‖K‖ | kNN overlap with K |")
@@ -283,26 +315,42 @@ def digits_diagnostic(seeds, name="Digits", P=8):
                 accs.append(clustering_accuracy(y, res.labels))
                 errs.append(res.info["reconstruction_error"])
                 ovs.append(overlap(K, C.T @ (spectral.gaussian_kernel(Z, Z, r) @ C)))
-            print(f"| {label} | {fmt(accs)} | {np.mean(accs) - np.mean(sc_acc):+.3f} | "
-                  + " ".join(f"{a:.3f}" for a in accs) + f" | {np.mean(errs):.4f} | {np.mean(ovs):.3f} |", flush=True)
+            print(
+                f"| {label} | {fmt(accs)} | {np.mean(accs) - np.mean(sc_acc):+.3f} | "
+                + " ".join(f"{a:.3f}" for a in accs)
+                + f" | {np.mean(errs):.4f} | {np.mean(ovs):.3f} |",
+                flush=True,
+            )
     finally:
         fedsc.init_dictionaries = orig_init
     # references: the best rank-d K, and SC itself under small changes of its input
     r, d, K, _ = setup[0]
     w, V = np.linalg.eigh(K)
     Kd = (V[:, -d:] * w[-d:]) @ V[:, -d:].T
-    print(f"\nbest rank-d K (seed 0, d={d}): rel. error {np.linalg.norm(K - Kd) / np.linalg.norm(K):.4f}, "
-          f"kNN overlap {overlap(K, Kd):.3f}")
+    print(
+        f"\nbest rank-d K (seed 0, d={d}): rel. error {np.linalg.norm(K - Kd) / np.linalg.norm(K):.4f}, "
+        f"kNN overlap {overlap(K, Kd):.3f}"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for eps in (0.1, 0.3):
-            accs = [clustering_accuracy(y, spectral.spectral_clustering(
-                X + eps * stream(t, "noise").standard_normal(X.shape), k, seed=t, r=setup[t][0]).labels)
-                for t in range(seeds)]
+            accs = [
+                clustering_accuracy(
+                    y,
+                    spectral.spectral_clustering(
+                        X + eps * stream(t, "noise").standard_normal(X.shape), k, seed=t, r=setup[t][0]
+                    ).labels,
+                )
+                for t in range(seeds)
+            ]
             print(f"SC on X + N(0, {eps}^2) (pixel values 0..16): " + " ".join(f"{a:.3f}" for a in accs))
-        print("SC with kNN k = " + ", ".join(
-            f"{kn}: {clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=0, r=r, knn=kn).labels):.3f}"
-            for kn in (6, 7, 8, 10, 12, 15)))
+        print(
+            "SC with kNN k = "
+            + ", ".join(
+                f"{kn}: {clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=0, r=r, knn=kn).labels):.3f}"
+                for kn in (6, 7, 8, 10, 12, 15)
+            )
+        )
 
 
 def equal_split(n, P, seed):
@@ -311,7 +359,7 @@ def equal_split(n, P, seed):
     bounds = np.round(np.linspace(0, n, P + 1)).astype(int)
     client = np.empty(n, dtype=np.int64)
     for p in range(P):
-        client[perm[bounds[p]:bounds[p + 1]]] = p
+        client[perm[bounds[p] : bounds[p + 1]]] = p
     return client
 
 
@@ -329,8 +377,11 @@ def one_trial(X0, y, k, beta, seed, P=8):
     X = X0 + beta * X0.std() * stream(seed, "noise").standard_normal(X0.shape) if beta > 0 else X0
     n = X.shape[0]
     client = equal_split(n, P, seed)
-    (r, d), t_rd = timed(lambda: (lambda r: (r, spectral.eigen_rank(X, r, rng=stream(seed, "data"))))(
-        spectral.mean_pairwise_distance(X, rng=stream(seed, "data"))))
+    (r, d), t_rd = timed(
+        lambda: (lambda r: (r, spectral.eigen_rank(X, r, rng=stream(seed, "data"))))(
+            spectral.mean_pairwise_distance(X, rng=stream(seed, "data"))
+        )
+    )
     res, times = {}, {}
     km, times["K-means"] = timed(lambda: fedsc.centralized_kmeans(X, k, seed=seed))
     res["K-means"] = scores(y, km.labels)
@@ -369,12 +420,19 @@ def comparison_table(datasets, betas, trials):
                     if m in times:
                         tt[m].append(times[m])
                 ex.append(info)
-                print(f"  {name} beta={beta} trial {t}: " + ", ".join(f"{m} {res[m]['ACC']:.3f}" for m in METHODS)
-                      + f" (d={info['d']}, r={info['r']:.3f}, rec.err={info['rec_err']:.4f})", flush=True)
+                print(
+                    f"  {name} beta={beta} trial {t}: "
+                    + ", ".join(f"{m} {res[m]['ACC']:.3f}" for m in METHODS)
+                    + f" (d={info['d']}, r={info['r']:.3f}, rec.err={info['rec_err']:.4f})",
+                    flush=True,
+                )
             rows.append((name, beta, per))
             timing[(name, beta)] = {m: float(np.mean(v)) for m, v in tt.items() if v}
-            extra[(name, beta)] = {"d": [e["d"] for e in ex], "rec_err": float(np.mean([e["rec_err"] for e in ex])),
-                                   "t_rd": float(np.mean([e["t_rd"] for e in ex]))}
+            extra[(name, beta)] = {
+                "d": [e["d"] for e in ex],
+                "rec_err": float(np.mean([e["rec_err"] for e in ex])),
+                "t_rd": float(np.mean([e["t_rd"] for e in ex])),
+            }
     for key, title in (("ACC", "ACC"), ("NMI", "NMI (standard)"), ("NMIp", "NMI (paper-compatible, label 0 dropped)")):
         print(f"\n### {title}, mean ± std over {trials} trial(s), P = 8 iid clients\n")
         print("| data | β | " + " | ".join(METHODS) + " |")
@@ -382,21 +440,28 @@ def comparison_table(datasets, betas, trials):
         for name, beta, per in rows:
             print(f"| {name} | {beta} | " + " | ".join(fmt(per[m][key]) for m in METHODS) + " |")
     print("\n### Mean wall time per run [s] (FedSC: r and d given; 'r,d rules' = their one-off cost)\n")
-    print("| data | β | d | rec. err. FedSC | r,d rules | " + " | ".join(m for m in METHODS if m != "Attack on C") + " |")
+    print(
+        "| data | β | d | rec. err. FedSC | r,d rules | " + " | ".join(m for m in METHODS if m != "Attack on C") + " |"
+    )
     print("|---|---|---|---|---|" + "---|" * (len(METHODS) - 1))
     for (name, beta), tm in timing.items():
         e = extra[(name, beta)]
-        print(f"| {name} | {beta} | {sorted(set(e['d']))} | {e['rec_err']:.4f} | {e['t_rd']:.2f} | "
-              + " | ".join(f"{tm[m]:.2f}" for m in METHODS if m != "Attack on C") + " |")
+        print(
+            f"| {name} | {beta} | {sorted(set(e['d']))} | {e['rec_err']:.4f} | {e['t_rd']:.2f} | "
+            + " | ".join(f"{tm[m]:.2f}" for m in METHODS if m != "Attack on C")
+            + " |"
+        )
 
 
 def coil20_end_to_end():
     X, y = load("COIL20")
     client = equal_split(len(y), 8, 0)
     res, t = timed(lambda: fedsc.run(X, client, 20, seed=0, rounds=20, y=y))
-    print(f"\nCOIL20 FedSC end to end (r and d rules, 20 rounds, Stage II): {t:.2f} s (target < 20 s); "
-          f"d={res.info['d']}, ACC={res.info['ACC']:.3f}, NMI={res.info['NMI']:.3f}, "
-          f"rec.err={res.info['reconstruction_error']:.4f}")
+    print(
+        f"\nCOIL20 FedSC end to end (r and d rules, 20 rounds, Stage II): {t:.2f} s (target < 20 s); "
+        f"d={res.info['d']}, ACC={res.info['ACC']:.3f}, NMI={res.info['NMI']:.3f}, "
+        f"rec.err={res.info['reconstruction_error']:.4f}"
+    )
 
 
 def gap_diagnostic(name="COIL20", trials=5, beta=0.0):
@@ -409,7 +474,15 @@ def gap_diagnostic(name="COIL20", trials=5, beta=0.0):
     k = int(len(np.unique(y)))
     n = len(y)
     kk = spectral.knn_k(n)
-    cols = ["SC", "SC dense eig", "exact K, FedSC Stage II", "best rank-d K, Stage II", "FedSC", "rec.err", "kNN overlap"]
+    cols = [
+        "SC",
+        "SC dense eig",
+        "exact K, FedSC Stage II",
+        "best rank-d K, Stage II",
+        "FedSC",
+        "rec.err",
+        "kNN overlap",
+    ]
     vals = []
     for t in range(trials):
         X = X0 + beta * X0.std() * stream(t, "noise").standard_normal(X0.shape) if beta > 0 else X0
@@ -428,10 +501,17 @@ def gap_diagnostic(name="COIL20", trials=5, beta=0.0):
         top_k = np.argpartition(-K, kk - 1, axis=1)[:, :kk]
         top_h = np.argpartition(-Kh, kk - 1, axis=1)[:, :kk]
         overlap = np.mean([len(np.intersect1d(a, b)) / kk for a, b in zip(top_k, top_h)])
-        vals.append([clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=t, r=r).labels),
-                     clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=t, r=r, solver="dense").labels),
-                     clustering_accuracy(y, stage2(K)), clustering_accuracy(y, stage2(Kd)),
-                     clustering_accuracy(y, fs.labels), fs.info["reconstruction_error"], overlap])
+        vals.append(
+            [
+                clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=t, r=r).labels),
+                clustering_accuracy(y, spectral.spectral_clustering(X, k, seed=t, r=r, solver="dense").labels),
+                clustering_accuracy(y, stage2(K)),
+                clustering_accuracy(y, stage2(Kd)),
+                clustering_accuracy(y, fs.labels),
+                fs.info["reconstruction_error"],
+                overlap,
+            ]
+        )
     vals = np.asarray(vals)
     print(f"\n### Gap diagnostic, {name} β={beta}, {trials} trials (ACC unless noted; d={d})\n")
     print("| " + " | ".join(cols) + " |")
@@ -471,9 +551,9 @@ def client_step_timing(n, m, d, P, reps, seed=0):
     Kxz = np.zeros((P, Nmax, d))
     for p in range(P):  # layout built once, outside the timed region
         idx = np.flatnonzero(client == p)
-        Xpad[p, :len(idx)] = X[idx]
-        Cpad[p, :len(idx)] = C1[:, idx].T
-        Kxz[p, :len(idx)] = Kzx[:, idx].T
+        Xpad[p, : len(idx)] = X[idx]
+        Cpad[p, : len(idx)] = C1[:, idx].T
+        Kxz[p, : len(idx)] = Kzx[:, idx].T
 
     def z_vec():
         return fedsc.official_z_steps(Z, Xpad, Cpad, Kxz, Kzz, r * r)
@@ -492,9 +572,18 @@ def client_step_timing(n, m, d, P, reps, seed=0):
 
     Z1, tz_vec = timed(lambda: [z_vec() for _ in range(reps)][-1])
     Z2, tz_loop = timed(lambda: [z_loop() for _ in range(reps)][-1])
-    return {"n": n, "m": m, "d": d, "P": P, "c_vec": t_vec / reps, "c_loop": t_loop / reps,
-            "c_diff": float(np.abs(C1 - C2).max()), "z_vec": tz_vec / reps, "z_loop": tz_loop / reps,
-            "z_diff": float(np.abs(Z1 - Z2).max() / np.abs(Z2).max())}
+    return {
+        "n": n,
+        "m": m,
+        "d": d,
+        "P": P,
+        "c_vec": t_vec / reps,
+        "c_loop": t_loop / reps,
+        "c_diff": float(np.abs(C1 - C2).max()),
+        "z_vec": tz_vec / reps,
+        "z_loop": tz_loop / reps,
+        "z_diff": float(np.abs(Z1 - Z2).max() / np.abs(Z2).max()),
+    }
 
 
 def print_step_timing(quick):
@@ -503,12 +592,17 @@ def print_step_timing(quick):
         cases.append((10000, 784, 500, 8, 2))
         cases.append((10000, 784, 500, 100, 1))
     print("\n### One round's client computations: vectorized vs per-client loop [s per call]\n")
-    print("| n | m | d | P | C-step vectorized | C-step loop | max |ΔC| | Z-step batched | Z-step loop | rel. max |ΔZ| |")
+    print(
+        "| n | m | d | P | C-step vectorized | C-step loop | max |ΔC| | Z-step batched | Z-step loop | rel. max |ΔZ| |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for n, m, d, P, reps in cases:
         t = client_step_timing(n, m, d, P, reps)
-        print(f"| {n} | {m} | {d} | {P} | {t['c_vec']:.4f} | {t['c_loop']:.4f} | {t['c_diff']:.1e} | "
-              f"{t['z_vec']:.4f} | {t['z_loop']:.4f} | {t['z_diff']:.1e} |", flush=True)
+        print(
+            f"| {n} | {m} | {d} | {P} | {t['c_vec']:.4f} | {t['c_loop']:.4f} | {t['c_diff']:.1e} | "
+            f"{t['z_vec']:.4f} | {t['z_loop']:.4f} | {t['z_diff']:.1e} |",
+            flush=True,
+        )
 
 
 def mnist_child(d_max):
@@ -527,16 +621,40 @@ def mnist_child(d_max):
     d = min(d_rule, d_max) if d_max else d_rule
     t_rd = time.perf_counter() - t1
     stage1_end = []
-    res = fedsc.run(X, client, 10, seed=0, rounds=20, r=r, d=d, y=y,
-                    progress=lambda s, v: stage1_end.append(time.perf_counter()) if s == 20 else None)
+    res = fedsc.run(
+        X,
+        client,
+        10,
+        seed=0,
+        rounds=20,
+        r=r,
+        d=d,
+        y=y,
+        progress=lambda s, v: stage1_end.append(time.perf_counter()) if s == 20 else None,
+    )
     t = time.perf_counter() - t0
     t_stage1 = stage1_end[0] - t1 - t_rd
     t_stage2 = time.perf_counter() - stage1_end[0]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
-    print(json.dumps({"wall_s": t, "t_load": t_load, "t_rd": t_rd, "t_stage1": t_stage1, "t_stage2": t_stage2,
-                      "peak_rss_gib": peak, "d": res.info["d"], "d_rule": d_rule,
-                      "r": res.info["r"], "ACC": res.info["ACC"], "NMI": res.info["NMI"],
-                      "NMI_paper": res.info["NMI_paper"], "rec_err": res.info["reconstruction_error"]}))
+    print(
+        json.dumps(
+            {
+                "wall_s": t,
+                "t_load": t_load,
+                "t_rd": t_rd,
+                "t_stage1": t_stage1,
+                "t_stage2": t_stage2,
+                "peak_rss_gib": peak,
+                "d": res.info["d"],
+                "d_rule": d_rule,
+                "r": res.info["r"],
+                "ACC": res.info["ACC"],
+                "NMI": res.info["NMI"],
+                "NMI_paper": res.info["NMI_paper"],
+                "rec_err": res.info["reconstruction_error"],
+            }
+        )
+    )
 
 
 def mnist(d_max, threads):
@@ -552,33 +670,66 @@ def mnist(d_max, threads):
         return
     o = json.loads(out.stdout.strip().splitlines()[-1])
     cap = f"d capped at {d_max} (rule: {o['d_rule']})" if d_max else f"d by the 0.99 rule = {o['d']}"
-    print(f"\nMNIST test set (n=10000, P=8, 20 rounds, {cap}), end to end incl. loading, r/d rules, Stage I, "
-          f"Stage II: {o['wall_s']:.1f} s (target < 180 s) [load {o['t_load']:.1f} s, r and d rules "
-          f"{o['t_rd']:.1f} s, Stage I {o['t_stage1']:.1f} s, Stage II {o['t_stage2']:.1f} s], peak RSS {o['peak_rss_gib']:.2f} GiB (target < 8 GB); "
-          f"ACC={o['ACC']:.3f} NMI={o['NMI']:.3f} NMI_paper={o['NMI_paper']:.3f} rec.err={o['rec_err']:.4f}")
+    print(
+        f"\nMNIST test set (n=10000, P=8, 20 rounds, {cap}), end to end incl. loading, r/d rules, Stage I, "
+        f"Stage II: {o['wall_s']:.1f} s (target < 180 s) [load {o['t_load']:.1f} s, r and d rules "
+        f"{o['t_rd']:.1f} s, Stage I {o['t_stage1']:.1f} s, Stage II {o['t_stage2']:.1f} s], peak RSS {o['peak_rss_gib']:.2f} GiB (target < 8 GB); "
+        f"ACC={o['ACC']:.3f} NMI={o['NMI']:.3f} NMI_paper={o['NMI_paper']:.3f} rec.err={o['rec_err']:.4f}"
+    )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="clean data, 1 trial, no MNIST (< 1 minute)")
     ap.add_argument("--trials", type=int, default=None, help="trials per setting (default 3; 1 with --quick)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="BLAS/OpenMP threads (default 1: the shared build machine oversubscribes badly with more)")
-    ap.add_argument("--mnist-d-max", type=int, default=500, help="cap on d for MNIST (0 = the 0.99 rule, d = 2703: about 5 min on one core)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS/OpenMP threads (default 1: the shared build machine oversubscribes badly with more)",
+    )
+    ap.add_argument(
+        "--mnist-d-max",
+        type=int,
+        default=500,
+        help="cap on d for MNIST (0 = the 0.99 rule, d = 2703: about 5 min on one core)",
+    )
     ap.add_argument("--skip-mnist", action="store_true")
-    ap.add_argument("--diagnose", action="store_true",
-                    help="only the FedSC-vs-SC gap diagnostic on COIL20 (exact K / best rank-d K through Stage II)")
-    ap.add_argument("--files", nargs="+", default=None,
-                    help="any .mat files or glob patterns (default: the paper's Iris, Bank, COIL20); label = file name")
-    ap.add_argument("--scale", choices=["none", "minmax", "standardize"], default="none",
-                    help="preprocessing of the files (default none: the paper's code uses the files as they are)")
+    ap.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="only the FedSC-vs-SC gap diagnostic on COIL20 (exact K / best rank-d K through Stage II)",
+    )
+    ap.add_argument(
+        "--files",
+        nargs="+",
+        default=None,
+        help="any .mat files or glob patterns (default: the paper's Iris, Bank, COIL20); label = file name",
+    )
+    ap.add_argument(
+        "--scale",
+        choices=["none", "minmax", "standardize"],
+        default="none",
+        help="preprocessing of the files (default none: the paper's code uses the files as they are)",
+    )
     ap.add_argument("--graphs", action="store_true", help="only the Stage II kNN-graph comparison on the files")
-    ap.add_argument("--six-files", dest="six_files", action="store_true",
-                    help="the table on the six files (or --files): k-means, SC, FedSC paper rule / defaults")
-    ap.add_argument("--diagnose-digits", action="store_true",
-                    help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds of --graphs, --six-files, --diagnose-digits (default 5)")
-    ap.add_argument("--make-extra", metavar="DIR", default=None, help="write Digits.mat and Subclusters.mat to DIR and exit")
+    ap.add_argument(
+        "--six-files",
+        dest="six_files",
+        action="store_true",
+        help="the table on the six files (or --files): k-means, SC, FedSC paper rule / defaults",
+    )
+    ap.add_argument(
+        "--diagnose-digits",
+        action="store_true",
+        help="the FedSC-SC gap on digits, one Stage I knob at a time (writes the extra files if missing)",
+    )
+    ap.add_argument(
+        "--seeds", type=int, default=5, help="seeds of --graphs, --six-files, --diagnose-digits (default 5)"
+    )
+    ap.add_argument(
+        "--make-extra", metavar="DIR", default=None, help="write Digits.mat and Subclusters.mat to DIR and exit"
+    )
     ap.add_argument("--mnist-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     global SCALE

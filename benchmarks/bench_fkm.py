@@ -62,10 +62,14 @@ def init_table(seeds=(0, 1, 2), epsilons=(None, 4.0, 16.0), rounds: int = 20, cl
             accs = []
             for s in seeds:
                 client = iid(ds.n_samples, 10, seed=s).client
-                kw_s = kw if kw is not None else dict(
-                    init_centroids=public_centroids(k, X.shape[1], s, "uniform_ball", radius=1.0))
-                r = fkm.run(X, client, k, rounds=rounds, seed=s, noise_multiplier=z,
-                            clip=clip if z > 0 else None, **kw_s)
+                kw_s = (
+                    kw
+                    if kw is not None
+                    else dict(init_centroids=public_centroids(k, X.shape[1], s, "uniform_ball", radius=1.0))
+                )
+                r = fkm.run(
+                    X, client, k, rounds=rounds, seed=s, noise_multiplier=z, clip=clip if z > 0 else None, **kw_s
+                )
                 accs.append(clustering_scores(y, r.labels)["ACC"])
             cells.append(f"{np.mean(accs):.3f} ± {np.std(accs):.3f}")
         rows.append([name, *cells])
@@ -99,12 +103,19 @@ def run(args):
         rows["sklearn KMeans (pooled, n_init=10)"].append(
             clustering_scores(ds.y, KMeans(k, n_init=10, random_state=s).fit_predict(ds.X))
         )
-        for name, part in (("FKM iid", iid(ds.n_samples, 10, seed=s)), ("FKM shards (2 labels/client)", shards(ds.y, 10, 2, seed=s))):
+        for name, part in (
+            ("FKM iid", iid(ds.n_samples, 10, seed=s)),
+            ("FKM shards (2 labels/client)", shards(ds.y, 10, 2, seed=s)),
+        ):
             r = fkm.run(ds.X, part.client, k, rounds=rounds, seed=s)
             rows[name].append(clustering_scores(ds.y, r.labels))
-    bench.table(["method", "ACC mean ± std", "NMI mean ± std"],
-                [(name, bench.mean_std([v["ACC"] for v in vals], nd=4), bench.mean_std([v["NMI"] for v in vals], nd=4))
-                 for name, vals in rows.items()])
+    bench.table(
+        ["method", "ACC mean ± std", "NMI mean ± std"],
+        [
+            (name, bench.mean_std([v["ACC"] for v in vals], nd=4), bench.mean_std([v["NMI"] for v in vals], nd=4))
+            for name, vals in rows.items()
+        ],
+    )
 
     print("## One round: vectorized vs per-client loop (median of 5 interleaved repeats)\n")
     X = ds.X.astype(np.float64)
@@ -121,12 +132,20 @@ def run(args):
             return fkm.aggregate_round(X, part.client, lab, C, chosen, n_clients, LloydRelease(), rng)
 
         out: dict = {}
-        med = bench.interleaved({"vec": vectorized, "loop": lambda: loop_round(X, part.client, C, chosen)}, 5,
-                                results=out)
+        med = bench.interleaved(
+            {"vec": vectorized, "loop": lambda: loop_round(X, part.client, C, chosen)}, 5, results=out
+        )
         same = np.allclose(out["vec"], out["loop"])  # the same centroids
         t_vec, t_loop = med["vec"], med["loop"]
-        rows.append((n_clients, ds.n_samples, f"{t_vec:.4f}", f"{t_loop:.4f}",
-                     f"{t_loop / t_vec:.1f}x{'' if same else ' (MISMATCH)'}"))
+        rows.append(
+            (
+                n_clients,
+                ds.n_samples,
+                f"{t_vec:.4f}",
+                f"{t_loop:.4f}",
+                f"{t_loop / t_vec:.1f}x{'' if same else ' (MISMATCH)'}",
+            )
+        )
     bench.table(["clients", "samples", "vectorized s/round", "loop s/round", "speed-up"], rows)
     init_table()
 

@@ -32,10 +32,14 @@ D, N_TRAIN, N_TEST, K = 784, 30, 10, 4
 def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
     g = torch.Generator().manual_seed(seed)
     return FederatedTensors(
-        X_train=torch.rand(n_clients, N_TRAIN, D, generator=g), y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
-        n_train=torch.full((n_clients,), N_TRAIN), X_test=torch.rand(n_clients, N_TEST, D, generator=g),
-        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g), n_test=torch.full((n_clients,), N_TEST),
-        group=np.arange(n_clients) % K)
+        X_train=torch.rand(n_clients, N_TRAIN, D, generator=g),
+        y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
+        n_train=torch.full((n_clients,), N_TRAIN),
+        X_test=torch.rand(n_clients, N_TEST, D, generator=g),
+        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g),
+        n_test=torch.full((n_clients,), N_TEST),
+        group=np.arange(n_clients) % K,
+    )
 
 
 def _sync(dev):
@@ -44,9 +48,21 @@ def _sync(dev):
 
 
 def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = None) -> dict:
-    eng = ClusteredFLEngine(data, MLP(D, 200, 10), K, rounds=rounds + 1, lr=0.1, local_steps=10, batch_size=10,
-                            clients_per_round=S, eval_every=0, seed=0, device=device, method="ifca",
-                            max_chunk_mb=chunk_mb)
+    eng = ClusteredFLEngine(
+        data,
+        MLP(D, 200, 10),
+        K,
+        rounds=rounds + 1,
+        lr=0.1,
+        local_steps=10,
+        batch_size=10,
+        clients_per_round=S,
+        eval_every=0,
+        seed=0,
+        device=device,
+        method="ifca",
+        max_chunk_mb=chunk_mb,
+    )
     st = eng.init_state()
     st, _, _ = eng.step(st)  # warm-up round
     _sync(eng.device)
@@ -55,8 +71,14 @@ def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = Non
         st, _, _ = eng.step(st)
     _sync(eng.device)
     dt = time.perf_counter() - t0
-    return {"device": eng.device.type, "S": S, "updates_per_s": S * rounds / dt, "s_per_round": dt / rounds,
-            "chunks": -(-S // eng.chunk_clients), "params": {n: v.cpu() for n, v in st.params.items()}}
+    return {
+        "device": eng.device.type,
+        "S": S,
+        "updates_per_s": S * rounds / dt,
+        "s_per_round": dt / rounds,
+        "chunks": -(-S // eng.chunk_clients),
+        "params": {n: v.cpu() for n, v in st.params.items()},
+    }
 
 
 def main():
@@ -64,8 +86,12 @@ def main():
     ap.add_argument("--sizes", default="32,1000,10000", help="clients per round, comma separated")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per setting (after 1 warm-up round)")
     ap.add_argument("--cpu-up-to", type=int, default=1000, help="largest S also run on the CPU")
-    ap.add_argument("--gpu-chunk-mb", type=float, default=8192.0,
-                    help="max_chunk_mb on CUDA (GPU memory is larger; the CPU keeps the engine's default)")
+    ap.add_argument(
+        "--gpu-chunk-mb",
+        type=float,
+        default=8192.0,
+        help="max_chunk_mb on CUDA (GPU memory is larger; the CPU keeps the engine's default)",
+    )
     a = ap.parse_args()
     with bench.session(a):
         sizes = [int(s) for s in a.sizes.split(",")]
@@ -78,17 +104,28 @@ def main():
             for dev in (["cpu"] if S <= a.cpu_up_to else []) + (["cuda"] if cuda else []):
                 r = measure(data, S, dev, a.rounds, a.gpu_chunk_mb if dev == "cuda" else None)
                 res[dev, S] = r
-                print(f"  {dev:>4} S={S:>6}: {r['updates_per_s']:9.1f} updates/s ({r['s_per_round']:.3f} s/round, "
-                      f"{r['chunks']} chunk(s))", flush=True)
+                print(
+                    f"  {dev:>4} S={S:>6}: {r['updates_per_s']:9.1f} updates/s ({r['s_per_round']:.3f} s/round, "
+                    f"{r['chunks']} chunk(s))",
+                    flush=True,
+                )
         for S in sizes:
             c, g = res.get(("cpu", S)), res.get(("cuda", S))
-            diff = (max(float((c["params"][n] - g["params"][n]).abs().max()) for n in c["params"])
-                    if c and g else None)
-            rows.append([S, bench.fmt(c["updates_per_s"], 1) if c else "-", bench.fmt(g["updates_per_s"], 1) if g else "-",
-                         f"{g['updates_per_s'] / c['updates_per_s']:.1f}x" if c and g else "-",
-                         f"{diff:.1e}" if diff is not None else "-"])
-        bench.table(["clients/round", "CPU updates/s", "CUDA updates/s", "CUDA / CPU", "max abs model diff"], rows,
-                    title=f"IFCA k={K}, MLP 784-200-10, 10 steps of batch 10, {a.rounds} timed rounds; GPU: {name}")
+            diff = max(float((c["params"][n] - g["params"][n]).abs().max()) for n in c["params"]) if c and g else None
+            rows.append(
+                [
+                    S,
+                    bench.fmt(c["updates_per_s"], 1) if c else "-",
+                    bench.fmt(g["updates_per_s"], 1) if g else "-",
+                    f"{g['updates_per_s'] / c['updates_per_s']:.1f}x" if c and g else "-",
+                    f"{diff:.1e}" if diff is not None else "-",
+                ]
+            )
+        bench.table(
+            ["clients/round", "CPU updates/s", "CUDA updates/s", "CUDA / CPU", "max abs model diff"],
+            rows,
+            title=f"IFCA k={K}, MLP 784-200-10, 10 steps of batch 10, {a.rounds} timed rounds; GPU: {name}",
+        )
 
 
 if __name__ == "__main__":

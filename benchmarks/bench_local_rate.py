@@ -82,8 +82,20 @@ def main():
                 torch.mm(A, W)
 
         def engine(block, defer=False):
-            return lambda: local_train(model, params, None, X, y, n, steps=STEPS, lr=LR, batch_size=BATCH,
-                                       gen=np.random.default_rng(7), client_block=block, defer_updates=defer)[0]
+            return lambda: local_train(
+                model,
+                params,
+                None,
+                X,
+                y,
+                n,
+                steps=STEPS,
+                lr=LR,
+                batch_size=BATCH,
+                gen=np.random.default_rng(7),
+                client_block=block,
+                defer_updates=defer,
+            )[0]
 
         cases = {"mm 10x784 @ 784x200": mm, "engine": engine(None), "engine, deferred first layer": engine(None, True)}
         for b in (int(v) for v in a.blocks.split(",") if v):
@@ -101,14 +113,28 @@ def main():
                 continue
             rate = flops / sec / 1e9
             r = results[name]
-            same = ("bit-identical" if all(torch.equal(r[k], ref[k]) for k in ref) else
-                    f"max diff {max(float((r[k] - ref[k]).abs().max()) for k in ref):.1e}")
-            rows.append([name, bench.fmt(sec * 1e3, 4), f"{rate:.1f}", f"{rate / mm_rate:.2f}",
-                         f"{med['loop'] / sec:.1f}x", same])
-        bench.table(["case", "ms (median)", "GFLOP/s", "/ mm reference", "speed-up vs loop", "vs engine all-at-once"],
-                    rows, title=f"Local training, {S} clients x {STEPS} steps of batch {BATCH}, MLP "
-                                f"{'-'.join(map(str, SIZES))}, {torch.get_num_threads()} thread(s), "
-                                f"{a.repeats} interleaved repeats")
+            same = (
+                "bit-identical"
+                if all(torch.equal(r[k], ref[k]) for k in ref)
+                else f"max diff {max(float((r[k] - ref[k]).abs().max()) for k in ref):.1e}"
+            )
+            rows.append(
+                [
+                    name,
+                    bench.fmt(sec * 1e3, 4),
+                    f"{rate:.1f}",
+                    f"{rate / mm_rate:.2f}",
+                    f"{med['loop'] / sec:.1f}x",
+                    same,
+                ]
+            )
+        bench.table(
+            ["case", "ms (median)", "GFLOP/s", "/ mm reference", "speed-up vs loop", "vs engine all-at-once"],
+            rows,
+            title=f"Local training, {S} clients x {STEPS} steps of batch {BATCH}, MLP "
+            f"{'-'.join(map(str, SIZES))}, {torch.get_num_threads()} thread(s), "
+            f"{a.repeats} interleaved repeats",
+        )
 
 
 if __name__ == "__main__":

@@ -39,16 +39,33 @@ D, N_TRAIN, N_TEST, K = 784, 30, 2, 4
 def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
     g = torch.Generator().manual_seed(seed)
     return FederatedTensors(
-        X_train=torch.rand(n_clients, N_TRAIN, D, generator=g), y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
-        n_train=torch.full((n_clients,), N_TRAIN), X_test=torch.rand(n_clients, N_TEST, D, generator=g),
-        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g), n_test=torch.full((n_clients,), N_TEST),
-        group=np.arange(n_clients) % K)
+        X_train=torch.rand(n_clients, N_TRAIN, D, generator=g),
+        y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
+        n_train=torch.full((n_clients,), N_TRAIN),
+        X_test=torch.rand(n_clients, N_TEST, D, generator=g),
+        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g),
+        n_test=torch.full((n_clients,), N_TEST),
+        group=np.arange(n_clients) % K,
+    )
 
 
 def one(data, S, rounds, chunk_mb, runner):
-    eng = ClusteredFLEngine(data, MLP(D, 200, 10), K, rounds=rounds + 1, lr=0.1, local_steps=10, batch_size=10,
-                            clients_per_round=S, eval_every=0, seed=0, device="cpu", method="ifca",
-                            max_chunk_mb=chunk_mb, chunk_runner=runner)
+    eng = ClusteredFLEngine(
+        data,
+        MLP(D, 200, 10),
+        K,
+        rounds=rounds + 1,
+        lr=0.1,
+        local_steps=10,
+        batch_size=10,
+        clients_per_round=S,
+        eval_every=0,
+        seed=0,
+        device="cpu",
+        method="ifca",
+        max_chunk_mb=chunk_mb,
+        chunk_runner=runner,
+    )
     st = eng.init_state()
     st, _, _ = eng.step(st)  # warm-up
     t0 = time.perf_counter()
@@ -66,8 +83,12 @@ def main():
     ap.add_argument("--chunk-mb", type=float, default=128.0)
     ap.add_argument("--project", type=int, default=100_000, help="clients per round of the projection")
     ap.add_argument("--cluster-cpus", default="64,256,1024", help="CPU counts of the projection")
-    ap.add_argument("--backend", choices=("ray", "processes"), default="ray",
-                    help="ray (RayChunkRunner) or processes (ProcessChunkRunner: local processes, no Ray)")
+    ap.add_argument(
+        "--backend",
+        choices=("ray", "processes"),
+        default="ray",
+        help="ray (RayChunkRunner) or processes (ProcessChunkRunner: local processes, no Ray)",
+    )
     a = ap.parse_args()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if a.backend == "ray":
@@ -91,16 +112,30 @@ def main():
             if a.backend == "processes":
                 runner.close()
             same = all(torch.equal(params[n], ref[n]) for n in ref)
-            rows.append([f"{a.backend}, {W} CPUs", W, chunks, f"{dt:.2f}", f"{S / dt:.0f}", f"{serial_s / dt:.2f}",
-                         "bit-identical" if same else "DIFFERENT"])
-            print(f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {'bit-identical' if same else 'DIFFERENT'}",
-                  flush=True)
+            rows.append(
+                [
+                    f"{a.backend}, {W} CPUs",
+                    W,
+                    chunks,
+                    f"{dt:.2f}",
+                    f"{S / dt:.0f}",
+                    f"{serial_s / dt:.2f}",
+                    "bit-identical" if same else "DIFFERENT",
+                ]
+            )
+            print(
+                f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {'bit-identical' if same else 'DIFFERENT'}",
+                flush=True,
+            )
             fits.append((W, dt))
         if a.backend == "ray":
             ray.shutdown()
-        bench.table(["run", "CPUs", "chunks/round", "s/round", "updates/s", "speed-up vs serial", "final models"], rows,
-                    title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, "
-                          f"chunks of {a.chunk_mb:g} MB")
+        bench.table(
+            ["run", "CPUs", "chunks/round", "s/round", "updates/s", "speed-up vs serial", "final models"],
+            rows,
+            title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, "
+            f"chunks of {a.chunk_mb:g} MB",
+        )
         if len(fits) >= 2:
             # t(W) = a + b / W: driver (serial) seconds a, worker CPU-seconds b, least squares over the runs
             A = np.array([[1.0, 1.0 / w] for w, _ in fits])
@@ -110,10 +145,13 @@ def main():
             for c in (int(v) for v in a.cluster_cpus.split(",")):
                 t = (drv + work / c) * a.project / S
                 prow.append([a.project, c, f"{t:.1f}", f"{a.project / t:.0f}"])
-            bench.table(["clients/round", "cluster CPUs", "projected s/round", "projected updates/s"], prow,
-                        title=f"Projection from t(W) = driver + work/W fitted to the {a.backend} runs: driver "
-                              f"{1e3 * drv / S:.2f} ms/client (serial), work {1e3 * work / S:.2f} CPU-ms/client; "
-                              f"same CPU per core as here, network not modelled")
+            bench.table(
+                ["clients/round", "cluster CPUs", "projected s/round", "projected updates/s"],
+                prow,
+                title=f"Projection from t(W) = driver + work/W fitted to the {a.backend} runs: driver "
+                f"{1e3 * drv / S:.2f} ms/client (serial), work {1e3 * work / S:.2f} CPU-ms/client; "
+                f"same CPU per core as here, network not modelled",
+            )
 
 
 if __name__ == "__main__":

@@ -54,9 +54,8 @@ import numpy as np
 import torch
 
 from fedclust import bench
-from fedclust.clustered_fl import MLP, FederatedTensors
+from fedclust.clustered_fl import MLP, FederatedTensors, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import client_model_losses, local_train
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.rng import stream
@@ -75,8 +74,7 @@ def load_images():
 def build(images, y, setting: str, seed: int, M: int):
     ratios = None if setting == "balanced" else (2, 1, 1)
     G = 4 if setting == "balanced" else 3
-    return bench.rotated(images, y, n_groups=G, ratios=ratios, n_clients=M, n=8, n_test=2, seed=seed,
-                         reuse=False), G
+    return bench.rotated(images, y, n_groups=G, ratios=ratios, n_clients=M, n=8, n_test=2, seed=seed, reuse=False), G
 
 
 # (label, kind, B, noise calibration): every method replace-one
@@ -101,15 +99,30 @@ def run_one(data, k, kind, B, calib, eps, clip, seed, T, M):
     clip = clip if private else None
     if kind in ("fedavg", "fedprox", "fedper"):
         sigma = rr_cluster.calibrate(eps, DELTA, Q, T, M, 0.0)[1]
-        f = {"fedavg": dpb.dp_fedavg, "fedper": dpb.dp_fedper,
-             "fedprox": lambda *a, **kw: dpb.dp_fedprox(*a, mu=0.1, **kw)}[kind]
+        f = {
+            "fedavg": dpb.dp_fedavg,
+            "fedper": dpb.dp_fedper,
+            "fedprox": lambda *a, **kw: dpb.dp_fedprox(*a, mu=0.1, **kw),
+        }[kind]
         return f(data, model, sigma=sigma, clip=clip, **common)
     if kind == "fedcam":
         ss, sg, st = rr_cluster.calibrate_fedcam(eps, DELTA, Q, T, M)
     else:
         (ss, st), sg = rr_cluster.calibrate(eps, DELTA, Q, T, M, 0.5), None
-    return rr_cluster.run(data, model, k, base=kind, B=B, sigma_s=ss, sigma_theta=st, sigma_g=sg, clip=clip,
-                          C_s=C_S, noise_calibration=calib, **common)
+    return rr_cluster.run(
+        data,
+        model,
+        k,
+        base=kind,
+        B=B,
+        sigma_s=ss,
+        sigma_theta=st,
+        sigma_g=sg,
+        clip=clip,
+        C_s=C_S,
+        noise_calibration=calib,
+        **common,
+    )
 
 
 def fmt(vals, pct=True):
@@ -126,9 +139,9 @@ def loop_reference(data, model, k, *, T, S, lr, H, C, ss, st, f, seed):
         clients = np.sort(rs["sampling"].choice(data.n_clients, S, replace=False))
         chosen, deltas = [], []
         for i in clients:  # the per-client loop the engine replaces
-            X, y, n = data.X_train[i:i + 1], data.y_train[i:i + 1], data.n_train[i:i + 1]
+            X, y, n = data.X_train[i : i + 1], data.y_train[i : i + 1], data.n_train[i : i + 1]
             j = int(torch.argmin(client_model_losses(model, params, X, y, n)[0][0]))
-            start = {nm: v[j:j + 1] for nm, v in params.items()}
+            start = {nm: v[j : j + 1] for nm, v in params.items()}
             w, _ = local_train(model, start, None, X, y, n, steps=H, lr=lr)
             chosen.append(j)
             deltas.append({nm: (w[nm] - start[nm])[0] for nm in params})
@@ -152,13 +165,30 @@ def engine_vs_loop(images, y, M, T):
     data, k = build(images, y, "balanced", 0, M)
     model = MLP(data.d, (), 10)
     ss, st = rr_cluster.calibrate(4, DELTA, Q, T, M, 0.5)
-    res, t_all = bench.timed(rr_cluster.run, data, model, k, B=0, sigma_s=ss, sigma_theta=st, clip=0.3, lr=0.1,
-                             local_steps=5, rounds=T, participation=Q, seed=0, eval_every=0)
+    res, t_all = bench.timed(
+        rr_cluster.run,
+        data,
+        model,
+        k,
+        B=0,
+        sigma_s=ss,
+        sigma_theta=st,
+        clip=0.3,
+        lr=0.1,
+        local_steps=5,
+        rounds=T,
+        participation=Q,
+        seed=0,
+        eval_every=0,
+    )
     t_vec = res.info["timing"]["assign"] + res.info["timing"]["local"] + res.info["timing"]["aggregate"]
-    ref, t_loop = bench.timed(loop_reference, data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st,
-                              f=2, seed=0)
+    ref, t_loop = bench.timed(
+        loop_reference, data, model, k, T=T, S=int(Q * M), lr=0.1, H=5, C=0.3, ss=ss, st=st, f=2, seed=0
+    )
     diff = max(float((res.params[n] - ref[n]).abs().max()) for n in ref)
-    print(f"\n## Vectorized engine vs per-client loop (DP-IFCA, eps=4, balanced, {T} rounds, {int(Q * M)} clients/round)\n")
+    print(
+        f"\n## Vectorized engine vs per-client loop (DP-IFCA, eps=4, balanced, {T} rounds, {int(Q * M)} clients/round)\n"
+    )
     print("| implementation | training wall (s) | rounds/s |")
     print("|---|---|---|")
     print(f"| vectorized engine (training only; run incl. final eval {t_all:.2f} s) | {t_vec:.2f} | {T / t_vec:.1f} |")
@@ -172,10 +202,14 @@ def synthetic_collapse(n_seeds: int):
     from fedclust.clustered_fl import LinearRegression
     from fedclust.data.synthetic import mixed_regression_1d
 
-    print("\n## Synthetic 1-D mixed regression (spec App. D.3; non-private, k=4, 100 clients x 50 points, "
-          f"full participation, T=40, {n_seeds} seeds)\n")
-    print("| scenario | method | runs with an untrained model | models untrained (mean) | true lines recovered "
-          "(of 4, mean) |")
+    print(
+        "\n## Synthetic 1-D mixed regression (spec App. D.3; non-private, k=4, 100 clients x 50 points, "
+        f"full participation, T=40, {n_seeds} seeds)\n"
+    )
+    print(
+        "| scenario | method | runs with an untrained model | models untrained (mean) | true lines recovered "
+        "(of 4, mean) |"
+    )
     print("|---|---|---|---|---|")
     for scen in ("balanced", "imbalanced"):
         for diff in ("easy", "hard"):
@@ -184,8 +218,18 @@ def synthetic_collapse(n_seeds: int):
                 for seed in range(n_seeds):
                     rd = mixed_regression_1d(scen, diff, seed=seed)
                     data = FederatedTensors.from_arrays(rd.X, rd.target, rd.client, group=rd.client_group)
-                    r = rr_cluster.run(data, LinearRegression(1, bias=True), 4, B=B, rounds=40, lr=0.1,
-                                       local_steps=5, participation=1.0, seed=seed, eval_every=0)
+                    r = rr_cluster.run(
+                        data,
+                        LinearRegression(1, bias=True),
+                        4,
+                        B=B,
+                        rounds=40,
+                        lr=0.1,
+                        local_steps=5,
+                        participation=1.0,
+                        seed=seed,
+                        eval_every=0,
+                    )
                     after = np.asarray(r.history["sizes_after_rr"])  # what each model was trained on
                     u = int((after.sum(0) == 0).sum())
                     untrained.append(u)
@@ -193,8 +237,10 @@ def synthetic_collapse(n_seeds: int):
                     fit = np.stack([r.params["weight"][:, 0, 0].numpy(), r.params["bias"][:, 0].numpy()], 1)
                     err = np.abs(rd.true_params[:, None, :] - fit[None]).max(-1)  # (4 true, 4 fitted)
                     recovered.append(int((err.min(1) < 0.25).sum()))
-                print(f"| {scen}/{diff} | {label} | {runs_u}/{n_seeds} | {np.mean(untrained):.2f} | "
-                      f"{np.mean(recovered):.2f} |")
+                print(
+                    f"| {scen}/{diff} | {label} | {runs_u}/{n_seeds} | {np.mean(untrained):.2f} | "
+                    f"{np.mean(recovered):.2f} |"
+                )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -207,9 +253,11 @@ def why_rr(res, t4, datasets, epss, seeds, T, M, quick):
 
     m = int(round(Q * M))
     print(f"\n## When does RR act at q={Q} (m={m}); test-accuracy points, mean over seeds\n")
-    print("| setting | eps | sigma_s (std sqrt2 C_s sigma_s) | P(noisy id kept) | expected size of an unchosen cluster "
-          "m(1-p)/(k-1) | observed min noisy cluster (mean over rounds) | rounds with a move (B=8) | moved/round (B=8) "
-          "| RR (B=8) - DP-IFCA |")
+    print(
+        "| setting | eps | sigma_s (std sqrt2 C_s sigma_s) | P(noisy id kept) | expected size of an unchosen cluster "
+        "m(1-p)/(k-1) | observed min noisy cluster (mean over rounds) | rounds with a move (B=8) | moved/round (B=8) "
+        "| RR (B=8) - DP-IFCA |"
+    )
     print("|---" * 9 + "|")
     for setting in ("balanced", "imbalanced"):
         k = datasets[setting, seeds[0]][1]
@@ -219,12 +267,16 @@ def why_rr(res, t4, datasets, epss, seeds, T, M, quick):
             rr = [res[setting, "RR-Cluster (IFCA)", e, s] for s in seeds]
             mins = [min(z) for r in rr for z in r.history["sizes_before_rr"]]
             moved = [n for r in rr for n in r.history["n_moved"]]
-            acc = {lab: np.mean([res[setting, lab, e, s].info["final"]["test_accuracy"] for s in seeds])
-                   for lab in ("DP-IFCA", "RR-Cluster (IFCA)")}
-            print(f"| {setting} (k={k}) | {e:g} | {ss:.2f} | {p:.3f} | "
-                  f"{m * (1 - p) / (k - 1) if k > 1 else m:.1f} | "
-                  f"{np.mean(mins):.1f} | {np.mean(np.asarray(moved) > 0):.2f} | {np.mean(moved):.2f} | "
-                  f"{100 * (acc['RR-Cluster (IFCA)'] - acc['DP-IFCA']):+.1f} |")
+            acc = {
+                lab: np.mean([res[setting, lab, e, s].info["final"]["test_accuracy"] for s in seeds])
+                for lab in ("DP-IFCA", "RR-Cluster (IFCA)")
+            }
+            print(
+                f"| {setting} (k={k}) | {e:g} | {ss:.2f} | {p:.3f} | "
+                f"{m * (1 - p) / (k - 1) if k > 1 else m:.1f} | "
+                f"{np.mean(mins):.1f} | {np.mean(np.asarray(moved) > 0):.2f} | {np.mean(moved):.2f} | "
+                f"{100 * (acc['RR-Cluster (IFCA)'] - acc['DP-IFCA']):+.1f} |"
+            )
 
 
 def few_clients(datasets, seeds, epss, M, quick):
@@ -238,9 +290,23 @@ def few_clients(datasets, seeds, epss, M, quick):
 
     def one(label, B, f, e, clip, s):
         ss, st = rr_cluster.calibrate(e, DELTA, q_s, T_s, M, 0.5)
-        return rr_cluster.run(datasets["balanced", s][0], MLP(100, (), 10), 4, B=B, sigma_s=ss, sigma_theta=st,
-                              clip=None if math.isinf(e) else clip, C_s=C_S, noise_calibration=f, lr=0.1,
-                              local_steps=5, rounds=T_s, participation=q_s, seed=s, eval_every=0)
+        return rr_cluster.run(
+            datasets["balanced", s][0],
+            MLP(100, (), 10),
+            4,
+            B=B,
+            sigma_s=ss,
+            sigma_theta=st,
+            clip=None if math.isinf(e) else clip,
+            C_s=C_S,
+            noise_calibration=f,
+            lr=0.1,
+            local_steps=5,
+            rounds=T_s,
+            participation=q_s,
+            seed=s,
+            eval_every=0,
+        )
 
     out_s: dict = {}
     best: dict = {}
@@ -252,29 +318,39 @@ def few_clients(datasets, seeds, epss, M, quick):
                 accs = [one(label, B, f, e, c, TUNE_SEED).info["final"]["test_accuracy"] for c in clips]
                 best[label, e] = clips[int(np.argmax(accs))]
             out_s[label, e] = [one(label, B, f, e, best[label, e], s) for s in seeds]
-    print(f"\n## Few clients per round: balanced, k=4, q={q_s} (m={m_s}, qM/k={m_s / 4:g}, so B <= 7), T={T_s}, "
-          f"C_theta tuned per row from {clips} on the tuning seed; mean ± std over seeds\n")
+    print(
+        f"\n## Few clients per round: balanced, k=4, q={q_s} (m={m_s}, qM/k={m_s / 4:g}, so B <= 7), T={T_s}, "
+        f"C_theta tuned per row from {clips} on the tuning seed; mean ± std over seeds\n"
+    )
     for title, key in (("test accuracy (%)", "test_accuracy"), ("clustering accuracy (%)", "client_ACC")):
         print(f"\n{title}:\n")
         print("| method | " + " | ".join(f"eps={e:g}" for e in eps_s) + " |")
         print("|---" * (len(eps_s) + 1) + "|")
         for label, _B, _f in rows_s:
-            print(f"| {label} | " + " | ".join(fmt([r.info["final"][key] for r in out_s[label, e]]) for e in eps_s) + " |")
+            print(
+                f"| {label} | " + " | ".join(fmt([r.info["final"][key] for r in out_s[label, e]]) for e in eps_s) + " |"
+            )
     print("\nmoved updates per round / mean smallest noisy cluster before RR / C_theta chosen:\n")
     print("| method | " + " | ".join(f"eps={e:g}" for e in eps_s) + " |")
     print("|---" * (len(eps_s) + 1) + "|")
     for label, _B, _f in rows_s:
-        cells = [f"{np.mean([np.mean(r.history['n_moved']) for r in out_s[label, e]]):.1f} / "
-                 f"{np.mean([min(z) for r in out_s[label, e] for z in r.history['sizes_before_rr']]):.1f} / "
-                 f"{best[label, e]}" for e in eps_s]
+        cells = [
+            f"{np.mean([np.mean(r.history['n_moved']) for r in out_s[label, e]]):.1f} / "
+            f"{np.mean([min(z) for r in out_s[label, e] for z in r.history['sizes_before_rr']]):.1f} / "
+            f"{best[label, e]}"
+            for e in eps_s
+        ]
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def main():
     ap = bench.parser(__doc__, quick="1 seed, eps in {4, inf}, T=15, fixed C (< 1 min)", seeds=5, threads=1)
-    ap.add_argument("--no-extras", action="store_true",
-                    help="only the Table 1 and Table 4 layouts (skip the larger-B, few-clients, synthetic and "
-                         "engine-vs-loop sections)")
+    ap.add_argument(
+        "--no-extras",
+        action="store_true",
+        help="only the Table 1 and Table 4 layouts (skip the larger-B, few-clients, synthetic and "
+        "engine-vs-loop sections)",
+    )
     args = ap.parse_args()
     with bench.session(args):
         run(args)
@@ -295,14 +371,18 @@ def run(args):
     for setting in ("balanced", "imbalanced"):
         for s in seeds + ([TUNE_SEED] if len(clips) > 1 else []):
             datasets[setting, s] = build(images, y, setting, s, M)
-    print(f"# RR-Cluster benchmark: rotated MNIST (10x10), M={M} clients, q={Q}, T={T}, delta={DELTA}, "
-          f"seeds={seeds}, torch threads={args.threads}\n")
+    print(
+        f"# RR-Cluster benchmark: rotated MNIST (10x10), M={M} clients, q={Q}, T={T}, delta={DELTA}, "
+        f"seeds={seeds}, torch threads={args.threads}\n"
+    )
     for e in epss:
         ss, st = rr_cluster.calibrate(e, DELTA, Q, T, M, 0.5)
         sf = rr_cluster.calibrate(e, DELTA, Q, T, M, 0.0)[1]
         sc = rr_cluster.calibrate_fedcam(e, DELTA, Q, T, M)
-        print(f"eps={e:g}: clustering sigma_s = sigma_theta = {st:.3f}; FedAvg/FedPer/FedProx sigma = {sf:.3f}; "
-              f"FedCAM (sigma_s, sigma_g, sigma_theta) = ({sc[0]:.3f}, {sc[1]:.3f}, {sc[2]:.3f})")
+        print(
+            f"eps={e:g}: clustering sigma_s = sigma_theta = {st:.3f}; FedAvg/FedPer/FedProx sigma = {sf:.3f}; "
+            f"FedCAM (sigma_s, sigma_g, sigma_theta) = ({sc[0]:.3f}, {sc[1]:.3f}, {sc[2]:.3f})"
+        )
 
     # ---- C_theta tuning on the tuning seed --------------------------------------------------------
     best_clip: dict = {}
@@ -314,8 +394,9 @@ def run(args):
                     best_clip[setting, label, e] = clips[0]
                     continue
                 data, k = datasets[setting, TUNE_SEED]
-                accs = [run_one(data, k, kind, B, f, e, c, TUNE_SEED, T, M).info["final"]["test_accuracy"]
-                        for c in clips]
+                accs = [
+                    run_one(data, k, kind, B, f, e, c, TUNE_SEED, T, M).info["final"]["test_accuracy"] for c in clips
+                ]
                 best_clip[setting, label, e] = clips[int(np.argmax(accs))]
     tune_wall = time.perf_counter() - tune_wall
 
@@ -335,8 +416,11 @@ def run(args):
                     res[setting, label, e, s] = r
     cols = [(st_, e) for st_ in ("balanced", "imbalanced") for e in epss] + [("balanced", math.inf)]
     print("\n## Table 1 layout: test accuracy (%), mean ± std over seeds\n")
-    print("| method | " + " | ".join(f"{'Bal' if s_ == 'balanced' else 'Imbal'} eps={e:g}" for s_, e in cols)
-          + " | wall/run (s) |")
+    print(
+        "| method | "
+        + " | ".join(f"{'Bal' if s_ == 'balanced' else 'Imbal'} eps={e:g}" for s_, e in cols)
+        + " | wall/run (s) |"
+    )
     print("|---" * (len(cols) + 2) + "|")
     for label, *_ in METHODS:
         row = [fmt([res[s_, label, e, s].info["final"]["test_accuracy"] for s in seeds]) for s_, e in cols]
@@ -347,37 +431,51 @@ def run(args):
     for label, *_ in METHODS:
         cells = []
         for s_, e in cols:
-            accs = [accounted(res[s_, label, e, s].dp_events, DELTA) if res[s_, label, e, s].dp_events else math.inf
-                    for s in seeds]  # no release: a non-private run (epsilon = inf)
+            accs = [
+                accounted(res[s_, label, e, s].dp_events, DELTA) if res[s_, label, e, s].dp_events else math.inf
+                for s in seeds
+            ]  # no release: a non-private run (epsilon = inf)
             cells.append(f"{max(accs):.3f}")
         print(f"| {label} | " + " | ".join(cells) + " |")
     rel = res["balanced", METHODS[-1][0], epss[0], seeds[0]].dp_events[0]
-    print(f"\n(release of a run: neighbouring={rel.neighbouring}, sampling={rel.sampling}, "
-          f"{rel.sample_size} of {rel.population} clients, {rel.count} rounds, multipliers "
-          f"{tuple(round(v, 3) for v in rel.noise_multipliers)})")
+    print(
+        f"\n(release of a run: neighbouring={rel.neighbouring}, sampling={rel.sampling}, "
+        f"{rel.sample_size} of {rel.population} clients, {rel.count} rounds, multipliers "
+        f"{tuple(round(v, 3) for v in rel.noise_multipliers)})"
+    )
     print("\nC_theta chosen on the tuning seed (balanced / imbalanced), per eps:")
     for label, *_ in METHODS:
-        print(f"  {label}: " + ", ".join(
-            f"eps={e:g}: {best_clip['balanced', label, e]}/{best_clip['imbalanced', label, e]}" for e in epss))
+        print(
+            f"  {label}: "
+            + ", ".join(
+                f"eps={e:g}: {best_clip['balanced', label, e]}/{best_clip['imbalanced', label, e]}" for e in epss
+            )
+        )
 
     # ---- Table 4 layout: clustering accuracy, balanced, eps x B -----------------------------------
     rows = [("DP-IFCA", 0, "replace_one"), ("DP-FeSEM", 0, "replace_one")] + [
-        (f"RR-Cluster (IFCA) B={B}", B, "replace_one") for B in (4, 8, 12)]
+        (f"RR-Cluster (IFCA) B={B}", B, "replace_one") for B in (4, 8, 12)
+    ]
     eps4 = epss + ([16.0] if not args.quick else []) + [math.inf]
     t4: dict = {}
     for label, B, f in rows:
         key = "RR-Cluster (IFCA)" if label.startswith("RR-Cluster") else label
         for e in eps4:
             for s in seeds:
-                if ("balanced", label, e, s) in res or (label == "RR-Cluster (IFCA) B=8" and ("balanced", key, e, s) in res):
+                if ("balanced", label, e, s) in res or (
+                    label == "RR-Cluster (IFCA) B=8" and ("balanced", key, e, s) in res
+                ):
                     t4[label, e, s] = res["balanced", key if B == 8 else label, e, s]
                     continue
                 data, k = datasets["balanced", s]
                 clip = best_clip.get(("balanced", key, e), 0.3)  # eps=16: not tuned, C = 0.3
                 kind = "fesem" if label == "DP-FeSEM" else "ifca"
                 t4[label, e, s] = run_one(data, k, kind, B, f, e, clip, s, T, M)
-    for title, what, pct in (("clustering accuracy (%)", "client_ACC", True), ("test accuracy (%)", "test_accuracy", True),
-                             ("moved updates per round (RR)", "moved", False)):
+    for title, what, pct in (
+        ("clustering accuracy (%)", "client_ACC", True),
+        ("test accuracy (%)", "test_accuracy", True),
+        ("moved updates per round (RR)", "moved", False),
+    ):
         print(f"\n## Table 4 layout (balanced, k=4): {title}, mean ± std over seeds\n")
         print("| method | " + " | ".join(f"eps={e:g}" for e in eps4) + " |")
         print("|---" * (len(eps4) + 1) + "|")
@@ -401,8 +499,10 @@ def run(args):
 
     # ---- the rebalancing with larger B and identifier share rho_s ------------------------------------
     if not (args.quick or args.no_extras):
-        print("\n## The rebalancing with larger B (balanced, k=4, replace-one noise 2 C_theta, C_theta = 0.3): "
-              "test acc % / clustering acc % / moved per round\n")
+        print(
+            "\n## The rebalancing with larger B (balanced, k=4, replace-one noise 2 C_theta, C_theta = 0.3): "
+            "test acc % / clustering acc % / moved per round\n"
+        )
         Bs = (0, 12, 20)
         print("| eps | rho_s | (sigma_s, sigma_theta) | " + " | ".join(f"B={B}" for B in Bs) + " |")
         print("|---" * (len(Bs) + 3) + "|")
@@ -411,13 +511,30 @@ def run(args):
                 ss, st = rr_cluster.calibrate(e, DELTA, Q, T, M, rho)
                 cells = []
                 for B in Bs:
-                    rs_ = [rr_cluster.run(datasets["balanced", s][0], MLP(100, (), 10), 4, B=B, sigma_s=ss,
-                                          sigma_theta=st, clip=0.3, C_s=C_S, lr=0.1,
-                                          local_steps=5, rounds=T, participation=Q, seed=s, eval_every=0)
-                           for s in seeds]
-                    cells.append(f"{100 * np.mean([r.info['final']['test_accuracy'] for r in rs_]):.1f} / "
-                                 f"{100 * np.mean([r.info['final']['client_ACC'] for r in rs_]):.1f} / "
-                                 f"{np.mean([np.mean(r.history['n_moved']) for r in rs_]):.1f}")
+                    rs_ = [
+                        rr_cluster.run(
+                            datasets["balanced", s][0],
+                            MLP(100, (), 10),
+                            4,
+                            B=B,
+                            sigma_s=ss,
+                            sigma_theta=st,
+                            clip=0.3,
+                            C_s=C_S,
+                            lr=0.1,
+                            local_steps=5,
+                            rounds=T,
+                            participation=Q,
+                            seed=s,
+                            eval_every=0,
+                        )
+                        for s in seeds
+                    ]
+                    cells.append(
+                        f"{100 * np.mean([r.info['final']['test_accuracy'] for r in rs_]):.1f} / "
+                        f"{100 * np.mean([r.info['final']['client_ACC'] for r in rs_]):.1f} / "
+                        f"{np.mean([np.mean(r.history['n_moved']) for r in rs_]):.1f}"
+                    )
                 print(f"| {e:g} | {rho} | ({ss:.2f}, {st:.2f}) | " + " | ".join(cells) + " |")
 
     # ---- why RR-Cluster(IFCA) is not above DP-IFCA at q = 0.1: decomposition of the gap ---------------

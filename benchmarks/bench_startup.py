@@ -38,8 +38,13 @@ from fedclust import bench
 ROOT = Path(__file__).resolve().parents[1]  # the project this script belongs to
 PY = sys.executable
 KEDRO = str(Path(PY).with_name("kedro"))
-ENV = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "MPLBACKEND": "Agg",
-       "OMP_NUM_THREADS": "1"}
+ENV = {
+    **os.environ,
+    "KEDRO_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "MPLBACKEND": "Agg",
+    "OMP_NUM_THREADS": "1",
+}
 
 IMPORTS = {
     "kedro CLI + session": "import kedro.framework.cli.cli, kedro.framework.session",
@@ -50,10 +55,12 @@ IMPORTS = {
     "fedclust registry (fkm only)": (
         "from kedro.framework.project import configure_project, pipelines\n"
         "configure_project('fedclust'); pipelines.set_requested(['fkm']); pipelines['fkm']\n"
-        "import sys; print('torch imported' if 'torch' in sys.modules else 'no torch')"),
+        "import sys; print('torch imported' if 'torch' in sys.modules else 'no torch')"
+    ),
     "fedclust registry (all)": (
         "from kedro.framework.project import configure_project, pipelines\n"
-        "configure_project('fedclust'); print(len(pipelines), 'pipelines')"),
+        "configure_project('fedclust'); print(len(pipelines), 'pipelines')"
+    ),
 }
 TINY = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=6"
 
@@ -98,8 +105,9 @@ def time_run(project: Path, extra_env: dict | None = None) -> tuple[float, float
     (project / "bench_logging.yml").write_text(LOGGING)
     env = {**ENV, "KEDRO_LOGGING_CONFIG": str(project / "bench_logging.yml"), **(extra_env or {})}
     t0 = time.time()
-    out = subprocess.run([KEDRO, "run", "--pipelines=fkm", f"--params={TINY}"], cwd=project, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [KEDRO, "run", "--pipelines=fkm", f"--params={TINY}"], cwd=project, env=env, capture_output=True, text=True
+    )
     wall = time.time() - t0
     if out.returncode != 0:
         raise SystemExit(f"kedro run failed:\n{(out.stdout + out.stderr)[-3000:]}")
@@ -119,9 +127,14 @@ def main() -> None:
     parser = bench.parser(__doc__, quick="one repetition instead of three")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--run-only", action="store_true", help="only the tiny `kedro run`, not the imports")
-    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
-                        help="also time the tiny run with these environment variables (interleaved), e.g. "
-                             "MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS=false")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also time the tiny run with these environment variables (interleaved), e.g. "
+        "MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS=false",
+    )
     args = parser.parse_args()
     with bench.session(args):
         run(args)
@@ -131,8 +144,9 @@ def run(args) -> None:
     repeat = 1 if args.quick else args.repeat
     notes: dict = {}
     imports = {} if args.run_only else IMPORTS
-    med = bench.interleaved({label: functools.partial(run_python, code) for label, code in imports.items()},
-                            repeat, results=notes)
+    med = bench.interleaved(
+        {label: functools.partial(run_python, code) for label, code in imports.items()}, repeat, results=notes
+    )
     rows = [(f"{label} ({notes[label]})" if notes[label] else label, med[label]) for label in imports]
     with tempfile.TemporaryDirectory() as tmp:
         project = project_copy(Path(tmp))
@@ -150,18 +164,36 @@ def run(args) -> None:
     first = statistics.median(f for _, f, _ in runs)
     nodes = statistics.median(n for _, _, n in runs)
 
-    print(f"\nStart-up cost (median of {repeat}; each import in a fresh interpreter, including "
-          "the interpreter's own start)\n")
-    bench.table(["step", "seconds"], [(f"import {label}", f"{seconds:.2f}") for label, seconds in rows] + [
-        ("`kedro run --pipelines=fkm` (tiny): wall", f"{wall:.2f}"),
-        ("... before the first node starts", f"{first:.2f}"),
-        ("... inside nodes", f"{nodes:.2f}"),
-        ("... overhead (wall - inside nodes)", f"{wall - nodes:.2f}"),
-        ("`kedro --version` (Kedro's floor), interleaved with the runs", f"{version:.2f}"),
-        ("tiny run / `kedro --version` (median of per-repeat ratios; target <= 1.5)", f"{ratio:.2f}"),
-    ] + ([(f"tiny run with {' '.join(args.variant)}: wall", f"{statistics.median(w for w, _, _ in variants):.2f}"),
-          ("... / `kedro --version`", f"{statistics.median(w / v for (w, _, _), v in zip(variants, versions)):.2f}")]
-         if variants else []))
+    print(
+        f"\nStart-up cost (median of {repeat}; each import in a fresh interpreter, including "
+        "the interpreter's own start)\n"
+    )
+    bench.table(
+        ["step", "seconds"],
+        [(f"import {label}", f"{seconds:.2f}") for label, seconds in rows]
+        + [
+            ("`kedro run --pipelines=fkm` (tiny): wall", f"{wall:.2f}"),
+            ("... before the first node starts", f"{first:.2f}"),
+            ("... inside nodes", f"{nodes:.2f}"),
+            ("... overhead (wall - inside nodes)", f"{wall - nodes:.2f}"),
+            ("`kedro --version` (Kedro's floor), interleaved with the runs", f"{version:.2f}"),
+            ("tiny run / `kedro --version` (median of per-repeat ratios; target <= 1.5)", f"{ratio:.2f}"),
+        ]
+        + (
+            [
+                (
+                    f"tiny run with {' '.join(args.variant)}: wall",
+                    f"{statistics.median(w for w, _, _ in variants):.2f}",
+                ),
+                (
+                    "... / `kedro --version`",
+                    f"{statistics.median(w / v for (w, _, _), v in zip(variants, versions)):.2f}",
+                ),
+            ]
+            if variants
+            else []
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -124,11 +124,22 @@ class RoundClock:
 def make_module() -> torch.nn.Module:
     """The plain torch model of a client: the same layers and parameter names ("0.weight", ...) as
     ``fedclust.clustered_fl.MLP(784, 200, 10).module()``."""
-    return torch.nn.Sequential(torch.nn.Linear(SIZES[0], SIZES[1]), torch.nn.ReLU(), torch.nn.Linear(SIZES[1], SIZES[2]))
+    return torch.nn.Sequential(
+        torch.nn.Linear(SIZES[0], SIZES[1]), torch.nn.ReLU(), torch.nn.Linear(SIZES[1], SIZES[2])
+    )
 
 
-def client_update(models: list[dict[str, torch.Tensor]], X: torch.Tensor, y: torch.Tensor, *, lr: float,
-                  steps: int, batch: int, gen: torch.Generator, module: torch.nn.Module | None = None):
+def client_update(
+    models: list[dict[str, torch.Tensor]],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    steps: int,
+    batch: int,
+    gen: torch.Generator,
+    module: torch.nn.Module | None = None,
+):
     """One client of IFCA (FedAvg when ``len(models) == 1``): pick the model with the lowest loss on the
     client's data (ties: lowest index), run ``steps`` SGD steps on minibatches of ``batch`` samples drawn
     without replacement per step, return ``(cluster, trained state dict, seconds in the SGD steps)``."""
@@ -177,10 +188,24 @@ def run_engine(data, k: int, init: dict, rounds: int, seed: int) -> dict:
     from fedclust.clustered_fl import MLP, ClusteredFLEngine
     from fedclust.clustered_fl.engine import ModelAveraging
 
-    eng = ClusteredFLEngine(data, MLP(*SIZES), k, rounds=rounds, lr=LR, beta=0.0, local_update="model",
-                            local_steps=STEPS, batch_size=BATCH, clients_per_round=S, aggregator=ModelAveraging(),
-                            seed=seed, init_params=init, eval_every=0, defer_updates=DEFER_UPDATES,
-                            method="ifca" if k > 1 else "fedavg")
+    eng = ClusteredFLEngine(
+        data,
+        MLP(*SIZES),
+        k,
+        rounds=rounds,
+        lr=LR,
+        beta=0.0,
+        local_update="model",
+        local_steps=STEPS,
+        batch_size=BATCH,
+        clients_per_round=S,
+        aggregator=ModelAveraging(),
+        seed=seed,
+        init_params=init,
+        eval_every=0,
+        defer_updates=DEFER_UPDATES,
+        method="ifca" if k > 1 else "fedavg",
+    )
     st = eng.init_state()
     clock = RoundClock()
     clock.stamp()
@@ -207,8 +232,9 @@ def run_loop(data, k: int, init: dict, rounds: int, seed: int) -> dict:
         results, lt = [], 0.0
         for i in clients:  # the per-client loop
             ni = int(data.n_train[i])
-            j, sd, dt = client_update(models, data.X_train[i, :ni], data.y_train[i, :ni], lr=LR, steps=STEPS,
-                                      batch=BATCH, gen=gen, module=mod)
+            j, sd, dt = client_update(
+                models, data.X_train[i, :ni], data.y_train[i, :ni], lr=LR, steps=STEPS, batch=BATCH, gen=gen, module=mod
+            )
             results.append((j, sd))
             lt += dt
         params = average(params, results, k)
@@ -231,8 +257,7 @@ def _client_data(path: str):
     return _DATA[path]
 
 
-def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str, seed: int, out: dict,
-                 threads: int):
+def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str, seed: int, out: dict, threads: int):
     """The ClientApp and ServerApp of one Flower simulation that runs every job ``(algorithm, k, initial
     stacked models)`` in turn, ``rounds`` rounds each, on the same Ray actors; ``out[algorithm]`` receives
     the final models and the round clock."""
@@ -251,14 +276,20 @@ def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str,
         i = int(context.node_config["partition-id"])
         arrays = msg.content["arrays"].to_torch_state_dict()
         kk = int(cfg["k"])
-        models = [{name.split("/", 1)[1]: v for name, v in arrays.items() if name.startswith(f"c{j}/")}
-                  for j in range(kk)]
+        models = [
+            {name.split("/", 1)[1]: v for name, v in arrays.items() if name.startswith(f"c{j}/")} for j in range(kk)
+        ]
         gen = torch.Generator().manual_seed(int(cfg["seed"]) * 1_000_003 + int(cfg["server-round"]) * 1009 + i)
         ni = int(n[i])
-        j, sd, _ = client_update(models, X[i, :ni], y[i, :ni], lr=float(cfg["lr"]), steps=int(cfg["steps"]),
-                                 batch=int(cfg["batch"]), gen=gen)
-        reply = RecordDict({"arrays": ArrayRecord({f"c{j}/{name}": v for name, v in sd.items()}),
-                            "metrics": MetricRecord({"num-examples": ni, "cluster": j})})
+        j, sd, _ = client_update(
+            models, X[i, :ni], y[i, :ni], lr=float(cfg["lr"]), steps=int(cfg["steps"]), batch=int(cfg["batch"]), gen=gen
+        )
+        reply = RecordDict(
+            {
+                "arrays": ArrayRecord({f"c{j}/{name}": v for name, v in sd.items()}),
+                "metrics": MetricRecord({"num-examples": ni, "cluster": j}),
+            }
+        )
         return Message(content=reply, reply_to=msg)
 
     class _IFCAStrategy(FedAvg):
@@ -290,8 +321,12 @@ def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str,
     def main(grid: Grid, context: Context) -> None:
         with thread_limits(threads):
             for algo, k, init in jobs:
-                kw = dict(fraction_train=S / N_CLIENTS, fraction_evaluate=0.0, min_train_nodes=S,
-                          min_available_nodes=N_CLIENTS)
+                kw = dict(
+                    fraction_train=S / N_CLIENTS,
+                    fraction_evaluate=0.0,
+                    min_train_nodes=S,
+                    min_available_nodes=N_CLIENTS,
+                )
                 strategy = _IFCAStrategy(k, **kw) if k > 1 else FedAvg(**kw)
                 start = ArrayRecord({f"c{j}/{name}": v[j].clone() for j in range(k) for name, v in init.items()})
                 clock = RoundClock()
@@ -300,19 +335,20 @@ def _flower_apps(jobs: list[tuple[str, int, dict]], rounds: int, data_path: str,
                     clock.stamp()  # called before round 1 and after every round
                     return None
 
-                cfg = ConfigRecord({"data": data_path, "k": k, "lr": LR, "steps": STEPS, "batch": BATCH,
-                                    "seed": seed})
-                res = strategy.start(grid=grid, initial_arrays=start, num_rounds=rounds, train_config=cfg,
-                                     evaluate_fn=stamp)
+                cfg = ConfigRecord({"data": data_path, "k": k, "lr": LR, "steps": STEPS, "batch": BATCH, "seed": seed})
+                res = strategy.start(
+                    grid=grid, initial_arrays=start, num_rounds=rounds, train_config=cfg, evaluate_fn=stamp
+                )
                 sd = res.arrays.to_torch_state_dict()
-                out[algo] = {"clock": clock,
-                             "params": {name: torch.stack([sd[f"c{j}/{name}"] for j in range(k)]) for name in init}}
+                out[algo] = {
+                    "clock": clock,
+                    "params": {name: torch.stack([sd[f"c{j}/{name}"] for j in range(k)]) for name in init},
+                }
 
     return client_app, server_app
 
 
-def run_flower(data, jobs: list[tuple[str, int, dict]], rounds: int, seed: int, threads: int,
-               workdir: str) -> dict:
+def run_flower(data, jobs: list[tuple[str, int, dict]], rounds: int, seed: int, threads: int, workdir: str) -> dict:
     """One Flower simulation running every job in turn; returns ``{algorithm: result}``."""
     from flwr.simulation import run_simulation
 
@@ -327,10 +363,15 @@ def run_flower(data, jobs: list[tuple[str, int, dict]], rounds: int, seed: int, 
     client_app, server_app = me._flower_apps(jobs, rounds, path, seed, out, threads)
     old_pp = os.environ.get("PYTHONPATH")
     try:
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=N_CLIENTS,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": int(threads), "log_to_driver": False,
-                                                     "object_store_memory": 256 * 2**20}})
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=N_CLIENTS,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                "init_args": {"num_cpus": int(threads), "log_to_driver": False, "object_store_memory": 256 * 2**20},
+            },
+        )
     finally:
         if old_pp is None:
             os.environ.pop("PYTHONPATH", None)
@@ -357,27 +398,35 @@ def flower_available() -> bool:
 # ================================================================================================
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="rounds per run at the first --threads setting (default 10; --quick 4)")
-    ap.add_argument("--rounds-mt", type=int, default=3,
-                    help="rounds per run at the other --threads settings (default 3: their timings only; the "
-                         "math, hence the accuracy, does not depend on the threads)")
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="rounds per run at the first --threads setting (default 10; --quick 4)"
+    )
+    ap.add_argument(
+        "--rounds-mt",
+        type=int,
+        default=3,
+        help="rounds per run at the other --threads settings (default 3: their timings only; the "
+        "math, hence the accuracy, does not depend on the threads)",
+    )
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; --quick 1)")
     ap.add_argument("--quick", action="store_true", help="4 rounds, 1 repeat, threads 1 only (a smoke run)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
-    ap.add_argument("--threads", nargs="+", type=int, default=None,
-                    help="thread settings to compare (default 1 2; --quick 1)")
+    ap.add_argument(
+        "--threads", nargs="+", type=int, default=None, help="thread settings to compare (default 1 2; --quick 1)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write every measurement and the summary to this file")
-    ap.add_argument("--defer-updates", action="store_true",
-                    help="engine with defer_updates=True (first-layer updates folded into one product)")
+    ap.add_argument(
+        "--defer-updates",
+        action="store_true",
+        help="engine with defer_updates=True (first-layer updates folded into one product)",
+    )
     args = ap.parse_args(argv)
     global DEFER_UPDATES
     DEFER_UPDATES = args.defer_updates
     from fedclust import bench
     from fedclust.bench import mm_rate
-
     from fedclust.clustered_fl import MLP
     from fedclust.clustered_fl.engine import evaluate
 
@@ -391,8 +440,10 @@ def main(argv=None):
         ap.error("--rounds and --rounds-mt must be >= 2 (round 1 is a warm-up)")
     systems = list(args.systems)
     if "flower" in systems and not flower_available():
-        print(f"Flower is not installed: running {', '.join(s for s in systems if s != 'flower')} only. "
-              f"Install the optional extra with\n    {INSTALL_HINT}\n")
+        print(
+            f"Flower is not installed: running {', '.join(s for s in systems if s != 'flower')} only. "
+            f"Install the optional extra with\n    {INSTALL_HINT}\n"
+        )
         systems.remove("flower")
     if "flower" in systems:
         os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -401,16 +452,19 @@ def main(argv=None):
 
     _, y, images = bench.mnist_test()
     data = bench.rotated(images, y, n_clients=N_CLIENTS, n=N_TRAIN, n_test=N_TEST, seed=args.seed)
-    print(f"rotated MNIST (test set): {data.n_clients} clients x {N_TRAIN} train / {N_TEST} test images, 4 rotations, "
-          f"MLP {'-'.join(map(str, SIZES))}, {STEPS} SGD steps of batch {BATCH}, lr {LR}, {S} clients/round, "
-          f"{rounds} rounds at threads {threads_list[0]} and {rounds_mt} at other settings (round 1 = warm-up, not "
-          f"timed), {repeats} repeats, threads {threads_list}, "
-          f"systems {systems}\n", flush=True)
+    print(
+        f"rotated MNIST (test set): {data.n_clients} clients x {N_TRAIN} train / {N_TEST} test images, 4 rotations, "
+        f"MLP {'-'.join(map(str, SIZES))}, {STEPS} SGD steps of batch {BATCH}, lr {LR}, {S} clients/round, "
+        f"{rounds} rounds at threads {threads_list[0]} and {rounds_mt} at other settings (round 1 = warm-up, not "
+        f"timed), {repeats} repeats, threads {threads_list}, "
+        f"systems {systems}\n",
+        flush=True,
+    )
 
     runs = []
     workdir = tempfile.mkdtemp(prefix="fedclust_bench_")
     for rep in range(repeats):
-        order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+        order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
         seed = args.seed + rep  # a new init, client sample and minibatch stream per repeat, shared by all systems
         inits = {name: MLP(*SIZES).init(k, seed) for name, k in ALGOS.items()}
         for threads in threads_list:
@@ -425,9 +479,11 @@ def main(argv=None):
                     refs = {}
                     if system == "engine":  # the torch.mm references, measured next to every engine run
                         with thread_limits(threads):
-                            refs = {"torch_mm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1]),
-                                    "torch_bmm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1], batch=S),
-                                    "torch_mm_one_client_gflops": mm_rate(BATCH, SIZES[0], SIZES[1], reps=200)}
+                            refs = {
+                                "torch_mm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1]),
+                                "torch_bmm_gflops": mm_rate(S * BATCH, SIZES[0], SIZES[1], batch=S),
+                                "torch_mm_one_client_gflops": mm_rate(BATCH, SIZES[0], SIZES[1], reps=200),
+                            }
                     if system != "flower":
                         t_run = time.perf_counter()
                         with thread_limits(threads):
@@ -438,17 +494,31 @@ def main(argv=None):
                     ev = evaluate(MLP(*SIZES), r["params"], data, train=False, test=True)
                     wall, cpu, nr = r["clock"].timed()
                     upd = S * nr
-                    rec = {"repeat": rep, "seed": seed, "threads": threads, "algo": algo, "system": system,
-                           "rounds": R, "timed_rounds": nr, "wall_s": wall, "cpu_s": cpu,
-                           "updates_per_s": upd / wall, "cpu_ms_per_update": 1e3 * cpu / upd,
-                           "test_accuracy": float(ev["test_accuracy"]),
-                           "first_round_s": r["clock"].wall[1] - r["clock"].wall[0], "local_s": r.get("local_s"),
-                           "run_wall_s": t_run, **refs}
+                    rec = {
+                        "repeat": rep,
+                        "seed": seed,
+                        "threads": threads,
+                        "algo": algo,
+                        "system": system,
+                        "rounds": R,
+                        "timed_rounds": nr,
+                        "wall_s": wall,
+                        "cpu_s": cpu,
+                        "updates_per_s": upd / wall,
+                        "cpu_ms_per_update": 1e3 * cpu / upd,
+                        "test_accuracy": float(ev["test_accuracy"]),
+                        "first_round_s": r["clock"].wall[1] - r["clock"].wall[0],
+                        "local_s": r.get("local_s"),
+                        "run_wall_s": t_run,
+                        **refs,
+                    }
                     runs.append(rec)
-                    print(f"  rep {rep} threads {threads} {algo:6s} {system:6s}: {rec['updates_per_s']:8.1f} updates/s, "
-                          f"{rec['cpu_ms_per_update']:7.2f} CPU-ms/update, test acc {rec['test_accuracy']:.4f} after {R} "
-                          f"rounds (round 1: {rec['first_round_s']:.1f} s"
-                          + ")", flush=True)
+                    print(
+                        f"  rep {rep} threads {threads} {algo:6s} {system:6s}: {rec['updates_per_s']:8.1f} updates/s, "
+                        f"{rec['cpu_ms_per_update']:7.2f} CPU-ms/update, test acc {rec['test_accuracy']:.4f} after {R} "
+                        f"rounds (round 1: {rec['first_round_s']:.1f} s" + ")",
+                        flush=True,
+                    )
 
     # ------------------------------------------------------------------------------------ summary
     fps = MLP(*SIZES).flops_per_sample()
@@ -460,43 +530,59 @@ def main(argv=None):
             row = {"threads": threads, "algo": algo}
             if "engine" in systems:
                 for key in ("torch_mm_gflops", "torch_bmm_gflops", "torch_mm_one_client_gflops"):
-                    row[key] = statistics.median(r[key] for r in runs if r["threads"] == threads
-                                                 and r["algo"] == algo and r["system"] == "engine")
+                    row[key] = statistics.median(
+                        r[key]
+                        for r in runs
+                        if r["threads"] == threads and r["algo"] == algo and r["system"] == "engine"
+                    )
             for system in systems:
                 rs = [r for r in runs if r["threads"] == threads and r["algo"] == algo and r["system"] == system]
                 med = lambda key: statistics.median(r[key] for r in rs)  # noqa: E731
-                row[system] = {"updates_per_s": med("updates_per_s"), "cpu_ms_per_update": med("cpu_ms_per_update"),
-                               "rounds": rs[0]["rounds"], "first_round_s": med("first_round_s"),
-                               "test_accuracy": med("test_accuracy"),
-                               "test_accuracy_all": [r["test_accuracy"] for r in rs]}
+                row[system] = {
+                    "updates_per_s": med("updates_per_s"),
+                    "cpu_ms_per_update": med("cpu_ms_per_update"),
+                    "rounds": rs[0]["rounds"],
+                    "first_round_s": med("first_round_s"),
+                    "test_accuracy": med("test_accuracy"),
+                    "test_accuracy_all": [r["test_accuracy"] for r in rs],
+                }
                 if system in ("engine", "loop"):
                     row[system]["local_gflops"] = statistics.median(
-                        S * r["timed_rounds"] * flops_local / r["local_s"] / 1e9 for r in rs)
+                        S * r["timed_rounds"] * flops_local / r["local_s"] / 1e9 for r in rs
+                    )
             summary.append(row)
 
-    print("\n| threads | algorithm | system | rounds | client updates/s | CPU-ms / update | round 1 (s) | "
-          "test accuracy (median; all repeats) | engine speed-up |")
+    print(
+        "\n| threads | algorithm | system | rounds | client updates/s | CPU-ms / update | round 1 (s) | "
+        "test accuracy (median; all repeats) | engine speed-up |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for row in summary:
         for system in systems:
             s = row[system]
             sp = row["engine"]["updates_per_s"] / s["updates_per_s"] if "engine" in systems else float("nan")
             accs = ", ".join(f"{a:.3f}" for a in s["test_accuracy_all"])
-            print(f"| {row['threads']} | {row['algo']} | {system} | {s['rounds']} | {s['updates_per_s']:.0f} | "
-                  f"{s['cpu_ms_per_update']:.2f} | {s['first_round_s']:.1f} | {s['test_accuracy']:.3f} ({accs}) | "
-                  f"{'' if system == 'engine' else f'{sp:.1f}x'} |")
+            print(
+                f"| {row['threads']} | {row['algo']} | {system} | {s['rounds']} | {s['updates_per_s']:.0f} | "
+                f"{s['cpu_ms_per_update']:.2f} | {s['first_round_s']:.1f} | {s['test_accuracy']:.3f} ({accs}) | "
+                f"{'' if system == 'engine' else f'{sp:.1f}x'} |"
+            )
     if "flower" in systems:
         print("\nround 1 (not in the rates): Flower's includes starting Ray and its client actors.")
     if "engine" in systems:
-        print(f"\nFLOP rates (GFLOP/s). Local training: {flops_local / 1e6:.0f} MFLOP per client update; IFCA's "
-              f"cluster estimate adds k x {N_TRAIN} forward passes ({flops_assign(4) / 1e6:.0f} MFLOP at k=4). "
-              f"torch.mm: {S * BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]} (the first layer of one local step of all "
-              f"{S} clients, one shared weight); torch.bmm: {S} x ({BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}) "
-              f"(one weight per client, as in the engine); one client: {BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}; "
-              f"all measured next to every engine run (medians). "
-              f"'ceiling' = client updates/s if every FLOP of a round ran at the torch.mm rate.")
-        print("| threads | algorithm | engine local | engine whole round | torch.mm | torch.bmm | local / mm | "
-              "local / bmm | ceiling updates/s | ceiling / Flower | loop local | mm of one client |")
+        print(
+            f"\nFLOP rates (GFLOP/s). Local training: {flops_local / 1e6:.0f} MFLOP per client update; IFCA's "
+            f"cluster estimate adds k x {N_TRAIN} forward passes ({flops_assign(4) / 1e6:.0f} MFLOP at k=4). "
+            f"torch.mm: {S * BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]} (the first layer of one local step of all "
+            f"{S} clients, one shared weight); torch.bmm: {S} x ({BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}) "
+            f"(one weight per client, as in the engine); one client: {BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}; "
+            f"all measured next to every engine run (medians). "
+            f"'ceiling' = client updates/s if every FLOP of a round ran at the torch.mm rate."
+        )
+        print(
+            "| threads | algorithm | engine local | engine whole round | torch.mm | torch.bmm | local / mm | "
+            "local / bmm | ceiling updates/s | ceiling / Flower | loop local | mm of one client |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in summary:
             e, mm, bmm = row["engine"]["local_gflops"], row["torch_mm_gflops"], row["torch_bmm_gflops"]
@@ -506,22 +592,40 @@ def main(argv=None):
             fl = row["flower"]["updates_per_s"] if "flower" in systems else float("nan")
             lp = row["loop"]["local_gflops"] if "loop" in systems else float("nan")
             row["engine"]["round_gflops"], row["ceiling_updates_per_s"] = whole, ceil
-            print(f"| {row['threads']} | {row['algo']} | {e:.1f} | {whole:.1f} | {mm:.1f} | {bmm:.1f} | {e / mm:.2f} | "
-                  f"{e / bmm:.2f} | {ceil:.0f} | {(f'{ceil / fl:.1f}x' if fl == fl else '-')} | {lp:.1f} | {row['torch_mm_one_client_gflops']:.1f} |")
+            print(
+                f"| {row['threads']} | {row['algo']} | {e:.1f} | {whole:.1f} | {mm:.1f} | {bmm:.1f} | {e / mm:.2f} | "
+                f"{e / bmm:.2f} | {ceil:.0f} | {(f'{ceil / fl:.1f}x' if fl == fl else '-')} | {lp:.1f} | {row['torch_mm_one_client_gflops']:.1f} |"
+            )
         print()
         for row in summary:
             for other in ("flower", "loop"):
                 if other in systems:
                     sp = row["engine"]["updates_per_s"] / row[other]["updates_per_s"]
                     cpu = row[other]["cpu_ms_per_update"] / row["engine"]["cpu_ms_per_update"]
-                    print(f"threads {row['threads']} {row['algo']}: engine / {other} = {sp:.1f}x updates/s, "
-                          f"{cpu:.1f}x less CPU per update"
-                          + (f" (target >= 10x: {'yes' if sp >= 10 else 'NO'})" if other == "flower" else ""))
+                    print(
+                        f"threads {row['threads']} {row['algo']}: engine / {other} = {sp:.1f}x updates/s, "
+                        f"{cpu:.1f}x less CPU per update"
+                        + (f" (target >= 10x: {'yes' if sp >= 10 else 'NO'})" if other == "flower" else "")
+                    )
     print("\nTimings on a shared machine: compare within this run only (systems interleaved per repeat).")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": {"rounds": rounds, "rounds_mt": rounds_mt, "repeats": repeats, "threads": threads_list,
-                                                          "systems": systems, "seed": args.seed},
-                                               "runs": runs, "summary": summary}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "config": {
+                        "rounds": rounds,
+                        "rounds_mt": rounds_mt,
+                        "repeats": repeats,
+                        "threads": threads_list,
+                        "systems": systems,
+                        "seed": args.seed,
+                    },
+                    "runs": runs,
+                    "summary": summary,
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -117,8 +117,11 @@ def pytest_collection_modifyitems(config, items):
         names = set(item.fixturenames)
         if names & EXTERNAL_DATA_FIXTURES:
             item.add_marker(pytest.mark.external_data)
-        if (names & SLOW_FIXTURES or getattr(item, "originalname", item.name) in SLOW_TESTS
-                or item.path.name.startswith(SLOW_MODULES)):
+        if (
+            names & SLOW_FIXTURES
+            or getattr(item, "originalname", item.name) in SLOW_TESTS
+            or item.path.name.startswith(SLOW_MODULES)
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -140,8 +143,9 @@ class SkipLedger:
 
     def pytest_terminal_summary(self, terminalreporter):
         n = len(self.allowed) + len(self.not_allowed)
-        terminalreporter.write_line(f"skipped: {n} ({len(self.allowed)} allowed by a marker, "
-                                    f"{len(self.not_allowed)} not allowed)")
+        terminalreporter.write_line(
+            f"skipped: {n} ({len(self.allowed)} allowed by a marker, {len(self.not_allowed)} not allowed)"
+        )
         for nodeid, reason in self.not_allowed:
             terminalreporter.write_line(f"  skipped without an allowing marker: {nodeid}: {reason}", red=True)
 

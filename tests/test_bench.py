@@ -8,8 +8,10 @@ from fedclust import bench
 
 
 def test_markdown_tables_keep_heading_headers_and_rows():
-    text = ("# Run\nintro line\n## 1. Speed\n\n| engine | s |\n|---|---:|\n| loop | 2.0 |\n| vec | 0.1 |\n\n"
-            "not a table | at all |\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    text = (
+        "# Run\nintro line\n## 1. Speed\n\n| engine | s |\n|---|---:|\n| loop | 2.0 |\n| vec | 0.1 |\n\n"
+        "not a table | at all |\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    )
     tables = bench.markdown_tables(text)
     assert tables == [
         {"title": "1. Speed", "headers": ["engine", "s"], "rows": [["loop", "2.0"], ["vec", "0.1"]]},
@@ -21,7 +23,8 @@ def test_table_output_parses_back(capsys):
     bench.table(["method", "ACC"], [("FKM", "0.91"), ("sklearn KMeans", 0.9)], title="ACC")
     out = capsys.readouterr().out
     assert bench.markdown_tables(out) == [
-        {"title": "ACC", "headers": ["method", "ACC"], "rows": [["FKM", "0.91"], ["sklearn KMeans", "0.9"]]}]
+        {"title": "ACC", "headers": ["method", "ACC"], "rows": [["FKM", "0.91"], ["sklearn KMeans", "0.9"]]}
+    ]
     widths = {len(line) for line in out.splitlines() if line.startswith("|")}
     assert len(widths) == 1  # aligned columns
 
@@ -35,8 +38,9 @@ def test_interleaved_runs_cases_in_turn_and_takes_the_median(monkeypatch):
 
     monkeypatch.setattr(bench, "timed", timed)
     res: dict = {}
-    med = bench.interleaved({"a": lambda: calls.append("a") or "A", "b": lambda: calls.append("b") or "B"}, 3,
-                            results=res)
+    med = bench.interleaved(
+        {"a": lambda: calls.append("a") or "A", "b": lambda: calls.append("b") or "B"}, 3, results=res
+    )
     assert calls == ["a", "b", "a", "b", "a", "b"]
     assert med == {"a": 2.0, "b": 20.0}
     assert res == {"a": "A", "b": "B"}

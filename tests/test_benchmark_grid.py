@@ -11,10 +11,21 @@ from fedclust.grids import benchmark
 @pytest.fixture(scope="module")
 def records():
     cfg = {
-        "datasets": ["iris"], "partitions": [{"scheme": "iid"}], "n_clients": 5, "epsilons": [None, 4.0],
-        "seeds": 1, "rounds": 4, "methods": ["fkm", "dk_pp", "dkm", "dp_fedc", "fedc_gds", "kmeans"],
-        "clustered_fl": {"datasets": ["digits"], "methods": ["ifca", "dp_ifca"], "epsilons": [None, 8.0],
-                         "n_clients": 80, "rounds": 5, "B": 2},
+        "datasets": ["iris"],
+        "partitions": [{"scheme": "iid"}],
+        "n_clients": 5,
+        "epsilons": [None, 4.0],
+        "seeds": 1,
+        "rounds": 4,
+        "methods": ["fkm", "dk_pp", "dkm", "dp_fedc", "fedc_gds", "kmeans"],
+        "clustered_fl": {
+            "datasets": ["digits"],
+            "methods": ["ifca", "dp_ifca"],
+            "epsilons": [None, 8.0],
+            "n_clients": 80,
+            "rounds": 5,
+            "B": 2,
+        },
     }
     return benchmark.run_all(cfg)
 
@@ -88,14 +99,29 @@ def test_the_best_method_per_epsilon_is_the_highest_mean_acc_with_its_trust_mode
     from fedclust.grids.benchmark import best_per_epsilon
 
     def rec(method, eps, acc, tm, seed):
-        return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "data_clustering", "status": "ok",
-                "dataset": "digits", "partition": "iid", "epsilon": eps, "method": method, "trust_model": tm},
-                "params": {"seed": seed}, "metrics": {"ACC": acc, "ACC_chance": 0.13, "ACC_chance_hi": 0.14}}
+        return {
+            "name": f"{method}/{eps}/{seed}",
+            "tags": {
+                "family": "data_clustering",
+                "status": "ok",
+                "dataset": "digits",
+                "partition": "iid",
+                "epsilon": eps,
+                "method": method,
+                "trust_model": tm,
+            },
+            "params": {"seed": seed},
+            "metrics": {"ACC": acc, "ACC_chance": 0.13, "ACC_chance_hi": 0.14},
+        }
 
-    recs = [rec("fkm", "4", 0.5, "secure_aggregation", 0), rec("fkm", "4", 0.9, "secure_aggregation", 1),
-            rec("fed_dp_kmeans", "4", 0.72, "secure_aggregation", 0),
-            rec("fed_dp_kmeans", "4", 0.70, "secure_aggregation", 1),
-            rec("dp_fedc", "1", 0.14, "local", 0), rec("kmeans", "inf", 0.79, "none", 0)]
+    recs = [
+        rec("fkm", "4", 0.5, "secure_aggregation", 0),
+        rec("fkm", "4", 0.9, "secure_aggregation", 1),
+        rec("fed_dp_kmeans", "4", 0.72, "secure_aggregation", 0),
+        rec("fed_dp_kmeans", "4", 0.70, "secure_aggregation", 1),
+        rec("dp_fedc", "1", 0.14, "local", 0),
+        rec("kmeans", "inf", 0.79, "none", 0),
+    ]
     best = best_per_epsilon(recs)
     assert [(b["epsilon"], b["method"]) for b in best] == [("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("inf", "kmeans")]
     assert best[1]["ACC"] == pytest.approx(0.71) and best[1]["trust_model"] == "secure_aggregation"
@@ -110,10 +136,15 @@ def _yaml(name):
     return yaml.safe_load((pathlib.Path(__file__).parents[1] / "conf" / "base" / name).read_text())
 
 
-@pytest.mark.parametrize("method, eps, conf", [
-    ("fkm", 4.0, "parameters_fkm.yml"), ("dp_fedc", 2.0, "parameters_dp_fedc.yml"),
-    ("fed_dp_kmeans", 1.0, "parameters_fed_dp_kmeans.yml"), ("fedc_gds", None, "parameters_fedc_mf.yml"),
-])
+@pytest.mark.parametrize(
+    "method, eps, conf",
+    [
+        ("fkm", 4.0, "parameters_fkm.yml"),
+        ("dp_fedc", 2.0, "parameters_dp_fedc.yml"),
+        ("fed_dp_kmeans", 1.0, "parameters_fed_dp_kmeans.yml"),
+        ("fedc_gds", None, "parameters_fedc_mf.yml"),
+    ],
+)
 def test_a_single_run_and_a_benchmark_cell_with_the_same_settings_give_the_same_result(method, eps, conf):
     # the benchmark used to keep its own dispatch table with other defaults (FKM's clip, FedSC's d_max)
     from fedclust.pipelines.data_processing.nodes import load_dataset
@@ -127,8 +158,16 @@ def test_a_single_run_and_a_benchmark_cell_with_the_same_settings_give_the_same_
     calibrate, run = node_functions(method)
     single = run(dataset, partition, calibrate(privacy, train, dataset, partition), train, seed)
 
-    cfg = {"datasets": ["iris"], "partitions": [{"scheme": "iid"}], "n_clients": 5, "epsilons": [eps], "seeds": 2,
-           "methods": [method], "clip": None, "trust_model": None}
+    cfg = {
+        "datasets": ["iris"],
+        "partitions": [{"scheme": "iid"}],
+        "n_clients": 5,
+        "epsilons": [eps],
+        "seeds": 2,
+        "methods": [method],
+        "clip": None,
+        "trust_model": None,
+    }
     cell = next(c for c in benchmark.cells(cfg) if c["seed"] == seed)
     (rec,) = benchmark.run_cell(cell)
     assert rec["tags"]["status"] == "ok"

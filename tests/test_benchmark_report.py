@@ -9,14 +9,37 @@ from scipy import stats
 from fedclust.grids import report
 
 
-def rec(method, eps, acc, seed, *, ds="digits", part="iid", tm="secure_aggregation", status="ok", chance_hi=0.14,
-        **extra):
-    metrics = {} if status != "ok" else {"ACC": acc, "ACC_chance": 0.12, "ACC_chance_hi": chance_hi,
-                                         "at_chance": float(acc <= chance_hi), "rounds": 5.0,
-                                         "bytes_up_per_client": 2400.0, "compute_time_s": 0.5, **extra}
-    return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "data_clustering", "status": status, "dataset": ds,
-            "partition": part, "epsilon": eps, "method": method, "trust_model": tm},
-            "params": {"seed": seed, "delta": 1e-5}, "metrics": metrics}
+def rec(
+    method, eps, acc, seed, *, ds="digits", part="iid", tm="secure_aggregation", status="ok", chance_hi=0.14, **extra
+):
+    metrics = (
+        {}
+        if status != "ok"
+        else {
+            "ACC": acc,
+            "ACC_chance": 0.12,
+            "ACC_chance_hi": chance_hi,
+            "at_chance": float(acc <= chance_hi),
+            "rounds": 5.0,
+            "bytes_up_per_client": 2400.0,
+            "compute_time_s": 0.5,
+            **extra,
+        }
+    )
+    return {
+        "name": f"{method}/{eps}/{seed}",
+        "tags": {
+            "family": "data_clustering",
+            "status": status,
+            "dataset": ds,
+            "partition": part,
+            "epsilon": eps,
+            "method": method,
+            "trust_model": tm,
+        },
+        "params": {"seed": seed, "delta": 1e-5},
+        "metrics": metrics,
+    }
 
 
 def test_the_interval_is_the_student_t_interval_of_the_mean():
@@ -31,20 +54,34 @@ def test_the_interval_is_the_student_t_interval_of_the_mean():
 
 @pytest.fixture
 def records():
-    return [rec("fkm", "4", 0.60, 0), rec("fkm", "4", 0.80, 1),
-            rec("fed_dp_kmeans", "4", 0.72, 0), rec("fed_dp_kmeans", "4", 0.74, 1),
-            rec("dp_fedc", "1", 0.13, 0, tm="local"), rec("dp_fedc", "1", 0.12, 1, tm="local"),
-            rec("fkm", "1", 0.30, 0), rec("fkm", "1", 0.40, 1),
-            rec("kmeans", "inf", 0.79, 0, tm="none"), rec("kmeans", "inf", 0.81, 1, tm="none"),
-            rec("kmeans", "4", None, 0, tm="none", status="not applicable"),
-            rec("fkm", "inf", 0.85, 0, tm="none"), rec("fkm", "inf", 0.83, 1, tm="none")]
+    return [
+        rec("fkm", "4", 0.60, 0),
+        rec("fkm", "4", 0.80, 1),
+        rec("fed_dp_kmeans", "4", 0.72, 0),
+        rec("fed_dp_kmeans", "4", 0.74, 1),
+        rec("dp_fedc", "1", 0.13, 0, tm="local"),
+        rec("dp_fedc", "1", 0.12, 1, tm="local"),
+        rec("fkm", "1", 0.30, 0),
+        rec("fkm", "1", 0.40, 1),
+        rec("kmeans", "inf", 0.79, 0, tm="none"),
+        rec("kmeans", "inf", 0.81, 1, tm="none"),
+        rec("kmeans", "4", None, 0, tm="none", status="not applicable"),
+        rec("fkm", "inf", 0.85, 0, tm="none"),
+        rec("fkm", "inf", 0.83, 1, tm="none"),
+    ]
 
 
 def test_rows_are_sorted_by_epsilon_then_acc_and_the_best_per_epsilon_is_marked(records):
     table = report.method_table(records)
     assert list(zip(table["epsilon"], table["method"])) == [
-        ("1", "fkm"), ("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("4", "fkm"), ("4", "kmeans"),
-        ("inf", "fkm"), ("inf", "kmeans")]  # 4 < inf; not applicable last within its epsilon
+        ("1", "fkm"),
+        ("1", "dp_fedc"),
+        ("4", "fed_dp_kmeans"),
+        ("4", "fkm"),
+        ("4", "kmeans"),
+        ("inf", "fkm"),
+        ("inf", "kmeans"),
+    ]  # 4 < inf; not applicable last within its epsilon
     best = table[table["best"]]
     assert list(zip(best["epsilon"], best["method"])) == [("1", "fkm"), ("4", "fed_dp_kmeans"), ("inf", "fkm")]
     row = table[(table["method"] == "dp_fedc")].iloc[0]
@@ -93,8 +130,15 @@ def test_the_run_labels_say_what_ran():
     from fedclust.hooks.summary import add_setup_time
     from fedclust.pipelines.mlflow_io import kedro_command, run_address
 
-    cmd = kedro_command({"pipeline_names": ["benchmark"], "env": None, "tags": [], "node_names": [],
-                         "runtime_params": {"benchmark": {"config": {"seeds": 1, "epsilons": [4.0]}}}})
+    cmd = kedro_command(
+        {
+            "pipeline_names": ["benchmark"],
+            "env": None,
+            "tags": [],
+            "node_names": [],
+            "runtime_params": {"benchmark": {"config": {"seeds": 1, "epsilons": [4.0]}}},
+        }
+    )
     assert cmd == "kedro run --pipelines=benchmark '--params=benchmark.config.seeds=1,benchmark.config.epsilons=[4.0]'"
     assert kedro_command({"pipeline_names": ["__default__"]}) == "kedro run"
     metrics = {"wall_time_s": 2.0}
@@ -130,12 +174,27 @@ def test_the_tour_ends_with_a_private_slice_at_epsilon_1_and_4_with_fed_dp_kmean
 
 def test_the_clustered_fl_half_gets_its_own_test_accuracy_tables(records):
     def cfl(method, eps, acc, seed):
-        return {"name": f"{method}/{eps}/{seed}", "tags": {"family": "clustered_fl", "status": "ok", "dataset": "digits",
-                "partition": "rotation(4 groups)", "epsilon": eps, "method": method, "trust_model": "central"},
-                "params": {"seed": seed}, "metrics": {"test_accuracy": acc, "client_ACC": 1.0}}
+        return {
+            "name": f"{method}/{eps}/{seed}",
+            "tags": {
+                "family": "clustered_fl",
+                "status": "ok",
+                "dataset": "digits",
+                "partition": "rotation(4 groups)",
+                "epsilon": eps,
+                "method": method,
+                "trust_model": "central",
+            },
+            "params": {"seed": seed},
+            "metrics": {"test_accuracy": acc, "client_ACC": 1.0},
+        }
 
-    recs = records + [cfl("rr_cluster", "8", 0.70, 0), cfl("rr_cluster", "8", 0.74, 1), cfl("dp_ifca", "8", 0.6, 0),
-                      cfl("dp_ifca", "8", 0.62, 1)]
+    recs = records + [
+        cfl("rr_cluster", "8", 0.70, 0),
+        cfl("rr_cluster", "8", 0.74, 1),
+        cfl("dp_ifca", "8", 0.6, 0),
+        cfl("dp_ifca", "8", 0.62, 1),
+    ]
     table = report.method_table(recs, family="clustered_fl", metric="test_accuracy")
     assert list(table["method"]) == ["rr_cluster", "dp_ifca"] and list(table["best"]) == [True, False]
     assert table["ACC"].iloc[0] == pytest.approx(0.72)

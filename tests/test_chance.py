@@ -30,6 +30,7 @@ def kmeans_labels(digits):
 
 # ------------------------------------------------------------------------------------ chance_scores
 
+
 def test_balanced_random_assignment_on_digits_matches_the_permutation_expectation(digits):
     _, y = digits
     rng = np.random.default_rng(123)
@@ -86,6 +87,7 @@ def test_chance_scores_refuse_bad_input():
 
 # ------------------------------------------------------------------------------------- is_at_chance
 
+
 def test_one_cluster_labelling_is_at_chance(digits):
     _, y = digits
     one = np.zeros_like(y)
@@ -134,6 +136,7 @@ def test_data_chance_line_is_a_random_split_with_the_true_class_sizes(digits):
 
 # ------------------------------------------------------------------------------------- single runs
 
+
 def test_evaluate_clustering_reports_the_chance_line_and_flag(digits, kmeans_labels):
     from fedclust.pipelines.evaluation.nodes import evaluate_clustering, to_mlflow_metrics
 
@@ -154,10 +157,30 @@ def test_summarize_run_prints_the_chance_line_and_at_chance(caplog):
     from fedclust.pipelines.reporting.nodes import summarize_run
 
     with caplog.at_level(logging.INFO):
-        summarize_run({"ACC": 0.102, "ACC_chance": 0.1019, "ACC_chance_hi": 0.1019, "NMI": 0.0, "NMI_chance": 0.0,
-                       "at_chance": 1.0}, {}, method="fkm")
-        summarize_run({"ACC": 0.79, "ACC_chance": 0.132, "ACC_chance_hi": 0.14, "NMI": 0.74, "NMI_chance": 0.01,
-                       "at_chance": 0.0}, {}, method="fzkm")
+        summarize_run(
+            {
+                "ACC": 0.102,
+                "ACC_chance": 0.1019,
+                "ACC_chance_hi": 0.1019,
+                "NMI": 0.0,
+                "NMI_chance": 0.0,
+                "at_chance": 1.0,
+            },
+            {},
+            method="fkm",
+        )
+        summarize_run(
+            {
+                "ACC": 0.79,
+                "ACC_chance": 0.132,
+                "ACC_chance_hi": 0.14,
+                "NMI": 0.74,
+                "NMI_chance": 0.01,
+                "at_chance": 0.0,
+            },
+            {},
+            method="fzkm",
+        )
         summarize_run({"test_accuracy": 0.9}, {}, method="ifca")  # no chance line: printed as before
     bad, good, cfl = (r.getMessage() for r in caplog.records[-3:])
     assert "ACC 0.102 (chance 0.102)" in bad and "NMI 0.000 (chance 0.000)" in bad and "AT CHANCE" in bad
@@ -168,27 +191,53 @@ def test_summarize_run_prints_the_chance_line_and_at_chance(caplog):
 
 # ------------------------------------------------------------------------------------ grid tables
 
+
 def _rec(method, seed, acc, chance=None, hi=None, status="ok", dataset="digits", eps="inf"):
-    m = {} if status != "ok" else {"ACC": acc, "NMI": 0.5, "ARI": 0.4, "epsilon_accountant": math.inf,
-                                    "uploaded_reals": 10.0, "wall_time_s": 0.1}
+    m = (
+        {}
+        if status != "ok"
+        else {
+            "ACC": acc,
+            "NMI": 0.5,
+            "ARI": 0.4,
+            "epsilon_accountant": math.inf,
+            "uploaded_reals": 10.0,
+            "wall_time_s": 0.1,
+        }
+    )
     if status == "ok" and chance is not None:
         m.update({"ACC_chance": chance, "ACC_chance_hi": hi, "NMI_chance": 0.01})
-    tags = {"method": method, "dataset": dataset, "partition": "iid", "epsilon": eps, "status": status,
-            "family": "data_clustering"}
-    return {"name": f"{dataset}/iid/eps={eps}/{method}/seed={seed}", "tags": tags,
-            "params": {"seed": seed, "status": status}, "metrics": m, "history": {}}
+    tags = {
+        "method": method,
+        "dataset": dataset,
+        "partition": "iid",
+        "epsilon": eps,
+        "status": status,
+        "family": "data_clustering",
+    }
+    return {
+        "name": f"{dataset}/iid/eps={eps}/{method}/seed={seed}",
+        "tags": tags,
+        "params": {"seed": seed, "status": status},
+        "metrics": m,
+        "history": {},
+    }
 
 
 def test_data_tables_mark_groups_at_chance():
     records = [
         # ACC equal to its chance level: at chance
-        _rec("noise", 0, 0.13, chance=0.13, hi=0.14), _rec("noise", 1, 0.13, chance=0.13, hi=0.14),
+        _rec("noise", 0, 0.13, chance=0.13, hi=0.14),
+        _rec("noise", 1, 0.13, chance=0.13, hi=0.14),
         # well above the chance line: not at chance
-        _rec("good", 0, 0.80, chance=0.13, hi=0.14), _rec("good", 1, 0.78, chance=0.13, hi=0.14),
+        _rec("good", 0, 0.80, chance=0.13, hi=0.14),
+        _rec("good", 1, 0.78, chance=0.13, hi=0.14),
         # the group's mean decides: seeds at 0.12 and 0.17 average 0.145 > mean hi 0.14
-        _rec("mixed", 0, 0.12, chance=0.12, hi=0.14), _rec("mixed", 1, 0.17, chance=0.12, hi=0.14),
+        _rec("mixed", 0, 0.12, chance=0.12, hi=0.14),
+        _rec("mixed", 1, 0.17, chance=0.12, hi=0.14),
         # the mean ACC exactly on the mean upper chance level: within noise
-        _rec("edge", 0, 0.13, chance=0.12, hi=0.13), _rec("edge", 1, 0.15, chance=0.12, hi=0.15),
+        _rec("edge", 0, 0.13, chance=0.12, hi=0.13),
+        _rec("edge", 1, 0.15, chance=0.12, hi=0.15),
         # records from before the chance line: nothing to compare
         _rec("old", 0, 0.13),
         # not applicable under a budget: never flagged

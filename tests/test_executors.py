@@ -12,8 +12,19 @@ from fedclust.executors import CellStore, cell_key, same_results
 from fedclust.grids import dp_fedc
 
 #: 2 (table1: fkm, no DP / eps_bar 20) + 2 (sweep: eps_bar none / 20) = 4 cells on iris
-TINY = {"dataset": "iris", "n_clients": 5, "rounds": 3, "seeds": 1, "parts": ["table1", "sweep"], "table1_K": 5,
-        "table1_methods": ["fkm"], "splits": ["iid"], "Ks": [5], "eps_bars": [None, 20.0], "rho_factors": [1e-2]}
+TINY = {
+    "dataset": "iris",
+    "n_clients": 5,
+    "rounds": 3,
+    "seeds": 1,
+    "parts": ["table1", "sweep"],
+    "table1_K": 5,
+    "table1_methods": ["fkm"],
+    "splits": ["iid"],
+    "Ks": [5],
+    "eps_bars": [None, 20.0],
+    "rho_factors": [1e-2],
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +70,9 @@ def test_execution_settings_are_checked_with_the_key_named():
     assert executors.execution({}) == {"executor": "serial", "options": {}, "resume": True}
     with pytest.raises(ValueError, match="config.executor must be one of"):
         executors.execution({"executor": "dask"})
-    with pytest.raises(ValueError, match=r"executor_options: unknown option\(s\) \['address'\] for executor 'processes'"):
+    with pytest.raises(
+        ValueError, match=r"executor_options: unknown option\(s\) \['address'\] for executor 'processes'"
+    ):
         executors.execution({"executor": "processes", "executor_options": {"address": "auto"}})
     with pytest.raises(ValueError, match="config.resume must be true or false"):
         executors.execution({"resume": "yes"})
@@ -121,9 +134,13 @@ def test_a_larger_sweep_resumes_the_cells_it_shares_and_a_changed_setting_does_n
 
 
 def test_store_round_trips_records_exactly_and_skips_torn_lines_and_other_code(tmp_path):
-    rec = {"name": "a", "metrics": {"ACC": 0.1 + 0.2, "eps": math.inf, "nan": math.nan, "n": np.float64(1 / 3)},
-           "labels": np.arange(5, dtype=np.int32), "params": {"alphas": (0.1, 0.2), 3: "int key", "__x__": 1},
-           "history": {"objective": [1.5, 2.25]}}
+    rec = {
+        "name": "a",
+        "metrics": {"ACC": 0.1 + 0.2, "eps": math.inf, "nan": math.nan, "n": np.float64(1 / 3)},
+        "labels": np.arange(5, dtype=np.int32),
+        "params": {"alphas": (0.1, 0.2), 3: "int key", "__x__": 1},
+        "history": {"objective": [1.5, 2.25]},
+    }
     store = CellStore(tmp_path / "c.jsonl", code="v1")
     store.append("k1", {"seed": 0}, [rec])
     with (tmp_path / "c.jsonl").open("a") as fh:

@@ -9,8 +9,14 @@ def _records():
     recs = []
     for method, accs in (("a", [0.5, 0.7]), ("b", [0.9, 0.9])):
         for seed, acc in enumerate(accs):
-            recs.append({"name": f"{method}/{seed}", "tags": {"method": method}, "params": {"seed": seed},
-                         "metrics": {"ACC": acc}})
+            recs.append(
+                {
+                    "name": f"{method}/{seed}",
+                    "tags": {"method": method},
+                    "params": {"seed": seed},
+                    "metrics": {"ACC": acc},
+                }
+            )
     return recs
 
 

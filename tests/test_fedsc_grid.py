@@ -20,8 +20,13 @@ def mat_files(tmp_path):
     rng = np.random.default_rng(0)
     y = np.repeat([1, 2], 30)
     # feature 2 is huge and uninformative: unscaled it hides the two groups, min-max scaled it does not
-    X = np.column_stack([np.where(y == 1, 0.0, 1.0) + 0.05 * rng.normal(size=60), 0.05 * rng.normal(size=60),
-                         1000.0 * rng.uniform(size=60)])
+    X = np.column_stack(
+        [
+            np.where(y == 1, 0.0, 1.0) + 0.05 * rng.normal(size=60),
+            0.05 * rng.normal(size=60),
+            1000.0 * rng.uniform(size=60),
+        ]
+    )
     _write(tmp_path / "Alpha.mat", X, y)
     X2 = np.vstack([rng.normal(size=(25, 2)), rng.normal(size=(25, 2)) + 8.0])
     _write(tmp_path / "Beta.mat", X2, np.repeat([0, 1], 25))
@@ -29,8 +34,10 @@ def mat_files(tmp_path):
 
 
 def test_resolve_datasets_takes_files_patterns_dicts_and_names(mat_files):
-    src = grid.resolve_datasets([str(mat_files / "*.mat"), {"path": str(mat_files / "Beta.mat"), "label": "B2",
-                                                            "scale": "none"}, "iris"], scale="standardize")
+    src = grid.resolve_datasets(
+        [str(mat_files / "*.mat"), {"path": str(mat_files / "Beta.mat"), "label": "B2", "scale": "none"}, "iris"],
+        scale="standardize",
+    )
     assert list(src) == ["Alpha", "Beta", "B2", "iris"]
     assert src["Alpha"] == {"name": "mat", "path": str(mat_files / "Alpha.mat"), "scale": "standardize", "options": {}}
     assert src["B2"]["scale"] == "none" and src["iris"]["name"] == "iris"
@@ -45,8 +52,16 @@ def test_resolve_datasets_takes_files_patterns_dicts_and_names(mat_files):
 
 
 def test_grid_runs_on_a_list_of_files_with_scale_and_graph_parameters(mat_files):
-    config = {"datasets": [str(mat_files / "Alpha.mat"), str(mat_files / "Beta.mat")], "trials": 1, "n_clients": 2,
-              "rounds": 3, "n_init": 2, "sweeps": ["noise"], "betas": [0.0], "graph": "mst"}
+    config = {
+        "datasets": [str(mat_files / "Alpha.mat"), str(mat_files / "Beta.mat")],
+        "trials": 1,
+        "n_clients": 2,
+        "rounds": 3,
+        "n_init": 2,
+        "sweeps": ["noise"],
+        "betas": [0.0],
+        "graph": "mst",
+    }
     with threadpool_limits(1):
         scaled = grid.run({**config, "scale": "minmax"})
         raw = grid.run({**config, "scale": "none"})

@@ -30,7 +30,9 @@ def test_acc_is_invariant_to_relabelling_and_perfect_for_a_permutation():
     y = np.array([0, 0, 1, 1, 2, 2, 2])
     p = np.array([5, 5, 9, 9, 1, 1, 1])
     assert metrics.clustering_accuracy(y, p) == 1.0
-    assert metrics.clustering_accuracy(y, np.array([0, 1, 0, 1, 0, 1, 0])) == pytest.approx(3 / 7)  # clusters -> classes 2 and 0
+    assert metrics.clustering_accuracy(y, np.array([0, 1, 0, 1, 0, 1, 0])) == pytest.approx(
+        3 / 7
+    )  # clusters -> classes 2 and 0
 
 
 def test_nmi_ari_known_values():

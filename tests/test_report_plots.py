@@ -16,8 +16,13 @@ def _records(n_methods=7, epsilons=("1", "4", "inf")):
         for e in epsilons:
             for seed in (0, 1):
                 acc = list(np.linspace(0.2, 0.5 + 0.05 * i, 6) + 0.01 * seed)
-                out.append({"tags": {"method": f"m{i}", "epsilon": e, "dataset": "d", "partition": "iid"},
-                            "params": {"seed": seed}, "history": {"ACC": acc}})
+                out.append(
+                    {
+                        "tags": {"method": f"m{i}", "epsilon": e, "dataset": "d", "partition": "iid"},
+                        "params": {"seed": seed},
+                        "history": {"ACC": acc},
+                    }
+                )
     return out
 
 
@@ -28,8 +33,9 @@ def _right_edge_of_axes(fig):
 
 def test_every_curve_is_drawn_in_facets_with_one_legend_outside_the_axes():
     # 7 methods x 3 budgets = 21 curves: the old figure drew the first 10 and clipped its legends
-    fig = plots.curves_figure(_records(), ("dataset", "partition", "method", "epsilon"), metrics=("ACC",),
-                              max_curves=10)
+    fig = plots.curves_figure(
+        _records(), ("dataset", "partition", "method", "epsilon"), metrics=("ACC",), max_curves=10
+    )
     drawn = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
     assert len(drawn) == 21 and len(set(drawn)) == 21
     assert len(fig.axes) == 7 and all(len(ax.get_lines()) == 3 for ax in fig.axes)  # one facet per method

@@ -8,7 +8,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-DEMO = '''
+DEMO = """
 import pytest
 
 def test_runs():
@@ -21,22 +21,27 @@ def test_allowed():
 @pytest.mark.external_data
 def test_missing_data():
     pytest.skip("no data here")
-'''
+"""
 
-SILENT = '''
+SILENT = """
 import pytest
 
 def test_silent():
     pytest.skip("nobody allowed this")
-'''
+"""
 
 
 def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    allow_skip\n    external_data\n    slow\n")
     (tmp_path / "test_demo.py").write_text(body)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_allowed_skips_are_counted_and_pass(tmp_path):

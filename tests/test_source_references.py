@@ -75,58 +75,88 @@ def test_benchmarks_config_docs_and_notebooks_cite_no_issue_amendment_or_spec(fo
     )
 
 
-@pytest.mark.parametrize("line", [
-    "# the final C-step (issue 17)",
-    '"""Privacy (amendment A-1)."""',
-    "Spec: ``specs/001_fed_spectral.md``",
-    "(spec 2.6 RESOLUTION)",
-    "(spec 000, A9)",
-    "the spec's typo fix",
-    "as spec 003's MNIST_bals asks",
-    "Mironov et al. 2019, §3",
-    "(section 2.1.6 and A6/A18)",
-    "the spec-004 CNN",
-    'ap.add_argument("--six-files", "--issue17", dest="issue17")',
-    "def issue17_table(names, seeds, P=8):",
-    "ISSUE17_COLS = [...]",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# the final C-step (issue 17)",
+        '"""Privacy (amendment A-1)."""',
+        "Spec: ``specs/001_fed_spectral.md``",
+        "(spec 2.6 RESOLUTION)",
+        "(spec 000, A9)",
+        "the spec's typo fix",
+        "as spec 003's MNIST_bals asks",
+        "Mironov et al. 2019, §3",
+        "(section 2.1.6 and A6/A18)",
+        "the spec-004 CNN",
+        'ap.add_argument("--six-files", "--issue17", dest="issue17")',
+        "def issue17_table(names, seeds, P=8):",
+        "ISSUE17_COLS = [...]",
+    ],
+)
 def test_the_check_catches_each_kind_of_reference(tmp_path, line):
     (tmp_path / "mod.py").write_text(f"x = 1\n{line}\n")
     assert offending_lines(tmp_path) == [f"mod.py:2: {line}"]
 
 
-@pytest.mark.parametrize("line", [
-    "from fedclust.registry.spec import MethodSpec",
-    "for name, spec in REGISTRY.items():",
-    "(the paper's Sec. 3.2, Thm 3.9; see docs/methods/fedsc.md)",
-    "Algorithm 1 lines 9-10",
-    "rows_spec = [",
-    "rho_factor: 1.0e-2  # a stronger one-hot penalty than the paper's 1.0e-7: see docs/methods/dp_fedc.md",
-    "| `dp_fedc_grid` | the DP-FedC experiments | DP-FedC's Table I, Figs. 3-4 |",
-    'ap.add_argument("--six-files", dest="six_files", action="store_true")',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from fedclust.registry.spec import MethodSpec",
+        "for name, spec in REGISTRY.items():",
+        "(the paper's Sec. 3.2, Thm 3.9; see docs/methods/fedsc.md)",
+        "Algorithm 1 lines 9-10",
+        "rows_spec = [",
+        "rho_factor: 1.0e-2  # a stronger one-hot penalty than the paper's 1.0e-7: see docs/methods/dp_fedc.md",
+        "| `dp_fedc_grid` | the DP-FedC experiments | DP-FedC's Table I, Figs. 3-4 |",
+        'ap.add_argument("--six-files", dest="six_files", action="store_true")',
+    ],
+)
 def test_the_check_leaves_ordinary_code_alone(tmp_path, line):
     (tmp_path / "mod.py").write_text(line + "\n")
     assert offending_lines(tmp_path) == []
 
 
 def _notebook(source: str, image: str) -> str:
-    return json.dumps({"cells": [
-        {"cell_type": "markdown", "source": ["# Privacy against utility\n", source]},
-        {"cell_type": "code", "source": ["plot()"], "outputs": [
-            {"output_type": "display_data", "data": {"image/png": image, "text/plain": "<Figure>"}}]},
-    ]})
+    return json.dumps(
+        {
+            "cells": [
+                {"cell_type": "markdown", "source": ["# Privacy against utility\n", source]},
+                {
+                    "cell_type": "code",
+                    "source": ["plot()"],
+                    "outputs": [
+                        {"output_type": "display_data", "data": {"image/png": image, "text/plain": "<Figure>"}}
+                    ],
+                },
+            ]
+        }
+    )
 
 
-@pytest.mark.parametrize(("name", "text", "glob", "expected"), [
-    ("base/parameters.yml", "dp_fedc:\n  G: 0.03  # gradient clip (spec A4)\n", "**/*.yml",
-     ["base/parameters.yml:2: G: 0.03  # gradient clip (spec A4)"]),
-    ("methods/fedsc.md", "# FedSC\n\nThe graph (issue 17) is ours.\n", "**/*.md",
-     ["methods/fedsc.md:3: The graph (issue 17) is ours."]),
-    ("tour.ipynb", _notebook("As amendment A-1 asks.", "iVBOR+A12/specs/x"), "*.ipynb",
-     ["tour.ipynb:cell 1:2: As amendment A-1 asks."]),
-    ("tour.ipynb", _notebook("Accounted against audited epsilon.", "iVBOR+A12/specs/x"), "*.ipynb", []),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "glob", "expected"),
+    [
+        (
+            "base/parameters.yml",
+            "dp_fedc:\n  G: 0.03  # gradient clip (spec A4)\n",
+            "**/*.yml",
+            ["base/parameters.yml:2: G: 0.03  # gradient clip (spec A4)"],
+        ),
+        (
+            "methods/fedsc.md",
+            "# FedSC\n\nThe graph (issue 17) is ours.\n",
+            "**/*.md",
+            ["methods/fedsc.md:3: The graph (issue 17) is ours."],
+        ),
+        (
+            "tour.ipynb",
+            _notebook("As amendment A-1 asks.", "iVBOR+A12/specs/x"),
+            "*.ipynb",
+            ["tour.ipynb:cell 1:2: As amendment A-1 asks."],
+        ),
+        ("tour.ipynb", _notebook("Accounted against audited epsilon.", "iVBOR+A12/specs/x"), "*.ipynb", []),
+    ],
+)
 def test_the_check_reads_config_markdown_and_notebook_cells(tmp_path, name, text, glob, expected):
     """YAML and Markdown line by line; a notebook by its cells' sources and text outputs, never its
     images (base64 such as ``+A12/`` would otherwise read as a resolution label)."""

@@ -88,8 +88,10 @@ def test_apply_thread_setting_sets_pools_and_environment(at_one_thread, monkeypa
 def test_apply_before_torch_import_reaches_torch():
     """Set before torch is imported, the environment gives torch that many threads (no torch import in
     fedclust.threads)."""
-    code = ("import sys; from fedclust.threads import apply_thread_setting; apply_thread_setting(1); "
-            "assert 'torch' not in sys.modules; import torch; print(torch.get_num_threads())")
+    code = (
+        "import sys; from fedclust.threads import apply_thread_setting; apply_thread_setting(1); "
+        "assert 'torch' not in sys.modules; import torch; print(torch.get_num_threads())"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"

@@ -42,8 +42,9 @@ MNIST_DIR = DATA_DIR / "mnist"
 # ------------------------------------------------------------------------------------------------
 # arguments and the session
 # ------------------------------------------------------------------------------------------------
-def parser(description: str | None, *, quick: str | None = None, seeds: int | None = None,
-           threads: int | None = None) -> argparse.ArgumentParser:
+def parser(
+    description: str | None, *, quick: str | None = None, seeds: int | None = None, threads: int | None = None
+) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the common options: ``--quick`` (when ``quick`` gives its help),
     ``--seeds N`` (when ``seeds`` gives the default), ``--threads N`` (when ``threads`` gives the
     default; 0 = torch's default) and always ``--json PATH``. ``description``: the script's
@@ -54,10 +55,15 @@ def parser(description: str | None, *, quick: str | None = None, seeds: int | No
     if seeds is not None:
         ap.add_argument("--seeds", type=int, default=seeds, help=f"number of seeds (default {seeds})")
     if threads is not None:
-        ap.add_argument("--threads", type=int, default=threads,
-                        help=f"torch threads (default {threads}; 0 = torch's default)")
-    ap.add_argument("--json", metavar="PATH", default=None,
-                    help="also write the arguments, timings and every printed table to this JSON file")
+        ap.add_argument(
+            "--threads", type=int, default=threads, help=f"torch threads (default {threads}; 0 = torch's default)"
+        )
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the arguments, timings and every printed table to this JSON file",
+    )
     return ap
 
 
@@ -103,8 +109,14 @@ def session(args: argparse.Namespace | None = None, **extra) -> Iterator[dict]:
         sys.stdout = out
         path = ns.get("json")
         if path:
-            doc = {"script": Path(sys.argv[0]).name, "args": ns, "wall_s": time.perf_counter() - t0,
-                   "peak_rss_mb": peak_rss_mb(), "tables": markdown_tables(buf.getvalue()), **report}
+            doc = {
+                "script": Path(sys.argv[0]).name,
+                "args": ns,
+                "wall_s": time.perf_counter() - t0,
+                "peak_rss_mb": peak_rss_mb(),
+                "tables": markdown_tables(buf.getvalue()),
+                **report,
+            }
             write_json(path, doc)
             print(f"(report written to {path})")
 
@@ -173,8 +185,9 @@ def timed(fn: Callable, *args, **kwargs) -> tuple[Any, float]:
     return r, time.perf_counter() - t
 
 
-def interleaved(cases: dict[str, Callable[[], Any]], repeats: int = 3, *, warmup: bool = False,
-                results: dict | None = None) -> dict[str, float]:
+def interleaved(
+    cases: dict[str, Callable[[], Any]], repeats: int = 3, *, warmup: bool = False, results: dict | None = None
+) -> dict[str, float]:
     """Median seconds of every case over ``repeats`` rounds that run the cases in turn (A, B, A, B,
     ...), so background load on a shared machine falls on all of them alike. ``warmup`` runs every
     case once first, untimed; ``results`` (a dict) receives each case's last return value."""
@@ -289,16 +302,33 @@ def mnist_test(path=None, *, max_images: int | None = None) -> tuple[np.ndarray,
     return images.reshape(images.shape[0], -1).astype(np.float64), y, images
 
 
-def rotated(images: np.ndarray, y: np.ndarray, *, n_clients: int, n: int, n_test: int, seed: int = 0,
-            n_groups: int = 4, **kwargs):
+def rotated(
+    images: np.ndarray,
+    y: np.ndarray,
+    *,
+    n_clients: int,
+    n: int,
+    n_test: int,
+    seed: int = 0,
+    n_groups: int = 4,
+    **kwargs,
+):
     """Rotated clustered-FL data (:func:`fedclust.partition.rotation.rotation`, ``n_groups``
     rotations) as :class:`~fedclust.clustered_fl.FederatedTensors`: ``n`` training and ``n_test``
     test samples per client."""
     from fedclust.clustered_fl import FederatedTensors
     from fedclust.partition.rotation import rotation
 
-    rd = rotation(images, y, n_groups=n_groups, n_clients=n_clients, samples_per_client=n,
-                  test_per_client=n_test, seed=seed, **kwargs)
+    rd = rotation(
+        images,
+        y,
+        n_groups=n_groups,
+        n_clients=n_clients,
+        samples_per_client=n,
+        test_per_client=n_test,
+        seed=seed,
+        **kwargs,
+    )
     return FederatedTensors.from_rotated(rd)
 
 

@@ -25,10 +25,13 @@ class DataError(FedclustError, ValueError):
     """A data set cannot be used as it is (empty, no features)."""
 
 
-_NOT_WRITABLE = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                 errno.EPERM: "operation not permitted",
-                 errno.ENOTDIR: "a file is in the way of a folder on that path",
-                 errno.EEXIST: "a file is in the way of a folder on that path"}
+_NOT_WRITABLE = {
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "a file is in the way of a folder on that path",
+    errno.EEXIST: "a file is in the way of a folder on that path",
+}
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
@@ -43,9 +46,11 @@ def _chain(exc: BaseException):
 def _os_message(exc: OSError) -> str | None:
     where = exc.filename or "a file"
     if exc.errno in _NOT_WRITABLE:
-        return (f"cannot write {where}: {_NOT_WRITABLE[exc.errno]}. Make that folder writable, or point the "
-                "output elsewhere (conf/local/catalog.yml for results, conf/local/mlflow.yml for the MLflow "
-                "store), and run again")
+        return (
+            f"cannot write {where}: {_NOT_WRITABLE[exc.errno]}. Make that folder writable, or point the "
+            "output elsewhere (conf/local/catalog.yml for results, conf/local/mlflow.yml for the MLflow "
+            "store), and run again"
+        )
     if exc.errno in _NO_SPACE:
         return f"cannot write {where}: no space left on the device. Free some space and run again"
     return None
@@ -57,9 +62,11 @@ def _store_message(exc: BaseException) -> str | None:
     text = " ".join(str(exc).split())
     for words in ("readonly database", "unable to open database file", "disk I/O error"):
         if words in text and type(exc).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "mlflow"):
-            return (f"the MLflow store cannot be written ({words}): its folder was moved or deleted, or is "
-                    "read-only. Put it back (or set mlflow_tracking_uri in conf/local/mlflow.yml) and run "
-                    "again; the next run marks this one KILLED")
+            return (
+                f"the MLflow store cannot be written ({words}): its folder was moved or deleted, or is "
+                "read-only. Put it back (or set mlflow_tracking_uri in conf/local/mlflow.yml) and run "
+                "again; the next run marks this one KILLED"
+            )
     return None
 
 
@@ -78,8 +85,10 @@ def user_message(exc: BaseException) -> str | None:
             return msg
     for e in chain:
         if isinstance(e, MemoryError):
-            return (f"not enough memory ({' '.join(str(e).split()) or 'MemoryError'}). Use a smaller setting "
-                    "(fewer samples, clients or rounds) and run again")
+            return (
+                f"not enough memory ({' '.join(str(e).split()) or 'MemoryError'}). Use a smaller setting "
+                "(fewer samples, clients or rounds) and run again"
+            )
     for e in chain:
         if isinstance(e, (ValueError, FileNotFoundError)):
             return " ".join(str(e).split()) or type(e).__name__
@@ -88,8 +97,10 @@ def user_message(exc: BaseException) -> str | None:
 
 def tracebacks_requested() -> bool:
     """Whether errors keep their traceback: ``kedro run -v`` or ``FEDCLUST_TRACEBACK=1`` (``FEDCLUST_DEBUG=1``)."""
-    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-               for name in ("FEDCLUST_TRACEBACK", "FEDCLUST_DEBUG"))
+    return any(
+        os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+        for name in ("FEDCLUST_TRACEBACK", "FEDCLUST_DEBUG")
+    )
 
 
 class RepeatedUserErrorFilter(logging.Filter):

@@ -48,8 +48,10 @@ logger = logging.getLogger(__name__)
 EXECUTORS = ("serial", "processes", "ray")
 #: the keys of a grid's config that say how to run it, not what to compute (never part of a cell)
 EXECUTION_KEYS = ("executor", "executor_options", "resume")
-RAY_MISSING = ("the 'ray' executor needs Ray, which is not installed: pip install -e '.[ray]' "
-               "(or pip install 'ray[default]>=2.9,<3'), or choose executor: serial or processes")
+RAY_MISSING = (
+    "the 'ray' executor needs Ray, which is not installed: pip install -e '.[ray]' "
+    "(or pip install 'ray[default]>=2.9,<3'), or choose executor: serial or processes"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,13 +66,16 @@ def execution(config: dict | None) -> dict:
     if name not in EXECUTORS:
         raise ValueError(f"config.executor must be one of {list(EXECUTORS)}, got {name!r}")
     options = dict(config.get("executor_options") or {})
-    allowed = {"serial": {"threads_per_cell"},
-               "processes": {"threads_per_cell", "max_workers"},
-               "ray": {"threads_per_cell", "address", "num_cpus", "init_options"}}[name]
+    allowed = {
+        "serial": {"threads_per_cell"},
+        "processes": {"threads_per_cell", "max_workers"},
+        "ray": {"threads_per_cell", "address", "num_cpus", "init_options"},
+    }[name]
     bad = sorted(set(options) - allowed)
     if bad:
-        raise ValueError(f"config.executor_options: unknown option(s) {bad} for executor {name!r} "
-                         f"(allowed: {sorted(allowed)})")
+        raise ValueError(
+            f"config.executor_options: unknown option(s) {bad} for executor {name!r} (allowed: {sorted(allowed)})"
+        )
     resume = config.get("resume", True)
     if not isinstance(resume, bool):
         raise ValueError(f"config.resume must be true or false, got {resume!r}")
@@ -152,8 +157,13 @@ def call_cell(fn: Callable, cell: Any, threads: int | None = 1, cwd: str | None 
 # executors: yield (index, result) as cells finish
 
 
-def iter_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: dict | None = None,
-               indices: Sequence[int] | None = None) -> Iterator[tuple[int, Any]]:
+def iter_cells(
+    fn: Callable,
+    cells: Sequence,
+    executor: str = "serial",
+    options: dict | None = None,
+    indices: Sequence[int] | None = None,
+) -> Iterator[tuple[int, Any]]:
     """Run ``fn`` on ``cells[i]`` for ``i`` in ``indices`` (default all); yield ``(i, result)`` in the
     order they finish. ``fn`` must be a module-level (picklable) function for processes and Ray."""
     options = dict(options or {})
@@ -178,9 +188,12 @@ def _iter_processes(fn, cells, idx, threads, max_workers):
 
     if max_workers < 1:
         raise ValueError(f"executor_options.max_workers must be >= 1, got {max_workers}")
-    pool = ProcessPoolExecutor(max_workers=min(max_workers, len(idx)), mp_context=mp.get_context("spawn"),
-                               initializer=_worker_init,
-                               initargs=(threads, os.getpid(), threading.current_thread() is threading.main_thread()))
+    pool = ProcessPoolExecutor(
+        max_workers=min(max_workers, len(idx)),
+        mp_context=mp.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(threads, os.getpid(), threading.current_thread() is threading.main_thread()),
+    )
     clean = False
     try:
         pending = {pool.submit(call_cell, fn, cells[i], threads): i for i in idx}
@@ -376,9 +389,12 @@ def code_version(module: str | None = None, root: Path | None = None) -> str:
     library module (``fedclust`` less its Kedro side)."""
     root = root or _ROOT
     if module is None:
-        files = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*.py"))
-                 if not p.relative_to(root).as_posix().startswith(("pipelines/", "hooks/"))
-                 and p.name not in ("settings.py", "pipeline_registry.py", "__main__.py")}
+        files = {
+            p.relative_to(root).as_posix(): p
+            for p in sorted(root.rglob("*.py"))
+            if not p.relative_to(root).as_posix().startswith(("pipelines/", "hooks/"))
+            and p.name not in ("settings.py", "pipeline_registry.py", "__main__.py")
+        }
     else:
         files = module_closure(module, root)
     parts = _package_versions()
@@ -463,22 +479,36 @@ class CellStore:
             os.fsync(fh.fileno())
         logger.warning("%s: dropped a torn last line (%d bytes) left by an interrupted write", self.path, size - pos)
 
-    def append(self, key: str, cell: Any, result: Any, *, cell_id: str | None = None, code: str | None = None,
-               data: str | None = None) -> None:
+    def append(
+        self,
+        key: str,
+        cell: Any,
+        result: Any,
+        *,
+        cell_id: str | None = None,
+        code: str | None = None,
+        data: str | None = None,
+    ) -> None:
         """Write one record: a single newline-terminated line, flushed and fsynced."""
         new = not self.path.exists()
         if new:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         else:
             self._drop_torn_tail()
-        row = {"key": key, "cell_id": cell_id, "code": code or self.code, "data": data, "cell": _encode(cell),
-               "result": _encode(result)}
+        row = {
+            "key": key,
+            "cell_id": cell_id,
+            "code": code or self.code,
+            "data": data,
+            "cell": _encode(cell),
+            "result": _encode(result),
+        }
         line = (json.dumps(row, allow_nan=True, separators=(",", ":")) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             view = memoryview(line)
             while view:  # one write for the whole line; loop only if the kernel wrote part of it
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -522,8 +552,14 @@ class _CellProgress:
         try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("{task.description}"), transient=True)
+            bar = Progress(
+                TextColumn(f"[bold]{label}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                transient=True,
+            )
             self._task = bar.add_task("", total=total)
             bar.start()  # fails when another live display is active: no bar then
             self._bar = bar
@@ -540,16 +576,24 @@ class _CellProgress:
             self._bar = None
 
 
-
 def _module_of(fn: Callable) -> str | None:
     """The module that defines ``fn`` (a function, a static method or a callable object)."""
     return getattr(fn, "__module__", None) or getattr(type(fn), "__module__", None)
 
 
-def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: dict | None = None,
-              on_done: Callable[[int, Any, bool], None] | None = None, store: CellStore | str | None = None,
-              resume: bool = True, label: str = "grid", name: Callable[[Any], str] | None = None,
-              data_of: Callable[[Any], str] | None = None, code: str | None = None) -> list:
+def run_cells(
+    fn: Callable,
+    cells: Sequence,
+    executor: str = "serial",
+    options: dict | None = None,
+    on_done: Callable[[int, Any, bool], None] | None = None,
+    store: CellStore | str | None = None,
+    resume: bool = True,
+    label: str = "grid",
+    name: Callable[[Any], str] | None = None,
+    data_of: Callable[[Any], str] | None = None,
+    code: str | None = None,
+) -> list:
     """Run ``fn`` on every cell with ``executor``; return the results in the order of ``cells``.
 
     ``on_done(index, result, resumed)`` is called in this process for every cell, as it finishes
@@ -582,15 +626,25 @@ def run_cells(fn: Callable, cells: Sequence, executor: str = "serial", options: 
                 elif ids[i] in store.seen:
                     changed["data" if store.seen[ids[i]][1] != datas[i] else "code"] += 1
             if changed["data"] or changed["code"]:
-                logger.info("%s: %d stored cell(s) are recomputed because their input data changed and %d "
-                            "because their code changed", label, changed["data"], changed["code"])
+                logger.info(
+                    "%s: %d stored cell(s) are recomputed because their input data changed and %d "
+                    "because their code changed",
+                    label,
+                    changed["data"],
+                    changed["code"],
+                )
         else:
             store.clear()
     todo = [i for i in range(len(cells)) if not have[i]]
     n_resumed = len(cells) - len(todo)
     if n_resumed:
-        logger.info("%s: %d of %d cells resumed from %s (resume: false recomputes them)", label, n_resumed,
-                    len(cells), store.path)
+        logger.info(
+            "%s: %d of %d cells resumed from %s (resume: false recomputes them)",
+            label,
+            n_resumed,
+            len(cells),
+            store.path,
+        )
     for i in range(len(cells)):
         if have[i] and on_done is not None:
             on_done(i, results[i], True)
@@ -624,8 +678,12 @@ def same_results(a, b, ignore: Sequence[str] = ("wall_time_s",)) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(same_results(x, y, ignore) for x, y in zip(a, b))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-                and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+        )
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return type(a) is type(b) and a == b

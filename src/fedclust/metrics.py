@@ -202,8 +202,11 @@ def client_chance(group, assignment, client_acc: float, seed: int = 0) -> dict[s
     if group is None or assignment is None or np.shape(group) != np.shape(assignment):
         return {}
     chance = chance_scores(group, np.asarray(assignment), seed=seed)
-    return {"client_ACC_chance": chance["ACC_chance"], "client_NMI_chance": chance["NMI_chance"],
-            "client_at_chance": float(is_at_chance({"ACC": client_acc}, chance))}
+    return {
+        "client_ACC_chance": chance["ACC_chance"],
+        "client_NMI_chance": chance["NMI_chance"],
+        "client_at_chance": float(is_at_chance({"ACC": client_acc}, chance)),
+    }
 
 
 def rounds_to_fraction(history, fraction: float = 0.9) -> int | None:

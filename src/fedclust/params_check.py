@@ -89,8 +89,10 @@ def _type_problems(path: str, key, value, default) -> list[str]:
             return [f"{path} must be a finite number, got {show(value)}"]
     elif isinstance(default, Mapping):
         if not isinstance(value, Mapping):
-            return [f"{path} is a group of parameters ({', '.join(map(str, default)) or 'options'}), "
-                    f"got the value {value!r}"]
+            return [
+                f"{path} is a group of parameters ({', '.join(map(str, default)) or 'options'}), "
+                f"got the value {value!r}"
+            ]
     elif isinstance(value, Mapping) and not isinstance(default, Mapping):
         return [f"{path} takes a value (default {show(default)}), got a group {dict(value)!r}"]
     return _count_problems(path, key, value)

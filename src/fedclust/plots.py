@@ -30,11 +30,25 @@ from matplotlib.ticker import MaxNLocator
 OUTSIDE_GUARANTEE = "experimenter-side evaluation on raw data: outside the DP guarantee"
 #: table columns that are results or bookkeeping, never a swept setting
 _NOT_KEYS = {"method", "label", "n", "dataset", "table", "status", "name", "family", "at_chance", "trust_model"}
-_METRIC_NAMES = {"ACC", "NMI", "NMI_paper", "ARI", "wall_time_s", "test_accuracy", "client_ACC", "client_NMI",
-                 "objective", "epsilon_accountant", "uploaded_reals", "mean_moved", "min_noisy_cluster"}
+_METRIC_NAMES = {
+    "ACC",
+    "NMI",
+    "NMI_paper",
+    "ARI",
+    "wall_time_s",
+    "test_accuracy",
+    "client_ACC",
+    "client_NMI",
+    "objective",
+    "epsilon_accountant",
+    "uploaded_reals",
+    "mean_moved",
+    "min_noisy_cluster",
+}
 
 
 # ---------------------------------------------------------------------------------------- helpers
+
 
 def panel_grid(n: int, ncols: int = 3, width: float = 4.0, height: float = 3.0, **kw):
     """``(fig, axes)``: ``n`` panels in rows of at most ``ncols``; unused cells are removed."""
@@ -83,8 +97,16 @@ def _legend_right(fig, axes, fontsize: int = 7, title: str | None = None):
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        return fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=fontsize,
-                          title=title, title_fontsize=fontsize, frameon=False)
+        return fig.legend(
+            handles,
+            labels,
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=fontsize,
+            title=title,
+            title_fontsize=fontsize,
+            frameon=False,
+        )
     return None
 
 
@@ -103,6 +125,7 @@ def _numeric(values) -> bool:
 
 # --------------------------------------------------------------------------- one run: history
 
+
 def _releases_up_to(rs: list, t: int, R: int, sequential: bool) -> list:
     """The releases of rounds 1..t (see :func:`epsilon_by_round`)."""
     if not sequential:
@@ -116,8 +139,9 @@ def _releases_up_to(rs: list, t: int, R: int, sequential: bool) -> list:
     return out
 
 
-def epsilon_by_round(releases: Iterable, delta: float, accountant: str = "rdp", rounds: int | None = None,
-                     max_points: int = 30) -> list[tuple[int, float]]:
+def epsilon_by_round(
+    releases: Iterable, delta: float, accountant: str = "rdp", rounds: int | None = None, max_points: int = 30
+) -> list[tuple[int, float]]:
     """``[(t, epsilon after the first t rounds)]``: the accountant on the releases of rounds 1..t.
 
     Two layouts of a run's releases are read: releases that repeat over the whole run (FKM's
@@ -144,8 +168,16 @@ def _history_steps(history: dict, hist: list) -> list[int]:
     return [int(r) for r in rounds] if len(rounds) == len(hist) else list(range(1, len(hist) + 1))
 
 
-def history_figure(history: dict, *, method: str, dataset: str = "", partition: str = "", epsilon="inf",
-                   eps_rounds: Sequence[tuple[int, float]] | None = None, ncols: int = 3):
+def history_figure(
+    history: dict,
+    *,
+    method: str,
+    dataset: str = "",
+    partition: str = "",
+    epsilon="inf",
+    eps_rounds: Sequence[tuple[int, float]] | None = None,
+    ncols: int = 3,
+):
     """The per-round histories of one run, one panel per metric, in rows of ``ncols``.
 
     Histories that are empty, not numeric or constant (nothing to read) get no panel; a last panel
@@ -265,14 +297,21 @@ def confusion_figure(y_true, y_pred, title: str = ""):
 
 # ------------------------------------------------------------------------------ grid figures
 
+
 def _group_frame(records: list[dict]) -> pd.DataFrame:
     from fedclust.experiments import records_frame
 
     return records_frame(records)
 
 
-def privacy_utility_figure(records: list[dict], metric: str = "ACC", series: str = "method",
-                           facets: Sequence[str] = ("dataset", "partition"), chance=None, title: str = ""):
+def privacy_utility_figure(
+    records: list[dict],
+    metric: str = "ACC",
+    series: str = "method",
+    facets: Sequence[str] = ("dataset", "partition"),
+    chance=None,
+    title: str = "",
+):
     """``metric`` (mean ± std over seeds) against the accounted epsilon, one line per ``series``
     value, one panel per combination of ``facets``.
 
@@ -287,8 +326,10 @@ def privacy_utility_figure(records: list[dict], metric: str = "ACC", series: str
     frame = _group_frame(recs)
     if "epsilon_accountant" not in frame.columns:
         frame["epsilon_accountant"] = math.inf
-    frame["eps_acc"] = [eps_value(a) if eps_value(t) < math.inf else math.inf
-                        for a, t in zip(frame["epsilon_accountant"], frame.get("epsilon", ["inf"] * len(frame)))]
+    frame["eps_acc"] = [
+        eps_value(a) if eps_value(t) < math.inf else math.inf
+        for a, t in zip(frame["epsilon_accountant"], frame.get("epsilon", ["inf"] * len(frame)))
+    ]
     facets = [f for f in facets if f in frame.columns]
     if series not in frame.columns:
         series = "method"
@@ -304,8 +345,16 @@ def privacy_utility_figure(records: list[dict], metric: str = "ACC", series: str
             stats = gs.groupby("epsilon", sort=False).agg(x=("eps_acc", "mean"), m=(metric, "mean"), sd=(metric, "std"))
             stats["x"] = [x_inf if not math.isfinite(x) else x for x in stats["x"]]
             stats = stats.sort_values("x")
-            ax.errorbar(stats["x"], stats["m"], yerr=stats["sd"].fillna(0), marker="o", ms=4, capsize=2, label=str(s),
-                        color=colors[s])
+            ax.errorbar(
+                stats["x"],
+                stats["m"],
+                yerr=stats["sd"].fillna(0),
+                marker="o",
+                ms=4,
+                capsize=2,
+                label=str(s),
+                color=colors[s],
+            )
         ch = chance.get(dict(zip(facets, key)).get("dataset")) if isinstance(chance, dict) else chance
         if ch is not None:
             ax.axhline(ch, color="0.3", ls="--", lw=1, label="chance level")
@@ -327,8 +376,14 @@ def privacy_utility_figure(records: list[dict], metric: str = "ACC", series: str
     return fig
 
 
-def rounds_by_epsilon_figure(records: list[dict], metric: str, series: str = "method", title: str = "",
-                             focus: Sequence[str] = ("dataset", "partition"), ncols: int = 3):
+def rounds_by_epsilon_figure(
+    records: list[dict],
+    metric: str,
+    series: str = "method",
+    title: str = "",
+    focus: Sequence[str] = ("dataset", "partition"),
+    ncols: int = 3,
+):
     """``metric`` per round (mean over seeds), one panel per ``series`` value, one line per epsilon
     in the same colors in every panel (darker = smaller ε, grey dashed = no DP).
 
@@ -350,7 +405,9 @@ def rounds_by_epsilon_figure(records: list[dict], metric: str, series: str = "me
             shown.append(f"{k} {first}")
     by = {}
     for r in recs:
-        by.setdefault(val(r, series) or val(r, "method"), {}).setdefault(val(r, "epsilon") or "inf", []).append(r["history"][metric])
+        by.setdefault(val(r, series) or val(r, "method"), {}).setdefault(val(r, "epsilon") or "inf", []).append(
+            r["history"][metric]
+        )
     multi = {s: d for s, d in by.items() if len(d) > 1}
     by = multi or by  # series run at one budget only say nothing about budgets: left out when others exist
     eps_all = sorted({e for d in by.values() for e in d}, key=eps_value)
@@ -364,8 +421,13 @@ def rounds_by_epsilon_figure(records: list[dict], metric: str, series: str = "me
             n = min(len(h) for h in hs)
             mean = np.mean([np.asarray(h[:n], dtype=float) for h in hs], axis=0)
             inf = not math.isfinite(eps_value(e))
-            ax.plot(range(1, n + 1), mean, color="0.35" if inf else color[e], ls="--" if inf else "-",
-                    label=f"ε = {eps_text(e)}")
+            ax.plot(
+                range(1, n + 1),
+                mean,
+                color="0.35" if inf else color[e],
+                ls="--" if inf else "-",
+                label=f"ε = {eps_text(e)}",
+            )
         ax.set_title(str(s), fontsize=9)
         ax.set_xlabel("round (evaluation)" if metric == "test_accuracy" else "round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -406,11 +468,23 @@ def sweeps_figure(tables: dict[str, pd.DataFrame], metric: str = "ACC", max_pane
         if f"{metric}_mean" not in tab.columns:
             continue
         series = next((c for c in ("label", "method") if c in tab.columns), None)
-        keys = [c for c in tab.columns if c not in _NOT_KEYS and c not in _METRIC_NAMES
-                and not c.endswith(("_mean", "_std")) and tab[c].astype(str).nunique() > 1]
+        keys = [
+            c
+            for c in tab.columns
+            if c not in _NOT_KEYS
+            and c not in _METRIC_NAMES
+            and not c.endswith(("_mean", "_std"))
+            and tab[c].astype(str).nunique() > 1
+        ]
         if "dataset" in tab.columns and tab["dataset"].nunique() > 1:
             keys = ["dataset"] + keys
-        x = "epsilon" if "epsilon" in keys else next((k for k in keys if _numeric(tab[k].astype(str).replace("inf", "1e999"))), keys[0] if keys else None)
+        x = (
+            "epsilon"
+            if "epsilon" in keys
+            else next(
+                (k for k in keys if _numeric(tab[k].astype(str).replace("inf", "1e999"))), keys[0] if keys else None
+            )
+        )
         facets = [k for k in keys if k != x]
         groups = list(tab.groupby(facets, sort=False)) if facets else [((), tab)]
         for key, g in groups:
@@ -425,15 +499,23 @@ def sweeps_figure(tables: dict[str, pd.DataFrame], metric: str = "ACC", max_pane
     colors: dict = {}
     for ax, (title, x, series, g) in zip(axes, jobs):
         xs_all = _order(g[x].astype(str)) if x else []
-        for s, gs in (g.groupby(series, sort=False) if series else [("", g)]):
+        for s, gs in g.groupby(series, sort=False) if series else [("", g)]:
             colors.setdefault(s, f"C{len(colors) % 10}")
             if x:
                 gs = gs.assign(_pos=[xs_all.index(v) for v in gs[x].astype(str)]).sort_values("_pos")
                 pos = list(gs["_pos"])
             else:
                 pos = list(range(len(gs)))
-            ax.errorbar(pos, gs[f"{metric}_mean"], yerr=gs[f"{metric}_std"].fillna(0), marker="o", ms=4, capsize=2,
-                        label=str(s), color=colors[s])
+            ax.errorbar(
+                pos,
+                gs[f"{metric}_mean"],
+                yerr=gs[f"{metric}_std"].fillna(0),
+                marker="o",
+                ms=4,
+                capsize=2,
+                label=str(s),
+                color=colors[s],
+            )
         if x:
             labels = ["∞" if v == "inf" else v for v in xs_all]
             long = max((len(v) for v in labels), default=0) > 6 or len(labels) > 6
@@ -450,9 +532,13 @@ def sweeps_figure(tables: dict[str, pd.DataFrame], metric: str = "ACC", max_pane
     return fig
 
 
-def curves_figure(records: list[dict], keys: Sequence[str],
-                  metrics: Sequence[str] = ("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
-                  max_curves: int = 10, focus: Sequence[str] = ("dataset", "partition", "setting")):
+def curves_figure(
+    records: list[dict],
+    keys: Sequence[str],
+    metrics: Sequence[str] = ("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
+    max_curves: int = 10,
+    focus: Sequence[str] = ("dataset", "partition", "setting"),
+):
     """Convergence: per-round histories averaged over seeds, one panel per metric that some record
     holds, one line per combination of ``keys`` among the records that hold that metric.
 
@@ -502,8 +588,9 @@ def curves_figure(records: list[dict], keys: Sequence[str],
         d = dict(g)
         ckey = "method" if "method" in d else (varying[0] if varying else None)
         lkey = "epsilon" if "epsilon" in d and ckey != "epsilon" else next((k for k in varying if k != ckey), None)
-        c = colors.setdefault(d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else plt.get_cmap("tab20")(
-            len(colors) % 20))
+        c = colors.setdefault(
+            d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else plt.get_cmap("tab20")(len(colors) % 20)
+        )
         ls = lines.setdefault(d.get(lkey), styles[len(lines) % len(styles)])
         return {"color": c, "ls": ls}
 
@@ -513,19 +600,30 @@ def curves_figure(records: list[dict], keys: Sequence[str],
     for metric in shown:
         groups, fixed, varying = panel_groups(metric)
         first_seen = list(dict.fromkeys(str(g[0][1]) if g else "" for g in groups))
-        items = sorted(groups.items(), key=lambda kv: (first_seen.index(str(kv[0][0][1]) if kv[0] else ""),
-                                                       tuple(eps_value(v) if k == "epsilon" else 0 for k, v in kv[0])))
+        items = sorted(
+            groups.items(),
+            key=lambda kv: (
+                first_seen.index(str(kv[0][0][1]) if kv[0] else ""),
+                tuple(eps_value(v) if k == "epsilon" else 0 for k, v in kv[0]),
+            ),
+        )
         note = f" ({'; '.join(fixed)})" if fixed else ""
         if len(items) <= max_curves or not varying:
             for i in range(0, len(items), max_curves):
-                panels.append((metric, metric + note, items[i:i + max_curves], varying))
+                panels.append((metric, metric + note, items[i : i + max_curves], varying))
             continue
         fkey = "method" if "method" in varying else varying[0]
         for fv in dict.fromkeys(dict(g)[fkey] for g, _ in items):
             sub = [(g, h) for g, h in items if dict(g)[fkey] == fv]
             for i in range(0, len(sub), max_curves):
-                panels.append((metric, f"{metric} · {fv if fkey == 'method' else f'{fkey}={fv}'}{note}",
-                               sub[i:i + max_curves], varying))
+                panels.append(
+                    (
+                        metric,
+                        f"{metric} · {fv if fkey == 'method' else f'{fkey}={fv}'}{note}",
+                        sub[i : i + max_curves],
+                        varying,
+                    )
+                )
     n_panels = len(panels) + int(comm)
     fig, axes = panel_grid(n_panels, ncols=2 if n_panels <= 4 else 3, width=4.6, height=3.2)
     for ax, (metric, title, items, varying) in zip(axes, panels):
@@ -567,9 +665,11 @@ def audit_bars_figure(names: Sequence[str], accounted, audited, noise_off, title
     bar labelled with its value, and a bound of 0 drawn as a short stub at the bottom so it stays
     visible."""
     names = list(names)
-    series = [("ε accounted (upper bound)", accounted, "#1f5fbf"),
-              ("ε audited, noise on (lower bound)", audited, "#1a9641"),
-              ("ε audited, noise off (power check)", noise_off, "#7f7f7f")]
+    series = [
+        ("ε accounted (upper bound)", accounted, "#1f5fbf"),
+        ("ε audited, noise on (lower bound)", audited, "#1a9641"),
+        ("ε audited, noise off (power check)", noise_off, "#7f7f7f"),
+    ]
     values = [np.asarray([np.nan if v is None else float(v) for v in vals], dtype=float) for _, vals, _ in series]
     positive = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in values]) if values else np.array([])
     floor = (positive.min() / 3.0) if positive.size else 1e-3
@@ -578,12 +678,20 @@ def audit_bars_figure(names: Sequence[str], accounted, audited, noise_off, title
     w = 0.27
     for i, ((lab, _, color), v) in enumerate(zip(series, values)):
         shown = np.where(np.isfinite(v), np.maximum(v, floor * 1.4), np.nan)
-        bars = ax.bar(x + (i - 1) * w, shown - floor, w, bottom=floor, label=lab, color=color, edgecolor="black",
-                      linewidth=0.4)
+        bars = ax.bar(
+            x + (i - 1) * w, shown - floor, w, bottom=floor, label=lab, color=color, edgecolor="black", linewidth=0.4
+        )
         for b, val in zip(bars, v):
             if np.isfinite(val):
-                ax.annotate(f"{val:.3g}", (b.get_x() + b.get_width() / 2, b.get_y() + b.get_height()),
-                            ha="center", va="bottom", fontsize=6, xytext=(0, 1), textcoords="offset points")
+                ax.annotate(
+                    f"{val:.3g}",
+                    (b.get_x() + b.get_width() / 2, b.get_y() + b.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    xytext=(0, 1),
+                    textcoords="offset points",
+                )
     ax.set_yscale("log")
     ax.set_ylim(bottom=floor)
     ax.set_xticks(x, names, rotation=30, ha="right")

@@ -20,8 +20,14 @@ from fedclust.hooks import (
 # the tour (MethodRunsCloseHook ends it before the next method's nodes); EffectiveSettingsHook logs
 # each method's settings as it ran; SummaryHook shows progress and the end-of-run table;
 # InterruptHook marks the MLflow run of an interrupted run as KILLED.
-HOOKS = (ParamsCheckHook(), RunTagsHook(), MethodRunsCloseHook(), EffectiveSettingsHook(), SummaryHook(),
-         InterruptHook())
+HOOKS = (
+    ParamsCheckHook(),
+    RunTagsHook(),
+    MethodRunsCloseHook(),
+    EffectiveSettingsHook(),
+    SummaryHook(),
+    InterruptHook(),
+)
 
 CONFIG_LOADER_ARGS = {
     "base_env": "base",

@@ -45,7 +45,6 @@ def check_threads(threads, name: str = "threads") -> int | None:
         return None
     if isinstance(threads, bool) or not isinstance(threads, int):
         try:
-
             ok = isinstance(threads, np.integer)
         except ImportError:  # pragma: no cover
             ok = False

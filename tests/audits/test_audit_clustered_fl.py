@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedclust.clustered_fl import FederatedTensors, LinearRegression
+from fedclust.audits import clustered_fl as cases
+from fedclust.clustered_fl import FederatedTensors, LinearRegression, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.rebalance import identifier_keep_probability
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case
-from fedclust.audits import clustered_fl as cases
 
 METHODS = cases.METHODS
 SINGLE = ("dp_fedavg", "dp_fedprox", "dp_fedper")
@@ -43,8 +42,15 @@ def _report(reports, method):
 
 
 def test_every_method_has_a_case_accounted_replace_one():
-    assert set(cases.CASES) == {"rr_cluster", "dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox",
-                                "dp_fedper"}
+    assert set(cases.CASES) == {
+        "rr_cluster",
+        "dp_ifca",
+        "dp_fesem",
+        "dp_fedcam",
+        "dp_fedavg",
+        "dp_fedprox",
+        "dp_fedper",
+    }
     from fedclust.audits import cases as all_cases
 
     assert set(cases.CASES) <= set(all_cases())
@@ -86,19 +92,28 @@ def _zeros(k, d, bias, fedcam=False):
 def _run_zero(method, *, d, n_clients, m, sigma_s=1.0, seed=0):
     bias = method == "dp_fedper"  # FedPer: the bias is the personal head, the weights the shared base
     data, model = _zero_data(n_clients, d), LinearRegression(d, bias=bias)
-    kw = dict(clip=C, lr=0.1, local_steps=1, rounds=1, clients_per_round=m, eval_every=0, seed=seed,
-              server_lr=GAMMA)
+    kw = dict(clip=C, lr=0.1, local_steps=1, rounds=1, clients_per_round=m, eval_every=0, seed=seed, server_lr=GAMMA)
     if method in SINGLE:
         fn = {"dp_fedavg": dpb.dp_fedavg, "dp_fedprox": dpb.dp_fedprox, "dp_fedper": dpb.dp_fedper}[method]
         return fn(data, model, sigma=SIGMA, init_params=_zeros(1, d, bias), **kw)
     if method == "dp_fedcam":
-        return dpb.dp_fedcam(data, model, 2, sigma_s=sigma_s, sigma_g=SIGMA, sigma_theta=SIGMA,
-                             init_params=_zeros(2, d, bias, fedcam=True), **kw)
+        return dpb.dp_fedcam(
+            data,
+            model,
+            2,
+            sigma_s=sigma_s,
+            sigma_g=SIGMA,
+            sigma_theta=SIGMA,
+            init_params=_zeros(2, d, bias, fedcam=True),
+            **kw,
+        )
     if method == "rr_cluster":
-        return rr_cluster.run(data, model, 2, B=3, sigma_s=sigma_s, sigma_theta=SIGMA, init_params=_zeros(2, d, bias),
-                              **kw)
-    return getattr(dpb, method)(data, model, 2, sigma_s=sigma_s, sigma_theta=SIGMA, init_params=_zeros(2, d, bias),
-                                **kw)
+        return rr_cluster.run(
+            data, model, 2, B=3, sigma_s=sigma_s, sigma_theta=SIGMA, init_params=_zeros(2, d, bias), **kw
+        )
+    return getattr(dpb, method)(
+        data, model, 2, sigma_s=sigma_s, sigma_theta=SIGMA, init_params=_zeros(2, d, bias), **kw
+    )
 
 
 @pytest.mark.parametrize("method", METHODS)

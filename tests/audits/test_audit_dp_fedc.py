@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
+from fedclust.audits import get
 from fedclust.clustering import dp_fedc as D
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case
-from fedclust.audits import get
 from fedclust.privacy.paper import dp_fedc as paper
 
 
@@ -41,8 +41,9 @@ def _noise_of_mean(eps_bar, seeds, **over):
     rng = np.random.default_rng(0)
     X = rng.random((60, 16))
     client = np.repeat(np.arange(3), [12, 20, 28])
-    kw = dict(rounds=1, clients_per_round=3, q2=2, b=8, G=0.5, clip=2.0, init="uniform_box", constants="public",
-              delta=1e-5)
+    kw = dict(
+        rounds=1, clients_per_round=3, q2=2, b=8, G=0.5, clip=2.0, init="uniform_box", constants="public", delta=1e-5
+    )
     kw.update(over)
     out, res = [], None
     for s in seeds:
@@ -64,8 +65,9 @@ def test_released_noise_std_equals_the_accounted_std():
     eta = D.ALPHA_2["public"] * sizes / k  # alpha_2 n_i / k: the public stand-in for lambda_max(H_i H_i')
     assert D.ALPHA_2["public"] == 1.25
     # every client's sigma by the paper's formula (its own q_i), and the worst client's is the release's
-    sig = np.array([paper.sigma_round(G, Q2, e, eps_round, 1e-5, min(Q2 * min(8, n) / n, 0.99))[0]
-                    for e, n in zip(eta, sizes)])
+    sig = np.array(
+        [paper.sigma_round(G, Q2, e, eps_round, 1e-5, min(Q2 * min(8, n) / n, 0.99))[0] for e, n in zip(eta, sizes)]
+    )
     n_w = res.info["dp_event_n_i"]
     assert z == pytest.approx(sig[list(sizes).index(n_w)] / (2 * G * Q2 / eta[list(sizes).index(n_w)]), rel=1e-9)
     np.testing.assert_allclose(res.info["round_sigma"][0], sig, rtol=1e-9)
@@ -94,14 +96,22 @@ def test_paper_literal_constants_leak_more_than_their_gaussian_claims():
     """Why constants="data" is reported as epsilon = inf: with eta from lambda_max(H_i H_i') and no sample
     clip, a canary scaled up shrinks its client's noise; the audit then finds far more than the epsilon
     the Gaussian releases would claim (about 1 here)."""
-    from fedclust.privacy.audit import AuditCase, seeded_scores
     from fedclust.audits import dp_fedc as A
+    from fedclust.privacy.audit import AuditCase, seeded_scores
 
     d = A.audit_data()
     sched = dict(rounds=1, clients_per_round=2, q2="diminishing", Qhat=10, b=50)
     eb = D.eps_bar_for_budget(1.0, 1e-5, np.bincount(d["client"]), **sched)
-    kw = dict(sched, G=0.03, delta=1e-5, clip=1e9, constants="data", init_centroids=d["W0"], h_init="nearest",
-              blas_threads=None)
+    kw = dict(
+        sched,
+        G=0.03,
+        delta=1e-5,
+        clip=1e9,
+        constants="data",
+        init_centroids=d["W0"],
+        h_init="nearest",
+        blas_threads=None,
+    )
     X0, client = A.neighbours(False)
     X1 = X0.copy()
     X1[d["slot"]] = d["canary"] * 100.0

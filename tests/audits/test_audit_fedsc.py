@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from fedclust.audits import fedsc as fedsc_audits
 from fedclust.clustering import fedsc
 from fedclust.privacy.accountants import epsilon
 from fedclust.privacy.audit import audit_case
-from fedclust.audits import fedsc as fedsc_audits
 
 N_RUNS = 400  # 200 evaluation runs per side: bounds up to ~4, enough above epsilon = 1
 
@@ -56,8 +56,19 @@ def test_perturbed_data_noise_std_equals_accounted_std():
     X = rng.uniform(-2, 2, size=(2000, 5))
     client = np.arange(2000) % 4
     tau, z = 1.5, 40.0
-    res = fedsc.run(X, client, 2, seed=3, rounds=1, d=2, r=1.0, clip_tau=tau, data_noise_std=z * 2 * tau,
-                    return_uploads=True, cluster=False)
+    res = fedsc.run(
+        X,
+        client,
+        2,
+        seed=3,
+        rounds=1,
+        d=2,
+        r=1.0,
+        clip_tau=tau,
+        data_noise_std=z * 2 * tau,
+        return_uploads=True,
+        cluster=False,
+    )
     (ev,) = res.dp_events
     up = res.info["uploads"]
     assert np.linalg.norm(up["X_clipped"], axis=1).max() <= tau + 1e-12
@@ -77,9 +88,24 @@ def test_perturbed_factor_noise_stds_equal_accounted_stds():
     client = np.arange(200) % 10
     d, r, tau_c, z_lr, rounds, eps = 10, 0.9, 0.8, 0.7, 5, 0.05
     cal = fedsc.factor_noise_stds(eps, 1e-5, rounds=rounds, d=d, r=r, tau_c=tau_c, z_lr=z_lr)
-    res = fedsc.run(X, client, 2, seed=0, rounds=rounds, d=d, r=r, lam=1e-2, tau_c=tau_c, tau_z=50.0,
-                    z_step="gradient", z_lr=z_lr, z_noise_std=cal["z_noise_std"], c_noise_std=cal["c_noise_std"],
-                    return_uploads=True, cluster=False)
+    res = fedsc.run(
+        X,
+        client,
+        2,
+        seed=0,
+        rounds=rounds,
+        d=d,
+        r=r,
+        lam=1e-2,
+        tau_c=tau_c,
+        tau_z=50.0,
+        z_step="gradient",
+        z_lr=z_lr,
+        z_noise_std=cal["z_noise_std"],
+        c_noise_std=cal["c_noise_std"],
+        return_uploads=True,
+        cluster=False,
+    )
     ez, ec = res.dp_events
     assert ez.count == rounds - 1 and ec.count == 1
     delta_z = 2 * z_lr * tau_c * (1 + math.sqrt(d) * tau_c) * math.exp(-0.5) / r

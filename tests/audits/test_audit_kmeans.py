@@ -17,12 +17,12 @@ import math
 import numpy as np
 import pytest
 
+from fedclust.audits import cases, get
+from fedclust.audits.kmeans import K_CLUSTERS, with_canary
 from fedclust.clustering import dk_pp, fkm, fzkm
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
-from fedclust.audits import cases, get
-from fedclust.audits.kmeans import K_CLUSTERS, with_canary
 
 DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans")
 N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
@@ -53,8 +53,16 @@ def test_audit_epsilon_is_the_accountants_for_the_method_s_own_releases(report):
         return
     z = report.case.info["noise_multiplier"]
     if report.case.method == "dk_pp":  # counts round + Lloyd round, one unit Gaussian each; PLD claim
-        probe = dk_pp.run(*with_canary(True)[:2], K_CLUSTERS, rounds=2, clients_per_round=4, seeding_rounds=0,
-                          noise_multiplier=z, clip=1.0, init="uniform_box")
+        probe = dk_pp.run(
+            *with_canary(True)[:2],
+            K_CLUSTERS,
+            rounds=2,
+            clients_per_round=4,
+            seeding_rounds=0,
+            noise_multiplier=z,
+            clip=1.0,
+            init="uniform_box",
+        )
         assert report.case.epsilon == pytest.approx(accounted(probe.dp_events, report.case.delta, "pld"))
         return
     mod = fkm if report.case.method == "fkm" else fzkm
@@ -80,8 +88,15 @@ def _zero_cluster_data():
 
 
 def _run(mod, X, client, W0, seed, trust_model):
-    kw = dict(rounds=1, clients_per_round=K_CL, seed=seed, noise_multiplier=Z, clip=CLIP, init_centroids=W0,
-              trust_model=trust_model)
+    kw = dict(
+        rounds=1,
+        clients_per_round=K_CL,
+        seed=seed,
+        noise_multiplier=Z,
+        clip=CLIP,
+        init_centroids=W0,
+        trust_model=trust_model,
+    )
     if mod is dk_pp:
         kw.update(rounds=2, seeding_rounds=0, blas_threads=None)
     elif mod is fzkm:
@@ -128,8 +143,14 @@ def test_fkm_data_row_init_releases_the_canary_and_beats_the_gaussian_epsilon():
     s_out = seeded_scores(lambda s: score(X0, c0, s), 1500, 12)
     assert s_out.sum() == 0 and s_in.mean() > 0.02  # the raw canary row is published in some runs
     bound = epsilon_lower_bound_from_scores(s_in, s_out, delta)["epsilon_lower"]
-    gaussian_only = accounted([e for e in fkm.run(Xc, cc, K_CLUSTERS, rounds=1, noise_multiplier=z, clip=1.0,
-                                                   init="data").dp_events if e.is_private], delta)
+    gaussian_only = accounted(
+        [
+            e
+            for e in fkm.run(Xc, cc, K_CLUSTERS, rounds=1, noise_multiplier=z, clip=1.0, init="data").dp_events
+            if e.is_private
+        ],
+        delta,
+    )
     assert bound > gaussian_only
     r = fkm.run(Xc, cc, K_CLUSTERS, rounds=1, noise_multiplier=z, clip=1.0, init="data")
     assert math.isinf(accounted(r.dp_events, delta))

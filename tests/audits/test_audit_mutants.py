@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
+from fedclust.audits import cases
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.audit import AuditCase, audit_case, gaussian_audit, gaussian_dp_epsilon
-from fedclust.audits import cases
 from fedclust.registry.spec import REGISTRY
 
 PRIVATE = sorted(name for name, spec in REGISTRY.items() if spec.private)
@@ -88,8 +88,7 @@ def test_gaussian_dp_epsilon_matches_the_pld_accountant():
 def test_tight_audit_is_tight_and_never_above_the_claim_and_catches_half_the_noise():
     eps = 4.0
     z = calibrate_noise_multiplier(eps, 1e-5, steps=1, accountant="pld")
-    ok = audit_case(_gauss_case(z, z, eps), n_runs=4000, seed=2, power_check=False,
-                    mutant=_gauss_case(z, z / 2, eps))
+    ok = audit_case(_gauss_case(z, z, eps), n_runs=4000, seed=2, power_check=False, mutant=_gauss_case(z, z / 2, eps))
     assert ok.sound and ok.noisy.epsilon_tight <= eps
     assert ok.tightness > 0.85  # 4000 runs: mu within a few percent
     assert ok.mutant_caught and ok.mutant.epsilon_tight > 1.5 * eps
@@ -106,8 +105,11 @@ def test_measured_noise_audit_is_conservative_and_sees_half_the_noise():
     assert epsilon_with_noise(rel, 1e-5, 0.5) > 2.0 and epsilon_with_noise(rel, 1e-5, 2.0) < 0.5
     rng = np.random.default_rng(3)
     # the upper end stays above the true std in at least ~1 - alpha of the seeds (means per side unknown)
-    misses = sum(noise_audit(5.0 + 2.0 * rng.standard_normal((50, 3)), 2.0 * rng.standard_normal((50, 3)), 2.0)
-                 ["ratio_upper"] < 1.0 for _ in range(300))
+    misses = sum(
+        noise_audit(5.0 + 2.0 * rng.standard_normal((50, 3)), 2.0 * rng.standard_normal((50, 3)), 2.0)["ratio_upper"]
+        < 1.0
+        for _ in range(300)
+    )
     assert misses <= 27
     half = noise_audit(rng.standard_normal(200), rng.standard_normal(200), 2.0)
     assert half["ratio_upper"] < 0.6 and epsilon_with_noise(rel, 1e-5, half["ratio_upper"]) > 1.5

@@ -41,8 +41,14 @@ def test_privacy_audit_verdicts_name_a_leak_a_powerless_audit_and_a_missed_mutan
     from fedclust.grids.privacy_audit import verdict_errors
 
     assert verdict_errors([_record("fkm_eps1"), _record("fkm_eps4")]) == []
-    errors = verdict_errors([_record("fkm_eps1", sound=False), _record("dp_fedc_eps4", caught=0.0),
-                             _record("rr_cluster_eps4", powerful=0.0), _record("fzkm_eps1")])
+    errors = verdict_errors(
+        [
+            _record("fkm_eps1", sound=False),
+            _record("dp_fedc_eps4", caught=0.0),
+            _record("rr_cluster_eps4", powerful=0.0),
+            _record("fzkm_eps1"),
+        ]
+    )
     assert len(errors) == 3
     assert "fkm_eps1" in errors[0] and "leak" in errors[0]
     assert "rr_cluster_eps4" in errors[1] and "power" in errors[1]

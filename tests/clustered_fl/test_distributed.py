@@ -49,7 +49,15 @@ CASES = {
 
 def _pair(kw, runner):
     data = _data()
-    common = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 5, "eval_every": 1, "device": "cpu"}
+    common = {
+        "rounds": 3,
+        "lr": 0.3,
+        "local_steps": 3,
+        "participation": 0.5,
+        "seed": 5,
+        "eval_every": 1,
+        "device": "cpu",
+    }
     mb = _mb(data, 4, beta=kw.get("beta", 0.0), batch_size=kw.get("batch_size"))
     out = []
     for r in (None, runner):
@@ -80,8 +88,19 @@ def test_runner_round_equals_serial_chunked_round(case):
 
 def test_runner_with_rr_cluster_server_equals_serial():
     data = _data(1)
-    kw = {"B": 2, "sigma_s": 1.0, "sigma_theta": 0.5, "clip": 0.3, "rounds": 2, "participation": 0.5, "seed": 3, "local_steps": 2,
-              "batch_size": 3, "max_chunk_mb": _mb(data, 4, batch_size=3), "device": "cpu"}
+    kw = {
+        "B": 2,
+        "sigma_s": 1.0,
+        "sigma_theta": 0.5,
+        "clip": 0.3,
+        "rounds": 2,
+        "participation": 0.5,
+        "seed": 3,
+        "local_steps": 2,
+        "batch_size": 3,
+        "max_chunk_mb": _mb(data, 4, batch_size=3),
+        "device": "cpu",
+    }
     a = rr_cluster.run(data, MLP(D, 6, N_CLASSES), 2, **kw)
     b = rr_cluster.run(data, MLP(D, 6, N_CLASSES), 2, chunk_runner=ChunkRunner(), **kw)
     for n in a.params:
@@ -98,8 +117,9 @@ def test_chunk_runner_is_validated():
 def test_ray_round_equals_serial_round_bit_for_bit():
     ray = pytest.importorskip("ray")
     try:
-        _assert_identical(_pair({"beta": 0.7, "batch_size": 4, "local_epochs": 2},
-                                RayChunkRunner(num_cpus=2, max_in_flight=2)))
+        _assert_identical(
+            _pair({"beta": 0.7, "batch_size": 4, "local_epochs": 2}, RayChunkRunner(num_cpus=2, max_in_flight=2))
+        )
     finally:
         ray.shutdown()
 

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState, fedavg
+from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState, fedavg, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import ClientUpdates, RoundContext
 from fedclust.data.synthetic import mixed_regression_1d
 from fedclust.rng import stream
@@ -20,8 +19,17 @@ def _digits(n_clients=40, n=24, n_test=8, groups=4, seed=0, label_shift=False):
     from fedclust.partition.rotation import rotation
 
     d = load_digits()
-    rd = rotation(np.tile(d.images / 16.0, (2, 1, 1)), np.tile(d.target, 2), n_groups=groups, n_clients=n_clients,
-                  samples_per_client=n, test_per_client=n_test, seed=seed, reuse=False, angles=[0] * groups)
+    rd = rotation(
+        np.tile(d.images / 16.0, (2, 1, 1)),
+        np.tile(d.target, 2),
+        n_groups=groups,
+        n_clients=n_clients,
+        samples_per_client=n,
+        test_per_client=n_test,
+        seed=seed,
+        reuse=False,
+        angles=[0] * groups,
+    )
     ytr, yte = rd.y_train.copy(), rd.y_test.copy()
     if label_shift:  # group g relabels digit c as (c + 3g) mod 10: only a personal head can fit all groups
         ytr = (ytr + 3 * rd.group[rd.client_train]) % 10
@@ -60,7 +68,8 @@ def test_proximal_term_gradient_and_effect():
     loss, grads = prox.loss_and_grad(params, X, y, mask, n)
     w = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     ref = base.per_client_loss(w, X, y, mask, n) + 0.35 * sum(
-        (w[k] - anchor[k]).reshape(3, -1).pow(2).sum(1) for k in w)
+        (w[k] - anchor[k]).reshape(3, -1).pow(2).sum(1) for k in w
+    )
     rg = torch.autograd.grad(ref.sum(), list(w.values()))
     torch.testing.assert_close(loss, ref.detach(), rtol=1e-5, atol=1e-6)
     for k, r in zip(w, rg):
@@ -99,8 +108,9 @@ def test_fedper_head_stays_on_clients_and_personalizes():
 def test_fesem_e_step_uses_parameter_distance_and_client_state():
     data = _digits(groups=2)
     model = MLP(64, 8, 10)
-    eng = rr_cluster.build_engine(data, model, 3, base="fesem", B=0, rounds=2, lr=0.5, local_steps=3,
-                                  clients_per_round=10, seed=0)
+    eng = rr_cluster.build_engine(
+        data, model, 3, base="fesem", B=0, rounds=2, lr=0.5, local_steps=3, clients_per_round=10, seed=0
+    )
     st = eng.init_state()
     clients = np.arange(10)
     up = eng.client_round(st, clients, 0.5)
@@ -140,16 +150,34 @@ def test_fesem_and_fedcam_recover_the_lines_without_noise():
 def test_fedcam_global_part_noise_and_release():
     k, S = 3, 30
     g = torch.Generator().manual_seed(0)
-    params = {"g.w": torch.randn(1, 100, 50, generator=g).expand(k, 100, 50).clone(),
-              "c.w": torch.randn(k, 4, generator=g)}
+    params = {
+        "g.w": torch.randn(1, 100, 50, generator=g).expand(k, 100, 50).clone(),
+        "c.w": torch.randn(k, 4, generator=g),
+    }
     chosen = torch.arange(S) % k
     start = {n: v.index_select(0, chosen) for n, v in params.items()}
-    upd = ClientUpdates(clients=np.arange(S), chosen=chosen, losses=torch.zeros(S, k), start_params=start,
-                        params=start, momentum=None, n_samples=torch.full((S,), 3))
-    ctx = RoundContext(round=1, lr=0.1, k=k, n_clients=300, n_sampled=S, beta=0.0,
-                       rngs={"noise": np.random.default_rng(0), "rebalance": np.random.default_rng(1)}, dp_events=[])
-    agg = rr_cluster.PrivateClusterAggregator(sigma_s=0.5, sigma_theta=1.0, sigma_g=2.5, clip=0.4, B=0,
-                                              global_keys=("g.w",), server_lr=1.0)
+    upd = ClientUpdates(
+        clients=np.arange(S),
+        chosen=chosen,
+        losses=torch.zeros(S, k),
+        start_params=start,
+        params=start,
+        momentum=None,
+        n_samples=torch.full((S,), 3),
+    )
+    ctx = RoundContext(
+        round=1,
+        lr=0.1,
+        k=k,
+        n_clients=300,
+        n_sampled=S,
+        beta=0.0,
+        rngs={"noise": np.random.default_rng(0), "rebalance": np.random.default_rng(1)},
+        dp_events=[],
+    )
+    agg = rr_cluster.PrivateClusterAggregator(
+        sigma_s=0.5, sigma_theta=1.0, sigma_g=2.5, clip=0.4, B=0, global_keys=("g.w",), server_lr=1.0
+    )
     out = agg(ServerState(params, {n: torch.zeros_like(v) for n, v in params.items()}), upd, ctx)
     change = out.params["g.w"] - params["g.w"]
     assert all(torch.equal(change[0], change[j]) for j in range(k))  # one global model

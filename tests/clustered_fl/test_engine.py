@@ -8,9 +8,24 @@ import torch
 import torch.nn.functional as F
 
 from fedclust.clustered_fl import (
-    MLP, Aggregator, ClientUpdates, ClusteredFLEngine, DeltaAveraging, FederatedTensors, GradientAveraging,
-    LinearRegression, ModelAveraging, RoundContext, ServerState, assign_clusters, cfl_mgd,
-    client_model_losses, evaluate, ifca_cnn, local_gradient, local_train,
+    MLP,
+    Aggregator,
+    ClientUpdates,
+    ClusteredFLEngine,
+    DeltaAveraging,
+    FederatedTensors,
+    GradientAveraging,
+    LinearRegression,
+    ModelAveraging,
+    RoundContext,
+    ServerState,
+    assign_clusters,
+    cfl_mgd,
+    client_model_losses,
+    evaluate,
+    ifca_cnn,
+    local_gradient,
+    local_train,
 )
 from fedclust.clustered_fl.engine import _Batcher
 
@@ -21,7 +36,7 @@ def _padded_classification(B=5, n_max=9, d=12, n_classes=4, seed=0):
     y = torch.randint(0, n_classes, (B, n_max), generator=g)
     n = torch.tensor([9, 4, 7, 1, 9][:B])
     for b in range(B):  # padding rows are garbage that must never matter
-        X[b, n[b]:] = 1e3
+        X[b, n[b] :] = 1e3
     return X, y, n
 
 
@@ -50,8 +65,10 @@ def _loop_local_train(model, params, momentum, X, y, n, steps, lr, beta, input_s
             out[name].append(p.detach().clone())
             if beta > 0:
                 mom[name].append(opt.state[p]["momentum_buffer"].clone())
-    return ({k: torch.stack(v) for k, v in out.items()},
-            {k: torch.stack(v) for k, v in mom.items()} if beta > 0 else None)
+    return (
+        {k: torch.stack(v) for k, v in out.items()},
+        {k: torch.stack(v) for k, v in mom.items()} if beta > 0 else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,15 +164,27 @@ def test_heavy_ball_across_rounds_equals_torch_sgd_momentum():
     model = MLP(6, 5, 3)
     init = model.init(1, seed=4)
     H, R, lr, beta, decay = 4, 3, 0.3, 0.9, 0.8
-    res = cfl_mgd.run(data, model, 1, option="II", beta=beta, lr=lr, lr_decay=decay, local_steps=H, rounds=R,
-                      participation=1.0, init_params=init, eval_every=0)
+    res = cfl_mgd.run(
+        data,
+        model,
+        1,
+        option="II",
+        beta=beta,
+        lr=lr,
+        lr_decay=decay,
+        local_steps=H,
+        rounds=R,
+        participation=1.0,
+        init_params=init,
+        eval_every=0,
+    )
     mod = model.module()
     mod.load_state_dict({k: v[0] for k, v in init.items()})
     opt = torch.optim.SGD(mod.parameters(), lr=lr, momentum=beta, dampening=0, nesterov=False)
     X, y = data.X_train[0], data.y_train[0]
     for t in range(R):
         for gr in opt.param_groups:
-            gr["lr"] = lr * decay ** t
+            gr["lr"] = lr * decay**t
         for _ in range(H):
             opt.zero_grad()
             F.cross_entropy(mod(X), y).backward()
@@ -175,8 +204,9 @@ def test_option_one_is_cluster_level_heavy_ball_eq32():
     data = FederatedTensors.from_arrays(X, yv, client, group=np.zeros(m, dtype=int))
     model = LinearRegression(d)
     lr, beta = 0.5, 0.7
-    eng = ClusteredFLEngine(data, model, 1, rounds=5, lr=lr, beta=beta, local_update="gradient",
-                            participation=1.0, eval_every=0, seed=1)
+    eng = ClusteredFLEngine(
+        data, model, 1, rounds=5, lr=lr, beta=beta, local_update="gradient", participation=1.0, eval_every=0, seed=1
+    )
     st = eng.init_state()
     chis = [st.params["weight"][0, 0].clone()]
     for _ in range(4):
@@ -204,20 +234,27 @@ def test_argmin_ties_go_to_lowest_index():
 def _zero_target_regression(m=6, n=5, d=3):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(m * n, d))
-    return FederatedTensors.from_arrays(X, np.zeros(m * n), np.repeat(np.arange(m), n),
-                                        group=np.zeros(m, dtype=int))
+    return FederatedTensors.from_arrays(X, np.zeros(m * n), np.repeat(np.arange(m), n), group=np.zeros(m, dtype=int))
 
 
 def test_engine_assignment_ties_with_identical_models():
     data = _zero_target_regression()
     w = torch.zeros(3, 1, 3)
     w[0] = 5.0  # model 0 is bad; models 1 and 2 are identical and perfect
-    eng = ClusteredFLEngine(data, LinearRegression(3), 3, rounds=1, participation=1.0, init_params={"weight": w},
-                            eval_every=0)
+    eng = ClusteredFLEngine(
+        data, LinearRegression(3), 3, rounds=1, participation=1.0, init_params={"weight": w}, eval_every=0
+    )
     upd = eng.client_round(eng.init_state(), np.arange(6), lr=0.1)
     assert upd.chosen.tolist() == [1] * 6
-    eng2 = ClusteredFLEngine(data, LinearRegression(3), 3, rounds=1, participation=1.0,
-                             init_params={"weight": torch.ones(3, 1, 3)}, eval_every=0)
+    eng2 = ClusteredFLEngine(
+        data,
+        LinearRegression(3),
+        3,
+        rounds=1,
+        participation=1.0,
+        init_params={"weight": torch.ones(3, 1, 3)},
+        eval_every=0,
+    )
     assert eng2.client_round(eng2.init_state(), np.arange(6), lr=0.1).chosen.tolist() == [0] * 6
 
 
@@ -227,9 +264,20 @@ def test_empty_cluster_keeps_model_and_momentum(option):
     w = torch.randn(3, 1, 3, generator=torch.Generator().manual_seed(0)) * 0.1
     w[2] = 100.0  # nobody will pick cluster 2
     u = torch.full((3, 1, 3), 0.5)
-    eng = ClusteredFLEngine(data, LinearRegression(3), 3, rounds=1, participation=1.0, beta=0.9, lr=0.1,
-                            local_update="gradient" if option == "I" else "model", local_steps=2,
-                            init_params={"weight": w}, init_momentum={"weight": u}, eval_every=0)
+    eng = ClusteredFLEngine(
+        data,
+        LinearRegression(3),
+        3,
+        rounds=1,
+        participation=1.0,
+        beta=0.9,
+        lr=0.1,
+        local_update="gradient" if option == "I" else "model",
+        local_steps=2,
+        init_params={"weight": w},
+        init_momentum={"weight": u},
+        eval_every=0,
+    )
     st0 = eng.init_state()
     st1, upd, agg = eng.step(st0)
     assert agg.cluster_sizes[2] == 0
@@ -243,15 +291,20 @@ def test_empty_cluster_keeps_model_and_momentum(option):
 
 # ---------------------------------------------------------------------------------------------
 def _ctx(k, lr=0.1, n_clients=10, n_sampled=3):
-    return RoundContext(round=1, lr=lr, k=k, n_clients=n_clients, n_sampled=n_sampled, beta=0.5,
-                        rngs={}, dp_events=[])
+    return RoundContext(round=1, lr=lr, k=k, n_clients=n_clients, n_sampled=n_sampled, beta=0.5, rngs={}, dp_events=[])
 
 
 def _updates(chosen, start, local, mom):
     S = len(chosen)
-    return ClientUpdates(clients=np.arange(S), chosen=torch.tensor(chosen), losses=torch.zeros(S, 3),
-                         start_params={"w": start}, params={"w": local}, momentum=None if mom is None else {"w": mom},
-                         n_samples=torch.ones(S, dtype=torch.long))
+    return ClientUpdates(
+        clients=np.arange(S),
+        chosen=torch.tensor(chosen),
+        losses=torch.zeros(S, 3),
+        start_params={"w": start},
+        params={"w": local},
+        momentum=None if mom is None else {"w": mom},
+        n_samples=torch.ones(S, dtype=torch.long),
+    )
 
 
 def test_model_and_gradient_averaging_by_hand():
@@ -311,8 +364,9 @@ def test_custom_aggregator_plugs_in_and_records_dp_events():
         def finish(self, rounds, n_clients, n_sampled):
             return [("release", rounds, n_sampled)]
 
-    res = ClusteredFLEngine(data, LinearRegression(3), 2, rounds=3, participation=0.5, aggregator=Noisy(),
-                            eval_every=1).run()
+    res = ClusteredFLEngine(
+        data, LinearRegression(3), 2, rounds=3, participation=0.5, aggregator=Noisy(), eval_every=1
+    ).run()
     assert res.dp_events == [("release", 3, 3)]
     assert res.history["noise_draws"] == [6.0, 6.0, 6.0]
     assert res.info["aggregator"] == "noisy"
@@ -341,10 +395,17 @@ def test_from_arrays_and_engine_errors_name_the_parameter():
     with pytest.raises(ValueError, match="group"):
         FederatedTensors(torch.zeros(2, 3, 1), torch.zeros(2, 3), torch.tensor([3, 3]), group=np.zeros(3))
     m = LinearRegression(3)
-    for kw, name in [({"lr": 0}, "lr"), ({"beta": 1.0}, "beta"), ({"participation": 0}, "participation"),
-                     ({"local_update": "sgd"}, "local_update"), ({"local_steps": 0}, "local_steps"),
-                     ({"lr_decay": 1.5}, "lr_decay"), ({"batch_size": 0}, "batch_size"),
-                     ({"init_min_fraction": 0.6}, "init_min_fraction"), ({"train_eval": "x"}, "train_eval")]:
+    for kw, name in [
+        ({"lr": 0}, "lr"),
+        ({"beta": 1.0}, "beta"),
+        ({"participation": 0}, "participation"),
+        ({"local_update": "sgd"}, "local_update"),
+        ({"local_steps": 0}, "local_steps"),
+        ({"lr_decay": 1.5}, "lr_decay"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"init_min_fraction": 0.6}, "init_min_fraction"),
+        ({"train_eval": "x"}, "train_eval"),
+    ]:
         with pytest.raises(ValueError, match=name):
             ClusteredFLEngine(data, m, 2, **kw)
     with pytest.raises(ValueError, match="k"):
@@ -435,8 +496,9 @@ def test_ifca_restart_heuristic_reaches_min_fraction():
     client = np.repeat(np.arange(m), n)
     yv = (X * W[group[client]]).sum(1)
     data = FederatedTensors.from_arrays(X, yv, client, group=group)
-    eng = ClusteredFLEngine(data, LinearRegression(d), 4, rounds=1, participation=0.5, init_min_fraction=0.1,
-                            init_max_restarts=200, seed=0)
+    eng = ClusteredFLEngine(
+        data, LinearRegression(d), 4, rounds=1, participation=0.5, init_min_fraction=0.1, init_max_restarts=200, seed=0
+    )
     st = eng.init_state()
     assert eng.init_info["init_min_fraction_reached"] >= 0.1
     assert isinstance(st, ServerState) and isinstance(ModelAveraging(), Aggregator)

@@ -137,9 +137,14 @@ def test_pipeline_node_passes_max_chunk_mb(method):
     from fedclust.pipelines.methods import node_functions
 
     d = load_digits()
-    rd = rotation(d.images / 16.0, d.target, n_groups=2, n_clients=20, samples_per_client=20, test_per_client=5,
-                  seed=0)
-    train = {"rounds": 2, "participation": 0.5, "local_steps": 2, "eval_every": 1, "model": {"type": "mlp", "hidden": 8}}
+    rd = rotation(d.images / 16.0, d.target, n_groups=2, n_clients=20, samples_per_client=20, test_per_client=5, seed=0)
+    train = {
+        "rounds": 2,
+        "participation": 0.5,
+        "local_steps": 2,
+        "eval_every": 1,
+        "model": {"type": "mlp", "hidden": 8},
+    }
     _, train_node = node_functions(method)
     small = train_node(rd, {}, {**train, "max_chunk_mb": 0.02}, 0)
     default = train_node(rd, {}, {**train, "max_chunk_mb": None}, 0)

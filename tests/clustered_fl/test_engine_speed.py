@@ -25,8 +25,11 @@ def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
     return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
 
 
-@pytest.mark.parametrize("kw", [{"beta": 0.9, "batch_size": 3}, {"beta": 0.5, "batch_size": 4, "local_epochs": 2},
-                                {"beta": 0.0}], ids=["minibatch_momentum", "epochs_with_empty_batches", "full"])
+@pytest.mark.parametrize(
+    "kw",
+    [{"beta": 0.9, "batch_size": 3}, {"beta": 0.5, "batch_size": 4, "local_epochs": 2}, {"beta": 0.0}],
+    ids=["minibatch_momentum", "epochs_with_empty_batches", "full"],
+)
 def test_client_major_blocks_equal_all_clients_at_once(kw):
     """Blocks read the round's minibatch draws from one tape: every client gets the same batches and
     the same per-client arithmetic, so the models are equal bit for bit, and so is the next draw."""
@@ -34,8 +37,19 @@ def test_client_major_blocks_equal_all_clients_at_once(kw):
     model = MLP(8, 6, 3)
     runs = []
     for block in (None, 1, 4):
-        eng = ClusteredFLEngine(data, model, 2, rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2,
-                                client_block=block, device="cpu", **kw)
+        eng = ClusteredFLEngine(
+            data,
+            model,
+            2,
+            rounds=3,
+            lr=0.3,
+            local_steps=3,
+            participation=0.5,
+            seed=2,
+            client_block=block,
+            device="cpu",
+            **kw,
+        )
         runs.append((eng, eng.run()))
     (e0, r0), *rest = runs
     for e, r in rest:
@@ -53,10 +67,10 @@ def test_local_train_blocks_leave_inputs_untouched_and_train_every_block():
     n = torch.tensor([6, 3, 5, 6, 2, 4, 6])
     params = model.init(7, 0)
     before = {k: v.clone() for k, v in params.items()}
-    whole, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2,
-                           gen=np.random.default_rng(5))
-    blocks, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2,
-                            gen=np.random.default_rng(5), client_block=3)
+    whole, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5))
+    blocks, _ = local_train(
+        model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5), client_block=3
+    )
     for k in params:
         assert torch.equal(params[k], before[k])
         assert torch.equal(whole[k], blocks[k])
@@ -122,8 +136,20 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
     n = torch.full((B,), n_max)
     params = model.init(B, 1)
     before = {k: v.clone() for k, v in params.items()}
-    got, _ = local_train(model, params, None, X, y, n, steps=steps, lr=0.3, batch_size=bs,
-                         gen=np.random.default_rng(2), client_block=client_block, defer_updates=True)
+    got, _ = local_train(
+        model,
+        params,
+        None,
+        X,
+        y,
+        n,
+        steps=steps,
+        lr=0.3,
+        batch_size=bs,
+        gen=np.random.default_rng(2),
+        client_block=client_block,
+        defer_updates=True,
+    )
     keys = np.random.default_rng(2)  # the engine's draws: per step, the first bs of a stable argsort
     draws = [np.argsort(keys.random((B, n_max)), axis=1, kind="stable")[:, :bs] for _ in range(steps)]
     ref = _loop_sgd(model, params, X, y, [[torch.as_tensor(d[b]) for d in draws] for b in range(B)], 0.3)
@@ -136,7 +162,16 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
 def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
     """Unequal clients with local epochs have empty batches: the step-by-step path runs (on copies)."""
     data = _data()
-    kw = {"rounds": 2, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 4, "local_epochs": 2, "device": "cpu"}
+    kw = {
+        "rounds": 2,
+        "lr": 0.3,
+        "local_steps": 3,
+        "participation": 0.5,
+        "seed": 2,
+        "batch_size": 4,
+        "local_epochs": 2,
+        "device": "cpu",
+    }
     a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, **kw).run()
     b = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=True, **kw).run()
     for n in a.params:

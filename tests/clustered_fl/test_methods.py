@@ -84,8 +84,9 @@ def rotated_digits():
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    rd = rotation(d.images / 16.0, d.target, n_groups=2, n_clients=40, samples_per_client=30, test_per_client=10,
-                  seed=0)
+    rd = rotation(
+        d.images / 16.0, d.target, n_groups=2, n_clients=40, samples_per_client=30, test_per_client=10, seed=0
+    )
     return FederatedTensors.from_rotated(rd)
 
 

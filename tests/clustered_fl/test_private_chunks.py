@@ -41,8 +41,7 @@ PRIVATE = {"sigma_theta": 0.8, "sigma_s": 1.0, "clip": 0.2}
 METHODS = {
     "rr_cluster_ifca": lambda d, m, **kw: rr_cluster.run(d, m, 2, B=3, **PRIVATE, **kw),
     "dp_ifca": lambda d, m, **kw: dpb.dp_ifca(d, m, 2, **PRIVATE, **kw),
-    "rr_cluster_fedcam": lambda d, m, **kw: rr_cluster.run(d, m, 2, base="fedcam", B=2, sigma_g=0.9, **PRIVATE,
-                                                           **kw),
+    "rr_cluster_fedcam": lambda d, m, **kw: rr_cluster.run(d, m, 2, base="fedcam", B=2, sigma_g=0.9, **PRIVATE, **kw),
     "dp_fedavg": lambda d, m, **kw: dpb.dp_fedavg(d, m, sigma=0.8, clip=0.2, **kw),
     "dp_fedprox": lambda d, m, **kw: dpb.dp_fedprox(d, m, mu=0.1, sigma=0.8, clip=0.2, **kw),
     "dp_fedper": lambda d, m, **kw: dpb.dp_fedper(d, m, sigma=0.8, clip=0.2, **kw),
@@ -78,10 +77,20 @@ def test_fedper_heads_are_kept_per_client_across_chunks():
     kw = {**COMMON, "rounds": 2, "participation": 1.0}
     engines = []
     for mb in (None, _budget(model, data, 6, 4)):
-        eng = rr_cluster.build_engine(data, model, 1, base="ifca", B=0, sigma_s=None, sigma_theta=0.5, clip=0.2,
-                                      engine_cls=_fedper_engine(model), max_chunk_mb=mb,
-                                      aggregator_kwargs={"frozen_keys": dpb.last_layer_keys(model.init(1, 0))},
-                                      **kw)
+        eng = rr_cluster.build_engine(
+            data,
+            model,
+            1,
+            base="ifca",
+            B=0,
+            sigma_s=None,
+            sigma_theta=0.5,
+            clip=0.2,
+            engine_cls=_fedper_engine(model),
+            max_chunk_mb=mb,
+            aggregator_kwargs={"frozen_keys": dpb.last_layer_keys(model.init(1, 0))},
+            **kw,
+        )
         eng.run()
         engines.append(eng)
     a, b = engines
@@ -106,8 +115,17 @@ def test_fesem_still_runs_whole_rounds_with_a_warning(caplog):
     are trained: it keeps the whole round (and says so) and its numbers do not change."""
     data = _data()
     model = MLP(D, 8, N_CLASSES)
-    kw = {"base": "fesem", "B": 2, "sigma_s": 1.0, "sigma_theta": 1.0, "clip": 0.3, "rounds": 2, "participation": 0.5, "seed": 1,
-              "local_steps": 2}
+    kw = {
+        "base": "fesem",
+        "B": 2,
+        "sigma_s": 1.0,
+        "sigma_theta": 1.0,
+        "clip": 0.3,
+        "rounds": 2,
+        "participation": 0.5,
+        "seed": 1,
+        "local_steps": 2,
+    }
     ref = rr_cluster.run(data, model, 2, **kw)
     with caplog.at_level(logging.WARNING, logger="fedclust.clustered_fl.engine"):
         small = rr_cluster.run(data, model, 2, max_chunk_mb=_budget(model, data, 3), **kw)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import chisquare
-
-from scipy.stats import norm
+from scipy.stats import chisquare, norm
 
 from fedclust.clustered_fl.rebalance import (
-    check_threshold, identifier_keep_probability, min_expected_cluster_size, random_rebalance,
+    check_threshold,
+    identifier_keep_probability,
+    min_expected_cluster_size,
+    random_rebalance,
 )
 from fedclust.clustered_fl.rr_cluster import privatize_identifiers
 

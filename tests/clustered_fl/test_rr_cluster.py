@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState
-from fedclust.clustered_fl import dp_baselines, rr_cluster
+from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState, dp_baselines, rr_cluster
 from fedclust.clustered_fl.engine import ClientUpdates, RoundContext, client_model_losses, local_train
 from fedclust.clustered_fl.rebalance import random_rebalance
 from fedclust.data.synthetic import mixed_regression_1d
@@ -24,8 +23,16 @@ def _digits_data(n_clients=24, n=12, n_test=4, seed=0):
     from fedclust.partition.rotation import rotation
 
     d = load_digits()
-    rd = rotation(d.images / 16.0, d.target, n_groups=3, n_clients=n_clients, samples_per_client=n,
-                  test_per_client=n_test, seed=seed, reuse=False)
+    rd = rotation(
+        d.images / 16.0,
+        d.target,
+        n_groups=3,
+        n_clients=n_clients,
+        samples_per_client=n,
+        test_per_client=n_test,
+        seed=seed,
+        reuse=False,
+    )
     return FederatedTensors.from_rotated(rd)
 
 
@@ -37,10 +44,10 @@ def _reference_dp_ifca(data, model, k, *, T, S, lr, H, C, sigma_s, sigma_theta, 
         clients = np.sort(rs["sampling"].choice(data.n_clients, S, replace=False))
         chosen, deltas = [], []
         for i in clients:  # per-client loop (the reference)
-            X, y, n = data.X_train[i:i + 1], data.y_train[i:i + 1], data.n_train[i:i + 1]
+            X, y, n = data.X_train[i : i + 1], data.y_train[i : i + 1], data.n_train[i : i + 1]
             losses, _ = client_model_losses(model, params, X, y, n)
             j = int(torch.argmin(losses[0]))
-            start = {name: v[j:j + 1] for name, v in params.items()}
+            start = {name: v[j : j + 1] for name, v in params.items()}
             w, _ = local_train(model, start, None, X, y, n, steps=H, lr=lr)
             chosen.append(j)
             deltas.append({name: (w[name] - start[name])[0] for name in params})
@@ -72,11 +79,23 @@ def _reference_dp_ifca(data, model, k, *, T, S, lr, H, C, sigma_s, sigma_theta, 
 def test_b_zero_equals_reference_dp_ifca_and_dp_baseline():
     data = _digits_data()
     model = MLP(64, 8, 10)
-    kw = dict(rounds=4, lr=0.3, local_steps=3, clients_per_round=12, clip=0.5, sigma_s=0.7, sigma_theta=0.9,
-              C_s=0.1, server_lr=0.8, seed=3, eval_every=0)
+    kw = dict(
+        rounds=4,
+        lr=0.3,
+        local_steps=3,
+        clients_per_round=12,
+        clip=0.5,
+        sigma_s=0.7,
+        sigma_theta=0.9,
+        C_s=0.1,
+        server_lr=0.8,
+        seed=3,
+        eval_every=0,
+    )
     res = rr_cluster.run(data, model, 3, B=0, **kw)
-    ref = _reference_dp_ifca(data, model, 3, T=4, S=12, lr=0.3, H=3, C=0.5, sigma_s=0.7, sigma_theta=0.9,
-                             C_s=0.1, f=2, gamma=0.8, seed=3)
+    ref = _reference_dp_ifca(
+        data, model, 3, T=4, S=12, lr=0.3, H=3, C=0.5, sigma_s=0.7, sigma_theta=0.9, C_s=0.1, f=2, gamma=0.8, seed=3
+    )
     for name in ref:
         torch.testing.assert_close(res.params[name], ref[name], rtol=1e-4, atol=1e-5)
     base = dp_baselines.dp_ifca(data, model, 3, **kw)  # DP-IFCA: B = 0, the same replace-one noise as RR
@@ -94,8 +113,17 @@ def test_rebalancing_stream_is_separate_from_all_other_draws():
     # round 2 sees the same models, clients and identifier noise as B = 0, and moves only from there.
     data = _digits_data()
     model = MLP(64, 8, 10)
-    kw = dict(rounds=3, lr=0.3, local_steps=2, clients_per_round=12, clip=0.5, sigma_s=5.0, sigma_theta=0.5,
-              seed=1, eval_every=0)
+    kw = dict(
+        rounds=3,
+        lr=0.3,
+        local_steps=2,
+        clients_per_round=12,
+        clip=0.5,
+        sigma_s=5.0,
+        sigma_theta=0.5,
+        seed=1,
+        eval_every=0,
+    )
     r0 = rr_cluster.run(data, model, 3, B=0, **kw)
     r1 = rr_cluster.run(data, model, 3, B=1, **kw)
     assert r1.history["n_moved"] == [0, 0, 0]
@@ -115,8 +143,15 @@ def _fake_round(S=30, k=3, shapes=((4, 5), (6,)), chosen=None, seed=0, zero=Fals
         chosen = torch.randint(0, k, (S,), generator=g)
     start = {n: v.index_select(0, chosen) for n, v in params.items()}
     trained = {n: v if zero else v + torch.randn(v.shape, generator=g) for n, v in start.items()}
-    upd = ClientUpdates(clients=np.arange(S), chosen=chosen, losses=torch.zeros(S, k), start_params=start,
-                        params=trained, momentum=None, n_samples=torch.full((S,), 5))
+    upd = ClientUpdates(
+        clients=np.arange(S),
+        chosen=chosen,
+        losses=torch.zeros(S, k),
+        start_params=start,
+        params=trained,
+        momentum=None,
+        n_samples=torch.full((S,), 5),
+    )
     rngs = {"noise": np.random.default_rng(seed + 1), "rebalance": np.random.default_rng(seed + 2)}
     ctx = RoundContext(round=1, lr=0.1, k=k, n_clients=10 * S, n_sampled=S, beta=0.0, rngs=rngs, dp_events=[])
     state = ServerState(params=params, momentum={n: torch.zeros_like(v) for n, v in params.items()})
@@ -151,14 +186,17 @@ def test_one_round_follows_the_server_order_with_rebalancing():
     assert agg.log["n_moved"] == [rr.n_moved] and agg.log["sizes_after_rr"][0] == rr.sizes_after.tolist()
 
 
-@pytest.mark.parametrize("B,calibration,expected", [(0, "replace_one", 2), (2, "replace_one", 2),
-                                                    (0, "paper_literal", 1), (3, "paper_literal", 2)])
+@pytest.mark.parametrize(
+    "B,calibration,expected",
+    [(0, "replace_one", 2), (2, "replace_one", 2), (0, "paper_literal", 1), (3, "paper_literal", 2)],
+)
 def test_noise_std_on_the_cluster_sums(B, calibration, expected):
     # zero deltas: the model change times |S_j| / gamma is exactly the noise on cluster j's sum
     state, upd, ctx = _fake_round(S=40, k=2, shapes=((200, 60),), zero=True, seed=4)
     C, st, gamma = 0.3, 1.7, 2.0
-    agg = rr_cluster.PrivateClusterAggregator(sigma_s=0.5, sigma_theta=st, clip=C, B=B, server_lr=gamma,
-                                              noise_calibration=calibration)
+    agg = rr_cluster.PrivateClusterAggregator(
+        sigma_s=0.5, sigma_theta=st, clip=C, B=B, server_lr=gamma, noise_calibration=calibration
+    )
     out = agg(state, upd, ctx)
     (rel,) = agg.finish(3, 400, 40)
     assert rel.neighbouring == "replace_one" and rel.sampling == "without_replacement" and rel.unit == "client"
@@ -183,8 +221,9 @@ def test_noise_std_of_the_privatize_functions():
     assert abs((s - clean).std() / (math.sqrt(2) * 0.1 * 2.0) - 1) < 0.01  # replace-one sensitivity sqrt(2) C_s
     np.testing.assert_array_equal(noisy.numpy(), s.argmax(1))
     # the argmax keeps the true index with the probability of the spec's table (k=5 between 0.552 at k=4...)
-    noisy, _ = rr_cluster.privatize_identifiers(torch.zeros(40000, dtype=torch.long), 4, 0.5, 0.1, rng,
-                                                literal=True)  # the paper's std C_s sigma_s
+    noisy, _ = rr_cluster.privatize_identifiers(
+        torch.zeros(40000, dtype=torch.long), 4, 0.5, 0.1, rng, literal=True
+    )  # the paper's std C_s sigma_s
     assert abs(float((noisy == 0).float().mean()) - 0.823) < 0.01  # spec 2.2: k=4, sigma_s=0.5 -> 0.823
     with pytest.raises(ValueError, match="C_s"):
         rr_cluster.privatize_identifiers(chosen[:3], 5, 1.0, 1.5, rng)
@@ -229,8 +268,9 @@ def test_b_larger_than_m_over_k_is_refused():
     with pytest.raises(ValueError, match="noise_calibration"):
         rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, noise_calibration="add_remove")
     with pytest.raises(ValueError, match=r"C_s .*\(0, 1\]"):
-        rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sigma_s=1.0, sigma_theta=1.0, clip=1.0,
-                       C_s=2.0)
+        rr_cluster.run(
+            data, model, 4, B=1, participation=0.1, rounds=1, sigma_s=1.0, sigma_theta=1.0, clip=1.0, C_s=2.0
+        )
     with pytest.raises(ValueError, match="clip"):
         rr_cluster.run(data, model, 4, B=1, participation=0.1, rounds=1, sigma_s=1.0, sigma_theta=1.0)
     with pytest.raises(ValueError, match="sigma_s must be > 0"):
@@ -252,8 +292,9 @@ def test_calibration_release_and_spent_epsilon():
     model = LinearRegression(1, bias=True)
     ss, st = rr_cluster.calibrate(4, 1e-3, 0.2, 5, data.n_clients, 0.3)
     assert 1 / ss**2 == pytest.approx(0.3 / paper.effective_sigma(ss, st) ** 2)
-    res = rr_cluster.run(data, model, 4, B=2, sigma_s=ss, sigma_theta=st, clip=1.0, participation=0.2, rounds=5,
-                         eval_every=0)
+    res = rr_cluster.run(
+        data, model, 4, B=2, sigma_s=ss, sigma_theta=st, clip=1.0, participation=0.2, rounds=5, eval_every=0
+    )
     (rel,) = res.dp_events
     assert rel.noise_multipliers == pytest.approx((ss, st)) and rel.count == 5 and rel.sample_size == 20
     assert rel.population == 100 and rel.unit == "client" and rel.sampling == "without_replacement"
@@ -264,8 +305,20 @@ def test_calibration_release_and_spent_epsilon():
     assert len(res.history["n_moved"]) == 5 and res.info["noise_calibration"] == "replace_one"
     assert any("replace-one" in n for n in res.info["privacy_notes"])
     s3 = rr_cluster.calibrate_fedcam(4, 1e-3, 0.2, 5, 100)
-    cam = rr_cluster.run(data, model, 4, base="fedcam", B=2, sigma_s=s3[0], sigma_g=s3[1], sigma_theta=s3[2],
-                         clip=1.0, participation=0.2, rounds=5, eval_every=0)
+    cam = rr_cluster.run(
+        data,
+        model,
+        4,
+        base="fedcam",
+        B=2,
+        sigma_s=s3[0],
+        sigma_g=s3[1],
+        sigma_theta=s3[2],
+        clip=1.0,
+        participation=0.2,
+        rounds=5,
+        eval_every=0,
+    )
     assert cam.dp_events[0].noise_multipliers == pytest.approx(s3)
     assert accounted(cam.dp_events, 1e-3) == pytest.approx(4.0, rel=2e-3)
     nonpriv = rr_cluster.run(data, model, 4, B=2, participation=0.2, rounds=2, eval_every=0)
@@ -289,8 +342,18 @@ def test_full_participation_is_an_unsampled_replace_one_release():
 
     data = _collapse_data()
     ss, st = rr_cluster.calibrate(3.0, 1e-3, 1.0, 4, data.n_clients, 0.5)
-    res = rr_cluster.run(data, LinearRegression(1, bias=True), 4, B=8, sigma_s=ss, sigma_theta=st, clip=1.0,
-                         participation=1.0, rounds=4, eval_every=0)
+    res = rr_cluster.run(
+        data,
+        LinearRegression(1, bias=True),
+        4,
+        B=8,
+        sigma_s=ss,
+        sigma_theta=st,
+        clip=1.0,
+        participation=1.0,
+        rounds=4,
+        eval_every=0,
+    )
     (rel,) = res.dp_events
     assert rel.sample_size == rel.population == 100 and rel.neighbouring == "replace_one"
     plain = GaussianRelease((paper.effective_sigma(ss, st),), count=4)  # unsampled Gaussian, same z_eff
@@ -304,9 +367,22 @@ def test_grid_rr_equals_dp_ifca_when_nothing_moves_and_literal_noise_costs_epsil
     epsilon; DP-IFCA with the paper's C_theta noise (withdrawn A2) reports the larger epsilon it really spends."""
     from fedclust.grids import rr as rr_grid
 
-    recs = rr_grid.run({"dataset": "digits", "n_clients": 60, "participation": 0.25, "rounds": 3, "epsilons": [2.0],
-                        "seeds": 1, "methods": ["dp_ifca", "dp_ifca_literal", "rr_cluster"], "Bs": [1],
-                        "settings": ["balanced"], "samples_per_client": 5, "test_per_client": 1, "eval_every": 0})
+    recs = rr_grid.run(
+        {
+            "dataset": "digits",
+            "n_clients": 60,
+            "participation": 0.25,
+            "rounds": 3,
+            "epsilons": [2.0],
+            "seeds": 1,
+            "methods": ["dp_ifca", "dp_ifca_literal", "rr_cluster"],
+            "Bs": [1],
+            "settings": ["balanced"],
+            "samples_per_client": 5,
+            "test_per_client": 1,
+            "eval_every": 0,
+        }
+    )
     by = {r["params"]["label"]: r["metrics"] for r in recs}
     assert set(by) == {"dp_ifca", "dp_ifca_literal", "rr_cluster(B=1)"}
     assert by["rr_cluster(B=1)"]["mean_moved"] == 0.0 and by["rr_cluster(B=1)"]["min_noisy_cluster"] >= 1

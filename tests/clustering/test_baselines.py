@@ -66,7 +66,8 @@ def test_same_seed_same_result_and_noise_changes_it(mod, mixture):
 
 def test_epsilon_calibrates_the_noise_multiplier():
     assert baseline_noise_multiplier(0.0, 0.5, 1e-4, "classical") == pytest.approx(
-        math.sqrt(2 * math.log(1.25 / 1e-4)) / 0.5)
+        math.sqrt(2 * math.log(1.25 / 1e-4)) / 0.5
+    )
     assert baseline_noise_multiplier(0.0, 2.0, 1e-5, "analytic") == pytest.approx(analytic_sigma(2.0, 1e-5))
     assert baseline_noise_multiplier(0.7, None, 1e-4, "classical") == 0.7
     with pytest.raises(ValueError, match="either"):
@@ -145,8 +146,13 @@ _ids = lambda m: m.__name__.rsplit(".", 1)[-1]  # noqa: E731
 
 def _dp_kw(mod):
     """A private configuration that is DP where the method has a DP variant."""
-    return {"rounds": 3, "clients_per_round": 3, "noise_multiplier": 50.0, "clip": 12.0,
-            **({"seeding_rounds": 0} if mod is dk_pp else {})}
+    return {
+        "rounds": 3,
+        "clients_per_round": 3,
+        "noise_multiplier": 50.0,
+        "clip": 12.0,
+        **({"seeding_rounds": 0} if mod is dk_pp else {}),
+    }
 
 
 @pytest.mark.parametrize("mod", ALL_KMEANS, ids=_ids)
@@ -205,11 +211,15 @@ def test_private_init_data_reports_infinite_epsilon_and_names_the_step(mod, mixt
         assert math.isfinite(accounted(ok.dp_events, 1e-5))
 
 
-@pytest.mark.parametrize("mod, kw, step", [
-    (fzkm, {"local_iters": 3}, "local_iters=3"),
-    (dk_pp, {"seeding_rounds": 2}, "k-means|| seeding"),
-    (dkm, {}, "coreset"),
-], ids=["fzkm_local_iters", "dk_pp_seeding", "dkm_coreset"])
+@pytest.mark.parametrize(
+    "mod, kw, step",
+    [
+        (fzkm, {"local_iters": 3}, "local_iters=3"),
+        (dk_pp, {"seeding_rounds": 2}, "k-means|| seeding"),
+        (dkm, {}, "coreset"),
+    ],
+    ids=["fzkm_local_iters", "dk_pp_seeding", "dkm_coreset"],
+)
 def test_heuristic_steps_report_infinite_epsilon_and_name_the_step(mod, kw, step, mixture):
     # Issue 13, point 5: old code gave these runs a finite epsilon.
     X, y, client = mixture
@@ -235,14 +245,17 @@ def _node_inputs(mixture):
     return SimpleNamespace(X=X, y=y, n_classes=4), SimpleNamespace(client=client)
 
 
-@pytest.mark.parametrize("method, extra, dp", [
-    ("fzkm", {"local_iters": 1}, True),
-    ("fzkm", {"local_iters": 2}, False),
-    ("dk_pp", {"seeding_rounds": 0}, True),
-    ("dk_pp", {"seeding_rounds": 2}, False),
-    ("dkm", {}, False),
-    ("fzkm", {"local_iters": 1, "init": "data"}, False),
-])
+@pytest.mark.parametrize(
+    "method, extra, dp",
+    [
+        ("fzkm", {"local_iters": 1}, True),
+        ("fzkm", {"local_iters": 2}, False),
+        ("dk_pp", {"seeding_rounds": 0}, True),
+        ("dk_pp", {"seeding_rounds": 2}, False),
+        ("dkm", {}, False),
+        ("fzkm", {"local_iters": 1, "init": "data"}, False),
+    ],
+)
 def test_pipeline_nodes_never_claim_a_finite_epsilon_for_a_non_dp_run(method, extra, dp, mixture, caplog):
     # calibrate -> train -> report_privacy, as the kedro pipeline wires them (privacy.json content)
     from fedclust.pipelines.methods import node_functions as nodes_for
@@ -251,8 +264,16 @@ def test_pipeline_nodes_never_claim_a_finite_epsilon_for_a_non_dp_run(method, ex
     dataset, partition = _node_inputs(mixture)
     cal, tr = nodes_for(method)
     privacy = {"epsilon": 2.0, "delta": 1e-5}
-    train = {"k": 4, "rounds": 7, "clients_per_round": 3, "clip": 12.0, "mechanism": "classical",
-             "init": None, "init_domain": None, **extra}
+    train = {
+        "k": 4,
+        "rounds": 7,
+        "clients_per_round": 3,
+        "clip": 12.0,
+        "mechanism": "classical",
+        "init": None,
+        "init_domain": None,
+        **extra,
+    }
     with caplog.at_level("WARNING"):
         noise = cal(privacy, train, dataset, partition)
     result = tr(dataset, partition, noise, train, 0)
@@ -288,8 +309,13 @@ def test_fkm_pipeline_nodes_flag_a_private_data_row_init(mixture, caplog):
 
 
 @pytest.mark.parametrize("mod", ALL_KMEANS, ids=_ids)
-@pytest.mark.parametrize("kw, match", [({"init": "kmeans++"}, "init must be one of"),
-                                       ({"init": "uniform_box", "init_domain": [1.0, 0.0]}, "init_domain")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"init": "kmeans++"}, "init must be one of"),
+        ({"init": "uniform_box", "init_domain": [1.0, 0.0]}, "init_domain"),
+    ],
+)
 def test_bad_init_parameters_name_the_parameter(mod, kw, match, mixture):
     X, y, client = mixture
     with pytest.raises(ValueError, match=match):

@@ -72,8 +72,9 @@ def test_h_gradient_is_the_autograd_gradient_of_eq14(literal):
     np.testing.assert_allclose(g, Ht.grad.numpy(), rtol=1e-10, atol=1e-9)
     # and the fused step equals the literal projected step
     gamma = D.h_gamma(C @ C.T, k, rho, mu_h, "stable", 1.0, literal)
-    np.testing.assert_allclose(D.h_steps(H, X @ C.T, C @ C.T, gamma, 1, rho, mu_h, literal),
-                               np.maximum(H - g / gamma, 0.0), atol=1e-12)
+    np.testing.assert_allclose(
+        D.h_steps(H, X @ C.T, C @ C.T, gamma, 1, rho, mu_h, literal), np.maximum(H - g / gamma, 0.0), atol=1e-12
+    )
 
 
 def test_objective_is_equal_weight_mean_of_local_objectives():
@@ -84,8 +85,12 @@ def test_objective_is_equal_weight_mean_of_local_objectives():
     # client 0 by hand, paper orientation (W = C', H_i = H[rows].T)
     r = client == 0
     W, Hi = C.T, H[r].T
-    by_hand = (np.sum((X[r].T - W @ Hi) ** 2) + 0.05 * (np.sum(Hi.sum(0) ** 2) - np.sum(Hi**2))
-               + 0.005 * np.sum(Hi**2) + 0.15 * np.sum(W**2))
+    by_hand = (
+        np.sum((X[r].T - W @ Hi) ** 2)
+        + 0.05 * (np.sum(Hi.sum(0) ** 2) - np.sum(Hi**2))
+        + 0.005 * np.sum(Hi**2)
+        + 0.15 * np.sum(W**2)
+    )
     assert Fi[0] == pytest.approx(by_hand)
 
 
@@ -97,10 +102,20 @@ def _vec_and_loop(X, client, C, H, N, **over):
     S = np.sort(rng.choice(N, K, replace=False))
     local, mask, bi = D.draw_minibatches(rng, lay.sizes[S], Q2, 40)
     noise = rng.standard_normal((K,) + C.shape)
-    rin = D.RoundInput(S, local + lay.offsets[S][:, None, None], mask, bi, Q2, noise,
-                       lambda eta, q2: 0.05 * q2 / eta)
-    kw = dict(Q1=4, rho=0.1, mu_h=0.01, mu_w=0.02, h_rule="stable", alpha_1=1.0, eta_rule="per_client",
-              alpha_2=5.0, G=None, literal_2rho=False, all_clients_update_H=True)
+    rin = D.RoundInput(S, local + lay.offsets[S][:, None, None], mask, bi, Q2, noise, lambda eta, q2: 0.05 * q2 / eta)
+    kw = dict(
+        Q1=4,
+        rho=0.1,
+        mu_h=0.01,
+        mu_w=0.02,
+        h_rule="stable",
+        alpha_1=1.0,
+        eta_rule="per_client",
+        alpha_2=5.0,
+        G=None,
+        literal_2rho=False,
+        all_clients_update_H=True,
+    )
     kw.update(over)
     form = kw.pop("h_grad_form", "hoisted")
     H1, C1, s1 = D.round_vectorized(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
@@ -108,10 +123,19 @@ def _vec_and_loop(X, client, C, H, N, **over):
     return (H1, C1, s1), (H2, C2, s2), Hs
 
 
-@pytest.mark.parametrize("over", [
-    {}, {"G": 2.0}, {"all_clients_update_H": False}, {"eta_rule": "rms"}, {"h_rule": "fast", "alpha_1": 1.1},
-    {"literal_2rho": True}, {"h_grad_form": "textbook"}, {"h_grad_form": "textbook", "literal_2rho": True},
-])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"G": 2.0},
+        {"all_clients_update_H": False},
+        {"eta_rule": "rms"},
+        {"h_rule": "fast", "alpha_1": 1.1},
+        {"literal_2rho": True},
+        {"h_grad_form": "textbook"},
+        {"h_grad_form": "textbook", "literal_2rho": True},
+    ],
+)
 def test_vectorized_round_equals_per_client_loop(over):
     X, client, C, H, N = _problem(seed=4, n=260)  # unequal client sizes, some n_i < b
     (H1, C1, s1), (H2, C2, s2), H0 = _vec_and_loop(X, client, C, H, N, **over)
@@ -135,7 +159,7 @@ def test_minibatches_are_reshuffled_epochs():
         seq = local[i, :, : bi[i]].ravel()
         assert seq.min() >= 0 and seq.max() < n_i
         for e in range(0, seq.size, n_i):  # every full epoch is a permutation, no repeats inside
-            chunk = seq[e:e + n_i]
+            chunk = seq[e : e + n_i]
             assert np.unique(chunk).size == chunk.size
             if chunk.size == n_i:
                 assert sorted(chunk) == list(range(n_i))
@@ -150,8 +174,18 @@ def test_reaches_sklearn_kmeans_accuracy_without_noise_and_full_participation(mi
     assert acc_km > 0.95
     # the paper's tiny penalty: on this offset mixture H is then an NNLS-like code whose argmax is the
     # nearest centroid; a strong one-hot penalty picks the best-aligned centroid instead
-    r = D.run(X, client, 4, rounds=40, clients_per_round=None, seed=0, q2=5, y=y, init_centroids=W0,
-              rho_factor=D.PAPER_RHO_FACTOR)
+    r = D.run(
+        X,
+        client,
+        4,
+        rounds=40,
+        clients_per_round=None,
+        seed=0,
+        q2=5,
+        y=y,
+        init_centroids=W0,
+        rho_factor=D.PAPER_RHO_FACTOR,
+    )
     # scikit-learn 1.9's KMeans finds the perfect clustering here (1.0); DP-FedC's argmax of H
     # misassigns 19 of 800 boundary samples (0.976). The margin was 0.02 when KMeans gave less.
     assert r.history["ACC"][-1] >= acc_km - 0.025
@@ -164,8 +198,17 @@ def test_reaches_sklearn_kmeans_accuracy_without_noise_and_full_participation(mi
 def test_same_seed_same_result_and_dp_shares_the_draws(mixture):
     X, y, client = mixture
     # the private run's public settings named explicitly, so that the non-private run shares them
-    kw = dict(rounds=6, clients_per_round=3, q2="diminishing", G=50.0, y=y, init="uniform_box", constants="public",
-              clip=40.0, init_domain=[0.0, 15.0])
+    kw = dict(
+        rounds=6,
+        clients_per_round=3,
+        q2="diminishing",
+        G=50.0,
+        y=y,
+        init="uniform_box",
+        constants="public",
+        clip=40.0,
+        init_domain=[0.0, 15.0],
+    )
     a = D.run(X, client, 4, seed=7, eps_bar=20.0, **kw)
     b = D.run(X, client, 4, seed=7, eps_bar=20.0, **kw)
     np.testing.assert_array_equal(a.labels, b.labels)
@@ -195,8 +238,7 @@ def test_sigma_matches_eq29_by_hand(q2, b, amplified):
     X = rng.random((400, 30)) + 1.0
     client = np.repeat(np.arange(4), 100)
     G, delta, eps_bar, R = 7.0, 1e-4, 10.0, 3
-    r = D.run(X, client, 3, rounds=R, clients_per_round=1, seed=1, q2=q2, b=b, eps_bar=eps_bar, G=G,
-              delta=delta)
+    r = D.run(X, client, 3, rounds=R, clients_per_round=1, seed=1, q2=q2, b=b, eps_bar=eps_bar, G=G, delta=delta)
     q = min(q2 * b / 100, 0.99)
     eps = _hand_eps(eps_bar, q, 0.25, R)
     assert r.info["eps_round"] == pytest.approx(eps)
@@ -209,8 +251,9 @@ def test_sigma_matches_eq29_by_hand(q2, b, amplified):
         assert r.history["sigma"][t] == pytest.approx(sigma, rel=1e-12)
     (ev,) = r.dp_events
     sens_factor = 2.0  # s = 2 G Q2 / eta (eq. 28): z = sigma / s
-    z = (math.sqrt(32 * q**2 * math.log(1.25 * q / delta)) if amplified
-         else math.sqrt(8 * math.log(1.25 / delta))) / (sens_factor * eps)
+    z = (math.sqrt(32 * q**2 * math.log(1.25 * q / delta)) if amplified else math.sqrt(8 * math.log(1.25 / delta))) / (
+        sens_factor * eps
+    )
     assert ev.noise_multipliers[0] == pytest.approx(z, rel=1e-12)
     assert ev.count == R and ev.sampling == "without_replacement" and ev.population == 100
     assert ev.sample_size == min(q2 * b, 100) and ev.neighbouring == "replace_one"
@@ -233,11 +276,20 @@ def test_labels_fall_back_to_nearest_centroid_for_zero_columns():
     assert lab.tolist() == [0, 1, 0] and nz == 2
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"h_step": "huge"}, "h_step"), ({"eps_bar": 2.0}, "G"), ({"q2": 0}, "q2"),
-    ({"clients_per_round": 99}, "clients_per_round"), ({"eps_bar": -1.0, "G": 1.0}, "eps_bar"),
-    ({"q_cap": 1.0}, "q_cap"), ({"delta": 1.5}, "delta"), ({"b": 0}, "b"), ({"eta_rule": "x"}, "eta_rule"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"h_step": "huge"}, "h_step"),
+        ({"eps_bar": 2.0}, "G"),
+        ({"q2": 0}, "q2"),
+        ({"clients_per_round": 99}, "clients_per_round"),
+        ({"eps_bar": -1.0, "G": 1.0}, "eps_bar"),
+        ({"q_cap": 1.0}, "q_cap"),
+        ({"delta": 1.5}, "delta"),
+        ({"b": 0}, "b"),
+        ({"eta_rule": "x"}, "eta_rule"),
+    ],
+)
 def test_bad_parameters_raise(bad, match):
     X, client, C, H, N = _problem()
     with pytest.raises(ValueError, match=match):
@@ -304,8 +356,9 @@ def test_private_initialisation_does_not_read_the_data():
     assert not any(np.allclose(a.centroids[j], x, atol=1e-3) for j in range(4) for x in X1)
 
 
-@pytest.mark.parametrize("over, step", [({"init": "data"}, "private data rows"),
-                                        ({"constants": "data"}, "calibrated from private data")])
+@pytest.mark.parametrize(
+    "over, step", [({"init": "data"}, "private data rows"), ({"constants": "data"}, "calibrated from private data")]
+)
 def test_data_dependent_steps_in_a_private_run_report_infinite_epsilon(over, step):
     from fedclust.privacy.accountants import epsilon
     from fedclust.privacy.report import privacy_report
@@ -338,8 +391,19 @@ def test_a_run_without_eps_bar_reports_infinite_epsilon_and_names_its_data_const
 
 def test_private_run_clips_every_sample_and_derives_rho_from_the_clip():
     X1, _, client = _two_datasets()
-    r = D.run(X1 * 10.0, client, 4, rounds=1, clients_per_round=2, seed=0, eps_bar=20.0, G=0.5, clip=1.5,
-              rho_factor=1e-2, mu_h_factor=1e-6)
+    r = D.run(
+        X1 * 10.0,
+        client,
+        4,
+        rounds=1,
+        clients_per_round=2,
+        seed=0,
+        eps_bar=20.0,
+        G=0.5,
+        clip=1.5,
+        rho_factor=1e-2,
+        mu_h_factor=1e-6,
+    )
     n, N = 60, 3
     assert r.info["rho"] == pytest.approx(1e-2 * n * 1.5**2 / N)  # ||X||_F^2 -> its public worst case n clip^2
     assert r.info["mu_h"] == pytest.approx(1e-6 * n * 1.5**2 / N)
@@ -377,9 +441,15 @@ def test_worst_client_search_matches_brute_force():
     sizes = np.array([7, 12, 30, 45, 45, 80])
     kw = dict(rounds=5, clients_per_round=3, q2=2, b=6, eps_bar=3.0, delta=1e-5)
     info = D.client_privacy(sizes, **kw)
-    brute = {int(n): epsilon(D._client_releases(int(n), rounds=5, q2=2, Qhat=10, b=6,
-                                                eps_round=info["eps_round"], delta=1e-5, q_cap=0.99, label=""), 1e-5)
-             for n in np.unique(sizes)}
+    brute = {
+        int(n): epsilon(
+            D._client_releases(
+                int(n), rounds=5, q2=2, Qhat=10, b=6, eps_round=info["eps_round"], delta=1e-5, q_cap=0.99, label=""
+            ),
+            1e-5,
+        )
+        for n in np.unique(sizes)
+    }
     assert info["epsilon"] == pytest.approx(max(brute.values()), rel=1e-12)
     assert brute[info["n_i"]] == max(brute.values())
     assert epsilon(info["releases"], 1e-5) == pytest.approx(info["epsilon"], rel=1e-12)
@@ -392,8 +462,15 @@ def test_eps_bar_for_budget_meets_the_budget_for_every_client():
     sched = dict(rounds=4, clients_per_round=2, q2=1, b=5)
     eb = D.eps_bar_for_budget(2.0, 1e-4, sizes, **sched)
     info = D.client_privacy(sizes, eps_bar=eb, delta=1e-4, **sched)
-    every = [epsilon(D._client_releases(n, rounds=4, q2=1, Qhat=10, b=5, eps_round=info["eps_round"], delta=1e-4,
-                                        q_cap=0.99, label=""), 1e-4) for n in (20, 60)]
+    every = [
+        epsilon(
+            D._client_releases(
+                n, rounds=4, q2=1, Qhat=10, b=5, eps_round=info["eps_round"], delta=1e-4, q_cap=0.99, label=""
+            ),
+            1e-4,
+        )
+        for n in (20, 60)
+    ]
     assert max(every) <= 2.0 and max(every) == pytest.approx(2.0, rel=0.01)
 
 

@@ -17,8 +17,9 @@ SEEDS = (0, 1, 2)  # fixed before looking
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 @pytest.mark.parametrize("projection,steps,server", [("none", 1, True), ("dp_pca", 2, True), ("dp_pca", 1, False)])
 def test_the_releases_compose_back_to_the_target_epsilon(accountant, projection, steps, server):
-    z = F.noise_multipliers(4.0, DELTA, projection=projection, steps=steps, has_server_data=server,
-                            accountant=accountant)
+    z = F.noise_multipliers(
+        4.0, DELTA, projection=projection, steps=steps, has_server_data=server, accountant=accountant
+    )
     assert set(z) == set(F.release_names(projection, steps, server))
     eps = accounted(F.events(z, steps, "secure_aggregation"), DELTA, accountant)
     assert 4.0 * 0.99 <= eps <= 4.0 * 1.001
@@ -32,9 +33,12 @@ def test_the_split_gives_every_release_its_share_of_mu_squared():
     assert z["weighting"] / z["step_sums"] == pytest.approx(math.sqrt(w["step_sums"] / w["weighting"]))
     # the composed Gaussian has mu^2 = sum of 1 / z_i^2 (each step release twice)
     mu2 = sum((2 if n.startswith("step_") else 1) / v**2 for n, v in z.items())
-    assert 1.0 / math.sqrt(mu2) == pytest.approx(F.noise_multipliers(1.0, DELTA, projection="none", steps=0,
-                                                                     shares={"weighting": 1.0}, accountant="pld")
-                                                 ["weighting"], rel=1e-3)
+    assert 1.0 / math.sqrt(mu2) == pytest.approx(
+        F.noise_multipliers(1.0, DELTA, projection="none", steps=0, shares={"weighting": 1.0}, accountant="pld")[
+            "weighting"
+        ],
+        rel=1e-3,
+    )
 
 
 def test_every_release_gets_its_multiplier_times_its_sensitivity(digits_iid, monkeypatch):
@@ -55,8 +59,14 @@ def test_every_release_gets_its_multiplier_times_its_sensitivity(digits_iid, mon
     stds = [c[1] for c in calls if c[1] > 0]
     m = X.shape[1]
     # projection (clip^2), weighting (1), lift sums (clip) and counts (1), step sums (clip) and counts (1)
-    expected = [z["projection"] * clip**2, z["weighting"], z["lift_sums"] * clip, z["lift_counts"],
-                z["step_sums"] * clip, z["step_counts"]]
+    expected = [
+        z["projection"] * clip**2,
+        z["weighting"],
+        z["lift_sums"] * clip,
+        z["lift_counts"],
+        z["step_sums"] * clip,
+        z["step_counts"],
+    ]
     assert stds == pytest.approx(expected)
     assert all(c[3] == "secure_aggregation" and c[2] == 10 for c in calls)
     shapes = [c[0] for c in calls if c[1] > 0]

@@ -183,8 +183,21 @@ def test_fedcavg_closed_form_equals_per_client_loop():
 def test_fedcgds_running_sums_equal_recomputation_and_idle_clients_keep_H():
     data = F._Data(X0, C0, K0)
     W, H = F._resolve_init(None, X0, data, 7)
-    eng = F._GdsEngine(data, W, H, 1e-3, 1e-6, Q1=4, Q2=3, m=3, gamma=1.1, step_rule="lipschitz",
-                       rng=np.random.default_rng(0), recompute_stats=False, central=False)
+    eng = F._GdsEngine(
+        data,
+        W,
+        H,
+        1e-3,
+        1e-6,
+        Q1=4,
+        Q2=3,
+        m=3,
+        gamma=1.1,
+        step_rule="lipschitz",
+        rng=np.random.default_rng(0),
+        recompute_stats=False,
+        central=False,
+    )
     for s in range(1, 13):
         H_before = eng.H.copy()
         eng.round(s)
@@ -264,8 +277,9 @@ def test_well_separated_linear_model_is_clustered():
     X, y = _linear(n=600, m=80, k=5, snr_db=0.0, seed=11)
     client = _unequal_clients(600, 12, seed=2)
     # tau_rho = 1e-3 (instead of the paper's 2e-5) keeps the continuation short for a unit test
-    gds = F.run_fedcgds(X, client, 5, rounds=200, Q1=20, Q2=20, clients_per_round=6, seed=0,
-                        continuation="sncp", rho_tol=1e-3, y=y)
+    gds = F.run_fedcgds(
+        X, client, 5, rounds=200, Q1=20, Q2=20, clients_per_round=6, seed=0, continuation="sncp", rho_tol=1e-3, y=y
+    )
     assert gds.info["stop_reason"] == "converged" and gds.info["n_rho_updates"] > 10
     assert clustering_accuracy(y, gds.labels) >= 0.95
     assert gds.history["ACC"][-1] == pytest.approx(clustering_accuracy(y, gds.labels))
@@ -299,19 +313,22 @@ def test_shared_init_is_used_and_sample_order_is_respected():
 
 
 # --------------------------------------------------------------------------- validation
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(clients_per_round=11), "clients_per_round"),
-    (dict(clients_per_round=0), "clients_per_round"),
-    (dict(gamma=0.9), "gamma"),
-    (dict(step_rule="literal"), "step_rule"),
-    (dict(Q1=-1), "Q1"),
-    (dict(rounds=0), "rounds"),
-    (dict(continuation="yes"), "continuation"),
-    (dict(rho_growth=1.0), "rho_growth"),
-    (dict(rho_trigger="always"), "rho_trigger"),
-    (dict(init=(np.zeros((3, 3)), np.zeros((3, 3)))), "init W"),
-    (dict(y=np.zeros(3)), "y must"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(clients_per_round=11), "clients_per_round"),
+        (dict(clients_per_round=0), "clients_per_round"),
+        (dict(gamma=0.9), "gamma"),
+        (dict(step_rule="literal"), "step_rule"),
+        (dict(Q1=-1), "Q1"),
+        (dict(rounds=0), "rounds"),
+        (dict(continuation="yes"), "continuation"),
+        (dict(rho_growth=1.0), "rho_growth"),
+        (dict(rho_trigger="always"), "rho_trigger"),
+        (dict(init=(np.zeros((3, 3)), np.zeros((3, 3)))), "init W"),
+        (dict(y=np.zeros(3)), "y must"),
+    ],
+)
 def test_bad_parameters_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         F.run_fedcgds(X0, C0, K0, **{"rounds": 2, **kwargs})

@@ -56,7 +56,9 @@ def test_z_gradient_matches_finite_differences(small):
         for j in range(Z.shape[1]):
             E = np.zeros_like(Z)
             E[i, j] = h
-            num[i, j] = (fedsc.local_objective(Z + E, Xp, Cp, r, lam) - fedsc.local_objective(Z - E, Xp, Cp, r, lam)) / (2 * h)
+            num[i, j] = (
+                fedsc.local_objective(Z + E, Xp, Cp, r, lam) - fedsc.local_objective(Z - E, Xp, Cp, r, lam)
+            ) / (2 * h)
     assert np.allclose(G, num, rtol=1e-5, atol=1e-7)
 
 
@@ -140,7 +142,9 @@ def test_returned_pair_is_consistent(iris):
     res = fedsc.run(X, _split(150, 8, 1), 3, seed=1, rounds=5, return_factors=True, final_c="paper")
     Z, C, r, lam = res.info["Z"], res.info["C"], res.info["r"], res.info["lam"]
     # spec 2.6 RESOLUTION: C is recomputed from the returned Z
-    assert np.allclose(C, fedsc.ridge_coefficients(spectral.gaussian_kernel(Z, Z, r), spectral.gaussian_kernel(Z, X, r), lam))
+    assert np.allclose(
+        C, fedsc.ridge_coefficients(spectral.gaussian_kernel(Z, Z, r), spectral.gaussian_kernel(Z, X, r), lam)
+    )
     assert res.info["reconstruction_error"] == pytest.approx(fedsc.reconstruction_error(Z, C, X, r))
     # final_c="projection" (default): the same Stage I, the final C-step with the jitter instead of lam
     res2 = fedsc.run(X, _split(150, 8, 1), 3, seed=1, rounds=5, return_factors=True)
@@ -157,15 +161,44 @@ def test_run_is_the_composition_of_its_stages(iris):
     X, _ = iris
     client = _split(150, 8, 2)
     res = fedsc.run(X, client, 3, seed=2, rounds=6, data_noise_beta=0.1, return_factors=True, final_c="paper")
-    Xt, sigma, is_dp, events, _ = fedsc.privatize_data(X, clip_tau=None, data_noise_std=0.0, data_noise_beta=0.1, seed=2)
+    Xt, sigma, is_dp, events, _ = fedsc.privatize_data(
+        X, clip_tau=None, data_noise_std=0.0, data_noise_beta=0.1, seed=2
+    )
     assert sigma == pytest.approx(0.1 * X.std()) and not is_dp and len(events) == 1
     info: dict = {}
-    r, d = fedsc.kernel_constants(Xt, client, r=None, d=None, r_rule="global", d_tol=0.99, d_max=None, seed=2,
-                                  on_private_data=False, perturbed=True, info=info, events=[])
+    r, d = fedsc.kernel_constants(
+        Xt,
+        client,
+        r=None,
+        d=None,
+        r_rule="global",
+        d_tol=0.99,
+        d_max=None,
+        seed=2,
+        on_private_data=False,
+        perturbed=True,
+        info=info,
+        events=[],
+    )
     assert (r, d) == (res.info["r"], res.info["d"])
-    s1 = fedsc.stage1(Xt, fedsc.ClientLayout(Xt, client, np.bincount(client)), d=d, r=r, lam=1e-3, rounds=6,
-                      z_step="official", local_steps=1, z_lr=None, participation=1.0, tau_z=None, tau_c=None,
-                      z_noise_std=0.0, z_noise_alpha=0.0, seed=2, track=True)
+    s1 = fedsc.stage1(
+        Xt,
+        fedsc.ClientLayout(Xt, client, np.bincount(client)),
+        d=d,
+        r=r,
+        lam=1e-3,
+        rounds=6,
+        z_step="official",
+        local_steps=1,
+        z_lr=None,
+        participation=1.0,
+        tau_z=None,
+        tau_c=None,
+        z_noise_std=0.0,
+        z_noise_alpha=0.0,
+        seed=2,
+        track=True,
+    )
     assert np.array_equal(s1["Z"], res.info["Z"]) and np.array_equal(s1["C"], res.info["C"])
     assert s1["history"] == res.history
     labels, _ = fedsc.reconstruct_and_cluster(s1["Z"], s1["C"], 3, r, seed=2)
@@ -176,8 +209,20 @@ def test_final_c_projection_is_not_used_by_the_factor_variant(iris):
     """The perturbed-factor variant releases the paper's ridge C (its sensitivities and Theorem 3.9 are
     defined with lam): final_c="projection" must not change what it releases."""
     X, _ = iris
-    kw = dict(seed=3, rounds=4, d=5, r=2.5, lam=1e-2, tau_c=5.0, tau_z=30.0, z_step="gradient", z_lr=0.05,
-              c_noise_std=0.1, z_noise_std=0.1, return_uploads=True)
+    kw = dict(
+        seed=3,
+        rounds=4,
+        d=5,
+        r=2.5,
+        lam=1e-2,
+        tau_c=5.0,
+        tau_z=30.0,
+        z_step="gradient",
+        z_lr=0.05,
+        c_noise_std=0.1,
+        z_noise_std=0.1,
+        return_uploads=True,
+    )
     a = fedsc.run(X, _split(150, 8, 3), 3, final_c="projection", **kw)
     b = fedsc.run(X, _split(150, 8, 3), 3, final_c="paper", **kw)
     assert a.info["final_c"] == b.info["final_c"] == "paper"
@@ -314,7 +359,9 @@ def test_factor_sensitivities_bound_the_uploads():
     the noise-free round-2 uploads differ by at most Delta_Z, and column 0 of C by at most 2 tau_c."""
     X = np.random.default_rng(1).normal(size=(60, 3)) * 0.7
     client = np.arange(60) % 4
-    kw = dict(rounds=2, tau_c=0.3, z_lr=1.0, r=1.0, d=4, lam=1e-2, z_step="gradient", return_uploads=True, cluster=False)
+    kw = dict(
+        rounds=2, tau_c=0.3, z_lr=1.0, r=1.0, d=4, lam=1e-2, z_step="gradient", return_uploads=True, cluster=False
+    )
     sens = fedsc.factor_sensitivities(d=4, r=1.0, tau_c=0.3, z_lr=1.0)
     rng = np.random.default_rng(0)
     worst_z = worst_c = 0.0
@@ -336,6 +383,7 @@ def test_dictionary_clip_is_non_expansive():
     to spectral norm <= tau (the old projection) does: A = I_5 stays, B = diag(1 + t, 1, 1, 1, 1) is
     divided by 1 + t, so four diagonal entries move and the distance grows by up to sqrt(rank - 1) = 2.
     The Frobenius clip is a Euclidean projection onto a convex set: never expansive."""
+
     def spectral_rescale(Z, tau):
         return Z * min(1.0, tau / np.linalg.norm(Z, 2))
 
@@ -345,7 +393,9 @@ def test_dictionary_clip_is_non_expansive():
     rng = np.random.default_rng(0)
     pairs = [(A, B)] + [(rng.normal(size=(4, 3)) * 3, rng.normal(size=(4, 3)) * 3) for _ in range(200)]
     for P, Q in pairs:
-        assert np.linalg.norm(fedsc.clip_frobenius(P, 1.0) - fedsc.clip_frobenius(Q, 1.0)) <= np.linalg.norm(P - Q) + 1e-12
+        assert (
+            np.linalg.norm(fedsc.clip_frobenius(P, 1.0) - fedsc.clip_frobenius(Q, 1.0)) <= np.linalg.norm(P - Q) + 1e-12
+        )
     batch = fedsc.clip_frobenius(np.stack([A * 3, B * 0.1]), 1.0)
     assert np.linalg.norm(batch[0]) == pytest.approx(1.0) and np.allclose(batch[1], B * 0.1)
 
@@ -452,8 +502,11 @@ def test_fedsc_stage_ii_graph_parameter_warns_and_recovers_planted_clusters():
     for c in range(3):
         centre = 12.0 * np.array([np.cos(2 * np.pi * c / 3), np.sin(2 * np.pi * c / 3)])
         for j in range(4):
-            X.append(centre + 4.0 * np.array([np.cos(np.pi * j / 2), np.sin(np.pi * j / 2)])
-                     + 0.2 * rng.standard_normal((15, 2)))
+            X.append(
+                centre
+                + 4.0 * np.array([np.cos(np.pi * j / 2), np.sin(np.pi * j / 2)])
+                + 0.2 * rng.standard_normal((15, 2))
+            )
             y += [c] * 15
     X, y = np.vstack(X), np.array(y)
     client = _split(len(y), 4, 0)

@@ -67,8 +67,9 @@ def test_noise_changes_only_the_noise_and_is_reported(blobs):
     assert res.info["noise_std"] == pytest.approx(2.0 * np.sqrt(26.0))
     # a tiny noise multiplier gives the same clustering as no noise (noise only perturbs the sums),
     # from the same public initialisation
-    quiet = fkm.run(X, client, 4, rounds=5, seed=0, noise_multiplier=1e-9, clip=50.0, init="uniform_box",
-                    init_domain=[-10, 10])
+    quiet = fkm.run(
+        X, client, 4, rounds=5, seed=0, noise_multiplier=1e-9, clip=50.0, init="uniform_box", init_domain=[-10, 10]
+    )
     clean = fkm.run(X, client, 4, rounds=5, seed=0, init="uniform_box", init_domain=[-10, 10])
     np.testing.assert_allclose(quiet.centroids, clean.centroids, atol=1e-6)
 

@@ -12,8 +12,9 @@ SEEDS = (0, 1, 2)  # fixed before looking
 
 
 def _acc(mod, X, y, client, seed, z, **kw):
-    res = mod.run(X, client, 10, rounds=5, clients_per_round=10, seed=seed, clip=3.0, init="uniform_box",
-                  noise_multiplier=z, **kw)
+    res = mod.run(
+        X, client, 10, rounds=5, clients_per_round=10, seed=seed, clip=3.0, init="uniform_box", noise_multiplier=z, **kw
+    )
     return clustering_scores(y, res.labels)["ACC"]
 
 
@@ -29,9 +30,11 @@ def test_fkm_under_secure_aggregation_is_far_above_chance_at_eps_4(digits_iid):
     assert np.mean(sa) > np.mean(local) + 0.1, (sa, local)
 
 
-@pytest.mark.parametrize("mod,kw", [(fkm, {}), (fzkm, {"blas_threads": None}),
-                                    (dk_pp, {"seeding_rounds": 0, "blas_threads": None})],
-                         ids=["fkm", "fzkm", "dk_pp"])
+@pytest.mark.parametrize(
+    "mod,kw",
+    [(fkm, {}), (fzkm, {"blas_threads": None}), (dk_pp, {"seeding_rounds": 0, "blas_threads": None})],
+    ids=["fkm", "fzkm", "dk_pp"],
+)
 def test_a_large_budget_approaches_the_non_private_twin(digits_iid, mod, kw):
     # z = 0.1 over 5 rounds is eps ~ 300: the twin has the same init, clip, rounds and seed. Digits'
     # pixels are multiples of 1/16, so exact distance ties make single seeds jump by a few points

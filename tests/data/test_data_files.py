@@ -8,9 +8,17 @@ import pickle
 import numpy as np
 import pytest
 import scipy.io
+from datatest_helpers import (
+    FEDSC_DIR,
+    MNIST_DIR,
+    MNIST_IMAGES,
+    MNIST_LABELS,
+    idx_bytes,
+    need,
+    write_cifar_batch,
+    write_idx,
+)
 
-from datatest_helpers import (FEDSC_DIR, MNIST_DIR, MNIST_IMAGES, MNIST_LABELS, idx_bytes, need,
-                              write_cifar_batch, write_idx)
 from fedclust.data.files import load_cifar10, load_idx, load_mat, load_mnist_folder
 from fedclust.data.preprocess import preprocess
 
@@ -135,12 +143,15 @@ def test_idx_missing_file(tmp_path, small_idx):
 
 # ------------------------------------------------------------------ real .mat (FedSC)
 @pytest.mark.external_data
-@pytest.mark.parametrize("fname, shape, counts", [
-    ("Iris_tsne.mat", (150, 4), [50, 50, 50]),
-    ("Bank_tsne.mat", (1372, 4), [762, 610]),
-    ("COIL20_tsne.mat", (1440, 400), [72] * 20),
-    ("Concentric_Circles.mat", (1258, 2), [629, 629]),
-])
+@pytest.mark.parametrize(
+    "fname, shape, counts",
+    [
+        ("Iris_tsne.mat", (150, 4), [50, 50, 50]),
+        ("Bank_tsne.mat", (1372, 4), [762, 610]),
+        ("COIL20_tsne.mat", (1440, 400), [72] * 20),
+        ("Concentric_Circles.mat", (1258, 2), [629, 629]),
+    ],
+)
 def test_fedsc_mat_real_files(fname, shape, counts):
     p = FEDSC_DIR / fname
     need(p)
@@ -241,6 +252,7 @@ def test_cifar10_missing_truncated_and_bad_batches(tmp_path):
 class _Evil:
     def __reduce__(self):
         import os
+
         return (os.getcwd, ())
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from datatest_helpers import FEDSC_DIR, MNIST_IMAGES, MNIST_LABELS, need, write_cifar_batch, write_idx
 from kedro.io import DataCatalog, DatasetError
 
-from datatest_helpers import FEDSC_DIR, MNIST_IMAGES, MNIST_LABELS, need, write_cifar_batch, write_idx
 from fedclust.data.base import Dataset
 from fedclust.pipelines.datasets import CIFAR10Dataset, IDXDataset, MatDataset
 
@@ -38,10 +38,14 @@ def test_idx_dataset_missing_and_truncated(tmp_path):
 @pytest.mark.external_data
 def test_mat_dataset_through_catalog_config():
     need(FEDSC_DIR / "Iris_tsne.mat")
-    catalog = DataCatalog.from_config({
-        "iris_raw": {"type": "fedclust.pipelines.datasets.MatDataset",
-                     "filepath": str(FEDSC_DIR / "Iris_tsne.mat")},
-    })
+    catalog = DataCatalog.from_config(
+        {
+            "iris_raw": {
+                "type": "fedclust.pipelines.datasets.MatDataset",
+                "filepath": str(FEDSC_DIR / "Iris_tsne.mat"),
+            },
+        }
+    )
     data = catalog.load("iris_raw")
     assert data.X.shape == (150, 4) and np.bincount(data.y).tolist() == [50, 50, 50]
     with pytest.raises(DatasetError, match="read-only"):

@@ -99,12 +99,14 @@ def test_id_like_columns_are_flagged_and_continuous_or_repeated_ones_are_not(cap
 
     rng = np.random.default_rng(0)
     n = 200
-    X = np.column_stack([
-        rng.normal(size=n),                          # continuous: distinct values, not an ID
-        rng.integers(0, 5, size=n),                  # integer, few values: not an ID
-        1000 + rng.permutation(n),                   # a specimen ID: integer, one value per sample
-        np.where(np.arange(n) < 4, 0, np.arange(n)),  # nearly unique (197 distinct of 200)
-    ]).astype(float)
+    X = np.column_stack(
+        [
+            rng.normal(size=n),  # continuous: distinct values, not an ID
+            rng.integers(0, 5, size=n),  # integer, few values: not an ID
+            1000 + rng.permutation(n),  # a specimen ID: integer, one value per sample
+            np.where(np.arange(n) < 4, 0, np.arange(n)),  # nearly unique (197 distinct of 200)
+        ]
+    ).astype(float)
     flagged = id_like_columns(X)
     assert [c["column"] for c in flagged] == [2, 3]
     assert flagged[0]["n_unique"] == n and flagged[1]["n_unique"] == 197

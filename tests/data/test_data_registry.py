@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from datatest_helpers import FEDSC_DIR, MNIST_DIR, MNIST_IMAGES, need
+
 from fedclust.data.registry import DATASET_NAMES, load_dataset, prepare_dataset
 
 
@@ -14,13 +14,27 @@ def test_unknown_name_lists_valid_names():
         load_dataset("imagenet")
     for nm in ("digits", "mnist", "cifar10", "fedsc_coil20", "linear_model"):
         assert nm in str(e.value)
-    assert set(DATASET_NAMES) >= {"digits", "iris", "wine", "gaussian_mixture", "linear_model",
-                                  "concentric_circles", "mnist", "fashion_mnist", "cifar10", "mat",
-                                  "fedsc_iris", "fedsc_bank", "fedsc_coil20", "fedsc_circles"}
+    assert set(DATASET_NAMES) >= {
+        "digits",
+        "iris",
+        "wine",
+        "gaussian_mixture",
+        "linear_model",
+        "concentric_circles",
+        "mnist",
+        "fashion_mnist",
+        "cifar10",
+        "mat",
+        "fedsc_iris",
+        "fedsc_bank",
+        "fedsc_coil20",
+        "fedsc_circles",
+    }
 
 
-@pytest.mark.parametrize("name, shape, n_classes", [("digits", (1797, 64), 10), ("iris", (150, 4), 3),
-                                                     ("wine", (178, 13), 3)])
+@pytest.mark.parametrize(
+    "name, shape, n_classes", [("digits", (1797, 64), 10), ("iris", (150, 4), 3), ("wine", (178, 13), 3)]
+)
 def test_builtins(name, shape, n_classes):
     ds = load_dataset(name)
     assert ds.X.shape == shape and ds.n_classes == n_classes and ds.meta["dataset"] == name
@@ -74,8 +88,9 @@ def test_prepare_dataset_mnist_subsample_and_scale():
 
 
 def test_prepare_dataset_options_dict_and_errors_before_loading():
-    ds = prepare_dataset("concentric_circles", seed=3, scale="standardize", n_total=50,
-                         options={"n_samples": 200, "noise": 0.05})
+    ds = prepare_dataset(
+        "concentric_circles", seed=3, scale="standardize", n_total=50, options={"n_samples": 200, "noise": 0.05}
+    )
     assert ds.n_samples == 50
     np.testing.assert_allclose(ds.X.mean(0), 0, atol=1e-5)
     with pytest.raises(ValueError, match="scale must be one of"):

@@ -117,8 +117,7 @@ def test_concentric_circles_grid_angles():
 # ------------------------------------------------------------------ mixed linear regression
 def test_mixed_linear_regression_noiseless_targets_and_group_sizes():
     params = np.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])  # (k, d+1): slopes then intercept
-    rd = syn.mixed_linear_regression(101, n_features=2, k=2, noise_std=0.0, seed=0,
-                                     true_params=params, weights=[2, 1])
+    rd = syn.mixed_linear_regression(101, n_features=2, k=2, noise_std=0.0, seed=0, true_params=params, weights=[2, 1])
     assert rd.X.shape == (101, 2) and rd.target.dtype == np.float32
     assert np.bincount(rd.group).tolist() == [67, 34]
     expected = (rd.X.astype(float) * params[rd.group, :2]).sum(1) + params[rd.group, 2]

@@ -25,8 +25,12 @@ def test_smaller_alpha_gives_more_label_skew(digits, method):
     _, y, _ = digits
 
     def mean_labels(alpha):
-        return np.mean([partition_stats(dirichlet(y, 20, alpha, seed=s, min_size=0, method=method), y)["labels_mean"]
-                        for s in range(3)])
+        return np.mean(
+            [
+                partition_stats(dirichlet(y, 20, alpha, seed=s, min_size=0, method=method), y)["labels_mean"]
+                for s in range(3)
+            ]
+        )
 
     lo, mid, hi = mean_labels(0.05), mean_labels(1.0), mean_labels(100.0)
     assert lo < mid < hi

@@ -1,8 +1,17 @@
 import numpy as np
 import pytest
 
-from fedclust.partition import (SCHEMES, RotatedData, dirichlet, iid, kmeans_split, make_partition, power_law,
-                                rotation, shards)
+from fedclust.partition import (
+    SCHEMES,
+    RotatedData,
+    dirichlet,
+    iid,
+    kmeans_split,
+    make_partition,
+    power_law,
+    rotation,
+    shards,
+)
 
 
 def test_dispatch_matches_direct_calls(digits):
@@ -12,8 +21,10 @@ def test_dispatch_matches_direct_calls(digits):
     assert same(make_partition("iid", y=y, n_clients=7, seed=1), iid(400, 7, 1))
     assert same(make_partition("iid", X=X, n_clients=7, seed=1), iid(400, 7, 1))
     assert same(make_partition("dirichlet", y=y, n_clients=7, seed=1, alpha=0.3), dirichlet(y, 7, 0.3, seed=1))
-    assert same(make_partition("shards", y=y, n_clients=10, seed=1, labels_per_client=3),
-                shards(y, 10, labels_per_client=3, seed=1))
+    assert same(
+        make_partition("shards", y=y, n_clients=10, seed=1, labels_per_client=3),
+        shards(y, 10, labels_per_client=3, seed=1),
+    )
     assert same(make_partition("power_law", y=y, n_clients=10, seed=1, base=2), power_law(y, 10, seed=1, base=2))
     assert same(make_partition("kmeans", X=X, n_clients=5, seed=1, n_init=1), kmeans_split(X, 5, seed=1, n_init=1))
     rd = make_partition("rotation", images=img, y=y, n_clients=8, seed=1, n_groups=2)

@@ -36,8 +36,12 @@ def test_partition_stats_by_hand(tiny):
 
 def test_stats_with_test_split_and_groups():
     y = np.array([0, 1, 0, 1, 0, 1])
-    p = Partition(client=np.array([0, 1, -1, -1, -1, 0]), n_clients=2, group=np.array([1, 0]),
-                  test_client=np.array([-1, -1, 0, 1, -1, -1]))
+    p = Partition(
+        client=np.array([0, 1, -1, -1, -1, 0]),
+        n_clients=2,
+        group=np.array([1, 0]),
+        test_client=np.array([-1, -1, 0, 1, -1, -1]),
+    )
     s = partition_stats(p, y)
     assert s["test_sizes"] == [1, 1] and s["n_test"] == 2 and s["n_unused"] == 1 and s["group_sizes"] == [1, 1]
 

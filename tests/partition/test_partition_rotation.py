@@ -34,13 +34,11 @@ def test_balanced_four_groups_rotated_by_g_times_90(digits):
 
 def test_imbalanced_2_1_1_uses_0_90_180(digits):
     _, y, img = digits
-    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=40, samples_per_client=20,
-                  test_per_client=5, seed=1)
+    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=40, samples_per_client=20, test_per_client=5, seed=1)
     assert rd.angles == (0, 90, 180)
     assert np.bincount(rd.group).tolist() == [20, 10, 10]
     check_rotations(rd, img)
-    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=1000, samples_per_client=1,
-                  test_per_client=0, seed=1)
+    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=1000, samples_per_client=1, test_per_client=0, seed=1)
     assert np.bincount(rd.group).tolist() == [500, 250, 250]
 
 
@@ -88,8 +86,7 @@ def test_given_test_split_and_channels_axis(digits):
     _, y, img = digits
     colour = np.stack([img, img + 1, img * 2], axis=1)  # (n, 3, 8, 8)
     tr, te = colour[:1500], colour[1500:]
-    rd = rotation(tr, y[:1500], n_groups=4, n_clients=20, images_test=te, y_test=y[1500:], seed=4,
-                  shuffle_test=False)
+    rd = rotation(tr, y[:1500], n_groups=4, n_clients=20, images_test=te, y_test=y[1500:], seed=4, shuffle_test=False)
     assert rd.images_train.shape[1:] == (3, 8, 8) and rd.X_train.shape[1] == 192
     assert rd.meta["samples_per_client"] == 1500 // 5 and rd.meta["test_per_client"] == 297 // 5
     check_rotations(rd, tr, te)
@@ -100,8 +97,7 @@ def test_given_test_split_and_channels_axis(digits):
 
 def test_partition_view_for_reporting(digits):
     _, y, img = digits
-    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=8, samples_per_client=10, test_per_client=3,
-                  seed=0)
+    rd = rotation(img, y, n_groups=3, ratios=(2, 1, 1), n_clients=8, samples_per_client=10, test_per_client=3, seed=0)
     p = rd.partition()
     assert p.client.size == rd.y.size == rd.X.shape[0] == 8 * 13
     assert np.array_equal(p.group, rd.group)
@@ -137,8 +133,17 @@ def test_rotation_bad_parameters(digits):
     with pytest.raises(ValueError, match="samples_per_client"):
         rotation(img, y, n_groups=4, n_clients=8, samples_per_client=900, seed=0)
     with pytest.raises(ValueError, match="test_per_client"):
-        rotation(img[:100], y[:100], n_groups=1, n_clients=2, samples_per_client=10,
-                 images_test=img[100:110], y_test=y[100:110], test_per_client=6, seed=0)
+        rotation(
+            img[:100],
+            y[:100],
+            n_groups=1,
+            n_clients=2,
+            samples_per_client=10,
+            images_test=img[100:110],
+            y_test=y[100:110],
+            test_per_client=6,
+            seed=0,
+        )
     with pytest.raises(ValueError, match="n_clients"):
         rotation(img, y, n_groups=3, ratios=(10, 1, 1), n_clients=4, seed=0)
     with pytest.raises(ValueError, match="n_clients"):
@@ -149,7 +154,6 @@ def test_rotation_bad_parameters(digits):
 
 def test_two_groups_180_on_non_square_images_is_allowed():
     imgs = np.arange(20 * 4 * 6, dtype=np.float32).reshape(20, 4, 6)
-    rd = rotation(imgs, np.arange(20) % 2, n_groups=2, n_clients=2, samples_per_client=5, test_per_client=2,
-                  seed=0)
+    rd = rotation(imgs, np.arange(20) % 2, n_groups=2, n_clients=2, samples_per_client=5, test_per_client=2, seed=0)
     assert rd.images_train.shape[1:] == (4, 6)
     check_rotations(rd, imgs)

@@ -10,8 +10,10 @@ def synthetic_labels(L=10, base=1000, step=7, seed=0):
     return np.random.default_rng(seed).permutation(y)
 
 
-@pytest.mark.parametrize("N,c,seed", [(100, 2, s) for s in range(15)] + [(30, 3, 0), (33, 3, 1), (17, 4, 2),
-                                                                         (10, 10, 0), (7, 1, 3), (1, 2, 0)])
+@pytest.mark.parametrize(
+    "N,c,seed",
+    [(100, 2, s) for s in range(15)] + [(30, 3, 0), (33, 3, 1), (17, 4, 2), (10, 10, 0), (7, 1, 3), (1, 2, 0)],
+)
 def test_every_client_holds_exactly_c_labels_and_all_samples_used(N, c, seed, assert_is_partition_of):
     y = synthetic_labels(base=200)
     p = shards(y, N, labels_per_client=c, seed=seed)

@@ -32,8 +32,17 @@ def test_rr_cluster_pipeline_reports_replace_one_epsilon(run_pipeline, read_vers
         "dataset": {"name": "digits"},
         "clustered_fl": {"data": {"n_groups": 2, "n_clients": 16, "samples_per_client": 20, "test_per_client": 5}},
         "privacy": {"epsilon": 4.0, "delta": 1e-3},
-        "rr_cluster": {"train": {"method": "rr_cluster", "B": 2, "rounds": 3, "participation": 0.5, "eval_every": 0,
-                                 "clip": 0.3, "model": {"type": "mlp", "hidden": 8}}},
+        "rr_cluster": {
+            "train": {
+                "method": "rr_cluster",
+                "B": 2,
+                "rounds": 3,
+                "participation": 0.5,
+                "eval_every": 0,
+                "clip": 0.3,
+                "model": {"type": "mlp", "hidden": 8},
+            }
+        },
     }
     run_pipeline("rr_cluster", params)
     privacy = read_versioned_json("data/08_reporting/rr_cluster/privacy.json")

@@ -1,13 +1,13 @@
 """DP-FedC's pipeline nodes: by default privacy.epsilon is the accounted (worst-client) epsilon, the
 same budget every other method is calibrated to; budget: paper keeps the paper's eps_bar."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from fedclust.data.preprocess import preprocess
 from fedclust.data.registry import load_dataset
-from types import SimpleNamespace
-
 from fedclust.pipelines.methods import node_functions
 from fedclust.pipelines.privacy.nodes import report_privacy
 

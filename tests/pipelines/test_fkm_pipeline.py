@@ -53,7 +53,11 @@ def test_fkm_pipeline_writes_metrics_privacy_and_mlflow(run_pipeline, mlflow_run
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "partition")}
     assert {"partition/stats.json", "partition/heatmap.png"} <= artifacts
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "fkm")) == [
-        "fkm/centroids.png", "fkm/history.png", "fkm/metrics.json", "fkm/privacy.json"]
+        "fkm/centroids.png",
+        "fkm/history.png",
+        "fkm/metrics.json",
+        "fkm/privacy.json",
+    ]
     logged = client.download_artifacts(run.info.run_id, "fkm/privacy.json")
     assert json.loads(open(logged).read())["epsilon_accountant"] == "inf"
 
@@ -93,7 +97,14 @@ def test_compute_threads_is_applied_once_at_the_start_of_a_run(run_pipeline):
     from fedclust.threads import thread_limits
 
     with thread_limits(1):  # restores this process's settings afterwards
-        run_pipeline("fkm", {"compute": {"threads": 2}, "dataset": {"n_per_class": 10},
-                             "partition": {"n_clients": 4}, "fkm": {"train": {"rounds": 2}}})
+        run_pipeline(
+            "fkm",
+            {
+                "compute": {"threads": 2},
+                "dataset": {"n_per_class": 10},
+                "partition": {"n_clients": 4},
+                "fkm": {"train": {"rounds": 2}},
+            },
+        )
         assert torch.get_num_threads() == 2
         assert {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"} <= {2}

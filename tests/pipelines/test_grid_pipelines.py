@@ -6,8 +6,16 @@ import pandas as pd
 
 def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_runs, kedro_project):
     config = {
-        "dataset": "iris", "n_clients": 5, "rounds": 4, "seeds": 1, "parts": ["table1", "sweep"],
-        "table1_K": 5, "table1_methods": ["fkm", "dp_fedc"], "splits": ["iid"], "Ks": [5], "eps_bars": [None, 20.0],
+        "dataset": "iris",
+        "n_clients": 5,
+        "rounds": 4,
+        "seeds": 1,
+        "parts": ["table1", "sweep"],
+        "table1_K": 5,
+        "table1_methods": ["fkm", "dp_fedc"],
+        "splits": ["iid"],
+        "Ks": [5],
+        "eps_bars": [None, 20.0],
         "rho_factors": [1e-2, 1e-7],
     }
     run_pipeline("dp_fedc_grid", {"dp_fedc_grid": {"config": config}})
@@ -47,8 +55,10 @@ def test_dp_fedc_grid_logs_child_runs_and_writes_tables(run_pipeline, mlflow_run
 def test_privacy_audit_pipeline_writes_audits_and_child_runs(run_pipeline, mlflow_runs, kedro_project):
     import json
 
-    run_pipeline("privacy_audit", {"privacy_audit": {"config": {"methods": ["fkm"], "n_runs": 300, "workers": 1,
-                                                                "epsilons": [1.0]}}})
+    run_pipeline(
+        "privacy_audit",
+        {"privacy_audit": {"config": {"methods": ["fkm"], "n_runs": 300, "workers": 1, "epsilons": [1.0]}}},
+    )
     audit = json.loads((kedro_project / "data/08_reporting/privacy_audit/fkm_eps1/audit.json").read_text())
     assert audit["sound"] is True and audit["powerful"] is True
     assert audit["epsilon_audited"] <= audit["epsilon_accounted"] < audit["epsilon_audited_noise_off"]
@@ -71,14 +81,17 @@ def test_grid_pipeline_shows_cells_records_tables_and_plots_as_nodes():
     assert edges["prepare_cells"] == ({"params:dp_fedc_grid.config", "params:data_paths"}, {"dp_fedc_grid.cells"})
     assert edges["run_cells"] == ({"dp_fedc_grid.cells", "dp_fedc_grid.cell_store"}, {"dp_fedc_grid.records"})
     assert edges["tabulate"][0] == {"dp_fedc_grid.records"} and "dp_fedc_grid.tables" in edges["tabulate"][1]
-    assert edges["plot"] == ({"dp_fedc_grid.tables", "dp_fedc_grid.records"},
-                             {"dp_fedc_grid.sweep_plot", "dp_fedc_grid.curves_plot"})
+    assert edges["plot"] == (
+        {"dp_fedc_grid.tables", "dp_fedc_grid.records"},
+        {"dp_fedc_grid.sweep_plot", "dp_fedc_grid.curves_plot"},
+    )
     bench = {n.name.split(".")[-1] for n in GRID_PIPELINES["benchmark"]().nodes}
     assert {"prepare_cells", "run_cells", "tabulate", "plot", "figures"} <= bench
 
 
-def test_interrupted_grid_keeps_finished_cells_in_mlflow_and_on_disk_and_resumes(run_pipeline, mlflow_runs, kedro_project,
-                                                                               monkeypatch):
+def test_interrupted_grid_keeps_finished_cells_in_mlflow_and_on_disk_and_resumes(
+    run_pipeline, mlflow_runs, kedro_project, monkeypatch
+):
     # issue 15, item 4: a grid interrupted after some cells lost all of them
     import json
     import pickle
@@ -88,8 +101,16 @@ def test_interrupted_grid_keeps_finished_cells_in_mlflow_and_on_disk_and_resumes
     from fedclust.executors import same_results
     from fedclust.grids import dp_fedc
 
-    config = {"dataset": "iris", "n_clients": 5, "rounds": 3, "seeds": 1, "parts": ["table1"], "table1_K": 5,
-              "table1_methods": ["fkm", "dkm", "dp_fedc"], "rho_factors": [1e-2]}  # 3 methods x 2 budgets = 6 cells
+    config = {
+        "dataset": "iris",
+        "n_clients": 5,
+        "rounds": 3,
+        "seeds": 1,
+        "parts": ["table1"],
+        "table1_K": 5,
+        "table1_methods": ["fkm", "dkm", "dp_fedc"],
+        "rho_factors": [1e-2],
+    }  # 3 methods x 2 budgets = 6 cells
     real = dp_fedc.run_cell
     calls = []
 

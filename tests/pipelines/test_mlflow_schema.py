@@ -34,8 +34,9 @@ def test_single_runs_and_grid_cells_share_metric_names():
 def test_non_private_runs_log_no_epsilon_and_private_zero(eps):
     out = schema_metrics({"ACC": 0.5, "epsilon_accountant": eps})
     assert "epsilon" not in out and out["private"] == 0.0  # no infinity (1.8e308 in MLflow)
-    single = to_mlflow_metrics({"test_accuracy": 0.8}, {"epsilon_accountant": "inf", "epsilon_paper": None,
-                                                          "delta": 1e-5})["metrics"]
+    single = to_mlflow_metrics(
+        {"test_accuracy": 0.8}, {"epsilon_accountant": "inf", "epsilon_paper": None, "delta": 1e-5}
+    )["metrics"]
     assert single == {"test_accuracy": 0.8, "private": 0.0}
 
 

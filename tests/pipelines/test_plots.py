@@ -45,7 +45,7 @@ def _has_data(ax) -> bool:
 
 def _overlaps(boxes) -> bool:
     boxes = [b for b in boxes if b.width > 0]
-    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
 
 
 def _legend_outside_axes(fig, legend) -> bool:
@@ -55,6 +55,7 @@ def _legend_outside_axes(fig, legend) -> bool:
 
 
 # ------------------------------------------------------------------------------ one run
+
 
 def test_history_figure_is_a_titled_grid_without_empty_or_constant_panels():
     history = {
@@ -67,8 +68,14 @@ def test_history_figure_is_a_titled_grid_without_empty_or_constant_panels():
         "sizes": [],  # empty: no panel
         "lr": [0.1, 0.05, 0.03, 0.02, 0.01],  # a schedule, not a metric
     }
-    fig = plots.history_figure(history, method="fkm", dataset="digits", partition="iid(10 clients)", epsilon=4.0,
-                               eps_rounds=[(1, 1.0), (3, 2.5), (5, 4.0)])
+    fig = plots.history_figure(
+        history,
+        method="fkm",
+        dataset="digits",
+        partition="iid(10 clients)",
+        epsilon=4.0,
+        eps_rounds=[(1, 1.0), (3, 2.5), (5, 4.0)],
+    )
     axes = _data_axes(fig)
     titles = [ax.get_title() for ax in axes]
     assert titles == ["objective", "ACC", "NMI", "train_loss", "client_ACC", "ε spent (accountant)"]
@@ -84,15 +91,18 @@ def test_history_figure_is_a_titled_grid_without_empty_or_constant_panels():
 
 
 def test_history_figure_of_a_non_private_run_says_infinity_and_has_no_epsilon_panel():
-    fig = plots.history_figure({"objective": [3.0, 2.0, 1.5]}, method="ifca", dataset="digits",
-                               partition="rotation(4 groups)", epsilon="inf")
+    fig = plots.history_figure(
+        {"objective": [3.0, 2.0, 1.5]}, method="ifca", dataset="digits", partition="rotation(4 groups)", epsilon="inf"
+    )
     assert [ax.get_title() for ax in _data_axes(fig)] == ["objective"]
     assert "∞" in fig._suptitle.get_text()
 
 
 def test_epsilon_by_round_grows_to_the_accounted_epsilon_of_the_run():
-    releases = [GaussianRelease(noise_multipliers=(3.0,), count=20, label="sums"),
-                GaussianRelease(noise_multipliers=(5.0,), count=1, label="once")]
+    releases = [
+        GaussianRelease(noise_multipliers=(3.0,), count=20, label="sums"),
+        GaussianRelease(noise_multipliers=(5.0,), count=1, label="once"),
+    ]
     curve = plots.epsilon_by_round(releases, 1e-5)
     ts, eps = zip(*curve)
     assert ts[0] == 1 and ts[-1] == 20
@@ -105,13 +115,20 @@ def test_plot_history_node_titles_the_run_and_draws_epsilon_against_rounds():
     from fedclust.pipelines.reporting.nodes import plot_history
 
     releases = [GaussianRelease(noise_multipliers=(2.0,), count=8)]
-    result = ClusteringResult(labels=np.zeros(4, int), history={"objective": list(np.linspace(4, 1, 8)),
-                                                                 "ACC": list(np.linspace(0.2, 0.7, 8))},
-                              dp_events=releases)
+    result = ClusteringResult(
+        labels=np.zeros(4, int),
+        history={"objective": list(np.linspace(4, 1, 8)), "ACC": list(np.linspace(0.2, 0.7, 8))},
+        dp_events=releases,
+    )
     eps = accounted(releases, 1e-5)
     privacy = {"epsilon_accountant": eps, "delta": 1e-5, "accountant": "rdp"}
-    fig = plot_history(result, privacy, {"name": "digits"}, {"scheme": "dirichlet", "n_clients": 10,
-                                                             "options": {"alpha": 0.5}}, method="fkm")
+    fig = plot_history(
+        result,
+        privacy,
+        {"name": "digits"},
+        {"scheme": "dirichlet", "n_clients": 10, "options": {"alpha": 0.5}},
+        method="fkm",
+    )
     title = fig._suptitle.get_text()
     assert "fkm" in title and "digits" in title and "dirichlet(alpha=0.5, 10 clients)" in title
     assert f"ε = {eps:.3g}" in title
@@ -127,18 +144,29 @@ def test_centroids_are_drawn_as_images_for_image_data_and_as_a_heatmap_otherwise
 
     rng = np.random.default_rng(0)
     C = rng.random((10, 64))
-    images = Dataset(X=np.zeros((3, 64), np.float32), y=np.zeros(3, np.int64), name="digits",
-                     images=np.zeros((3, 8, 8), np.float32))
-    fig = plot_centroids(ClusteringResult(labels=np.zeros(3, int), centroids=C), images, {"epsilon_accountant": "inf"},
-                         {"scheme": "iid", "n_clients": 5}, method="fkm")
+    images = Dataset(
+        X=np.zeros((3, 64), np.float32), y=np.zeros(3, np.int64), name="digits", images=np.zeros((3, 8, 8), np.float32)
+    )
+    fig = plot_centroids(
+        ClusteringResult(labels=np.zeros(3, int), centroids=C),
+        images,
+        {"epsilon_accountant": "inf"},
+        {"scheme": "iid", "n_clients": 5},
+        method="fkm",
+    )
     tiles = [ax for ax in fig.axes if ax.images]
     assert len(tiles) == 10 and all(ax.images[0].get_array().shape == (8, 8) for ax in tiles)
     assert np.allclose(tiles[3].images[0].get_array(), C[3].reshape(8, 8))
     assert "fkm" in fig._suptitle.get_text() and "digits" in fig._suptitle.get_text()
 
     table = Dataset(X=np.zeros((3, 4), np.float32), y=np.zeros(3, np.int64), name="iris")
-    fig = plot_centroids(ClusteringResult(labels=np.zeros(3, int), centroids=rng.random((3, 4))), table,
-                         {"epsilon_accountant": 2.0}, {"scheme": "iid"}, method="fkm")
+    fig = plot_centroids(
+        ClusteringResult(labels=np.zeros(3, int), centroids=rng.random((3, 4))),
+        table,
+        {"epsilon_accountant": 2.0},
+        {"scheme": "iid"},
+        method="fkm",
+    )
     heat = [ax for ax in _data_axes(fig) if ax.images]
     assert len(heat) == 1 and heat[0].images[0].get_array().shape == (3, 4)
     with pytest.raises(ValueError, match="shape"):
@@ -157,6 +185,7 @@ def test_confusion_matrix_orders_clusters_by_the_acc_matching():
 
 # ------------------------------------------------------------------------------ grid figures
 
+
 def _summary_table():
     """A benchmark-like summary: 2 partitions x 3 budgets x 2 methods (kmeans only at inf)."""
     rows = []
@@ -166,8 +195,19 @@ def _summary_table():
                 if method == "kmeans" and eps != "inf":
                     continue
                 acc = 0.2 + 0.1 * ("4", "16", "inf").index(eps) + (0.05 if method == "kmeans" else 0.0)
-                rows.append({"dataset": "digits", "partition": part, "epsilon": eps, "method": method, "n": 2,
-                             "ACC_mean": acc, "ACC_std": 0.01, "ACC": f"{acc:.3f}", "status": "ok"})
+                rows.append(
+                    {
+                        "dataset": "digits",
+                        "partition": part,
+                        "epsilon": eps,
+                        "method": method,
+                        "n": 2,
+                        "ACC_mean": acc,
+                        "ACC_std": 0.01,
+                        "ACC": f"{acc:.3f}",
+                        "status": "ok",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -197,7 +237,9 @@ def test_sweep_with_long_categorical_settings_keeps_labels_apart():
     from fedclust.pipelines.grids import plot_sweeps
 
     parts = ["iid", "dirichlet(alpha=0.5)", "shards(labels_per_client=2)", "kmeans(n_init=1)"]
-    tab = pd.DataFrame([{"method": m, "partition": p, "ACC_mean": 0.5, "ACC_std": 0.0} for m in ("fkm", "dkm") for p in parts])
+    tab = pd.DataFrame(
+        [{"method": m, "partition": p, "ACC_mean": 0.5, "ACC_std": 0.0} for m in ("fkm", "dkm") for p in parts]
+    )
     fig = plot_sweeps({"summary": tab})
     renderer = _drawn(fig)
     (ax,) = _data_axes(fig)
@@ -213,24 +255,56 @@ def _records():
         for eps, acc_eps in (("inf", math.inf), ("4", 4.2), ("16", 15.8)):
             for method in ("fkm", "dp_fedc"):
                 base = {"inf": 0.7, "16": 0.5, "4": 0.3}[eps] - (0.1 if method == "dp_fedc" else 0.0)
-                out.append({
-                    "name": f"digits/iid/eps={eps}/{method}/seed={seed}",
-                    "tags": {"method": method, "dataset": "digits", "partition": "iid", "epsilon": eps,
-                             "family": "data_clustering", "status": "ok"},
-                    "params": {"seed": seed},
-                    "metrics": {"ACC": base + 0.01 * seed, "epsilon_accountant": acc_eps},
-                    "history": {"objective": list(np.linspace(10, 5, 6) + seed), "ACC": list(np.linspace(0.1, base, 6))},
-                })
-            out.append({"name": f"digits/iid/eps={eps}/kmeans/seed={seed}",
-                        "tags": {"method": "kmeans", "dataset": "digits", "partition": "iid", "epsilon": eps,
-                                 "family": "data_clustering", "status": "ok" if eps == "inf" else "not applicable"},
+                out.append(
+                    {
+                        "name": f"digits/iid/eps={eps}/{method}/seed={seed}",
+                        "tags": {
+                            "method": method,
+                            "dataset": "digits",
+                            "partition": "iid",
+                            "epsilon": eps,
+                            "family": "data_clustering",
+                            "status": "ok",
+                        },
                         "params": {"seed": seed},
-                        "metrics": {"ACC": 0.8, "epsilon_accountant": math.inf} if eps == "inf" else {},
-                        "history": {}})
-        out.append({"name": f"digits/ifca/seed={seed}", "tags": {"method": "ifca", "dataset": "digits", "epsilon": "inf",
-                                                               "partition": "rotation(4 groups)", "family": "clustered_fl"},
-                    "params": {"seed": seed}, "metrics": {"test_accuracy": 0.6, "epsilon_accountant": math.inf},
-                    "history": {"test_accuracy": [0.3, 0.5, 0.6], "n_moved": [0.0, 1.0, 0.0]}})
+                        "metrics": {"ACC": base + 0.01 * seed, "epsilon_accountant": acc_eps},
+                        "history": {
+                            "objective": list(np.linspace(10, 5, 6) + seed),
+                            "ACC": list(np.linspace(0.1, base, 6)),
+                        },
+                    }
+                )
+            out.append(
+                {
+                    "name": f"digits/iid/eps={eps}/kmeans/seed={seed}",
+                    "tags": {
+                        "method": "kmeans",
+                        "dataset": "digits",
+                        "partition": "iid",
+                        "epsilon": eps,
+                        "family": "data_clustering",
+                        "status": "ok" if eps == "inf" else "not applicable",
+                    },
+                    "params": {"seed": seed},
+                    "metrics": {"ACC": 0.8, "epsilon_accountant": math.inf} if eps == "inf" else {},
+                    "history": {},
+                }
+            )
+        out.append(
+            {
+                "name": f"digits/ifca/seed={seed}",
+                "tags": {
+                    "method": "ifca",
+                    "dataset": "digits",
+                    "epsilon": "inf",
+                    "partition": "rotation(4 groups)",
+                    "family": "clustered_fl",
+                },
+                "params": {"seed": seed},
+                "metrics": {"test_accuracy": 0.6, "epsilon_accountant": math.inf},
+                "history": {"test_accuracy": [0.3, 0.5, 0.6], "n_moved": [0.0, 1.0, 0.0]},
+            }
+        )
     return out
 
 
@@ -275,12 +349,20 @@ def test_rr_grid_privacy_utility_and_rounds_across_epsilon():
     for seed in (0, 1):
         for eps, acc in (("inf", math.inf), ("2", 2.1), ("8", 8.3)):
             for label in ("dp_ifca", "rr_cluster(B=4)"):
-                recs.append({"name": f"balanced/eps={eps}/{label}/seed={seed}",
-                             "tags": {"method": label.split("(")[0], "dataset": "digits", "partition": "rotation-balanced",
-                                      "epsilon": eps},
-                             "params": {"setting": "balanced", "label": label, "seed": seed},
-                             "metrics": {"test_accuracy": 0.3 + 0.01 * seed, "epsilon_accountant": acc},
-                             "history": {"test_accuracy": [0.2, 0.25, 0.3]}})
+                recs.append(
+                    {
+                        "name": f"balanced/eps={eps}/{label}/seed={seed}",
+                        "tags": {
+                            "method": label.split("(")[0],
+                            "dataset": "digits",
+                            "partition": "rotation-balanced",
+                            "epsilon": eps,
+                        },
+                        "params": {"setting": "balanced", "label": label, "seed": seed},
+                        "metrics": {"test_accuracy": 0.3 + 0.01 * seed, "epsilon_accountant": acc},
+                        "history": {"test_accuracy": [0.2, 0.25, 0.3]},
+                    }
+                )
     fig = rr.privacy_utility_figure(recs, chance=0.1)
     (ax,) = _data_axes(fig)
     assert ax.get_title() == "balanced" and "accounted" in ax.get_xlabel()
@@ -304,12 +386,15 @@ def test_benchmark_rounds_figure_draws_acc_per_round_across_epsilon():
 
 def test_figures_without_data_say_so_instead_of_drawing_empty_axes():
     fig = plots.curves_figure([], ("method",))
-    assert not any(_has_data(ax) for ax in fig.axes) and any("no run" in t.get_text() for ax in fig.axes for t in ax.texts)
+    assert not any(_has_data(ax) for ax in fig.axes) and any(
+        "no run" in t.get_text() for ax in fig.axes for t in ax.texts
+    )
     fig = plots.privacy_utility_figure([], "ACC")
     assert any("no run" in t.get_text() for ax in fig.axes for t in ax.texts)
 
 
 # ------------------------------------------------------------------------------ pipeline wiring
+
 
 def test_grid_figures_are_catalogued_as_png_files(kedro_project):
     """Every figure output of the benchmark and rr_grid pipelines has a catalog entry that writes a PNG."""
@@ -334,8 +419,12 @@ def test_grid_figures_are_catalogued_as_png_files(kedro_project):
 def test_each_fkm_run_keeps_its_own_history_and_centroid_plots(run_pipeline, mlflow_runs, kedro_project):
     from matplotlib import image
 
-    params = {"dataset": {"name": "digits", "n_per_class": 20}, "partition": {"scheme": "iid", "n_clients": 4},
-              "fkm": {"train": {"rounds": 4}}, "privacy": {"epsilon": 4.0, "delta": 1e-5}}
+    params = {
+        "dataset": {"name": "digits", "n_per_class": 20},
+        "partition": {"scheme": "iid", "n_clients": 4},
+        "fkm": {"train": {"rounds": 4}},
+        "privacy": {"epsilon": 4.0, "delta": 1e-5},
+    }
     run_pipeline("fkm", params)
     run_pipeline("fkm", params)
     for plot in ("history.png", "centroids.png"):
@@ -352,29 +441,73 @@ def test_each_fkm_run_keeps_its_own_history_and_centroid_plots(run_pipeline, mlf
 def test_benchmark_and_rr_grid_pipelines_write_their_figures(run_pipeline, mlflow_runs, kedro_project):
     from matplotlib import image
 
-    run_pipeline("rr_grid", {"rr_grid": {"config": {
-        "dataset": "digits", "settings": ["balanced"], "epsilons": [None, 8.0], "seeds": 1, "methods": ["dp_ifca"],
-        "n_clients": 40, "participation": 0.5, "rounds": 4, "eval_every": 2, "samples_per_client": 6, "test_per_client": 2}}})
-    run_pipeline("benchmark", {"benchmark": {"config": {
-        "datasets": ["iris"], "partitions": [{"scheme": "iid"}], "epsilons": [None, 4.0], "seeds": 1, "rounds": 3,
-        "n_clients": 4, "methods": ["fkm", "kmeans"], "clustered_fl": None}}})
+    run_pipeline(
+        "rr_grid",
+        {
+            "rr_grid": {
+                "config": {
+                    "dataset": "digits",
+                    "settings": ["balanced"],
+                    "epsilons": [None, 8.0],
+                    "seeds": 1,
+                    "methods": ["dp_ifca"],
+                    "n_clients": 40,
+                    "participation": 0.5,
+                    "rounds": 4,
+                    "eval_every": 2,
+                    "samples_per_client": 6,
+                    "test_per_client": 2,
+                }
+            }
+        },
+    )
+    run_pipeline(
+        "benchmark",
+        {
+            "benchmark": {
+                "config": {
+                    "datasets": ["iris"],
+                    "partitions": [{"scheme": "iid"}],
+                    "epsilons": [None, 4.0],
+                    "seeds": 1,
+                    "rounds": 3,
+                    "n_clients": 4,
+                    "methods": ["fkm", "kmeans"],
+                    "clustered_fl": None,
+                }
+            }
+        },
+    )
     reporting = kedro_project / "data/08_reporting"
-    for path in ("rr_grid/privacy_utility.png", "rr_grid/rounds_by_epsilon.png", "rr_grid/curves.png",
-                 "benchmark/privacy_utility.png", "benchmark/rounds_by_epsilon.png", "benchmark/confusion.png",
-                 "benchmark/curves.png", "benchmark/sweep.png"):
+    for path in (
+        "rr_grid/privacy_utility.png",
+        "rr_grid/rounds_by_epsilon.png",
+        "rr_grid/curves.png",
+        "benchmark/privacy_utility.png",
+        "benchmark/rounds_by_epsilon.png",
+        "benchmark/confusion.png",
+        "benchmark/curves.png",
+        "benchmark/sweep.png",
+    ):
         png = image.imread(reporting / path)
         assert png.shape[0] > 100 and png.std() > 0.01, path
     client, runs = mlflow_runs()
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    logged = {a.path for r in parents for folder in ("rr_grid", "benchmark")
-              for a in client.list_artifacts(r.info.run_id, folder)}
+    logged = {
+        a.path
+        for r in parents
+        for folder in ("rr_grid", "benchmark")
+        for a in client.list_artifacts(r.info.run_id, folder)
+    }
     assert {"rr_grid/privacy_utility.png", "benchmark/confusion.png", "benchmark/rounds_by_epsilon.png"} <= logged
 
 
 def test_epsilon_by_round_reads_consecutive_stretches_of_rounds_in_order():
     # DP-FedC: one release per stretch of rounds with the same schedule, counts adding up to the rounds
-    releases = [GaussianRelease(noise_multipliers=(2.0,), count=2, label="Q2=6"),
-                GaussianRelease(noise_multipliers=(4.0,), count=8, label="Q2=1")]
+    releases = [
+        GaussianRelease(noise_multipliers=(2.0,), count=2, label="Q2=6"),
+        GaussianRelease(noise_multipliers=(4.0,), count=8, label="Q2=1"),
+    ]
     curve = dict(plots.epsilon_by_round(releases, 1e-5, rounds=10))
     assert sorted(curve) == list(range(1, 11))
     assert curve[2] == pytest.approx(accounted([releases[0]], 1e-5))

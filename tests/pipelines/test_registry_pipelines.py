@@ -11,13 +11,17 @@ from fedclust.params_check import ParameterError
 TINY = {"dataset": {"n_per_class": 30}, "partition": {"n_clients": 6}}
 
 
-@pytest.mark.parametrize("params, message", [
-    # B <= m/k with m = round(0.5 * 40) = 20 sampled clients and k = 4 rotation groups
-    ({"rr_cluster": {"train": {"B": 6}}}, "rr_cluster.train.B=6 is infeasible"),
-    ({"rr_cluster": {"train": {"method": "dp_ifka"}}}, "did you mean 'dp_ifca'?"),
-])
-def test_method_parameters_are_checked_by_the_config_class_before_any_node(run_pipeline, kedro_project, params,
-                                                                           message):
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        # B <= m/k with m = round(0.5 * 40) = 20 sampled clients and k = 4 rotation groups
+        ({"rr_cluster": {"train": {"B": 6}}}, "rr_cluster.train.B=6 is infeasible"),
+        ({"rr_cluster": {"train": {"method": "dp_ifka"}}}, "did you mean 'dp_ifca'?"),
+    ],
+)
+def test_method_parameters_are_checked_by_the_config_class_before_any_node(
+    run_pipeline, kedro_project, params, message
+):
     with pytest.raises(ParameterError, match=message):
         run_pipeline("rr_cluster", params)
     assert not (kedro_project / "data/08_reporting/clustered_fl").exists()  # the rotation node never ran
@@ -44,8 +48,9 @@ def test_fkm_pipeline_equals_the_library_run_with_the_same_config_and_seed(run_p
     ds = prepare_dataset("digits", seed=3, scale="minmax", n_per_class=30)
     client = make_partition("iid", X=ds.X, y=ds.y, images=ds.images, n_clients=6, seed=3).client
     z = 0.0 if eps is None else calibrate_noise_multiplier(eps, 1e-5, steps=5, sampling="none", n_mechanisms=1)
-    res = fkm.run(ds.X, client, ds.n_classes, rounds=5, seed=3, noise_multiplier=z,
-                  clip=None if eps is None else 3.0, y=ds.y)
+    res = fkm.run(
+        ds.X, client, ds.n_classes, rounds=5, seed=3, noise_multiplier=z, clip=None if eps is None else 3.0, y=ds.y
+    )
     direct = clustering_scores(ds.y, res.labels)
     for key in ("ACC", "NMI", "ARI"):
         assert metrics[key] == pytest.approx(direct[key], abs=1e-12), key

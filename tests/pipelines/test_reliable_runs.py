@@ -35,11 +35,23 @@ def base_params() -> dict:
 
 
 def kedro_run(project: Path, *args: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "KEDRO_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1",
-           "MPLBACKEND": "Agg"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "KEDRO_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1",
+        "MPLBACKEND": "Agg",
+    }
     env.pop("FEDCLUST_DEBUG", None)
-    return subprocess.Popen([KEDRO, "run", *args], cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **popen)
+    return subprocess.Popen(
+        [KEDRO, "run", *args],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
 
 
 def init_store(project: Path) -> None:
@@ -61,27 +73,35 @@ def runs_of(project: Path):
 
 # ---- 2. unknown keys, zeros, wrong types ----------------------------------------------------------
 
-@pytest.mark.parametrize("given, message", [
-    ({"fkm": {"train": {"roundz": 5}}}, "unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"),
-    ({"privacyy": {"epsilon": 1}}, "unknown parameter 'privacyy'; did you mean 'privacy'?"),
-    ({"dataset": {"nam": "iris"}}, "did you mean 'dataset.name'?"),
-    ({"partition": {"n_client": 3}}, "did you mean 'partition.n_clients'?"),
-    ({"fkm": {"train": {"k": 0}}}, "fkm.train.k must be null (the default) or an integer >= 1, got 0"),
-    ({"fkm": {"train": {"clients_per_round": 0}}}, "fkm.train.clients_per_round must be null"),
-    ({"fkm": {"train": {"clip": True}}}, "fkm.train.clip must be a number (default 3.0), got true"),
-    ({"fkm": {"train": {"rounds": "ten"}}}, "fkm.train.rounds must be a number"),
-    ({"clustered_fl": {"data": {"reuse": 1}}}, "clustered_fl.data.reuse must be true or false"),
-])
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"fkm": {"train": {"roundz": 5}}}, "unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"),
+        ({"privacyy": {"epsilon": 1}}, "unknown parameter 'privacyy'; did you mean 'privacy'?"),
+        ({"dataset": {"nam": "iris"}}, "did you mean 'dataset.name'?"),
+        ({"partition": {"n_client": 3}}, "did you mean 'partition.n_clients'?"),
+        ({"fkm": {"train": {"k": 0}}}, "fkm.train.k must be null (the default) or an integer >= 1, got 0"),
+        ({"fkm": {"train": {"clients_per_round": 0}}}, "fkm.train.clients_per_round must be null"),
+        ({"fkm": {"train": {"clip": True}}}, "fkm.train.clip must be a number (default 3.0), got true"),
+        ({"fkm": {"train": {"rounds": "ten"}}}, "fkm.train.rounds must be a number"),
+        ({"clustered_fl": {"data": {"reuse": 1}}}, "clustered_fl.data.reuse must be true or false"),
+    ],
+)
 def test_bad_parameters_are_named_with_the_nearest_valid_key(given, message):
     problems = check_params(given, base_params())
     assert len(problems) == 1 and message in problems[0]
 
 
 def test_valid_overrides_and_free_form_options_pass():
-    given = {"seed": 3, "dataset": {"name": "gaussian_mixture", "options": {"n_samples": 300, "k": 3}},
-             "partition": {"scheme": "dirichlet", "options": {"alpha": 0.5}}, "privacy": {"epsilon": 2},
-             "fkm": {"train": {"k": None, "rounds": 5, "clip": 2, "init_domain": [0, 1]}},
-             "cfl_mgd": {"train": {"model": {"type": "cnn"}}}}
+    given = {
+        "seed": 3,
+        "dataset": {"name": "gaussian_mixture", "options": {"n_samples": 300, "k": 3}},
+        "partition": {"scheme": "dirichlet", "options": {"alpha": 0.5}},
+        "privacy": {"epsilon": 2},
+        "fkm": {"train": {"k": None, "rounds": 5, "clip": 2, "init_domain": [0, 1]}},
+        "cfl_mgd": {"train": {"model": {"type": "cnn"}}},
+    }
     assert check_params(given, base_params()) == []
 
 
@@ -103,6 +123,7 @@ def test_nan_label_is_an_error_not_a_class():
 
 
 # ---- 6. the README's --params examples parse and name real parameters -----------------------------
+
 
 def parse_run(args: list[str]) -> dict:
     """What `kedro run <args>` passes on, parsed by Kedro's own command (nothing runs)."""
@@ -139,12 +160,15 @@ def test_readme_list_parameters_syntax_works(tmp_path):
 
 # ---- 1. concurrent runs in one folder each report their own numbers -------------------------------
 
+
 def test_concurrent_runs_read_only_what_they_wrote(tmp_path, project_copy):
     project = project_copy(tmp_path / "p")
     # a "newer" metrics/privacy version, as another run saving at the same time would leave it:
     # a run that reads back the newest file instead of its own logs these numbers
-    for name, planted in (("metrics", {"ACC": -1.0, "NMI": -1.0, "ARI": -1.0, "uploaded_reals": 0}),
-                          ("privacy", {"epsilon_accountant": "planted"})):
+    for name, planted in (
+        ("metrics", {"ACC": -1.0, "NMI": -1.0, "ARI": -1.0, "uploaded_reals": 0}),
+        ("privacy", {"epsilon_accountant": "planted"}),
+    ):
         folder = project / "data" / "08_reporting" / "fkm" / f"{name}.json" / "9999-01-01T00.00.00.000Z"
         folder.mkdir(parents=True)
         (folder / f"{name}.json").write_text(json.dumps(planted))
@@ -168,13 +192,15 @@ def test_concurrent_runs_read_only_what_they_wrote(tmp_path, project_copy):
 
 # ---- 2/3. a bad parameter stops the run before any work, with one line ----------------------------
 
+
 def test_typo_stops_the_run_before_any_node_with_one_line(tmp_path, project_copy):
     project = project_copy(tmp_path / "p")
     proc = kedro_run(project, "--pipelines=fkm", f"--params={TINY},fkm.train.roundz=5")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0
-    assert ("fedclust: error: invalid parameter: unknown parameter 'fkm.train.roundz'; "
-            "did you mean 'fkm.train.rounds'?") in out
+    assert (
+        "fedclust: error: invalid parameter: unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"
+    ) in out
     assert "Traceback" not in out and "Running node" not in out
     assert not (project / "data/08_reporting/partition").exists()  # no node ran
     assert runs_of(project)[1] == []  # and no MLflow run was opened
@@ -192,14 +218,21 @@ def test_bad_parameter_in_session_raises_parameter_error(run_pipeline, kedro_pro
 
 # ---- 4. an interrupted run is KILLED, not FINISHED or RUNNING -------------------------------------
 
+
 def test_interrupted_runs_are_marked_killed(tmp_path, project_copy):
     project = project_copy(tmp_path / "p")
     init_store(project)
     long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=1000000"
     # SIGINT as from a terminal: a child of a background job would inherit "ignore SIGINT"
-    procs = {sig: kedro_run(project, "--pipelines=fkm", f"--params={long},seed={i}",
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-             for i, sig in enumerate((signal.SIGINT, signal.SIGTERM))}
+    procs = {
+        sig: kedro_run(
+            project,
+            "--pipelines=fkm",
+            f"--params={long},seed={i}",
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        for i, sig in enumerate((signal.SIGINT, signal.SIGTERM))
+    }
     deadline = time.time() + 240
     while time.time() < deadline:
         _, runs = runs_of(project) if (project / "mlflow.db").exists() else (None, [])
@@ -219,6 +252,7 @@ def test_interrupted_runs_are_marked_killed(tmp_path, project_copy):
 
 # ---- 7. tags say what a clustered-FL run ran on ---------------------------------------------------
 
+
 def test_clustered_fl_run_is_tagged_with_the_rotation_split():
     from kedro.pipeline import Pipeline, node
 
@@ -226,11 +260,20 @@ def test_clustered_fl_run_is_tagged_with_the_rotation_split():
 
     class Catalog:
         def load(self, name):
-            return {"seed": 0, "dataset": {"name": "digits"}, "partition": {"scheme": "iid", "n_clients": 10},
-                    "privacy": {"epsilon": None}, "clustered_fl": {"data": {"n_clients": 40}}}
+            return {
+                "seed": 0,
+                "dataset": {"name": "digits"},
+                "partition": {"scheme": "iid", "n_clients": 10},
+                "privacy": {"epsilon": None},
+                "clustered_fl": {"data": {"n_clients": 40}},
+            }
 
-    pipe = Pipeline([node(lambda d: d, "dataset", "rotated_data", name="rotate", namespace="clustered_fl"),
-                     node(lambda d: d, "rotated_data", "ifca.result", name="train", namespace="ifca")])
+    pipe = Pipeline(
+        [
+            node(lambda d: d, "dataset", "rotated_data", name="rotate", namespace="clustered_fl"),
+            node(lambda d: d, "rotated_data", "ifca.result", name="train", namespace="ifca"),
+        ]
+    )
     hook = RunTagsHook()
     hook.before_pipeline_run({"pipeline_names": ["ifca"]}, pipe, Catalog())
     assert hook._tags["partition"] == "rotation" and hook._tags["n_clients"] == "40"

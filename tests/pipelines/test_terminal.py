@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from fedclust.hooks.state import RUN
 from fedclust.hooks.summary import SummaryHook, _Bars, summary_rows
 from fedclust.hooks.tags import tag_value
@@ -20,8 +18,7 @@ def _kedro_run(project: Path, *args: str) -> subprocess.CompletedProcess:
     kedro = Path(sys.executable).with_name("kedro")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"}
     env.pop("KEDRO_LOGGING_CONFIG", None)
-    return subprocess.run([str(kedro), "run", *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([str(kedro), "run", *args], cwd=project, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_kedro_run_prints_a_short_log_and_the_summary(tmp_path, project_copy):
@@ -41,7 +38,7 @@ def test_kedro_run_prints_a_short_log_and_the_summary(tmp_path, project_copy):
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
     exp = next(e for e in client.search_experiments() if e.name == "fedclust")
     (run,) = client.search_runs([exp.experiment_id])
-    summary = proc.stdout[proc.stdout.index("fedclust: fkm"):]
+    summary = proc.stdout[proc.stdout.index("fedclust: fkm") :]
     assert "fkm" in summary and f"ACC {run.data.metrics['ACC']:.3f}" in summary
     assert run.info.run_id in summary and "inf" in summary
 
@@ -54,8 +51,13 @@ def test_summary_rows_name_the_utility_epsilon_and_run():
         "ifca": {"metrics": {"test_accuracy": 0.9}, "privacy": {"epsilon_accountant": "inf"}, "wall_time_s": 2.0},
     }
     rows = summary_rows(summary, {})
-    assert rows[0] == {"method": "fkm", "result": "ACC 0.750 · NMI 0.700", "epsilon": "4", "wall_time_s": "1.2",
-                       "run_id": "abc"}
+    assert rows[0] == {
+        "method": "fkm",
+        "result": "ACC 0.750 · NMI 0.700",
+        "epsilon": "4",
+        "wall_time_s": "1.2",
+        "run_id": "abc",
+    }
     assert rows[1]["result"] == "test acc 0.900" and rows[1]["epsilon"] == "inf"
 
 
@@ -94,6 +96,7 @@ def test_training_nodes_get_a_rounds_bar_fed_by_the_library_loop():
 
     from fedclust import progress
     from fedclust.clustering import fkm
+
     RUN.reset()
     hook = SummaryHook()
     bars = hook._bars = _Bars.__new__(_Bars)  # the real bars, drawing on a recording stand-in for rich
@@ -148,8 +151,15 @@ def test_every_family_reports_its_rounds():
     assert seen["fedc_gds"][0] == (1, 3) and seen["fedc_gds"][-1][0] <= 3
     assert seen["fedsc"] == [(1, 3), (2, 3), (3, 3)]
     imgs = rng.normal(size=(80, 1, 4, 4)).astype("float32")
-    data = FederatedTensors.from_arrays(imgs.reshape(80, -1), y, client, X_test=imgs.reshape(80, -1), y_test=y,
-                                        client_test=client, group=np.array([0, 0, 1, 1]))
+    data = FederatedTensors.from_arrays(
+        imgs.reshape(80, -1),
+        y,
+        client,
+        X_test=imgs.reshape(80, -1),
+        y_test=y,
+        client_test=client,
+        group=np.array([0, 0, 1, 1]),
+    )
     got = []
     with progress.listening(lambda label, done, total: got.append((done, total))):
         ifca.run(data, MLP(d_in=16, hidden=8, n_classes=2), 2, rounds=2, seed=0, local_steps=1)

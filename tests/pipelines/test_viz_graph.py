@@ -67,8 +67,12 @@ def test_reporting_datasets_stay_inside_their_method(viz_export):
         assert method in modular, method
         assert modular[method]["outputs"] == [], (method, [names.get(i) for i in modular[method]["outputs"]])
         children = {names.get(c["id"]) for c in modular[method]["children"]}
-        assert {f"{method}.metrics", f"{method}.privacy", f"{method}.history_plot",
-                f"{method}.mlflow_metrics"} <= children, (method, sorted(c for c in children if c))
+        assert {
+            f"{method}.metrics",
+            f"{method}.privacy",
+            f"{method}.history_plot",
+            f"{method}.mlflow_metrics",
+        } <= children, (method, sorted(c for c in children if c))
     root = {names.get(c["id"]) for c in modular["__root__"]["children"]}
     loose = sorted(n for n in root if n and "." in n and n.split(".")[0] in _method_namespaces())
     assert loose == [], loose
@@ -92,8 +96,9 @@ def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         with open_page(1600, 1000) as page:
-            page.add_init_script("localStorage.setItem('KedroViz', "
-                                 "JSON.stringify({showFeatureHints: false, theme: 'light'}))")
+            page.add_init_script(
+                "localStorage.setItem('KedroViz', JSON.stringify({showFeatureHints: false, theme: 'light'}))"
+            )
             page.goto(f"{base}/")
             text = wait_for_text(page, ["data_processing", "partitioning", *_method_namespaces()], timeout_s=60)
             time.sleep(3)  # the layout animation

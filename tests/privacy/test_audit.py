@@ -67,6 +67,7 @@ def test_audit_catches_a_gaussian_mechanism_with_too_little_noise():
         def scores(with_canary, noise, n, seed):
             rng = np.random.default_rng(seed)
             return float(with_canary) + (sigma if noise else 0.0) * rng.standard_normal(n)
+
         return scores
 
     sound = audit_case(AuditCase("g", "g", gaussian(sigma_ok), claimed, 1e-5, n_runs=4000))

@@ -54,17 +54,24 @@ def test_several_gaussians_per_step_equal_effective_gaussian():
     one = GaussianRelease((effective_noise_multiplier((3.0, 4.0)),), count=50, sampling="poisson", sampling_rate=0.1)
     assert epsilon(two, 1e-5) == pytest.approx(epsilon(one, 1e-5), rel=1e-12)
     # dp-accounting's own treatment of a composed Gaussian inside Poisson sampling
-    direct = _direct_rdp(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
-        0.1, dpa.ComposedDpEvent([dpa.GaussianDpEvent(3.0), dpa.GaussianDpEvent(4.0)])), 50))
+    direct = _direct_rdp(
+        dpa.SelfComposedDpEvent(
+            dpa.PoissonSampledDpEvent(0.1, dpa.ComposedDpEvent([dpa.GaussianDpEvent(3.0), dpa.GaussianDpEvent(4.0)])),
+            50,
+        )
+    )
     assert epsilon(two, 1e-5, orders=DEFAULT_RDP_ORDERS) == pytest.approx(direct, rel=1e-10)
     assert epsilon(two, 1e-5, "pld") == pytest.approx(epsilon(one, 1e-5, "pld"), rel=1e-12)
 
 
 def test_without_replacement_neighbouring_relations():
-    wor_ro = GaussianRelease((2.0,), count=20, sampling="without_replacement", population=1000, sample_size=100,
-                             neighbouring="replace_one")
-    direct = _direct_rdp(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(
-        1000, 100, dpa.GaussianDpEvent(2.0)), 20), relation=NR.REPLACE_ONE)
+    wor_ro = GaussianRelease(
+        (2.0,), count=20, sampling="without_replacement", population=1000, sample_size=100, neighbouring="replace_one"
+    )
+    direct = _direct_rdp(
+        dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(1000, 100, dpa.GaussianDpEvent(2.0)), 20),
+        relation=NR.REPLACE_ONE,
+    )
     assert epsilon(wor_ro, 1e-5, orders=DEFAULT_RDP_ORDERS) == pytest.approx(direct, rel=1e-10)
     # PLD: the replace-one without-replacement pair is that of Poisson sampling at rate m/n under
     # add/remove, composed in both directions; tighter than the WBK19 RDP bound
@@ -79,8 +86,9 @@ def test_without_replacement_neighbouring_relations():
     assert approx == pytest.approx(epsilon(poisson, 1e-5), rel=1e-12)
     assert any("NOT a valid DP guarantee" in n for n in accounting_notes([wor_ar], "poisson"))
     # default (sound): replace-one bound at half the noise multiplier
-    half = GaussianRelease((1.0,), count=20, sampling="without_replacement", population=1000, sample_size=100,
-                           neighbouring="replace_one")
+    half = GaussianRelease(
+        (1.0,), count=20, sampling="without_replacement", population=1000, sample_size=100, neighbouring="replace_one"
+    )
     assert epsilon(wor_ar, 1e-5) == pytest.approx(epsilon(half, 1e-5), rel=1e-12)
     assert epsilon(wor_ar, 1e-5) > approx
 
@@ -94,16 +102,18 @@ def test_pld_accounts_dp_fedc_runs_that_mix_full_batch_and_subsampled_rounds():
     from fedclust.clustering import dp_fedc
     from fedclust.privacy.report import privacy_report
 
-    rel = dp_fedc.planned_releases(np.array([200, 200, 200]), rounds=10, clients_per_round=2, q2="diminishing",
-                                   b=50, eps_bar=5.0, delta=1e-4)
+    rel = dp_fedc.planned_releases(
+        np.array([200, 200, 200]), rounds=10, clients_per_round=2, q2="diminishing", b=50, eps_bar=5.0, delta=1e-4
+    )
     full = [r for r in rel if r.sample_size == r.population]
     assert full and len(full) < len(rel)  # the mix
     rep = privacy_report(rel, 1e-4, method="dp_fedc", mechanism="gaussian")
     assert rep["epsilon_pld"] is not None
     assert epsilon(full, 1e-4, "pld") < rep["epsilon_pld"] < rep["epsilon_rdp"]
     # full batch only: the same Gaussian under either relation
-    only_full = dp_fedc.planned_releases(np.array([20, 20]), rounds=3, clients_per_round=2, q2=5, b=50,
-                                         eps_bar=5.0, delta=1e-4)
+    only_full = dp_fedc.planned_releases(
+        np.array([20, 20]), rounds=3, clients_per_round=2, q2=5, b=50, eps_bar=5.0, delta=1e-4
+    )
     (r,) = only_full
     same = GaussianRelease(r.noise_multipliers, count=r.count)
     assert epsilon(only_full, 1e-4, "pld") == pytest.approx(epsilon(same, 1e-4, "pld"), rel=1e-12)
@@ -139,17 +149,23 @@ def test_split_noise_multipliers():
         (2.0, dict(steps=100, sampling="poisson", sampling_rate=0.1, n_mechanisms=2)),
         (2.0, dict(steps=100, sampling="poisson", sampling_rate=0.1, weights=(0.2, 0.8))),
         (1.0, dict(steps=200, sampling="poisson", sampling_rate=0.02, accountant="pld")),
-        (4.0, dict(steps=30, sampling="without_replacement", population=500, sample_size=50,
-                   neighbouring="replace_one")),
+        (
+            4.0,
+            dict(steps=30, sampling="without_replacement", population=500, sample_size=50, neighbouring="replace_one"),
+        ),
     ],
 )
 def test_calibration_round_trip(target, kw):
     z = calibrate_noise_multiplier(target, 1e-5, **kw)
     w = kw.get("weights", (1.0,) * kw.get("n_mechanisms", 1))
-    rel = dict(count=kw["steps"], sampling=kw.get("sampling", "none"),
-               sampling_rate=kw.get("sampling_rate", 1.0) if kw.get("sampling") == "poisson" else 1.0,
-               population=kw.get("population"), sample_size=kw.get("sample_size"),
-               neighbouring=kw.get("neighbouring", "add_remove"))
+    rel = dict(
+        count=kw["steps"],
+        sampling=kw.get("sampling", "none"),
+        sampling_rate=kw.get("sampling_rate", 1.0) if kw.get("sampling") == "poisson" else 1.0,
+        population=kw.get("population"),
+        sample_size=kw.get("sample_size"),
+        neighbouring=kw.get("neighbouring", "add_remove"),
+    )
     acc = kw.get("accountant", "rdp")
     eps = epsilon(GaussianRelease(split_noise_multipliers(z, w), **rel), 1e-5, acc)
     assert eps <= target * (1 + 1e-9)

@@ -47,8 +47,15 @@ def test_sigma_scales_inversely_with_epsilon():
 @pytest.mark.parametrize(
     "eps_bar,p,q,expected",
     # spec 000 section 3.6 table (c0 = 1, R = 100)
-    [(2, 0.1, 0.05, 246.6), (2, 0.3, 0.10, 34.6), (2, 1.0, 0.25, 2.77), (2, 0.1, 0.50, 1.79),
-     (20, 0.3, 0.50, 10.3), (20, 1.0, 0.10, 190.0), (20, 1.0, 0.50, 5.66)],
+    [
+        (2, 0.1, 0.05, 246.6),
+        (2, 0.3, 0.10, 34.6),
+        (2, 1.0, 0.25, 2.77),
+        (2, 0.1, 0.50, 1.79),
+        (20, 0.3, 0.50, 10.3),
+        (20, 1.0, 0.10, 190.0),
+        (20, 1.0, 0.50, 5.66),
+    ],
 )
 def test_round_epsilon_matches_spec_table(eps_bar, p, q, expected):
     eps = dp_fedc.round_epsilon(eps_bar, q, p, 100)

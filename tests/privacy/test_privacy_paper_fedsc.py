@@ -47,12 +47,15 @@ def test_factor_sigmas_hand_values_and_inverse():
 
 
 def test_perturbed_factors_bundle_and_accountant():
-    out = fedsc.perturbed_factors_sigmas(1.0, 1e-5, 0.5, 1e-5, rounds=20, tau_x=1, tau_c=1, tau_z=2,
-                                         upsilon=3, r=2, d=4, lam=0.5, eta=0.5)
+    out = fedsc.perturbed_factors_sigmas(
+        1.0, 1e-5, 0.5, 1e-5, rounds=20, tau_x=1, tau_c=1, tau_z=2, upsilon=3, r=2, d=4, lam=0.5, eta=0.5
+    )
     assert out["sigma_z"] == pytest.approx(85.8389, abs=1e-3)
     assert out["sigma_c"] == pytest.approx(77.516, abs=1e-3)
     assert out["epsilon"] == 1.5 and out["delta"] == pytest.approx(2e-5)
-    rs = fedsc.perturbed_factors_releases(out["sigma_z"], out["sensitivity_z"], 20, out["sigma_c"], out["sensitivity_c"])
+    rs = fedsc.perturbed_factors_releases(
+        out["sigma_z"], out["sensitivity_z"], 20, out["sigma_c"], out["sensitivity_c"]
+    )
     assert [r.count for r in rs] == [20, 1]
     # Kairouz + basic composition is looser than RDP accounting of the same noise
     assert epsilon(rs, 2e-5) < 1.5
@@ -83,8 +86,16 @@ def _dataset(seed, n=120, m=4):
     return SimpleNamespace(X=rng.uniform(0, 1, size=(n, m)) ** (1 + seed), y=np.arange(n) % 3, n_classes=3)
 
 
-_TRAIN = {"rounds": 6, "lam": 1e-2, "n_init": 2, "privacy_variant": "factors", "clip_tau": 2.0, "tau_c": 1.0,
-          "z_lr": 0.5, "tau_z": 3.0}
+_TRAIN = {
+    "rounds": 6,
+    "lam": 1e-2,
+    "n_init": 2,
+    "privacy_variant": "factors",
+    "clip_tau": 2.0,
+    "tau_c": 1.0,
+    "z_lr": 0.5,
+    "tau_z": 3.0,
+}
 
 
 def test_factor_calibration_reads_no_data():
@@ -92,6 +103,7 @@ def test_factor_calibration_reads_no_data():
     old node computed r and d from the raw data and put them into the sensitivities)."""
     from fedclust.clustering import fedsc as lib
     from fedclust.pipelines.methods import node_functions
+
     calibrate, _ = node_functions("fedsc")
 
     privacy = {"epsilon": 1.0, "delta": 1e-5}
@@ -106,6 +118,7 @@ def test_factor_pipeline_run_meets_budget_and_literal_rules_are_not_private():
     from types import SimpleNamespace
 
     from fedclust.pipelines.methods import node_functions
+
     calibrate, train = node_functions("fedsc")
     from fedclust.pipelines.privacy.nodes import report_privacy
 
@@ -129,6 +142,7 @@ def test_factor_paper_calibration_is_reported_by_the_accountant():
     """factor_calibration=paper keeps Theorem 3.9's stds (faithful variant); the report's epsilon is
     still the accountant's on the per-sample sensitivities, next to the paper's claim."""
     from fedclust.pipelines.methods import node_functions
+
     calibrate, _ = node_functions("fedsc")
 
     tr = dict(_TRAIN, factor_calibration="paper")
@@ -137,7 +151,9 @@ def test_factor_paper_calibration_is_reported_by_the_accountant():
     sens_paper = fedsc.z_sensitivity(tau_x=2.0, tau_c=1.0, tau_z=3.0, upsilon=5.0, r=noise["r"], d=noise["d"], eta=0.5)
     assert noise["z_noise_std"] == pytest.approx(fedsc.factor_sigma_z(0.25, 0.5e-5, 5, sens_paper))
     with pytest.raises(ValueError, match="tau_z"):
-        calibrate({"epsilon": 0.5, "delta": 1e-5}, dict(_TRAIN, factor_calibration="paper", tau_z=None), _dataset(0), None)
+        calibrate(
+            {"epsilon": 0.5, "delta": 1e-5}, dict(_TRAIN, factor_calibration="paper", tau_z=None), _dataset(0), None
+        )
     with pytest.raises(ValueError, match="kernel_constants"):
         calibrate({"epsilon": 0.5, "delta": 1e-5}, dict(_TRAIN, kernel_constants="raw"), _dataset(0), None)
 
@@ -148,6 +164,7 @@ def test_data_variant_calibration_meets_the_budget():
     from types import SimpleNamespace
 
     from fedclust.pipelines.methods import node_functions
+
     calibrate, train = node_functions("fedsc")
     from fedclust.pipelines.privacy.nodes import report_privacy
 

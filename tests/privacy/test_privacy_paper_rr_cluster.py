@@ -16,11 +16,19 @@ from fedclust.privacy.paper import rr_cluster
 # spec 002 section 3.4 (autodp 0.2.3.1; sigma_s = sigma_theta = sigma; q = 0.1; delta = 1e-3):
 # T, eps, sigma (Thm-9 general, +min), sigma (Thm-27 improved), sigma (Poisson RDP, add/remove)
 REFERENCE = [
-    (50, 0.5, 75.7, 15.75, 7.95), (50, 2, 8.54, 4.26, 2.47), (50, 4, 2.56, 2.44, 1.58),
-    (50, 8, 1.42, 1.42, 1.14), (50, 16, 0.93, 0.93, 0.81),
-    (100, 0.5, 107.0, 22.16, 10.97), (100, 2, 28.06, 5.89, 3.17), (100, 4, 3.64, 3.24, 1.92),
-    (100, 8, 1.93, 1.93, 1.30), (100, 16, 1.13, 1.13, 0.92),
-    (200, 2, 39.69, 8.20, 4.23), (200, 4, 5.60, 4.41, 2.44), (200, 8, 2.59, 2.54, 1.55),
+    (50, 0.5, 75.7, 15.75, 7.95),
+    (50, 2, 8.54, 4.26, 2.47),
+    (50, 4, 2.56, 2.44, 1.58),
+    (50, 8, 1.42, 1.42, 1.14),
+    (50, 16, 0.93, 0.93, 0.81),
+    (100, 0.5, 107.0, 22.16, 10.97),
+    (100, 2, 28.06, 5.89, 3.17),
+    (100, 4, 3.64, 3.24, 1.92),
+    (100, 8, 1.93, 1.93, 1.30),
+    (100, 16, 1.13, 1.13, 0.92),
+    (200, 2, 39.69, 8.20, 4.23),
+    (200, 4, 5.60, 4.41, 2.44),
+    (200, 8, 2.59, 2.54, 1.55),
     (200, 16, 1.54, 1.54, 1.08),
 ]
 
@@ -52,8 +60,12 @@ def test_general_bound_order_two_by_hand():
     by_hand = math.log(1 + q * q * min(4 * (math.exp(r2) - 1), 2 * math.exp(r2)))
     assert rr_cluster.subsampled_rdp(2, q, s, take_min=False) == pytest.approx(by_hand, rel=1e-12)
     # order 3 by hand: 1 + 3 q^2 min(...) + 2 q^3 e^{2 r(3)}, r(3) = 3/(2 s^2)
-    by_hand3 = math.log(1 + 3 * q * q * min(4 * (math.exp(r2) - 1), 2 * math.exp(r2))
-                        + 2 * q**3 * math.exp(2 * 3 / (2 * s * s))) / 2
+    by_hand3 = (
+        math.log(
+            1 + 3 * q * q * min(4 * (math.exp(r2) - 1), 2 * math.exp(r2)) + 2 * q**3 * math.exp(2 * 3 / (2 * s * s))
+        )
+        / 2
+    )
     assert rr_cluster.subsampled_rdp(3, q, s, take_min=False) == pytest.approx(by_hand3, rel=1e-12)
 
 
@@ -78,8 +90,9 @@ def test_other_bounds_match_dp_accounting():
         poi = rr_cluster.subsampled_rdp(o, 0.1, s, bound="poisson_rdp")
         np.testing.assert_allclose(poi, _compute_rdp_poisson_subsampled_gaussian(0.1, s, o), rtol=1e-9)
     # improved <= general
-    assert np.all(rr_cluster.subsampled_rdp(o, 0.1, 2.0, bound="wang_improved")
-                  <= rr_cluster.subsampled_rdp(o, 0.1, 2.0) + 1e-15)
+    assert np.all(
+        rr_cluster.subsampled_rdp(o, 0.1, 2.0, bound="wang_improved") <= rr_cluster.subsampled_rdp(o, 0.1, 2.0) + 1e-15
+    )
 
 
 def test_calibrate_sigmas_split_and_round_trip():
@@ -102,15 +115,25 @@ def test_release_goes_through_the_generic_accountant():
     # amendment A-2: fixed-size sampling is a replace-one analysis (the paper's own WBK19 bound)
     assert r.unit == "client" and r.neighbouring == "replace_one" and r.sample_size == 100
     acct = acct_epsilon([r], 1e-3)
-    wor = GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="without_replacement", population=1000,
-                          sample_size=100, neighbouring="replace_one")
+    wor = GaussianRelease(
+        (3.0 / math.sqrt(2.0),),
+        count=100,
+        sampling="without_replacement",
+        population=1000,
+        sample_size=100,
+        neighbouring="replace_one",
+    )
     assert acct == pytest.approx(acct_epsilon([wor], 1e-3), rel=1e-12)
     # the accountant (WBK19 Thm 27, tighter RDP->DP conversion) is below the paper's Thm 4.2 + eq. (9)
-    assert acct < rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="wang_improved") <= rr_cluster.epsilon(
-        0.1, 100, 3.0, 3.0)
+    assert (
+        acct
+        < rr_cluster.epsilon(0.1, 100, 3.0, 3.0, 1e-3, bound="wang_improved")
+        <= rr_cluster.epsilon(0.1, 100, 3.0, 3.0)
+    )
     # and above the (invalid here) Poisson add/remove figure
-    assert acct > acct_epsilon([GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="poisson",
-                                                sampling_rate=0.1)], 1e-3)
+    assert acct > acct_epsilon(
+        [GaussianRelease((3.0 / math.sqrt(2.0),), count=100, sampling="poisson", sampling_rate=0.1)], 1e-3
+    )
 
 
 def test_invalid_inputs_name_parameter():

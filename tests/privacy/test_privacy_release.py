@@ -8,12 +8,15 @@ from fedclust.privacy.release import TRUST_MODELS, check_trust_model, release_su
 K, STD, N = 25, 2.0, 40000
 
 
-@pytest.mark.parametrize("trust_model,distributed,expected", [
-    ("local", False, STD * 5.0),  # K independent client draws: sqrt(K) x std on the sum
-    ("secure_aggregation", False, STD),  # one draw on the aggregated sum
-    ("secure_aggregation", True, STD),  # K shares of std / sqrt(K): the same total
-    ("central", False, STD),
-])
+@pytest.mark.parametrize(
+    "trust_model,distributed,expected",
+    [
+        ("local", False, STD * 5.0),  # K independent client draws: sqrt(K) x std on the sum
+        ("secure_aggregation", False, STD),  # one draw on the aggregated sum
+        ("secure_aggregation", True, STD),  # K shares of std / sqrt(K): the same total
+        ("central", False, STD),
+    ],
+)
 def test_the_released_sum_carries_the_noise_of_its_trust_model(trust_model, distributed, expected):
     total = np.full(N, 3.0)
     out = release_sum(total, STD, K, trust_model, np.random.default_rng(0), distributed=distributed)

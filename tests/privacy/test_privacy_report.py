@@ -10,8 +10,15 @@ from fedclust.privacy.report import json_ready
 
 def test_private_report_fields_and_json():
     r = GaussianRelease((1.2,), count=200, sampling="poisson", sampling_rate=0.05, unit="sample", label="W")
-    rep = privacy_report([r], 1e-5, method="dp_fedc", mechanism="gaussian", paper_epsilon=3.2,
-                         paper_formula="Theorem 3, eq. (32)", notes=["eps/(2q) > 1"])
+    rep = privacy_report(
+        [r],
+        1e-5,
+        method="dp_fedc",
+        mechanism="gaussian",
+        paper_epsilon=3.2,
+        paper_formula="Theorem 3, eq. (32)",
+        notes=["eps/(2q) > 1"],
+    )
     back = json.loads(json.dumps(rep))
     assert back == rep
     assert rep["private"] is True and rep["unit"] == "sample-level" and rep["neighbouring"] == "add_remove"
@@ -36,9 +43,12 @@ def test_non_private_reports_infinity_explicitly():
 
 def test_pld_unavailable_is_noted_not_fatal():
     # sampled releases under two relations: no single PLD
-    r = [GaussianRelease((2.0,), count=20, sampling="without_replacement", population=200, sample_size=20,
-                         neighbouring="replace_one"),
-         GaussianRelease((2.0,), count=20, sampling="poisson", sampling_rate=0.1)]
+    r = [
+        GaussianRelease(
+            (2.0,), count=20, sampling="without_replacement", population=200, sample_size=20, neighbouring="replace_one"
+        ),
+        GaussianRelease((2.0,), count=20, sampling="poisson", sampling_rate=0.1),
+    ]
     rep = privacy_report(r, 1e-5, method="dp_fedc", mechanism="gaussian")
     assert rep["epsilon_pld"] is None and rep["epsilon"] == pytest.approx(epsilon(r, 1e-5))
     assert any("PLD" in n for n in rep["notes"])

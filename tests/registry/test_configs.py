@@ -35,7 +35,7 @@ def test_every_method_pipeline_group_is_registered():
 def test_config_defaults_equal_the_yaml_defaults(method):
     yaml_train = _base_train_groups()[method]
     defaults = REGISTRY[method].config.defaults()
-    assert set(defaults) == set(yaml_train), (set(defaults) ^ set(yaml_train))
+    assert set(defaults) == set(yaml_train), set(defaults) ^ set(yaml_train)
     for key, value in yaml_train.items():
         assert defaults[key] == value and type(defaults[key]) is type(value), (key, defaults[key], value)
     # and the YAML group itself is valid (null means default: it builds the default config)
@@ -49,22 +49,33 @@ def test_resolved_disagreements_take_the_documented_values():
     assert REGISTRY["fedsc"].config().mechanism == "accountant"
 
 
-@pytest.mark.parametrize("method, given, message", [
-    ("fkm", {"roundz": 5}, "unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"),
-    ("rr_cluster", {"participaton": 0.5}, "did you mean 'rr_cluster.train.participation'?"),
-    ("fkm", {"rounds": "abc"}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 'abc'"),
-    ("fkm", {"rounds": 0}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 0"),
-    ("dkm", {"k": 0}, "dkm.train.k must be null (the default) or an integer >= 1, got 0"),
-    ("fkm", {"clip": True}, "fkm.train.clip must be a number, got true"),
-    ("fkm", {"clip": -1.0}, "fkm.train.clip must be > 0, got -1.0"),
-    ("dp_fedc", {"budget": "papr"}, "dp_fedc.train.budget must be one of ['accountant', 'paper'], got 'papr'; did you mean 'paper'?"),
-    ("dp_fedc", {"q2": 0}, "dp_fedc.train.q2 must be 'diminishing' or an integer >= 1, got 0"),
-    ("fedsc", {"mechanism": "laplace"}, "fedsc.train.mechanism must be one of"),
-    ("fedsc", {"factor_budget_z": 1.0}, "fedsc.train.factor_budget_z must be < 1, got 1.0"),
-    ("ifca", {"model": 3}, "ifca.train.model must be a group of parameters, got 3"),
-    ("cfl_mgd", {"model": {"type": "rnn"}}, "cfl_mgd.train.model.type must be one of"),
-    ("fedc_gds", {"clients_per_round": 2.5}, "fedc_gds.train.clients_per_round must be null (the default) or an integer >= 1, got 2.5"),
-])
+@pytest.mark.parametrize(
+    "method, given, message",
+    [
+        ("fkm", {"roundz": 5}, "unknown parameter 'fkm.train.roundz'; did you mean 'fkm.train.rounds'?"),
+        ("rr_cluster", {"participaton": 0.5}, "did you mean 'rr_cluster.train.participation'?"),
+        ("fkm", {"rounds": "abc"}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 'abc'"),
+        ("fkm", {"rounds": 0}, "fkm.train.rounds must be null (the default) or an integer >= 1, got 0"),
+        ("dkm", {"k": 0}, "dkm.train.k must be null (the default) or an integer >= 1, got 0"),
+        ("fkm", {"clip": True}, "fkm.train.clip must be a number, got true"),
+        ("fkm", {"clip": -1.0}, "fkm.train.clip must be > 0, got -1.0"),
+        (
+            "dp_fedc",
+            {"budget": "papr"},
+            "dp_fedc.train.budget must be one of ['accountant', 'paper'], got 'papr'; did you mean 'paper'?",
+        ),
+        ("dp_fedc", {"q2": 0}, "dp_fedc.train.q2 must be 'diminishing' or an integer >= 1, got 0"),
+        ("fedsc", {"mechanism": "laplace"}, "fedsc.train.mechanism must be one of"),
+        ("fedsc", {"factor_budget_z": 1.0}, "fedsc.train.factor_budget_z must be < 1, got 1.0"),
+        ("ifca", {"model": 3}, "ifca.train.model must be a group of parameters, got 3"),
+        ("cfl_mgd", {"model": {"type": "rnn"}}, "cfl_mgd.train.model.type must be one of"),
+        (
+            "fedc_gds",
+            {"clients_per_round": 2.5},
+            "fedc_gds.train.clients_per_round must be null (the default) or an integer >= 1, got 2.5",
+        ),
+    ],
+)
 def test_bad_values_are_errors_naming_the_parameter(method, given, message):
     with pytest.raises(ParameterError) as err:
         REGISTRY[method].config_from(given)
@@ -96,6 +107,7 @@ def test_rr_threshold_feasibility_names_B():
 
 # ---- absurd sizes ---------------------------------------------------------------------------------
 
+
 def _small_data(n=60, m=4, seed=0):
     rng = np.random.default_rng(seed)
     X = np.concatenate([rng.normal(c, 0.3, size=(n // 3, m)) for c in (0.0, 2.0, 4.0)])
@@ -103,13 +115,16 @@ def _small_data(n=60, m=4, seed=0):
     return ds, SimpleNamespace(client=np.arange(n) % 5)
 
 
-@pytest.mark.parametrize("method, given, message", [
-    ("fedsc", {"d": 500, "rounds": 2}, "fedsc.train.d=500 exceeds the number of samples n (60)"),
-    ("fkm", {"k": 100}, "fkm.train.k=100 exceeds the number of samples n (60)"),
-    ("fkm", {"clients_per_round": 9}, "fkm.train.clients_per_round=9 exceeds the number of clients (5)"),
-    ("dp_fedc", {"clients_per_round": 12}, "dp_fedc.train.clients_per_round=12 exceeds the number of clients (5)"),
-    ("fzkm", {"k": 61}, "fzkm.train.k=61 exceeds the number of samples n (60)"),
-])
+@pytest.mark.parametrize(
+    "method, given, message",
+    [
+        ("fedsc", {"d": 500, "rounds": 2}, "fedsc.train.d=500 exceeds the number of samples n (60)"),
+        ("fkm", {"k": 100}, "fkm.train.k=100 exceeds the number of samples n (60)"),
+        ("fkm", {"clients_per_round": 9}, "fkm.train.clients_per_round=9 exceeds the number of clients (5)"),
+        ("dp_fedc", {"clients_per_round": 12}, "dp_fedc.train.clients_per_round=12 exceeds the number of clients (5)"),
+        ("fzkm", {"k": 61}, "fzkm.train.k=61 exceeds the number of samples n (60)"),
+    ],
+)
 def test_absurd_sizes_are_refused_before_the_run(method, given, message):
     spec = REGISTRY[method]
     ds, part = _small_data()
@@ -139,10 +154,17 @@ def test_the_registry_is_library_code_without_kedro_or_torch_at_import():
     import subprocess
     import sys
 
-    code = ("import sys, fedclust.registry, fedclust.registry.clustering, fedclust.registry.clustered_fl; "
-            "print(sorted(m for m in ('kedro', 'torch', 'fedclust.pipelines') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    code = (
+        "import sys, fedclust.registry, fedclust.registry.clustering, fedclust.registry.clustered_fl; "
+        "print(sorted(m for m in ('kedro', 'torch', 'fedclust.pipelines') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

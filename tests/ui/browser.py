@@ -18,8 +18,15 @@ import pytest
 
 INSTALL_CHROMIUM = "sudo apt-get update && sudo apt-get install -y chromium (or run `make test`, which does it)"
 INSTALL_PLAYWRIGHT = "pip install -e '.[test]' (the test extras hold playwright; `make test` installs them)"
-ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:

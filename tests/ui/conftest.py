@@ -23,8 +23,15 @@ TINY_BENCHMARK = {
             "seeds": 1,
             "rounds": 4,
             "methods": ["fkm", "fedc_gds", "kmeans"],
-            "clustered_fl": {"datasets": ["digits"], "methods": ["fedavg", "rr_cluster"], "epsilons": [None, 8.0],
-                             "n_clients": 40, "participation": 0.5, "B": 1, "rounds": 5},
+            "clustered_fl": {
+                "datasets": ["digits"],
+                "methods": ["fedavg", "rr_cluster"],
+                "epsilons": [None, 8.0],
+                "n_clients": 40,
+                "participation": 0.5,
+                "B": 1,
+                "rounds": 5,
+            },
         }
     }
 }

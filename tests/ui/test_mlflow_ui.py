@@ -25,7 +25,10 @@ import pytest
 from browser import free_port as _free_port
 from browser import open_page, wait_for_text
 
-pytestmark = [pytest.mark.slow, pytest.mark.allow_skip("needs chromium, installed with apt-get when missing and possible")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.allow_skip("needs chromium, installed with apt-get when missing and possible"),
+]
 
 SERVER_START_TIMEOUT_S = 60
 
@@ -40,8 +43,12 @@ def _api(base: str, endpoint: str, **query) -> dict:
 
 
 def _post(base: str, endpoint: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{endpoint}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{endpoint}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
@@ -52,13 +59,24 @@ def mlflow_server(benchmark_project, tmp_path_factory):
     mlflow_cli = Path(sys.executable).with_name("mlflow")
     cmd = [str(mlflow_cli) if mlflow_cli.exists() else "mlflow"]
     port = _free_port()
-    cmd += ["server", "--backend-store-uri", f"sqlite:///{benchmark_project / 'mlflow.db'}",
-            "--default-artifact-root", str(benchmark_project / "mlruns"),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    cmd += [
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{benchmark_project / 'mlflow.db'}",
+        "--default-artifact-root",
+        str(benchmark_project / "mlruns"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     log = tmp_path_factory.mktemp("mlflow_server") / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=benchmark_project, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=benchmark_project, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -71,8 +89,9 @@ def mlflow_server(benchmark_project, tmp_path_factory):
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not answer /health in {SERVER_START_TIMEOUT_S} s:\n"
-                                   f"{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"mlflow server did not answer /health in {SERVER_START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield base
     finally:
@@ -89,9 +108,15 @@ def mlflow_server(benchmark_project, tmp_path_factory):
 def found(mlflow_server) -> dict:
     """What a user finds through the REST API: the experiment, the parent run and the fkm cells."""
     exp = _api(mlflow_server, "experiments/get-by-name", experiment_name="fedclust")["experiment"]
-    fkm = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
-                                                "filter": "tags.method = 'fkm' and tags.kind = 'cell'",
-                                                "max_results": 100})
+    fkm = _post(
+        mlflow_server,
+        "runs/search",
+        {
+            "experiment_ids": [exp["experiment_id"]],
+            "filter": "tags.method = 'fkm' and tags.kind = 'cell'",
+            "max_results": 100,
+        },
+    )
     return {"experiment": exp, "fkm_runs": fkm.get("runs", [])}
 
 
@@ -118,8 +143,11 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
     assert len(parents) == 1
 
     # Not-applicable cells are runs too, tagged so, without metrics.
-    na = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
-                                               "filter": "tags.status = 'not applicable'"})["runs"]
+    na = _post(
+        mlflow_server,
+        "runs/search",
+        {"experiment_ids": [exp["experiment_id"]], "filter": "tags.status = 'not applicable'"},
+    )["runs"]
     na_cells = sorted({t["key"]: t["value"] for t in r["data"]["tags"]}["method"] for r in na)
     assert na_cells == ["fedavg", "fedc_gds", "kmeans"]
     assert all(not r["data"].get("metrics") for r in na)
@@ -130,8 +158,9 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
     files = {f["path"]: f for f in listed.get("files", [])}
     assert "benchmark/summary.csv" in files and int(files["benchmark/summary.csv"]["file_size"]) > 100
     assert "benchmark/privacy_utility.png" in files
-    csv = _get(f"{mlflow_server}/get-artifact?" + urllib.parse.urlencode({"path": "benchmark/summary.csv",
-                                                                             "run_uuid": parent})).decode()
+    csv = _get(
+        f"{mlflow_server}/get-artifact?" + urllib.parse.urlencode({"path": "benchmark/summary.csv", "run_uuid": parent})
+    ).decode()
     assert csv.splitlines()[0].startswith("dataset,partition,epsilon,method")
     assert sum(",fkm," in line for line in csv.splitlines()) == 2
 
@@ -139,7 +168,7 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
 def _readme_filters(project_root: Path) -> list[str]:
     """The filter examples of the README (the code block after "Filter the runs table")."""
     text = (project_root / "README.md").read_text()
-    block = text[text.index("Filter the runs table"):].split("```", 2)[1]
+    block = text[text.index("Filter the runs table") :].split("```", 2)[1]
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
@@ -150,9 +179,14 @@ def test_readme_filters_find_single_runs_and_cells_in_one_list(mlflow_server, fo
 
     def search(flt: str) -> list[dict]:
         res = _post(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "filter": flt, "max_results": 500})
-        return [{"tags": {t["key"]: t["value"] for t in r["data"].get("tags", [])},
-                 "metrics": {m["key"]: m["value"] for m in r["data"].get("metrics", [])},
-                 "name": r["info"]["run_name"]} for r in res.get("runs", [])]
+        return [
+            {
+                "tags": {t["key"]: t["value"] for t in r["data"].get("tags", [])},
+                "metrics": {m["key"]: m["value"] for m in r["data"].get("metrics", [])},
+                "name": r["info"]["run_name"],
+            }
+            for r in res.get("runs", [])
+        ]
 
     # 1. method and budget: the single run and the benchmark cell, one schema of metric columns
     runs = search(filters[0])
@@ -193,8 +227,10 @@ def _quiet_ui(page, base: str) -> None:
     """Local storage as after a user closed MLflow's assistant panel (set on a page of the same
     origin where the app does not run, so the app cannot overwrite it)."""
     page.goto(f"{base}/health")
-    page.evaluate("localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
-                  "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true'); true")
+    page.evaluate(
+        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');"
+        "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true'); true"
+    )
 
 
 def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark_project, project_root):
@@ -204,8 +240,10 @@ def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark
     names = [r["info"]["run_name"] for r in runs]
     # The MLflow 3 UI routes with a hash router: #/compare-runs?runs=[ids]&experiments=[ids] (the
     # URL the experiment page's "Compare" button opens).
-    query = (f"runs={urllib.parse.quote(json.dumps(ids))}"
-             f"&experiments={urllib.parse.quote(json.dumps([found['experiment']['experiment_id']]))}")
+    query = (
+        f"runs={urllib.parse.quote(json.dumps(ids))}"
+        f"&experiments={urllib.parse.quote(json.dumps([found['experiment']['experiment_id']]))}"
+    )
     shot = benchmark_project / "data" / "08_reporting" / "mlflow_compare.png"
     with open_page(1400, 900) as page:
         _quiet_ui(page, mlflow_server)
@@ -218,14 +256,17 @@ def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark
 
 
 def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_plot(
-        mlflow_server, found, benchmark_project, project_root):
+    mlflow_server, found, benchmark_project, project_root
+):
     """The parent run's report.html, opened as a person opens it (run page, Artifacts tab, the
     file): the page renders in MLflow's viewer with the methods x epsilon table, the best marker and
     the privacy-utility plot visible (the image decoded, on screen)."""
     exp_id = found["experiment"]["experiment_id"]
     parent = found["fkm_runs"][0]["data"]["tags"]
     parent_id = next(t["value"] for t in parent if t["key"] == "mlflow.parentRunId")
-    metrics = {m["key"]: m["value"] for m in _api(mlflow_server, "runs/get", run_id=parent_id)["run"]["data"]["metrics"]}
+    metrics = {
+        m["key"]: m["value"] for m in _api(mlflow_server, "runs/get", run_id=parent_id)["run"]["data"]["metrics"]
+    }
     assert "best_ACC_eps_4" in metrics and "best_ACC_eps_inf" in metrics  # the parent run's best per budget
     assert all(abs(v) <= 1e300 for v in metrics.values())
     shot = benchmark_project / "data" / "08_reporting" / "mlflow_report.png"
@@ -237,16 +278,21 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
         iframe.wait_for(state="visible", timeout=60_000)
         report = iframe.element_handle().content_frame()
         assert report is not None, "the artifact viewer's iframe holds no page"
-        text = wait_for_text(report, ["fedclust benchmark", "ACC (95% CI)", "iris / iid", "fkm",
-                                      "What each method protects"], timeout_s=60)
+        text = wait_for_text(
+            report,
+            ["fedclust benchmark", "ACC (95% CI)", "iris / iid", "fkm", "What each method protects"],
+            timeout_s=60,
+        )
         table = report.locator("table.methods").first
         assert table.is_visible() and table.locator("tbody tr").count() >= 4
         assert report.locator("tr.best").count() >= 2  # one best method per budget
         plot = report.locator("img.privacy-utility").first
         plot.scroll_into_view_if_needed()
         assert plot.is_visible()
-        natural, shown = report.evaluate("(() => { const i = document.querySelector('img.privacy-utility');"
-                                         " return [i.naturalWidth, i.getBoundingClientRect().width]; })()")
+        natural, shown = report.evaluate(
+            "(() => { const i = document.querySelector('img.privacy-utility');"
+            " return [i.naturalWidth, i.getBoundingClientRect().width]; })()"
+        )
         assert natural > 300 and shown > 300, (natural, shown)  # decoded and drawn, not a broken image
         assert iframe.is_visible() and iframe.bounding_box()["height"] > 300
         page.screenshot(path=str(shot))
@@ -256,25 +302,50 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
 
 
 #: metric and tag columns shown in the runs table for the README filters (the one metric schema)
-RUNS_TABLE_COLUMNS = ["metrics.`ACC`", "metrics.`NMI`", "metrics.`ARI`", "metrics.`epsilon`",
-                      "metrics.`wall_time_s`", "tags.`method`", "tags.`kind`"]
+RUNS_TABLE_COLUMNS = [
+    "metrics.`ACC`",
+    "metrics.`NMI`",
+    "metrics.`ARI`",
+    "metrics.`epsilon`",
+    "metrics.`wall_time_s`",
+    "tags.`method`",
+    "tags.`kind`",
+]
 
 
 def _runs_table_state(search_filter: str, expanded: list[str]) -> dict:
     """The MLflow 3 runs page's saved view (what a user sets with "Columns" and the row
     expanders): the filter, the schema's metric columns, the parents of matching cells expanded."""
-    return {"searchFilter": search_filter, "orderByKey": "attributes.start_time", "orderByAsc": False,
-            "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [],
-            "modelVersionFilter": "All Runs", "selectedColumns": RUNS_TABLE_COLUMNS, "columnOrder": [],
-            "columnWidths": {}, "runsExpanded": {run_id: True for run_id in expanded}, "runsPinned": [],
-            "runsHidden": [], "runsVisibilityMap": {}, "runsHiddenMode": "FIRST_10_RUNS",
-            "viewMaximized": False, "runListHidden": False, "isAccordionReordered": False,
-            "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "groupBy": None, "groupsExpanded": {},
-            "autoRefreshEnabled": False}
+    return {
+        "searchFilter": search_filter,
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": RUNS_TABLE_COLUMNS,
+        "columnOrder": [],
+        "columnWidths": {},
+        "runsExpanded": {run_id: True for run_id in expanded},
+        "runsPinned": [],
+        "runsHidden": [],
+        "runsVisibilityMap": {},
+        "runsHiddenMode": "FIRST_10_RUNS",
+        "viewMaximized": False,
+        "runListHidden": False,
+        "isAccordionReordered": False,
+        "useGroupedValuesInCharts": True,
+        "hideEmptyCharts": True,
+        "groupBy": None,
+        "groupsExpanded": {},
+        "autoRefreshEnabled": False,
+    }
 
 
 def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
-        mlflow_server, found, benchmark_project, project_root):
+    mlflow_server, found, benchmark_project, project_root
+):
     """The README's first filter typed into the runs table of a real browser lists the single FKM
     run and the matching benchmark cell together, under the same metric columns; screenshot saved."""
     exp_id = found["experiment"]["experiment_id"]
@@ -293,10 +364,13 @@ def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
         # The saved view is written on a page of the same origin where the app does not run (the
         # app would overwrite it), then the runs page opens in the "Model training" workflow.
         _quiet_ui(page, mlflow_server)
-        page.evaluate(f"localStorage.setItem({json.dumps(state_key)}, "
-                      f"{json.dumps(json.dumps(_runs_table_state(flt, parents)))}); true")
-        query = urllib.parse.urlencode({"searchFilter": flt, "workflowType": "machine_learning"},
-                                       quote_via=urllib.parse.quote)
+        page.evaluate(
+            f"localStorage.setItem({json.dumps(state_key)}, "
+            f"{json.dumps(json.dumps(_runs_table_state(flt, parents)))}); true"
+        )
+        query = urllib.parse.urlencode(
+            {"searchFilter": flt, "workflowType": "machine_learning"}, quote_via=urllib.parse.quote
+        )
         page.goto(f"{mlflow_server}/#/experiments/{exp_id}/runs?{query}")
         text = wait_for_text(page, [*names, "ACC", "NMI", "epsilon"], timeout_s=90)
         page.screenshot(path=str(shot))

@@ -42,8 +42,9 @@ def kernel_name() -> str:
 
     if "python3" not in KernelSpecManager().find_kernel_specs():
         # ipykernel's wheel ships the spec; install it into the venv when it is missing.
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True, capture_output=True, timeout=60
+        )
     return "python3"
 
 
@@ -51,15 +52,17 @@ def _cell_text(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
 
-def test_notebook_loads_summary_through_catalog_and_plots(benchmark_project, benchmark_methods, project_root,
-                                                          kernel_name, tmp_path, monkeypatch):
+def test_notebook_loads_summary_through_catalog_and_plots(
+    benchmark_project, benchmark_methods, project_root, kernel_name, tmp_path, monkeypatch
+):
     import nbformat
-    from nbclient import NotebookClient
     from matplotlib import image
+    from nbclient import NotebookClient
 
     nb = nbformat.read(project_root / NOTEBOOK, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         "the committed notebook must have its outputs cleared"
+    )
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
 
     figure = benchmark_project / "data" / "08_reporting" / "benchmark" / "notebook_privacy_utility.png"
@@ -67,8 +70,7 @@ def test_notebook_loads_summary_through_catalog_and_plots(benchmark_project, ben
     monkeypatch.setenv("FEDCLUST_PROJECT", str(benchmark_project))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend, as in Jupyter
     # The kernel starts in a folder without pyproject.toml above it: only the env var can find the project.
-    NotebookClient(nb, kernel_name=kernel_name, timeout=120,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, kernel_name=kernel_name, timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
 
     probe = json.loads(_cell_text(nb.cells[-1]).split("PROBE ", 1)[1])
     assert probe["project_root"] == str(benchmark_project.resolve())
@@ -79,8 +81,10 @@ def test_notebook_loads_summary_through_catalog_and_plots(benchmark_project, ben
     # Without a private variant: fedc_gds and the centralized k-means at eps = 4, FedAvg at eps = 8.
     assert probe["not_applicable"] == ["fedavg@8", "fedc_gds@4", "kmeans@4"]
     ok = written[written["status"] == "ok"]
-    expected = {f"{t}/{m}@{e:g}": r for t, m, e, r in zip(
-        ok["table"], ok["method"], ok["epsilon"], ok["ACC_mean"].fillna(ok["test_accuracy_mean"]))}
+    expected = {
+        f"{t}/{m}@{e:g}": r
+        for t, m, e, r in zip(ok["table"], ok["method"], ok["epsilon"], ok["ACC_mean"].fillna(ok["test_accuracy_mean"]))
+    }
     assert len(expected) == 7 and probe["plotted"].keys() == expected.keys()
     for key, value in expected.items():
         assert probe["plotted"][key] == pytest.approx(value), key
@@ -89,10 +93,18 @@ def test_notebook_loads_summary_through_catalog_and_plots(benchmark_project, ben
     # Privacy-utility curves, one panel per half: finite budget on the left, "inf" (no DP) at the
     # right end, one curve per method that ran, the half's own metric on the y-axis.
     assert probe["panels"] == [
-        {"title": "iris, iid", "ylabel": "ACC", "x_labels": ["4", "∞ (no DP)"],
-         "curves": ["fedc_gds", "fkm", "kmeans"]},
-        {"title": "digits, rotated clients", "ylabel": "test_accuracy", "x_labels": ["8", "∞ (no DP)"],
-         "curves": ["fedavg", "rr_cluster"]},
+        {
+            "title": "iris, iid",
+            "ylabel": "ACC",
+            "x_labels": ["4", "∞ (no DP)"],
+            "curves": ["fedc_gds", "fkm", "kmeans"],
+        },
+        {
+            "title": "digits, rotated clients",
+            "ylabel": "test_accuracy",
+            "x_labels": ["8", "∞ (no DP)"],
+            "curves": ["fedavg", "rr_cluster"],
+        },
     ]
     assert "3 of 10 cells are not applicable" in "".join(_cell_text(c) for c in nb.cells)
 

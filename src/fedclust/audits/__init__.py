@@ -41,7 +41,6 @@ def get(name: str, **kwargs) -> AuditCase:
     """The audit case of method ``name`` (kwargs go to its factory)."""
     all_cases = cases()
     if name not in all_cases:
-
         near = difflib.get_close_matches(name, all_cases, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise KeyError(f"no audit case for {name!r}{hint} (known: {sorted(all_cases)})")

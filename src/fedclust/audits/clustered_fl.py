@@ -103,21 +103,31 @@ def _runner(method: str, epsilon: float, delta: float, noise_scale: float = 1.0)
         fn = {"dp_fedavg": dpb.dp_fedavg, "dp_fedprox": dpb.dp_fedprox, "dp_fedper": dpb.dp_fedper}[method]
 
         def run(canary, noise, seed):
-            return fn(audit_data(canary), _model(), sigma=sigma if noise else 0.0, seed=seed,
-                      init_params=_zeros(1), **common)
+            return fn(
+                audit_data(canary), _model(), sigma=sigma if noise else 0.0, seed=seed, init_params=_zeros(1), **common
+            )
 
         return run, {"sigma": sigma}
     if method == "dp_fedcam":
         ss, sg, st = (v * noise_scale for v in rr_cluster.calibrate_fedcam(epsilon, delta, q, 1, N_CLIENTS))
 
         def run(canary, noise, seed):
-            return dpb.dp_fedcam(audit_data(canary), _model(), K_CLUSTERS, sigma_s=ss if noise else 0.0,
-                                 sigma_g=sg if noise else 0.0, sigma_theta=st if noise else 0.0, seed=seed,
-                                 init_params=_zeros(K_CLUSTERS, fedcam=True), **common)
+            return dpb.dp_fedcam(
+                audit_data(canary),
+                _model(),
+                K_CLUSTERS,
+                sigma_s=ss if noise else 0.0,
+                sigma_g=sg if noise else 0.0,
+                sigma_theta=st if noise else 0.0,
+                seed=seed,
+                init_params=_zeros(K_CLUSTERS, fedcam=True),
+                **common,
+            )
 
         return run, {"sigma_s": ss, "sigma_g": sg, "sigma_theta": st}
     ss, st = (v * noise_scale for v in rr_cluster.calibrate(epsilon, delta, q, 1, N_CLIENTS, 0.5))
     if method == "rr_cluster":
+
         def call(data, **kw):
             return rr_cluster.run(data, _model(), K_CLUSTERS, base="ifca", B=B_RR, **kw)
     else:
@@ -127,8 +137,14 @@ def _runner(method: str, epsilon: float, delta: float, noise_scale: float = 1.0)
             return fn(data, _model(), K_CLUSTERS, **kw)
 
     def run(canary, noise, seed):
-        return call(audit_data(canary), sigma_s=ss if noise else 0.0, sigma_theta=st if noise else 0.0, seed=seed,
-                    init_params=_zeros(K_CLUSTERS), **common)
+        return call(
+            audit_data(canary),
+            sigma_s=ss if noise else 0.0,
+            sigma_theta=st if noise else 0.0,
+            seed=seed,
+            init_params=_zeros(K_CLUSTERS),
+            **common,
+        )
 
     return run, {"sigma_s": ss, "sigma_theta": st}
 
@@ -147,8 +163,7 @@ def observed_sum_noise():
     def tap(deltas, groups, k, std, rng):
         out = original(deltas, groups, k, std, rng)
         exact = original(deltas, groups, k, 0.0, rng)  # std 0 draws nothing from rng
-        seen.append(np.concatenate([(out[n] - exact[n]).double().numpy().ravel() for n in out])
-                    if out else np.zeros(0))
+        seen.append(np.concatenate([(out[n] - exact[n]).double().numpy().ravel() for n in out]) if out else np.zeros(0))
         return out
 
     rr_cluster.noisy_cluster_sums = tap
@@ -162,8 +177,9 @@ def _score(result) -> float:
     return float(sum(float(v.sum()) for v in result.params.values()))
 
 
-def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 100,
-          noise_scale: float = 1.0) -> AuditCase:
+def _case(
+    method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 100, noise_scale: float = 1.0
+) -> AuditCase:
 
     run, sigmas = _runner(method, float(epsilon), float(delta), noise_scale)
     probe = _runner(method, float(epsilon), float(delta))[0](True, True, 0)  # the claim of the calibrated run
@@ -184,20 +200,37 @@ def _case(method: str, epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 
         return {"score": np.array([o[0] for o in out]), "noise": np.array([o[1] for o in out])}
 
     return AuditCase(
-        name=method, method=method, scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-        power_runs=power_runs(epsilon), mutant_runs=100,
+        name=method,
+        method=method,
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        power_runs=power_runs(epsilon),
+        mutant_runs=100,
         noise_std=float(rel.extra["sum_noise_std"]),
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
-        description=(f"{N_CLIENTS} clients, {N_SAMPLED} sampled without replacement, 1 round, y = w x + b from zeros, "
-                     f"C_theta={CLIP}; canary client y=+{CANARY_Y:g} vs replace-one neighbour y=-{CANARY_Y:g}; "
-                     "score = sum of all released model parameters"),
-        info={**sigmas, "epsilon_paper": eps_paper, "clip": CLIP, "neighbouring": rel.neighbouring, "sampling": rel.sampling,
-              "noise_multipliers": list(rel.noise_multipliers), "population": N_CLIENTS, "sample_size": N_SAMPLED,
-              "k": 1 if method in ("dp_fedavg", "dp_fedprox", "dp_fedper") else K_CLUSTERS,
-              "B": B_RR if method == "rr_cluster" else 0, "mutant_noise_scale": noise_scale,
-              "why_not_gaussian": "client sampling: the released sum is a mixture of two Gaussians (canary sampled or "
-                                  "not), so no statistic is one Gaussian with a fixed shift; the noise is measured "
-                                  "instead (epsilon_audited_noise)"},
+        description=(
+            f"{N_CLIENTS} clients, {N_SAMPLED} sampled without replacement, 1 round, y = w x + b from zeros, "
+            f"C_theta={CLIP}; canary client y=+{CANARY_Y:g} vs replace-one neighbour y=-{CANARY_Y:g}; "
+            "score = sum of all released model parameters"
+        ),
+        info={
+            **sigmas,
+            "epsilon_paper": eps_paper,
+            "clip": CLIP,
+            "neighbouring": rel.neighbouring,
+            "sampling": rel.sampling,
+            "noise_multipliers": list(rel.noise_multipliers),
+            "population": N_CLIENTS,
+            "sample_size": N_SAMPLED,
+            "k": 1 if method in ("dp_fedavg", "dp_fedprox", "dp_fedper") else K_CLUSTERS,
+            "B": B_RR if method == "rr_cluster" else 0,
+            "mutant_noise_scale": noise_scale,
+            "why_not_gaussian": "client sampling: the released sum is a mixture of two Gaussians (canary sampled or "
+            "not), so no statistic is one Gaussian with a fixed shift; the noise is measured "
+            "instead (epsilon_audited_noise)",
+        },
     )
 
 

@@ -90,16 +90,23 @@ def neighbours(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
     return X, d["client"]
 
 
-def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, rounds: int = 1,
-                  n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _dp_fedc_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    G: float = 0.03,
+    rounds: int = 1,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
 
     d = audit_data()
     sizes = np.bincount(d["client"])
     clip, W0 = d["clip"], d["W0"]  # the run's public defaults (features in [0, 1])
     sched = dict(rounds=rounds, clients_per_round=len(SIZES), q2="diminishing", Qhat=10, b=50)
     eps_bar = dp_fedc.eps_bar_for_budget(epsilon, delta, sizes, **sched)
-    kw = dict(sched, G=G, delta=delta, clip=clip, constants="public", init_centroids=W0, h_init="nearest",
-              blas_threads=None)
+    kw = dict(
+        sched, G=G, delta=delta, clip=clip, constants="public", init_centroids=W0, h_init="nearest", blas_threads=None
+    )
 
     def run(X, client, seed, noise, eb=eps_bar):
         # the noise-off run is the same mechanism (constants, clip, init, sampling) without the Gaussian
@@ -108,8 +115,15 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
     probe = run(*neighbours(True), 0, True)
     eps = account(probe.dp_events, delta)
     sigma0 = float(probe.info["round_sigma"][0][0])
-    eb_run = eps_bar if noise_scale == 1.0 else _eps_bar_for_sigma(
-        lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]), eps_bar, noise_scale * sigma0)
+    eb_run = (
+        eps_bar
+        if noise_scale == 1.0
+        else _eps_bar_for_sigma(
+            lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]),
+            eps_bar,
+            noise_scale * sigma0,
+        )
+    )
     A = run(*neighbours(False), 0, False).centroids
     B = run(*neighbours(True), 0, False).centroids
 
@@ -131,15 +145,34 @@ def _dp_fedc_case(epsilon: float = 1.0, delta: float = 1e-5, G: float = 0.03, ro
     # the released mean of the K uploads carries sqrt(sum_i sigma_i^2) / K per entry (claimed noise)
     mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
     return AuditCase(
-        name="dp_fedc", method="dp_fedc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
-        power_runs=100, mutant_runs=100,
-        noise_std=mean_std, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
-        description=(f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
-                     f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "
-                     "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"),
-        info={"eps_bar": eps_bar, "G": G, "clip": clip, "rounds": rounds, "sigma": sigma, "sensitivity": sens,
-              "noise_multiplier": sigma / sens, "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens,
-              "mutant_noise_scale": noise_scale, "eps_bar_run": eb_run},
+        name="dp_fedc",
+        method="dp_fedc",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        power_runs=100,
+        mutant_runs=100,
+        noise_std=mean_std,
+        epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
+        description=(
+            f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
+            f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "
+            "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"
+        ),
+        info={
+            "eps_bar": eps_bar,
+            "G": G,
+            "clip": clip,
+            "rounds": rounds,
+            "sigma": sigma,
+            "sensitivity": sens,
+            "noise_multiplier": sigma / sens,
+            "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens,
+            "mutant_noise_scale": noise_scale,
+            "eps_bar_run": eb_run,
+        },
     )
 
 

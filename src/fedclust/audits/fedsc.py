@@ -62,14 +62,26 @@ def neighbour(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
     return X, client
 
 
-def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0,
-                     n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _fedsc_data_case(
+    epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0, n_runs: int = 1000, noise_scale: float = 1.0
+) -> AuditCase:
 
     sigma = calibrate_noise_multiplier(epsilon, delta, steps=1) * 2.0 * clip_tau
 
     def run(X, client, seed, noise, scale=noise_scale):
-        return fedsc.run(X, client, K_CLUSTERS, seed=seed, rounds=1, d=2, r=1.0, clip_tau=clip_tau,
-                         data_noise_std=sigma * scale if noise else 0.0, cluster=False, return_uploads=True)
+        return fedsc.run(
+            X,
+            client,
+            K_CLUSTERS,
+            seed=seed,
+            rounds=1,
+            d=2,
+            r=1.0,
+            clip_tau=clip_tau,
+            data_noise_std=sigma * scale if noise else 0.0,
+            cluster=False,
+            return_uploads=True,
+        )
 
     probe = run(*neighbour(True), 0, True, 1.0)  # the claim of the calibrated run
     eps = account(probe.dp_events, delta)
@@ -81,34 +93,76 @@ def _fedsc_data_case(epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float 
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         rel = np.array([run(X, client, int(s), noise).info["uploads"]["X_released"] for s in seeds])
         # every released row minus its clipped value: the noise itself
-        return {"score": rel[:, 0, 0], "gaussian": rel[:, 0, 0], "noise": (rel - clean[canary_in]).reshape(len(seeds), -1)}
+        return {
+            "score": rel[:, 0, 0],
+            "gaussian": rel[:, 0, 0],
+            "noise": (rel - clean[canary_in]).reshape(len(seeds), -1),
+        }
 
-    return AuditCase(name="fedsc_data", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     power_runs=100, mutant_runs=100,
-                     gaussian=True, noise_std=sigma, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
-                     description=f"FedSC perturbed data: 20 points on 2 clients, rows clipped to {clip_tau}; sample "
-                                 "(-1, 0) replaced by the canary (8, 0); score = released row 0, coordinate 0",
-                     info={"data_noise_std": sigma, "clip_tau": clip_tau, "variant": "data",
-                           "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="fedsc_data",
+        method="fedsc",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        power_runs=100,
+        mutant_runs=100,
+        gaussian=True,
+        noise_std=sigma,
+        epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
+        description=f"FedSC perturbed data: 20 points on 2 clients, rows clipped to {clip_tau}; sample "
+        "(-1, 0) replaced by the canary (8, 0); score = released row 0, coordinate 0",
+        info={"data_noise_std": sigma, "clip_tau": clip_tau, "variant": "data", "mutant_noise_scale": noise_scale},
+    )
 
 
-def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float = 0.5, z_lr: float = 0.5,
-                        r: float = 1.0, d: int = 2, lam: float = 1e-2, clip_tau: float = 2.0, tau_z: float = 4.0,
-                        share_z: float = 0.5, n_runs: int = 500, noise_scale: float = 1.0) -> AuditCase:
+def _fedsc_factors_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    tau_c: float = 0.5,
+    z_lr: float = 0.5,
+    r: float = 1.0,
+    d: int = 2,
+    lam: float = 1e-2,
+    clip_tau: float = 2.0,
+    tau_z: float = 4.0,
+    share_z: float = 0.5,
+    n_runs: int = 500,
+    noise_scale: float = 1.0,
+) -> AuditCase:
 
     cal = fedsc.factor_noise_stds(epsilon, delta, rounds=2, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share_z)
     sz, sc = cal["z_noise_std"], cal["c_noise_std"]
-    kw = dict(rounds=2, d=d, r=r, lam=lam, clip_tau=clip_tau, tau_z=tau_z, tau_c=tau_c, z_step="gradient", z_lr=z_lr,
-              cluster=False, return_uploads=True)
+    kw = dict(
+        rounds=2,
+        d=d,
+        r=r,
+        lam=lam,
+        clip_tau=clip_tau,
+        tau_z=tau_z,
+        tau_c=tau_c,
+        z_step="gradient",
+        z_lr=z_lr,
+        cluster=False,
+        return_uploads=True,
+    )
 
     def run(X, client, seed, noise, scale=noise_scale):
-        return fedsc.run(X, client, K_CLUSTERS, seed=seed, z_noise_std=sz * scale if noise else 0.0,
-                         c_noise_std=sc * scale if noise else 0.0, **kw)
+        return fedsc.run(
+            X,
+            client,
+            K_CLUSTERS,
+            seed=seed,
+            z_noise_std=sz * scale if noise else 0.0,
+            c_noise_std=sc * scale if noise else 0.0,
+            **kw,
+        )
 
     probe = run(*neighbour(True), 0, True, 1.0)  # the claim of the calibrated run
     eps = account(probe.dp_events, delta)
     X0, client = audit_data()
-    own = fedsc.clip_rows(X0[client == 0], clip_tau)      # client 0's rows, row 0 to be replaced
+    own = fedsc.clip_rows(X0[client == 0], clip_tau)  # client 0's rows, row 0 to be replaced
     xa, xb = fedsc.clip_rows(np.stack([SAMPLE, CANARY]), clip_tau)
 
     def c_col(Z, x):
@@ -124,12 +178,12 @@ def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float 
 
     def llr(released, mu_a, mu_b, std):
         diff = (mu_b - mu_a).ravel()
-        return float(np.dot(released.ravel() - 0.5 * (mu_a + mu_b).ravel(), diff)) / std ** 2
+        return float(np.dot(released.ravel() - 0.5 * (mu_a + mu_b).ravel(), diff)) / std**2
 
     def score(res) -> float:
         up = res.info["uploads"]
-        Z1 = up["Z_server"][0]            # the server dictionary the round-2 uploads start from
-        Z2 = up["Z_server"][1]            # the final dictionary C is computed from
+        Z1 = up["Z_server"][0]  # the server dictionary the round-2 uploads start from
+        Z2 = up["Z_server"][1]  # the final dictionary C is computed from
         sz_ = llr(up["Z_released"][0][0], z_upload(Z1, xa), z_upload(Z1, xb), sz)
         sc_ = llr(up["C_released"][:, 0], c_col(Z2, xa)[:, 0], c_col(Z2, xb)[:, 0], sc)
         return sz_ + sc_
@@ -151,19 +205,32 @@ def _fedsc_factors_case(epsilon: float = 1.0, delta: float = 1e-5, tau_c: float 
         runs = [run(X, cl, int(s), noise) for s in seeds]
         return {"score": np.array([score(r) for r in runs]), "noise": np.array([residual(r, canary_in) for r in runs])}
 
-    return AuditCase(name="fedsc_factors", method="fedsc", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     mutant_runs=100,
-                     noise_std=1.0, epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
-                     description=f"FedSC perturbed factors: 20 points on 2 clients, 2 rounds (1 Z upload + C), d={d}, "
-                                 f"r={r}, tau_c={tau_c}, z_lr={z_lr}; sample (-1, 0) replaced by the canary (8, 0); "
-                                 "score = Gaussian log-likelihood ratio of client 0's Z upload and column c_0",
-                     info={"z_noise_std": sz, "c_noise_std": sc, "sensitivity_z": cal["sensitivity_z"],
-                           "sensitivity_c": cal["sensitivity_c"], "variant": "factors",
-                           "why_not_gaussian": "the releases are Gaussian, but the likelihood ratio of the canary "
-                                               "is taken around dictionaries that are themselves noisy releases, so "
-                                               "its shift changes from run to run: no one-Gaussian statistic; the "
-                                               "noise is measured instead (epsilon_audited_noise)",
-                           "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="fedsc_factors",
+        method="fedsc",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        mutant_runs=100,
+        noise_std=1.0,
+        epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
+        description=f"FedSC perturbed factors: 20 points on 2 clients, 2 rounds (1 Z upload + C), d={d}, "
+        f"r={r}, tau_c={tau_c}, z_lr={z_lr}; sample (-1, 0) replaced by the canary (8, 0); "
+        "score = Gaussian log-likelihood ratio of client 0's Z upload and column c_0",
+        info={
+            "z_noise_std": sz,
+            "c_noise_std": sc,
+            "sensitivity_z": cal["sensitivity_z"],
+            "sensitivity_c": cal["sensitivity_c"],
+            "variant": "factors",
+            "why_not_gaussian": "the releases are Gaussian, but the likelihood ratio of the canary "
+            "is taken around dictionaries that are themselves noisy releases, so "
+            "its shift changes from run to run: no one-Gaussian statistic; the "
+            "noise is measured instead (epsilon_audited_noise)",
+            "mutant_noise_scale": noise_scale,
+        },
+    )
 
 
 CASES = {"fedsc_data": _fedsc_data_case, "fedsc_factors": _fedsc_factors_case}

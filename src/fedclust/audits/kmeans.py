@@ -146,8 +146,14 @@ def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return X, client, canary
 
 
-def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
-              n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _fkm_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    rounds: int = 1,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
 
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
     X0, client0, canary = with_canary(False)
@@ -155,8 +161,9 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
     def run(X, client, seed, zz):
         # the run's public W^0 (uniform_box from the seed), passed explicitly so the auditor knows it
         W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
-        return fkm.run(X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip,
-                       init_centroids=W0), W0
+        return fkm.run(
+            X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip, init_centroids=W0
+        ), W0
 
     events = run(*with_canary(True)[:2], 0, z)[0].dp_events
     eps = account(events, delta)  # the claim of the calibrated run
@@ -175,17 +182,33 @@ def _fkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, roun
             out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
-    return AuditCase(name="fkm", method="fkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
-                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
-                     noise_std=z * (clip**2 + 1.0), epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
-                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
-                                 "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
-                                 "clip S_j[0] + N_j - n_j of the canary's cluster j (released totals)",
-                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="fkm",
+        method="fkm",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        noise_std=z * (clip**2 + 1.0),
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+        description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
+        "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
+        "clip S_j[0] + N_j - n_j of the canary's cluster j (released totals)",
+        info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "mutant_noise_scale": noise_scale},
+    )
 
 
-def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 1,
-               n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _fzkm_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    rounds: int = 1,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
     """FZKM with ``local_iters = 1``: one round under one public W^0 shared by every run (a
     ``uniform_box`` draw, so each centre lies on the clip sphere). The canary is client 0's extra
     sample placed on the first initial centre, ``W^0_0`` (norm ``clip``: clipping leaves it alone):
@@ -208,9 +231,20 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
         return X0, client0
 
     def run(X, client, seed, zz):
-        return fzkm.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
-                        local_iters=1, server_restarts=1, noise_multiplier=zz, clip=clip, init_centroids=W0,
-                        blas_threads=None)
+        return fzkm.run(
+            X,
+            client,
+            K_CLUSTERS,
+            rounds=rounds,
+            clients_per_round=N_CLIENTS,
+            seed=seed,
+            local_iters=1,
+            server_restarts=1,
+            noise_multiplier=zz,
+            clip=clip,
+            init_centroids=W0,
+            blas_threads=None,
+        )
 
     def totals(X, client, seed, zz) -> np.ndarray:
         with observed_totals(fzkm) as seen:
@@ -233,14 +267,30 @@ def _fzkm_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rou
         stat = np.einsum("nkm,km->n", T - T_out, direction)
         return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
 
-    return AuditCase(name="fzkm", method="fzkm", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs, gaussian=True,
-                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
-                     noise_std=pair_std, epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
-                     description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
-                                 "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "
-                                 "statistic = <T - T_out, T_in - T_out> of the released totals T",
-                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "local_iters": 1,
-                           "sensitivity_used": float(np.linalg.norm(direction)), "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="fzkm",
+        method="fzkm",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        noise_std=pair_std,
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+        description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
+        "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "
+        "statistic = <T - T_out, T_in - T_out> of the released totals T",
+        info={
+            "noise_multiplier": z,
+            "clip": clip,
+            "rounds": rounds,
+            "local_iters": 1,
+            "sensitivity_used": float(np.linalg.norm(direction)),
+            "mutant_noise_scale": noise_scale,
+        },
+    )
 
 
 @contextmanager
@@ -263,8 +313,14 @@ def observed_weights(module):
         module.release_sum = original
 
 
-def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, rounds: int = 2,
-                n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _dk_pp_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    rounds: int = 2,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
     """DK++'s DP variant: the weighting round (noisy counts of samples per public candidate, the
     run's public W^0, passed explicitly so the auditor knows it), then Lloyd rounds. The Gaussian
     statistic adds the two releases the canary touches, each divided by its shift: the weighting
@@ -282,9 +338,19 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
 
     def run(X, client, seed, zz):
         W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
-        return dk_pp.run(X, client, K_CLUSTERS, rounds=rounds, clients_per_round=N_CLIENTS, seed=seed,
-                         seeding_rounds=0, noise_multiplier=zz, clip=clip, init_centroids=W0,
-                         blas_threads=None), W0
+        return dk_pp.run(
+            X,
+            client,
+            K_CLUSTERS,
+            rounds=rounds,
+            clients_per_round=N_CLIENTS,
+            seed=seed,
+            seeding_rounds=0,
+            noise_multiplier=zz,
+            clip=clip,
+            init_centroids=W0,
+            blas_threads=None,
+        ), W0
 
     events = run(*with_canary(True)[:2], 0, z)[0].dp_events
     eps = account(events, delta, "pld")  # the claim of the calibrated run
@@ -304,21 +370,41 @@ def _dk_pp_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, ro
             out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
-    return AuditCase(name="dk_pp", method="dk_pp", scores=scores, epsilon=eps, delta=delta, n_runs=n_runs,
-                     power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
-                     gaussian=True, noise_std=z * np.sqrt(2.0),
-                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
-                     description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
-                                 f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
-                                 "score = max_j C_j[0]; Gaussian statistic = weighting count of the canary's "
-                                 "candidate + (clip S_j[0] + N_j - n_j)/(clip^2+1) of the first Lloyd round, "
-                                 "others' counts removed",
-                     info={"noise_multiplier": z, "clip": clip, "rounds": rounds, "seeding_rounds": 0,
-                           "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="dk_pp",
+        method="dk_pp",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        gaussian=True,
+        noise_std=z * np.sqrt(2.0),
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
+        description=f"40 digits rows, 4 clients, k=4, seeding_rounds=0 (weighting round + "
+        f"{rounds - 1} Lloyd round(s)), clip={clip}; canary 8*e_0 added to client 0; "
+        "score = max_j C_j[0]; Gaussian statistic = weighting count of the canary's "
+        "candidate + (clip S_j[0] + N_j - n_j)/(clip^2+1) of the first Lloyd round, "
+        "others' counts removed",
+        info={
+            "noise_multiplier": z,
+            "clip": clip,
+            "rounds": rounds,
+            "seeding_rounds": 0,
+            "mutant_noise_scale": noise_scale,
+        },
+    )
 
 
-def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float = 1.0, steps: int = 1,
-                        n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+def _fed_dp_kmeans_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    clip: float = 1.0,
+    steps: int = 1,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
     split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
@@ -326,7 +412,7 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
     (clipped) canary, others' count removed, and the first Lloyd step's released totals
     (:func:`lloyd_statistic`; the steps assign raw samples), each term weighted by its shift over its
     claimed noise variance: its mu is the composition of the three releases the canary touches."""
-    server = load_digits().data[N_PER_CLIENT * N_CLIENTS: N_PER_CLIENT * N_CLIENTS + 20] / 16.0
+    server = load_digits().data[N_PER_CLIENT * N_CLIENTS : N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
     mutated = {key: v * noise_scale for key, v in z.items()}
     X0, _, canary = with_canary(False)
@@ -339,13 +425,26 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
     n_w = float(np.sum(nearest(clip_rows(X0, clip)[0], server)[0] == j_w))
 
     def run(X, client, seed, zz):
-        return fed_dp_kmeans.run(X, client, K_CLUSTERS, server_data=server, steps=steps, projection="none",
-                                 clip=clip, noise=zz, seed=seed, server_restarts=1)
+        return fed_dp_kmeans.run(
+            X,
+            client,
+            K_CLUSTERS,
+            server_data=server,
+            steps=steps,
+            projection="none",
+            clip=clip,
+            noise=zz,
+            seed=seed,
+            server_restarts=1,
+        )
 
     events = run(*with_canary(True)[:2], 0, z).dp_events
     eps = account(events, delta, "pld")  # the claim of the calibrated run
-    stat_std = float(np.sqrt((w_sum * z["step_sums"] * clip) ** 2 + (w_count * z["step_counts"]) ** 2
-                             + (w_weight * z["weighting"]) ** 2))
+    stat_std = float(
+        np.sqrt(
+            (w_sum * z["step_sums"] * clip) ** 2 + (w_count * z["step_counts"]) ** 2 + (w_weight * z["weighting"]) ** 2
+        )
+    )
 
     def one(X, client, s, zz):
         with observed_updates() as seen, observed_weights(fed_dp_kmeans) as weights:
@@ -360,14 +459,24 @@ def _fed_dp_kmeans_case(epsilon: float = 1.0, delta: float = 1e-5, clip: float =
             out = np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
         return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
 
-    return AuditCase(name="fed_dp_kmeans", method="fed_dp_kmeans", scores=scores, epsilon=eps, delta=delta,
-                     n_runs=n_runs, gaussian=True, noise_std=stat_std, power_runs=POWER_RUNS, mutant_runs=MUTANT_RUNS,
-                     epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
-                     description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
-                                 f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
-                                 "Gaussian statistic = weighted weighting count of the canary's server point and "
-                                 "S_j[0], N_j - n_j of the first Lloyd step",
-                     info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale})
+    return AuditCase(
+        name="fed_dp_kmeans",
+        method="fed_dp_kmeans",
+        scores=scores,
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        noise_std=stat_std,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
+        description=f"40 digits rows, 4 clients, k=4, 20 public server rows, weighting + {steps} Lloyd "
+        f"step(s), clip={clip}; canary 8*e_0 added to client 0; score = max_j C_j[0]; "
+        "Gaussian statistic = weighted weighting count of the canary's server point and "
+        "S_j[0], N_j - n_j of the first Lloyd step",
+        info={"noise_multipliers": z, "clip": clip, "steps": steps, "mutant_noise_scale": noise_scale},
+    )
 
 
 CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case, "fed_dp_kmeans": _fed_dp_kmeans_case}

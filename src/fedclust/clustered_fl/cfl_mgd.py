@@ -35,11 +35,25 @@ from fedclust.clustered_fl.models import BatchedModel
 __all__ = ["run"]
 
 
-def run(data: FederatedTensors, model: BatchedModel, k: int, *, option: str = "II", beta: float = 0.9,
-        lr: float = 0.1, lr_decay: float = 1.0, local_steps: int = 10, batch_size: int | None = None,
-        local_epochs: int | None = None, rounds: int = 300, participation: float = 0.1,
-        clients_per_round: int | None = None, ga_normalization: str = "total", seed: int = 0,
-        **engine_kwargs) -> ClusteredFLResult:
+def run(
+    data: FederatedTensors,
+    model: BatchedModel,
+    k: int,
+    *,
+    option: str = "II",
+    beta: float = 0.9,
+    lr: float = 0.1,
+    lr_decay: float = 1.0,
+    local_steps: int = 10,
+    batch_size: int | None = None,
+    local_epochs: int | None = None,
+    rounds: int = 300,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    ga_normalization: str = "total",
+    seed: int = 0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """Run CFL-MGD with ``option="II"`` (model averaging, H = ``local_steps`` local heavy-ball steps)
     or ``option="I"`` (gradient averaging, one momentum-gradient message per client per round,
     server step ``lr_t/m``; ``ga_normalization="sampled"`` uses ``1/|M_t|`` instead of ``1/m``).
@@ -55,8 +69,21 @@ def run(data: FederatedTensors, model: BatchedModel, k: int, *, option: str = "I
         raise ValueError(f"beta must be in [0, 1), got {beta}")
     agg = GradientAveraging(ga_normalization) if opt == "I" else ModelAveraging()
     engine_kwargs.setdefault("method", f"cfl_mgd_{'ga' if opt == 'I' else 'ma'}")
-    return ClusteredFLEngine(data, model, k, rounds=rounds, lr=lr, lr_decay=lr_decay, beta=beta,
-                             local_update="gradient" if opt == "I" else "model", local_steps=local_steps,
-                             batch_size=batch_size, local_epochs=local_epochs, participation=participation,
-                             clients_per_round=clients_per_round, aggregator=agg, seed=seed,
-                             **engine_kwargs).run()
+    return ClusteredFLEngine(
+        data,
+        model,
+        k,
+        rounds=rounds,
+        lr=lr,
+        lr_decay=lr_decay,
+        beta=beta,
+        local_update="gradient" if opt == "I" else "model",
+        local_steps=local_steps,
+        batch_size=batch_size,
+        local_epochs=local_epochs,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        aggregator=agg,
+        seed=seed,
+        **engine_kwargs,
+    ).run()

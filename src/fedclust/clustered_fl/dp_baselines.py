@@ -49,8 +49,17 @@ from fedclust.clustered_fl.engine import (
 )
 from fedclust.clustered_fl.models import BatchedModel
 
-__all__ = ["dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox", "dp_fedper", "ProximalModel",
-           "FedPerEngine", "last_layer_keys"]
+__all__ = [
+    "dp_ifca",
+    "dp_fesem",
+    "dp_fedcam",
+    "dp_fedavg",
+    "dp_fedprox",
+    "dp_fedper",
+    "ProximalModel",
+    "FedPerEngine",
+    "last_layer_keys",
+]
 
 
 def _clustered(base, data, model, k, kwargs):
@@ -123,42 +132,126 @@ class _ProxEngine(ClusteredFLEngine):
             self.model.anchor = None
 
 
-def _single(data, model, kind, *, sigma, clip, lr, local_steps, batch_size, rounds, participation,
-            clients_per_round, seed, server_lr, engine_cls, aggregator_kwargs=None, **engine_kwargs):
+def _single(
+    data,
+    model,
+    kind,
+    *,
+    sigma,
+    clip,
+    lr,
+    local_steps,
+    batch_size,
+    rounds,
+    participation,
+    clients_per_round,
+    seed,
+    server_lr,
+    engine_cls,
+    aggregator_kwargs=None,
+    **engine_kwargs,
+):
     for bad in ("k", "B", "sigma_s", "base"):
         if bad in engine_kwargs:
             raise ValueError(f"{kind} does not take {bad!r} (one model, no identifier, no rebalancing)")
     engine_kwargs.setdefault("method", kind)
-    eng = rr_cluster.build_engine(data, model, 1, base="ifca", B=0, sigma_s=None, sigma_theta=sigma, clip=clip,
-                                  server_lr=server_lr, participation=participation,
-                                  clients_per_round=clients_per_round, engine_cls=engine_cls, lr=lr,
-                                  local_steps=local_steps, batch_size=batch_size, rounds=rounds, seed=seed,
-                                  aggregator_kwargs=aggregator_kwargs, **engine_kwargs)
+    eng = rr_cluster.build_engine(
+        data,
+        model,
+        1,
+        base="ifca",
+        B=0,
+        sigma_s=None,
+        sigma_theta=sigma,
+        clip=clip,
+        server_lr=server_lr,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        engine_cls=engine_cls,
+        lr=lr,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        rounds=rounds,
+        seed=seed,
+        aggregator_kwargs=aggregator_kwargs,
+        **engine_kwargs,
+    )
     eng.aggregator.label = kind
     return rr_cluster.finalize(eng, eng.run())
 
 
-def dp_fedavg(data: FederatedTensors, model: BatchedModel, *, sigma: float = 0.0, clip: float | None = None,
-              lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None, rounds: int = 100,
-              participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
-              server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+def dp_fedavg(
+    data: FederatedTensors,
+    model: BatchedModel,
+    *,
+    sigma: float = 0.0,
+    clip: float | None = None,
+    lr: float = 0.05,
+    local_steps: int = 5,
+    batch_size: int | None = None,
+    rounds: int = 100,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    server_lr: float = 1.0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """DP-FedAvg: one model, clip C_theta = ``clip``, noise ``N(0, (2 C_theta sigma)^2)`` on the sum (the
     replace-one sensitivity), divided by |M^t| (sigma = 0: FedAvg with optional clipping)."""
-    return _single(data, model, "dp_fedavg", sigma=sigma, clip=clip, lr=lr, local_steps=local_steps,
-                   batch_size=batch_size, rounds=rounds, participation=participation,
-                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=None,
-                   **engine_kwargs)
+    return _single(
+        data,
+        model,
+        "dp_fedavg",
+        sigma=sigma,
+        clip=clip,
+        lr=lr,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        rounds=rounds,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        seed=seed,
+        server_lr=server_lr,
+        engine_cls=None,
+        **engine_kwargs,
+    )
 
 
-def dp_fedprox(data: FederatedTensors, model: BatchedModel, *, mu: float = 0.01, sigma: float = 0.0,
-               clip: float | None = None, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
-               rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
-               server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+def dp_fedprox(
+    data: FederatedTensors,
+    model: BatchedModel,
+    *,
+    mu: float = 0.01,
+    sigma: float = 0.0,
+    clip: float | None = None,
+    lr: float = 0.05,
+    local_steps: int = 5,
+    batch_size: int | None = None,
+    rounds: int = 100,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    server_lr: float = 1.0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """DP-FedProx: DP-FedAvg with the local objective ``F_i(w) + (mu/2)||w - w^t||^2`` (mu in {0.01, 0.1})."""
-    return _single(data, ProximalModel(model, mu), "dp_fedprox", sigma=sigma, clip=clip, lr=lr,
-                   local_steps=local_steps, batch_size=batch_size, rounds=rounds, participation=participation,
-                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=_ProxEngine,
-                   **engine_kwargs)
+    return _single(
+        data,
+        ProximalModel(model, mu),
+        "dp_fedprox",
+        sigma=sigma,
+        clip=clip,
+        lr=lr,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        rounds=rounds,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        seed=seed,
+        server_lr=server_lr,
+        engine_cls=_ProxEngine,
+        **engine_kwargs,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,9 +299,21 @@ class FedPerEngine(ClusteredFLEngine):
         start = {}
         for name, v in state.params.items():
             start[name] = self.heads[name][idx] if name in self.head_keys else v.expand(S, *v.shape[1:])
-        params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
-                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=gen,
-                                client_block=self.client_block)
+        params, _ = local_train(
+            self.model,
+            start,
+            None,
+            X,
+            y,
+            n,
+            steps=self.local_steps,
+            lr=lr,
+            beta=0.0,
+            batch_size=self.batch_size,
+            local_epochs=self.local_epochs,
+            gen=gen,
+            client_block=self.client_block,
+        )
         for name in self.head_keys:  # the head stays on the client
             self.heads[name][idx] = params[name]
             params[name] = start[name]
@@ -222,8 +327,10 @@ class FedPerEngine(ClusteredFLEngine):
         if d.X_test is None:
             return float("nan")
         N = d.n_clients
-        per = {name: (self.heads[name] if name in self.head_keys else v.expand(N, *v.shape[1:]))
-               for name, v in state.params.items()}
+        per = {
+            name: (self.heads[name] if name in self.head_keys else v.expand(N, *v.shape[1:]))
+            for name, v in state.params.items()
+        }
         correct = 0
         step = max(1, self.max_rows // max(d.X_test.shape[1], 1))
         for a in range(0, N, step):  # memory chunks of many clients
@@ -251,10 +358,23 @@ class FedPerEngine(ClusteredFLEngine):
         return res
 
 
-def dp_fedper(data: FederatedTensors, model: BatchedModel, *, head_keys=None, sigma: float = 0.0,
-              clip: float | None = None, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
-              rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
-              server_lr: float = 1.0, **engine_kwargs) -> ClusteredFLResult:
+def dp_fedper(
+    data: FederatedTensors,
+    model: BatchedModel,
+    *,
+    head_keys=None,
+    sigma: float = 0.0,
+    clip: float | None = None,
+    lr: float = 0.05,
+    local_steps: int = 5,
+    batch_size: int | None = None,
+    rounds: int = 100,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    server_lr: float = 1.0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """DP-FedPer: DP-FedAvg on the base layers, personal last layer (``head_keys``; default the last
     layer). Clipping and noise cover the base layers only (the head is never released)."""
     if head_keys is None:
@@ -264,7 +384,21 @@ def dp_fedper(data: FederatedTensors, model: BatchedModel, *, head_keys=None, si
         def __init__(self, *a, **kw):
             super().__init__(*a, head_keys=tuple(head_keys), **kw)
 
-    return _single(data, model, "dp_fedper", sigma=sigma, clip=clip, lr=lr, local_steps=local_steps,
-                   batch_size=batch_size, rounds=rounds, participation=participation,
-                   clients_per_round=clients_per_round, seed=seed, server_lr=server_lr, engine_cls=_Eng,
-                   aggregator_kwargs={"frozen_keys": tuple(head_keys)}, **engine_kwargs)
+    return _single(
+        data,
+        model,
+        "dp_fedper",
+        sigma=sigma,
+        clip=clip,
+        lr=lr,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        rounds=rounds,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        seed=seed,
+        server_lr=server_lr,
+        engine_cls=_Eng,
+        aggregator_kwargs={"frozen_keys": tuple(head_keys)},
+        **engine_kwargs,
+    )

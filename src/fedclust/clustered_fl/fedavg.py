@@ -16,16 +16,39 @@ from fedclust.clustered_fl.models import BatchedModel
 __all__ = ["run"]
 
 
-def run(data: FederatedTensors, model: BatchedModel, *, lr: float = 0.1, lr_decay: float = 1.0,
-        local_steps: int = 10, batch_size: int | None = None, rounds: int = 300, participation: float = 0.1,
-        seed: int = 0, beta: float = 0.0, **engine_kwargs) -> ClusteredFLResult:
+def run(
+    data: FederatedTensors,
+    model: BatchedModel,
+    *,
+    lr: float = 0.1,
+    lr_decay: float = 1.0,
+    local_steps: int = 10,
+    batch_size: int | None = None,
+    rounds: int = 300,
+    participation: float = 0.1,
+    seed: int = 0,
+    beta: float = 0.0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """FedAvg with H = ``local_steps`` local steps (``beta`` > 0 gives FedAvg with server-carried momentum,
     not a paper baseline). Other keyword arguments go to the engine."""
     engine_kwargs.setdefault("method", "fedavg")
     for bad in ("k", "init_min_fraction", "local_update"):
         if bad in engine_kwargs:
             raise ValueError(f"FedAvg does not take {bad!r} (one model, model averaging)")
-    return ClusteredFLEngine(data, model, 1, rounds=rounds, lr=lr, lr_decay=lr_decay, beta=beta,
-                             local_update="model", local_steps=local_steps, batch_size=batch_size,
-                             participation=participation, aggregator=ModelAveraging(), seed=seed,
-                             **engine_kwargs).run()
+    return ClusteredFLEngine(
+        data,
+        model,
+        1,
+        rounds=rounds,
+        lr=lr,
+        lr_decay=lr_decay,
+        beta=beta,
+        local_update="model",
+        local_steps=local_steps,
+        batch_size=batch_size,
+        participation=participation,
+        aggregator=ModelAveraging(),
+        seed=seed,
+        **engine_kwargs,
+    ).run()

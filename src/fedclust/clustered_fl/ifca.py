@@ -21,9 +21,19 @@ from fedclust.clustered_fl.models import BatchedModel
 __all__ = ["run"]
 
 
-def run(data: FederatedTensors, model: BatchedModel, k: int, *, aggregation: str = "model", lr: float = 0.1,
-        local_steps: int = 10, rounds: int = 300, participation: float = 0.1, seed: int = 0,
-        **kwargs) -> ClusteredFLResult:
+def run(
+    data: FederatedTensors,
+    model: BatchedModel,
+    k: int,
+    *,
+    aggregation: str = "model",
+    lr: float = 0.1,
+    local_steps: int = 10,
+    rounds: int = 300,
+    participation: float = 0.1,
+    seed: int = 0,
+    **kwargs,
+) -> ClusteredFLResult:
     """IFCA = CFL-MGD with ``beta=0``; ``aggregation`` ``"model"`` (Option II) or ``"gradient"`` (Option I).
     Other keyword arguments as in :func:`fedclust.clustered_fl.cfl_mgd.run`."""
     if aggregation not in ("model", "gradient"):
@@ -31,5 +41,16 @@ def run(data: FederatedTensors, model: BatchedModel, k: int, *, aggregation: str
     if kwargs.pop("beta", 0.0) != 0.0:
         raise ValueError("IFCA has no momentum: beta must be 0 (use cfl_mgd.run for beta > 0)")
     kwargs.setdefault("method", "ifca")
-    return cfl_mgd.run(data, model, k, option="II" if aggregation == "model" else "I", beta=0.0, lr=lr,
-                       local_steps=local_steps, rounds=rounds, participation=participation, seed=seed, **kwargs)
+    return cfl_mgd.run(
+        data,
+        model,
+        k,
+        option="II" if aggregation == "model" else "I",
+        beta=0.0,
+        lr=lr,
+        local_steps=local_steps,
+        rounds=rounds,
+        participation=participation,
+        seed=seed,
+        **kwargs,
+    )

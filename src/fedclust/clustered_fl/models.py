@@ -44,8 +44,14 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 __all__ = [
-    "BatchedModel", "MLP", "ModuleModel", "IFCACNN", "ifca_cnn", "LinearRegression",
-    "stack_module_params", "LOSSES",
+    "BatchedModel",
+    "MLP",
+    "ModuleModel",
+    "IFCACNN",
+    "ifca_cnn",
+    "LinearRegression",
+    "stack_module_params",
+    "LOSSES",
 ]
 
 #: loss kinds: per-sample cross-entropy on logits, or 1/2 squared error on a scalar output
@@ -115,8 +121,9 @@ class BatchedModel:
         """A fresh ``nn.Module`` with the same parameter names (for state dicts and loop references)."""
         return None
 
-    def per_client_loss(self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor,
-                        mask: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    def per_client_loss(
+        self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: torch.Tensor
+    ) -> torch.Tensor:
         """(B,) training loss of copy b on client b's batch: mean over the ``mask``ed samples (``n`` of
         them) plus :meth:`penalty`."""
         ls = self.sample_losses(self.forward_paired(params, X), y)
@@ -134,14 +141,24 @@ class BatchedModel:
         them in place (so the caller need not copy them first)."""
         return ()
 
-    def fused_step_(self, w: dict[str, torch.Tensor], u: dict[str, torch.Tensor] | None, X: torch.Tensor,
-                    y: torch.Tensor, mask: torch.Tensor, n: torch.Tensor, lr: float, beta: float) -> bool:
+    def fused_step_(
+        self,
+        w: dict[str, torch.Tensor],
+        u: dict[str, torch.Tensor] | None,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        n: torch.Tensor,
+        lr: float,
+        beta: float,
+    ) -> bool:
         """Optional fast path: one in-place heavy-ball step ``u <- beta*u + g; w <- w - lr*u`` (plain
         ``w <- w - lr*g`` when ``u`` is None). Return False when not implemented (the default)."""
         return False
 
-    def loss_and_grad(self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor,
-                      mask: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss_and_grad(
+        self, params: dict[str, torch.Tensor], X: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Per-client losses (B,) and per-client gradients {name: (B, ...)} (contiguous).
 
         Default: one ``autograd.grad`` of the summed per-client losses (copies share nothing, so the
@@ -163,7 +180,7 @@ class BatchedModel:
     @staticmethod
     def correct(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-sample 0/1 correctness of the argmax prediction (classification only)."""
-        return (out.argmax(-1) == y)
+        return out.argmax(-1) == y
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,8 +191,7 @@ class MLP(BatchedModel):
     ``"2.weight"``, ... (weights stored as ``(out, in)`` like ``nn.Linear``).
     """
 
-    def __init__(self, d_in: int = 784, hidden: int | Sequence[int] = 200, n_classes: int = 10,
-                 impl: str = "bmm"):
+    def __init__(self, d_in: int = 784, hidden: int | Sequence[int] = 200, n_classes: int = 10, impl: str = "bmm"):
         if isinstance(hidden, (int, np.integer)):
             hidden = (int(hidden),)
         hidden = tuple(int(h) for h in hidden)
@@ -324,8 +340,12 @@ class MLP(BatchedModel):
             Xs = [b[0] for b in batches]
             base = Xs[0]._base if Xs[0]._base is not None else None
             # the batches are usually views of one stacked tensor (_Batcher.all_steps): use it as is
-            if base is not None and base.dim() == 3 and base.shape[1] == sum(x.shape[1] for x in Xs) \
-                    and all(x._base is base for x in Xs):
+            if (
+                base is not None
+                and base.dim() == 3
+                and base.shape[1] == sum(x.shape[1] for x in Xs)
+                and all(x._base is base for x in Xs)
+            ):
                 Xall = base
             else:
                 Xall = torch.cat(Xs, dim=1)  # (B, sum of batch sizes, d)
@@ -383,10 +403,16 @@ class ModuleModel(BatchedModel):
     ``penalty_fn(params_of_one_copy) -> scalar`` is vmapped over copies when given.
     """
 
-    def __init__(self, factory: Callable[[], nn.Module], n_inputs: int, n_outputs: int,
-                 loss: str = "cross_entropy", input_shape: Sequence[int] | None = None,
-                 penalty_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
-                 flops: dict[str, float] | None = None):
+    def __init__(
+        self,
+        factory: Callable[[], nn.Module],
+        n_inputs: int,
+        n_outputs: int,
+        loss: str = "cross_entropy",
+        input_shape: Sequence[int] | None = None,
+        penalty_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+        flops: dict[str, float] | None = None,
+    ):
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.factory, self.loss = factory, loss
@@ -474,8 +500,9 @@ class IFCACNN(nn.Module):
         return self.fc3(x)
 
 
-def ifca_cnn(in_channels: int = 3, image_size: int = 24, n_classes: int = 10,
-             weight_decay: float = 0.004) -> ModuleModel:
+def ifca_cnn(
+    in_channels: int = 3, image_size: int = 24, n_classes: int = 10, weight_decay: float = 0.004
+) -> ModuleModel:
     """IFCA's CIFAR CNN as a :class:`ModuleModel` (vmap over copies), with the L2 penalty
     ``weight_decay * 1/2 (||W_fc1||^2 + ||W_fc2||^2)`` added to the training loss (not to the
     loss used for cluster assignment)."""
@@ -488,9 +515,14 @@ def ifca_cnn(in_channels: int = 3, image_size: int = 24, n_classes: int = 10,
     def penalty(p):
         return 0.5 * weight_decay * ((p["fc1.weight"] ** 2).sum() + (p["fc2.weight"] ** 2).sum())
 
-    return ModuleModel(factory, n_inputs=in_channels * image_size * image_size, n_outputs=n_classes,
-                       loss="cross_entropy", input_shape=(in_channels, image_size, image_size),
-                       penalty_fn=penalty if weight_decay > 0 else None)
+    return ModuleModel(
+        factory,
+        n_inputs=in_channels * image_size * image_size,
+        n_outputs=n_classes,
+        loss="cross_entropy",
+        input_shape=(in_channels, image_size, image_size),
+        penalty_fn=penalty if weight_decay > 0 else None,
+    )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,8 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
-__all__ = ["RebalanceResult", "random_rebalance", "check_threshold", "identifier_keep_probability",
-           "min_expected_cluster_size"]
+__all__ = [
+    "RebalanceResult",
+    "random_rebalance",
+    "check_threshold",
+    "identifier_keep_probability",
+    "min_expected_cluster_size",
+]
 
 
 @dataclass
@@ -73,8 +78,10 @@ def check_threshold(B, m: int, k: int) -> int:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if B * k > m:
-        raise ValueError(f"B (rebalancing threshold) must satisfy B <= m/k = {m}/{k} = {m / k:.3g} "
-                         f"(paper: 1 <= B <= qM/k, m = clients per round), got B={B}")
+        raise ValueError(
+            f"B (rebalancing threshold) must satisfy B <= m/k = {m}/{k} = {m / k:.3g} "
+            f"(paper: 1 <= B <= qM/k, m = clients per round), got B={B}"
+        )
     return int(B)
 
 

@@ -125,9 +125,20 @@ from fedclust.rng import stream
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "BASES", "PrivateClusterAggregator", "AdditiveModel", "FeSEMEngine", "build_engine", "run",
-    "finalize", "calibrate", "calibrate_fedcam", "privatize_identifiers", "noisy_cluster_sums",
-    "NOISE_CALIBRATIONS", "CALIBRATION_BOUNDS", "RELATION",
+    "BASES",
+    "PrivateClusterAggregator",
+    "AdditiveModel",
+    "FeSEMEngine",
+    "build_engine",
+    "run",
+    "finalize",
+    "calibrate",
+    "calibrate_fedcam",
+    "privatize_identifiers",
+    "noisy_cluster_sums",
+    "NOISE_CALIBRATIONS",
+    "CALIBRATION_BOUNDS",
+    "RELATION",
 ]
 
 BASES = ("ifca", "fesem", "fedcam")
@@ -155,8 +166,17 @@ def _sample_of(q, M) -> tuple[int, int]:
 @functools.lru_cache(maxsize=256)
 def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int, weights: tuple) -> float:
 
-    return calibrate_noise_multiplier(epsilon, delta, steps=T, sampling="without_replacement", population=M,
-                                      sample_size=m, neighbouring="replace_one", weights=weights, rtol=1e-4)
+    return calibrate_noise_multiplier(
+        epsilon,
+        delta,
+        steps=T,
+        sampling="without_replacement",
+        population=M,
+        sample_size=m,
+        neighbouring="replace_one",
+        weights=weights,
+        rtol=1e-4,
+    )
 
 
 def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ...]:
@@ -165,7 +185,6 @@ def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ..
     if bound not in CALIBRATION_BOUNDS:
         raise ValueError(f"bound must be one of {CALIBRATION_BOUNDS}, got {bound!r}")
     if bound == "accountant":
-
         eps, d, T = check_epsilon(epsilon, "target_epsilon"), check_delta(delta), check_steps(T, "T")
         M, m = _sample_of(q, M)
         s_eff = _accountant_multiplier(float(eps), float(d), int(T), M, m, (1.0,))
@@ -174,8 +193,16 @@ def _calibrate_shares(epsilon, delta, q, T, M, shares, bound) -> tuple[float, ..
     return tuple(float(s_eff / math.sqrt(w)) for w in shares)
 
 
-def calibrate(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | None = None, T: int | None = None,
-              M: int | None = None, rho_s: float = 0.5, *, bound: str = "accountant") -> tuple[float, float]:
+def calibrate(
+    epsilon: float,
+    delta: float = paper.DEFAULT_DELTA,
+    q: float | None = None,
+    T: int | None = None,
+    M: int | None = None,
+    rho_s: float = 0.5,
+    *,
+    bound: str = "accountant",
+) -> tuple[float, float]:
     """``(sigma_s, sigma_theta)`` spending ``epsilon`` at ``delta`` over T rounds of fixed-size sampling of
     ``m = round(qM)`` of M clients, client level, replace-one neighbours (module docstring).
 
@@ -197,9 +224,16 @@ def calibrate(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | Non
     return ss, st
 
 
-def calibrate_fedcam(epsilon: float, delta: float = paper.DEFAULT_DELTA, q: float | None = None,
-                     T: int | None = None, M: int | None = None, shares=(1 / 3, 1 / 3, 1 / 3), *,
-                     bound: str = "accountant") -> tuple[float, float, float]:
+def calibrate_fedcam(
+    epsilon: float,
+    delta: float = paper.DEFAULT_DELTA,
+    q: float | None = None,
+    T: int | None = None,
+    M: int | None = None,
+    shares=(1 / 3, 1 / 3, 1 / 3),
+    *,
+    bound: str = "accountant",
+) -> tuple[float, float, float]:
     """``(sigma_s, sigma_g, sigma_theta)`` for DP-FedCAM's three Gaussians: per-round RDP
     ``alpha/(2 sigma_eff^2)`` split with ``shares`` (identifier, global, cluster; positive, summing to 1):
     ``1/sigma_x^2 = share_x / sigma_eff^2``; calibration as :func:`calibrate`."""
@@ -220,8 +254,9 @@ def identifier_sensitivity(C_s: float) -> float:
     return math.sqrt(2.0) * float(C_s)
 
 
-def privatize_identifiers(chosen: torch.Tensor, k: int, sigma_s: float, C_s: float,
-                          rng: np.random.Generator, *, literal: bool = False) -> tuple[torch.Tensor, np.ndarray]:
+def privatize_identifiers(
+    chosen: torch.Tensor, k: int, sigma_s: float, C_s: float, rng: np.random.Generator, *, literal: bool = False
+) -> tuple[torch.Tensor, np.ndarray]:
     """Alg. 2: ``s~ = s/max(1, ||s||/C_s) + N(0, std^2)`` for the one-hots of ``chosen`` (m,) with
     ``std = sqrt(2) C_s sigma_s`` (the replace-one sensitivity times the multiplier), or the paper's
     literal ``C_s sigma_s`` when ``literal``; returns ``(argmax s~ (m,), s~ (m, k))``. ``sigma_s = 0``
@@ -237,8 +272,7 @@ def privatize_identifiers(chosen: torch.Tensor, k: int, sigma_s: float, C_s: flo
     return torch.as_tensor(np.argmax(s, axis=1), dtype=torch.long), s
 
 
-def noisy_cluster_sums(deltas: Params, groups: torch.Tensor, k: int, std: float,
-                       rng: np.random.Generator) -> Params:
+def noisy_cluster_sums(deltas: Params, groups: torch.Tensor, k: int, std: float, rng: np.random.Generator) -> Params:
     """Alg. 1 line 12 (before the division): per-cluster sums of the (clipped) updates plus i.i.d.
     ``N(0, std^2)`` on every coordinate of every one of the k sums (drawn per parameter, in dict order)."""
     out = {}
@@ -283,9 +317,21 @@ class PrivateClusterAggregator(DeltaAveraging):
 
     name = "rr_cluster"
 
-    def __init__(self, *, sigma_s: float | None, sigma_theta: float, clip: float | None, B: int = 0,
-                 C_s: float = 0.1, noise_calibration: str = "replace_one", sigma_g: float | None = None,
-                 global_keys=(), frozen_keys=(), server_lr: float = 1.0, label: str = "rr_cluster"):
+    def __init__(
+        self,
+        *,
+        sigma_s: float | None,
+        sigma_theta: float,
+        clip: float | None,
+        B: int = 0,
+        C_s: float = 0.1,
+        noise_calibration: str = "replace_one",
+        sigma_g: float | None = None,
+        global_keys=(),
+        frozen_keys=(),
+        server_lr: float = 1.0,
+        label: str = "rr_cluster",
+    ):
         super().__init__(server_lr=server_lr)
         if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 0:
             raise ValueError(f"B (rebalancing threshold) must be an integer >= 0, got {B!r}")
@@ -307,8 +353,10 @@ class PrivateClusterAggregator(DeltaAveraging):
         if clip is not None and not clip > 0:
             raise ValueError(f"clip (C_theta) must be > 0 or None, got {clip!r}")
         if clip is None and (self.sigma_theta > 0 or self.sigma_g > 0):
-            raise ValueError("clip (C_theta) must be given when sigma_theta or sigma_g > 0 (the noise is "
-                             "calibrated to the clipped sensitivity)")
+            raise ValueError(
+                "clip (C_theta) must be given when sigma_theta or sigma_g > 0 (the noise is "
+                "calibrated to the clipped sensitivity)"
+            )
         if not 0 < C_s <= 1:
             raise ValueError(f"C_s (identifier clip) must be in (0, 1], got {C_s!r}")
         self.clip, self.C_s = (None if clip is None else float(clip)), float(C_s)
@@ -316,8 +364,9 @@ class PrivateClusterAggregator(DeltaAveraging):
         if self.global_keys and self.sigma_theta > 0 and self.sigma_g <= 0:
             raise ValueError("sigma_g must be > 0 for the global part when sigma_theta > 0 (FedCAM)")
         self.label = label
-        self.log: dict[str, list] = {k: [] for k in ("round", "n_moved", "sizes_before_rr", "sizes_after_rr",
-                                                     "identifier_flips", "n_clipped")}
+        self.log: dict[str, list] = {
+            k: [] for k in ("round", "n_moved", "sizes_before_rr", "sizes_after_rr", "identifier_flips", "n_clipped")
+        }
 
     @property
     def private(self) -> bool:
@@ -340,12 +389,14 @@ class PrivateClusterAggregator(DeltaAveraging):
         """Steps 2-4: noisy one-hot identifiers, argmax, random rebalancing."""
         chosen = updates.chosen
         if ctx.k > 1 and self.sigma_s > 0:
-            noisy, _ = privatize_identifiers(chosen, ctx.k, self.sigma_s, self.C_s, ctx.rngs["noise"],
-                                             literal=self.literal)
+            noisy, _ = privatize_identifiers(
+                chosen, ctx.k, self.sigma_s, self.C_s, ctx.rngs["noise"], literal=self.literal
+            )
         else:
             if ctx.k > 1 and self.private:
-                raise ValueError("sigma_s must be > 0 when sigma_theta > 0 and k > 1 (the identifiers are "
-                                 "released too)")
+                raise ValueError(
+                    "sigma_s must be > 0 when sigma_theta > 0 and k > 1 (the identifiers are released too)"
+                )
             noisy = chosen.clone()
         rr = random_rebalance(noisy.numpy(), ctx.k, self.B, ctx.rngs["rebalance"])
         self.log["round"].append(ctx.round)
@@ -369,9 +420,15 @@ class PrivateClusterAggregator(DeltaAveraging):
     def begin(self, state, updates, ctx):
         g = self.groups(updates, ctx)
         names = list(state.params)
-        return {"g": g, "counts": segment_counts(g, ctx.k), "sums": {}, "gsums": {}, "n_clip": 0,
-                "gl": [n for n in names if n in self.global_keys],
-                "cl": [n for n in names if n not in self.global_keys and n not in self.frozen_keys]}
+        return {
+            "g": g,
+            "counts": segment_counts(g, ctx.k),
+            "sums": {},
+            "gsums": {},
+            "n_clip": 0,
+            "gl": [n for n in names if n in self.global_keys],
+            "cl": [n for n in names if n not in self.global_keys and n not in self.frozen_keys],
+        }
 
     def accumulate(self, acc, chunk, rows, ctx):
         g = acc["g"][rows]
@@ -425,14 +482,25 @@ class PrivateClusterAggregator(DeltaAveraging):
         if not self.private:
             return []
         label = self.label + (" [paper_literal noise]" if self.literal else "")
-        return [GaussianRelease(self.noise_multipliers(), count=int(rounds), population=int(n_clients),
-                                sample_size=int(n_sampled), label=label, **RELATION,
-                                extra={"noise_calibration": self.noise_calibration, "C_theta": self.clip,
-                                       "C_s": self.C_s, "sum_noise_std": self.sum_std,
-                                       "identifier_noise_std": self.identifier_std,
-                                       "global_noise_std": self.global_std if self.global_keys else None,
-                                       "sensitivities": {"identifier": identifier_sensitivity(self.C_s),
-                                                         "sum": 2.0 * self.clip}})]
+        return [
+            GaussianRelease(
+                self.noise_multipliers(),
+                count=int(rounds),
+                population=int(n_clients),
+                sample_size=int(n_sampled),
+                label=label,
+                **RELATION,
+                extra={
+                    "noise_calibration": self.noise_calibration,
+                    "C_theta": self.clip,
+                    "C_s": self.C_s,
+                    "sum_noise_std": self.sum_std,
+                    "identifier_noise_std": self.identifier_std,
+                    "global_noise_std": self.global_std if self.global_keys else None,
+                    "sensitivities": {"identifier": identifier_sensitivity(self.C_s), "sum": 2.0 * self.clip},
+                },
+            )
+        ]
 
 
 # ================================================================================================
@@ -501,8 +569,20 @@ class FeSEMEngine(ClusteredFLEngine):
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
         start = {k: v.index_select(0, start_j.to(v.device)) for k, v in state.params.items()}
         t1 = time.perf_counter()
-        params, _ = local_train(self.model, start, None, X, y, n, steps=self.local_steps, lr=lr, beta=0.0,
-                                batch_size=self.batch_size, local_epochs=self.local_epochs, gen=self.rngs["minibatch"])
+        params, _ = local_train(
+            self.model,
+            start,
+            None,
+            X,
+            y,
+            n,
+            steps=self.local_steps,
+            lr=lr,
+            beta=0.0,
+            batch_size=self.batch_size,
+            local_epochs=self.local_epochs,
+            gen=self.rngs["minibatch"],
+        )
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)
@@ -513,8 +593,15 @@ class FeSEMEngine(ClusteredFLEngine):
         self.count_local_samples(n, self.local_steps)
         self.timing["assign"] += t1 - t0
         self.timing["local"] += time.perf_counter() - t1
-        return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=anchor, params=params,
-                             momentum=None, n_samples=n)
+        return ClientUpdates(
+            clients=clients,
+            chosen=chosen,
+            losses=losses,
+            start_params=anchor,
+            params=params,
+            momentum=None,
+            n_samples=n,
+        )
 
 
 # ================================================================================================
@@ -538,11 +625,26 @@ PRIVACY_NOTES = (
 )
 
 
-def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifca", B: int = 8,
-                 sigma_s: float | None = 0.0, sigma_theta: float = 0.0, sigma_g: float | None = None,
-                 clip: float | None = None, C_s: float = 0.1, noise_calibration: str = "replace_one",
-                 server_lr: float = 1.0, participation: float = 0.1, clients_per_round: int | None = None,
-                 engine_cls=None, aggregator_kwargs: dict | None = None, **engine_kwargs) -> ClusteredFLEngine:
+def build_engine(
+    data: FederatedTensors,
+    model: BatchedModel,
+    k: int,
+    *,
+    base: str = "ifca",
+    B: int = 8,
+    sigma_s: float | None = 0.0,
+    sigma_theta: float = 0.0,
+    sigma_g: float | None = None,
+    clip: float | None = None,
+    C_s: float = 0.1,
+    noise_calibration: str = "replace_one",
+    server_lr: float = 1.0,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    engine_cls=None,
+    aggregator_kwargs: dict | None = None,
+    **engine_kwargs,
+) -> ClusteredFLEngine:
     """A configured engine for RR-Cluster(``base``) (B >= 1) or DP-``base`` (B = 0); see :func:`run`.
 
     ``model`` is the base model (FedCAM wraps it in :class:`AdditiveModel`). The engine's numpy streams
@@ -551,33 +653,55 @@ def build_engine(data: FederatedTensors, model: BatchedModel, k: int, *, base: s
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
     if "sensitivity_factor" in engine_kwargs:
-        raise ValueError("sensitivity_factor was removed: every method adds noise for its "
-                         "replace-one sensitivity; noise_calibration='paper_literal' reproduces the paper's noise")
+        raise ValueError(
+            "sensitivity_factor was removed: every method adds noise for its "
+            "replace-one sensitivity; noise_calibration='paper_literal' reproduces the paper's noise"
+        )
     if engine_kwargs.get("sampling", "fixed") != "fixed":
-        raise ValueError("sampling must be 'fixed' (fixed-size sampling without replacement; "
-                         "the replace-one accounting assumes it)")
+        raise ValueError(
+            "sampling must be 'fixed' (fixed-size sampling without replacement; the replace-one accounting assumes it)"
+        )
     m = _sample_size(data, participation, clients_per_round)
     check_threshold(B, m, k)
     if k > 1 and sigma_theta and sigma_theta > 0 and not (sigma_s and 0 < sigma_s < math.inf):
-        raise ValueError(f"sigma_s must be > 0 when sigma_theta > 0 and k={k} > 1 (the identifiers are released "
-                         f"too), got sigma_s={sigma_s!r}")
+        raise ValueError(
+            f"sigma_s must be > 0 when sigma_theta > 0 and k={k} > 1 (the identifiers are released "
+            f"too), got sigma_s={sigma_s!r}"
+        )
     if sigma_theta and sigma_theta > 0 and engine_kwargs.get("init_min_fraction") is not None:
-        raise ValueError("init_min_fraction must be None in a private run: IFCA's restart heuristic picks the "
-                         "initial models with the clients' raw losses, a release without a DP mechanism; "
-                         "private runs use the public random init")
+        raise ValueError(
+            "init_min_fraction must be None in a private run: IFCA's restart heuristic picks the "
+            "initial models with the clients' raw losses, a release without a DP mechanism; "
+            "private runs use the public random init"
+        )
     agg_kw = dict(aggregator_kwargs or {})
     if base == "fedcam":
         model = AdditiveModel(model)
         agg_kw["global_keys"] = tuple(GLOBAL_PREFIX + n for n in model.base.init(1, 0))
         agg_kw["sigma_g"] = sigma_g
-    agg = PrivateClusterAggregator(sigma_s=sigma_s, sigma_theta=sigma_theta, clip=clip, B=B, C_s=C_s,
-                                   noise_calibration=noise_calibration, server_lr=server_lr,
-                                   label=f"{'rr_cluster' if B else 'dp'}_{base}", **agg_kw)
+    agg = PrivateClusterAggregator(
+        sigma_s=sigma_s,
+        sigma_theta=sigma_theta,
+        clip=clip,
+        B=B,
+        C_s=C_s,
+        noise_calibration=noise_calibration,
+        server_lr=server_lr,
+        label=f"{'rr_cluster' if B else 'dp'}_{base}",
+        **agg_kw,
+    )
     if engine_cls is None:
         engine_cls = FeSEMEngine if base == "fesem" else ClusteredFLEngine
     engine_kwargs.setdefault("method", f"rr_cluster_{base}" if B else f"dp_{base}")
-    eng = engine_cls(data, model, k, participation=participation, clients_per_round=clients_per_round,
-                     aggregator=agg, **engine_kwargs)
+    eng = engine_cls(
+        data,
+        model,
+        k,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        aggregator=agg,
+        **engine_kwargs,
+    )
     eng.rngs["rebalance"] = stream(eng.seed, "rebalance")
     return eng
 
@@ -590,26 +714,56 @@ def finalize(eng: ClusteredFLEngine, res: ClusteredFLResult) -> ClusteredFLResul
     if isinstance(agg, PrivateClusterAggregator):
         for key, v in agg.log.items():
             res.history["rr_round" if key == "round" else key] = list(v)
-        res.info.update({"B": agg.B, "sigma_s": agg.sigma_s, "sigma_theta": agg.sigma_theta, "sigma_g": agg.sigma_g,
-                         "clip": agg.clip, "C_s": agg.C_s, "noise_calibration": agg.noise_calibration,
-                         "sum_noise_std": agg.sum_std, "identifier_noise_std": agg.identifier_std,
-                         "server_lr": agg.server_lr, "total_moved": int(sum(agg.log["n_moved"]))})
+        res.info.update(
+            {
+                "B": agg.B,
+                "sigma_s": agg.sigma_s,
+                "sigma_theta": agg.sigma_theta,
+                "sigma_g": agg.sigma_g,
+                "clip": agg.clip,
+                "C_s": agg.C_s,
+                "noise_calibration": agg.noise_calibration,
+                "sum_noise_std": agg.sum_std,
+                "identifier_noise_std": agg.identifier_std,
+                "server_lr": agg.server_lr,
+                "total_moved": int(sum(agg.log["n_moved"])),
+            }
+        )
         if agg.private:
             notes = list(PRIVACY_NOTES)
             if agg.literal:
-                notes.append("noise_calibration='paper_literal': the paper's noise (identifiers C_s sigma_s, sums "
-                             f"{agg.factor} C_theta sigma_theta) is accounted at its true replace-one multipliers "
-                             f"{agg.noise_multipliers()}, so epsilon exceeds the calibration target")
+                notes.append(
+                    "noise_calibration='paper_literal': the paper's noise (identifiers C_s sigma_s, sums "
+                    f"{agg.factor} C_theta sigma_theta) is accounted at its true replace-one multipliers "
+                    f"{agg.noise_multipliers()}, so epsilon exceeds the calibration target"
+                )
             res.info["privacy_notes"] = notes
     return res
 
 
-def run(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifca", B: int = 8,
-        sigma_s: float | None = 0.0, sigma_theta: float = 0.0, sigma_g: float | None = None,
-        clip: float | None = None, C_s: float = 0.1, noise_calibration: str = "replace_one",
-        server_lr: float = 1.0, lr: float = 0.05, local_steps: int = 5, batch_size: int | None = None,
-        rounds: int = 100, participation: float = 0.1, clients_per_round: int | None = None, seed: int = 0,
-        **engine_kwargs) -> ClusteredFLResult:
+def run(
+    data: FederatedTensors,
+    model: BatchedModel,
+    k: int,
+    *,
+    base: str = "ifca",
+    B: int = 8,
+    sigma_s: float | None = 0.0,
+    sigma_theta: float = 0.0,
+    sigma_g: float | None = None,
+    clip: float | None = None,
+    C_s: float = 0.1,
+    noise_calibration: str = "replace_one",
+    server_lr: float = 1.0,
+    lr: float = 0.05,
+    local_steps: int = 5,
+    batch_size: int | None = None,
+    rounds: int = 100,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    **engine_kwargs,
+) -> ClusteredFLResult:
     """Run RR-Cluster(``base``) with threshold ``B`` (``B = 0``: DP-``base`` without rebalancing).
 
     * ``base`` in {"ifca", "fesem", "fedcam"}; ``k`` clusters; ``B`` integer in [0, m/k] with
@@ -628,11 +782,35 @@ def run(data: FederatedTensors, model: BatchedModel, k: int, *, base: str = "ifc
     Returns a :class:`ClusteredFLResult` whose ``dp_events`` is the list of DP releases and whose
     ``history`` has the per-round RR log (see :func:`finalize`).
     """
-    eng = build_engine(data, model, k, base=base, B=B, sigma_s=sigma_s, sigma_theta=sigma_theta, sigma_g=sigma_g,
-                       clip=clip, C_s=C_s, noise_calibration=noise_calibration, server_lr=server_lr,
-                       participation=participation, clients_per_round=clients_per_round, lr=lr,
-                       local_steps=local_steps, batch_size=batch_size, rounds=rounds, seed=seed, **engine_kwargs)
+    eng = build_engine(
+        data,
+        model,
+        k,
+        base=base,
+        B=B,
+        sigma_s=sigma_s,
+        sigma_theta=sigma_theta,
+        sigma_g=sigma_g,
+        clip=clip,
+        C_s=C_s,
+        noise_calibration=noise_calibration,
+        server_lr=server_lr,
+        participation=participation,
+        clients_per_round=clients_per_round,
+        lr=lr,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        rounds=rounds,
+        seed=seed,
+        **engine_kwargs,
+    )
     res = finalize(eng, eng.run())
-    logger.info("%s: B=%d, %d updates moved in %d rounds, final test accuracy %.4f", res.info["method"], B,
-                res.info.get("total_moved", 0), rounds, res.info["final"].get("test_accuracy", float("nan")))
+    logger.info(
+        "%s: B=%d, %d updates moved in %d rounds, final test accuracy %.4f",
+        res.info["method"],
+        B,
+        res.info.get("total_moved", 0),
+        rounds,
+        res.info["final"].get("test_accuracy", float("nan")),
+    )
     return res

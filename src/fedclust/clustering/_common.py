@@ -118,8 +118,9 @@ def init_is_private_release(init: str, init_centroids=None) -> bool:
     return init_centroids is None and init == "data"
 
 
-def public_centroids(k: int, m: int, seed: int, init: str, *, clip: float | None = None, domain=None,
-                     radius: float | None = None) -> np.ndarray:
+def public_centroids(
+    k: int, m: int, seed: int, init: str, *, clip: float | None = None, domain=None, radius: float | None = None
+) -> np.ndarray:
     """k data-independent initial centroids drawn from stream ``"init"`` (no data is read).
 
     ``"uniform_box"``: uniform in ``[low, high]^m`` (``domain``, default ``DEFAULT_DOMAIN``); a point
@@ -146,8 +147,9 @@ def public_centroids(k: int, m: int, seed: int, init: str, *, clip: float | None
     raise ValueError(f"public_centroids takes 'uniform_box' or 'uniform_ball', got {init!r}")
 
 
-def initial_centroids(X: np.ndarray, k: int, seed: int, init_centroids=None, *, init: str = "data",
-                      clip: float | None = None, domain=None) -> np.ndarray:
+def initial_centroids(
+    X: np.ndarray, k: int, seed: int, init_centroids=None, *, init: str = "data", clip: float | None = None, domain=None
+) -> np.ndarray:
     """The shared W^0.
 
     ``init_centroids`` if given (the caller vouches that they are public); else by ``init``:
@@ -270,7 +272,6 @@ def init_release(private: bool, init: str, init_centroids, what: str) -> list:
     """The release of a private run whose W^0 is k private data rows (``init="data"``): one
     ``non_dp_release`` naming ``what`` (epsilon = inf); empty otherwise."""
     if private and init_is_private_release(init, init_centroids):
-
         return [non_dp_release(f"{what} are k private data rows (init='data')")]
     return []
 
@@ -331,8 +332,22 @@ class BaselineSetup(NamedTuple):
     C0: np.ndarray  # (k, m) initial centres
 
 
-def baseline_setup(X: np.ndarray, client: np.ndarray, n_clients: int, k: int, seed: int, *, noise_multiplier,
-                   epsilon, delta, mechanism: str, clip, init_centroids, init, init_domain) -> BaselineSetup:
+def baseline_setup(
+    X: np.ndarray,
+    client: np.ndarray,
+    n_clients: int,
+    k: int,
+    seed: int,
+    *,
+    noise_multiplier,
+    epsilon,
+    delta,
+    mechanism: str,
+    clip,
+    init_centroids,
+    init,
+    init_domain,
+) -> BaselineSetup:
     """The common start of the sampled-client k-means baselines (DK++, DKM, FZKM): the noise
     multiplier (:func:`baseline_noise_multiplier`), the public clip (:func:`data_clip`), the clipped
     rows in client order (every client must have a sample) and the initial centres."""
@@ -383,8 +398,15 @@ def weighted_cost(P: np.ndarray, w: np.ndarray, C: np.ndarray) -> float:
     return float((np.maximum(w, 0.0) * nearest(P, C)[1]).sum())
 
 
-def server_kmeans(P: np.ndarray, w: np.ndarray, C_prev: np.ndarray | None, rng: np.random.Generator,
-                  iters: int = 20, n_init: int = 2, k: int | None = None) -> np.ndarray:
+def server_kmeans(
+    P: np.ndarray,
+    w: np.ndarray,
+    C_prev: np.ndarray | None,
+    rng: np.random.Generator,
+    iters: int = 20,
+    n_init: int = 2,
+    k: int | None = None,
+) -> np.ndarray:
     """Weighted k-means on a small point set P (the server's step of FZKM / DK++ / DKM): the best
     (lowest weighted cost) of Lloyd warm-started at ``C_prev`` and ``n_init`` weighted k-means++
     restarts (``k`` is needed only when ``C_prev`` is None)."""
@@ -409,6 +431,7 @@ def blas_limit(n: int | None):
 
 def with_blas_limit(fn):
     """Decorator: adds a keyword ``blas_threads`` (default 1; None = leave BLAS alone) to ``run``."""
+
     @functools.wraps(fn)
     def wrapper(*args, blas_threads: int | None = 1, **kwargs):
         with blas_limit(blas_threads):

@@ -132,12 +132,25 @@ def run(
         raise ValueError(f"oversampling must be a finite number > 0, got {oversampling!r}")
     recluster_iters = check_int("recluster_iters", recluster_iters, 1)
     z, private, clip, lay, Xc, init, C0 = baseline_setup(
-        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
-        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
+        X,
+        client,
+        N,
+        k,
+        seed,
+        noise_multiplier=noise_multiplier,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        clip=clip,
+        init_centroids=init_centroids,
+        init=init,
+        init_domain=init_domain,
+    )
     std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     # the Lloyd rounds' release (checked here, before any round: the weighting round uses its trust model)
-    release = kmeans_release(std_pair, trust_model=trust_model, count_threshold=count_threshold, project=project,
-                             clip=clip, method="dk_pp")
+    release = kmeans_release(
+        std_pair, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="dk_pp"
+    )
 
     rng_s = stream(seed, "sampling")
     rng_mb = stream(seed, "minibatch")  # data-level random choices (which samples are selected)
@@ -189,22 +202,50 @@ def run(
     events = init_release(private, init, init_centroids, "dk_pp initial candidates")
     if private:
         if seeding_rounds:
-            events.append(non_dp_release(
-                f"dk_pp k-means|| seeding ({seeding_rounds} rounds): the uploaded points are private samples "
-                "selected by their own distances, a data-dependent selection with no bounded sensitivity"))
-        events.append(GaussianRelease(
-            noise_multipliers=(z,), count=1, sampling="none", neighbouring="add_remove", unit="sample",
-            label="dk_pp candidate counts", extra={"trust_model": trust_model}))
+            events.append(
+                non_dp_release(
+                    f"dk_pp k-means|| seeding ({seeding_rounds} rounds): the uploaded points are private samples "
+                    "selected by their own distances, a data-dependent selection with no bounded sensitivity"
+                )
+            )
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z,),
+                count=1,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="dk_pp candidate counts",
+                extra={"trust_model": trust_model},
+            )
+        )
         if R - seeding_rounds - 1 > 0:
-            events.append(GaussianRelease(
-                noise_multipliers=(z,), count=R - seeding_rounds - 1, sampling="none",
-                neighbouring="add_remove", unit="sample", label="dk_pp Lloyd sums and counts",
-                extra={"trust_model": trust_model}))
+            events.append(
+                GaussianRelease(
+                    noise_multipliers=(z,),
+                    count=R - seeding_rounds - 1,
+                    sampling="none",
+                    neighbouring="add_remove",
+                    unit="sample",
+                    label="dk_pp Lloyd sums and counts",
+                    extra={"trust_model": trust_model},
+                )
+            )
     dp_exact = seeding_rounds == 0 and not init_is_private_release(init, init_centroids)
-    info = {"noise_multiplier": z, "clip": clip, "clients_per_round": K, "n_clients": N,
-            "noise_std": std_pair, "count_noise_std": z if private else 0.0, "trust_model": trust_model,
-            "n_candidates": int(cand.shape[0]), "oversampling": ell, "seeding_rounds": seeding_rounds,
-            "dp_exact": bool(dp_exact) if private else None,
-            "init": "given" if init_centroids is not None else init}
-    return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
-                            uploaded_reals=int(uploaded), info=info)
+    info = {
+        "noise_multiplier": z,
+        "clip": clip,
+        "clients_per_round": K,
+        "n_clients": N,
+        "noise_std": std_pair,
+        "count_noise_std": z if private else 0.0,
+        "trust_model": trust_model,
+        "n_candidates": int(cand.shape[0]),
+        "oversampling": ell,
+        "seeding_rounds": seeding_rounds,
+        "dp_exact": bool(dp_exact) if private else None,
+        "init": "given" if init_centroids is not None else init,
+    }
+    return ClusteringResult(
+        labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
+    )

@@ -155,8 +155,20 @@ def run(
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
     z, private, clip, lay, Xc, init, C = baseline_setup(
-        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
-        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
+        X,
+        client,
+        N,
+        k,
+        seed,
+        noise_multiplier=noise_multiplier,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        clip=clip,
+        init_centroids=init_centroids,
+        init=init,
+        init_domain=init_domain,
+    )
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
     std_cost = z * 4.0 * clip**2 if private else 0.0
@@ -210,14 +222,32 @@ def run(
     labels, _ = nearest(X, C)
     events = init_release(private, init, init_centroids, "dkm initial centres")
     if private:
-        events.append(non_dp_release(
-            "dkm coreset: uploaded points are private samples chosen by their own distances and the local "
-            "k-means centres have no bounded sensitivity (data-dependent selection)"))
-        events.append(GaussianRelease(
-            noise_multipliers=(z, z, z, z), count=R, sampling="none", neighbouring="add_remove",
-            unit="sample", label="dkm local costs, coreset points, centres, sizes (noise per item; not DP as a whole)"))
-    info = {"noise_multiplier": z, "clip": clip, "clients_per_round": K, "n_clients": N,
-            "coreset_size": t_c, "local_iters": local_iters, "dp_exact": False if private else None,
-            "init": "given" if init_centroids is not None else init}
-    return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
-                            uploaded_reals=int(uploaded), info=info)
+        events.append(
+            non_dp_release(
+                "dkm coreset: uploaded points are private samples chosen by their own distances and the local "
+                "k-means centres have no bounded sensitivity (data-dependent selection)"
+            )
+        )
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z, z, z, z),
+                count=R,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="dkm local costs, coreset points, centres, sizes (noise per item; not DP as a whole)",
+            )
+        )
+    info = {
+        "noise_multiplier": z,
+        "clip": clip,
+        "clients_per_round": K,
+        "n_clients": N,
+        "coreset_size": t_c,
+        "local_iters": local_iters,
+        "dp_exact": False if private else None,
+        "init": "given" if init_centroids is not None else init,
+    }
+    return ClusteringResult(
+        labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
+    )

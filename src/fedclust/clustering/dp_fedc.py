@@ -144,8 +144,14 @@ ALPHA_2 = {"data": 5.0, "public": 1.25}
 # ----------------------------------------------------------------------------------------------
 # objective and per-step building blocks (plain arrays in, arrays out)
 # ----------------------------------------------------------------------------------------------
-def penalty_params(X: np.ndarray | None, n_clients: int, rho_factor: float = 1e-2, mu_h_factor: float = 1e-10,
-                   *, energy: float | None = None):
+def penalty_params(
+    X: np.ndarray | None,
+    n_clients: int,
+    rho_factor: float = 1e-2,
+    mu_h_factor: float = 1e-10,
+    *,
+    energy: float | None = None,
+):
     """rho = rho_factor E / N and mu_h = mu_h_factor E / N (Sec. VI-A) with E = ||X||_F^2
     (the paper), or the given ``energy`` (e.g. the public worst case :func:`public_energy`).
 
@@ -174,8 +180,15 @@ def domain_clip(m: int, domain=None) -> float:
     return math.sqrt(m) * max(abs(low), abs(high))
 
 
-def sample_objective(X: np.ndarray, XC: np.ndarray, CC: np.ndarray, H: np.ndarray, rho: float,
-                     mu_h: float, x_sq: np.ndarray | None = None) -> np.ndarray:
+def sample_objective(
+    X: np.ndarray,
+    XC: np.ndarray,
+    CC: np.ndarray,
+    H: np.ndarray,
+    rho: float,
+    mu_h: float,
+    x_sq: np.ndarray | None = None,
+) -> np.ndarray:
     """Per-sample terms f_j of F_i (eq. 14 without the W term); F_i = sum_{j in i} f_j + mu_w/2 ||W||^2.
 
     ``XC`` = X C' (n, k) (i.e. (W'X)'), ``CC`` = C C' = W'W (k, k), ``H`` (n, k) rows = columns of H_i,
@@ -187,8 +200,7 @@ def sample_objective(X: np.ndarray, XC: np.ndarray, CC: np.ndarray, H: np.ndarra
     return fit + pen + 0.5 * mu_h * hh
 
 
-def objective(X, client, C, H, *, n_clients: int | None = None, rho: float, mu_h: float,
-              mu_w: float = 0.0) -> float:
+def objective(X, client, C, H, *, n_clients: int | None = None, rho: float, mu_h: float, mu_w: float = 0.0) -> float:
     """F(W, H) of eq. (13): (1/N) sum_i F_i with equal client weights (rows of X, H in any order)."""
     X = np.asarray(X, dtype=np.float64)
     N = int(np.max(client)) + 1 if n_clients is None else n_clients
@@ -203,8 +215,9 @@ def local_objectives(X, client, C, H, *, n_clients: int, rho: float, mu_h: float
     return np.bincount(client, weights=f, minlength=n_clients) + 0.5 * mu_w * np.square(C).sum()
 
 
-def h_gamma(CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1: float,
-            literal_2rho: bool = False) -> float:
+def h_gamma(
+    CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1: float, literal_2rho: bool = False
+) -> float:
     """The inverse H step gamma (update H - grad/gamma) for the broadcast W (CC = W'W)."""
     lam = float(np.linalg.eigvalsh(CC)[-1])
     # Hessian of F_i in H_i (per column): 2 W'W + a_rho U_k - rho I + mu_h I, a_rho = rho (2 rho literal)
@@ -217,16 +230,25 @@ def h_gamma(CC: np.ndarray, k: int, rho: float, mu_h: float, rule: str, alpha_1:
     return 0.5 * lam  # paper_literal
 
 
-def h_grad(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, rho: float, mu_h: float,
-           literal_2rho: bool = False) -> np.ndarray:
+def h_grad(
+    H: np.ndarray, XC: np.ndarray, CC: np.ndarray, rho: float, mu_h: float, literal_2rho: bool = False
+) -> np.ndarray:
     """grad_{H_i} F_i for all clients at once, rows = samples: (2 W'W H - 2 W'X + rho U H - rho H
     + mu_h H)' (``literal_2rho`` uses the paper's 2 rho U H of eq. 80)."""
     a_rho = 2.0 * rho if literal_2rho else rho
     return 2.0 * (H @ CC) - 2.0 * XC + a_rho * H.sum(1, keepdims=True) + (mu_h - rho) * H
 
 
-def h_steps(H: np.ndarray, XC: np.ndarray, CC: np.ndarray, gamma: float, Q1: int, rho: float,
-            mu_h: float, literal_2rho: bool = False) -> np.ndarray:
+def h_steps(
+    H: np.ndarray,
+    XC: np.ndarray,
+    CC: np.ndarray,
+    gamma: float,
+    Q1: int,
+    rho: float,
+    mu_h: float,
+    literal_2rho: bool = False,
+) -> np.ndarray:
     """Q1 projected gradient steps (eq. 17) on H (n, k), every row/client in one update.
 
     ``H - grad/gamma`` is affine in H: ``H M + c`` with ``M = I - (2 W'W + a_rho 1 1' + (mu_h - rho) I)
@@ -306,8 +328,28 @@ class RoundInput:
 _CHUNK_REALS = 1 << 18
 
 
-def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
-                     alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, XC=None, lam_public=None):
+def round_vectorized(
+    Xs,
+    sizes,
+    offsets,
+    H,
+    C,
+    rin: RoundInput,
+    *,
+    Q1,
+    rho,
+    mu_h,
+    mu_w,
+    h_rule,
+    alpha_1,
+    eta_rule,
+    alpha_2,
+    G,
+    literal_2rho,
+    all_clients_update_H,
+    XC=None,
+    lam_public=None,
+):
     """One DP-FedC round on the client-sorted data; returns (H, C_new, stats).
 
     ``XC`` = Xs @ C.T may be passed in when the caller already has it (the objective of the
@@ -325,8 +367,7 @@ def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h
     else:
         rows = _rows(offsets, rin.sampled)
         H = H.copy()
-        H[rows] = h_steps(H[rows], Xs[rows] @ C.T if XC is None else XC[rows], CC, gamma, Q1, rho,
-                          mu_h, literal_2rho)
+        H[rows] = h_steps(H[rows], Xs[rows] @ C.T if XC is None else XC[rows], CC, gamma, Q1, rho, mu_h, literal_2rho)
 
     # (b) Q2 SGD steps on W (eq. 18) for the K sampled clients, stacked as (K, k, m)
     S = rin.sampled
@@ -382,8 +423,14 @@ def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h
     nts = 0.0
     if rin.noise is not None:
         nts = float(np.linalg.norm(xi_sum / K) / max(np.linalg.norm(C_new), 1e-300))
-    stats = {"gamma": gamma, "eta": eta, "sigma": sigma, "clipped_fraction": n_clipped / (K * rin.Q2),
-             "noise_to_signal": nts, "grad_norm_median": float(np.median(gnorm))}
+    stats = {
+        "gamma": gamma,
+        "eta": eta,
+        "sigma": sigma,
+        "clipped_fraction": n_clipped / (K * rin.Q2),
+        "noise_to_signal": nts,
+        "grad_norm_median": float(np.median(gnorm)),
+    }
     return H, C_new, stats
 
 
@@ -393,9 +440,28 @@ def _rows(offsets, clients):
     return np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
 
 
-def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w, h_rule,
-               alpha_1, eta_rule, alpha_2, G, literal_2rho, all_clients_update_H, h_grad_form="hoisted",
-               lam_public=None):
+def round_loop(
+    Xs,
+    sizes,
+    offsets,
+    H,
+    C,
+    rin: RoundInput,
+    *,
+    Q1,
+    rho,
+    mu_h,
+    mu_w,
+    h_rule,
+    alpha_1,
+    eta_rule,
+    alpha_2,
+    G,
+    literal_2rho,
+    all_clients_update_H,
+    h_grad_form="hoisted",
+    lam_public=None,
+):
     """Reference: the same round as :func:`round_vectorized`, written as a Python loop over clients
     (each client computes its own W'W, W'X_i, H steps, H_i H_i', W steps, noise). Tests check that
     both agree to 1e-10; the benchmark times both.
@@ -427,8 +493,12 @@ def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, *, Q1, rho, mu_h, mu_w
     if lam_public is not None:
         lam_all = np.asarray(lam_public, dtype=np.float64)
     elif eta_rule == "rms":
-        lam_all = np.array([np.linalg.eigvalsh(H[offsets[i]:offsets[i + 1]].T @ H[offsets[i]:offsets[i + 1]])[-1]
-                            for i in range(N)])
+        lam_all = np.array(
+            [
+                np.linalg.eigvalsh(H[offsets[i] : offsets[i + 1]].T @ H[offsets[i] : offsets[i + 1]])[-1]
+                for i in range(N)
+            ]
+        )
     if eta_rule == "rms":
         lam_rms = math.sqrt(np.mean(lam_all**2))
     uploads, etas, sigmas, n_clipped = [], [], [], 0
@@ -482,8 +552,9 @@ def labels_from_H(H: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarr
 #: (small integer orders are cheap for the without-replacement bound, whose cost grows as order^2). The minimum over fewer orders is
 #: larger, so a screening value is an upper bound on the exact epsilon and screening never discards
 #: the worst client (:func:`client_privacy`).
-SCREEN_ORDERS = tuple(o for o in RDP_ORDERS if o in (1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
-                                                   32.0, 48.0))
+SCREEN_ORDERS = tuple(
+    o for o in RDP_ORDERS if o in (1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 48.0)
+)
 
 
 def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0, q_cap):
@@ -503,25 +574,35 @@ def _client_releases(n_i: int, *, rounds, q2, Qhat, b, eps_round, delta, q_cap, 
     for t in range(1, int(rounds) + 1):
         Q2 = q2_schedule(t, q2, Qhat)
         q = min(Q2 * bi / n_i, q_cap)
-        key = (sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q))[0], sensitivity(1.0, Q2, 1.0),
-               int(min(Q2 * bi, n_i)))
+        key = (
+            sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q))[0],
+            sensitivity(1.0, Q2, 1.0),
+            int(min(Q2 * bi, n_i)),
+        )
         counts[key] = counts.get(key, 0) + 1
-    return [release(sig, sens, rounds=cnt, n_i=int(n_i), batch=batch, label=label)
-            for (sig, sens, batch), cnt in counts.items()]
+    return [
+        release(sig, sens, rounds=cnt, n_i=int(n_i), batch=batch, label=label)
+        for (sig, sens, batch), cnt in counts.items()
+    ]
 
 
 def _signature(releases, n_i) -> tuple:
     """What the accountant sees of a client's releases (equal signatures: equal epsilon)."""
-    return tuple(sorted((r.noise_multipliers[0], r.count, (0, 0) if r.sample_size >= n_i else (r.population, r.sample_size))
-                        for r in releases))
+    return tuple(
+        sorted(
+            (r.noise_multipliers[0], r.count, (0, 0) if r.sample_size >= n_i else (r.population, r.sample_size))
+            for r in releases
+        )
+    )
 
 
 def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tuple[int, int]]:
     """(first client, n_i) of every distinct accounting signature among the client sizes, sorted."""
     groups: dict[tuple, tuple[int, int]] = {}
     for n_i in np.unique(sizes):
-        rel = _client_releases(int(n_i), rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
-                               q_cap=q_cap, label="")
+        rel = _client_releases(
+            int(n_i), rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=""
+        )
         sig = _signature(rel, int(n_i))
         first = int(np.flatnonzero(sizes == n_i)[0])
         if sig not in groups or first < groups[sig][0]:
@@ -529,8 +610,19 @@ def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tu
     return sorted(groups.values())
 
 
-def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
-                   eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> dict:
+def client_privacy(
+    sizes,
+    *,
+    rounds: int,
+    clients_per_round: int,
+    q2="diminishing",
+    Qhat: int = 10,
+    b: int = 50,
+    eps_bar: float,
+    delta: float = 1e-4,
+    c0: float = 1.0,
+    q_cap: float = 0.99,
+) -> dict:
     """The DP releases of every client of a private run and the worst client.
 
     Sample-level DP of one client's data, replace-one neighbours (Definition 1). Per round a sampled
@@ -554,8 +646,17 @@ def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishin
     """
 
     sizes = np.asarray(sizes)
-    eps_round, q_acc = _round_epsilon(sizes, rounds=rounds, clients_per_round=clients_per_round, q2=q2, Qhat=Qhat,
-                                      b=b, eps_bar=eps_bar, c0=c0, q_cap=q_cap)
+    eps_round, q_acc = _round_epsilon(
+        sizes,
+        rounds=rounds,
+        clients_per_round=clients_per_round,
+        q2=q2,
+        Qhat=Qhat,
+        b=b,
+        eps_bar=eps_bar,
+        c0=c0,
+        q_cap=q_cap,
+    )
     N = sizes.size
     cands = _profiles(sizes, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap)
     profiles: dict[int, float | None] = {}
@@ -563,12 +664,16 @@ def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishin
         worst, eps_worst = cands[0], None
         profiles[cands[0][1]] = None
     else:
-        def rel_of(n_i):
-            return _client_releases(n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
-                                    q_cap=q_cap, label="")
 
-        screen = sorted(((accounted(rel_of(n_i), delta, orders=SCREEN_ORDERS), c, n_i) for c, n_i in cands),
-                        key=lambda v: (-v[0], v[1]))
+        def rel_of(n_i):
+            return _client_releases(
+                n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=""
+            )
+
+        screen = sorted(
+            ((accounted(rel_of(n_i), delta, orders=SCREEN_ORDERS), c, n_i) for c, n_i in cands),
+            key=lambda v: (-v[0], v[1]),
+        )
         worst, eps_worst = None, -math.inf
         for upper, c, n_i in screen:
             if upper <= eps_worst:
@@ -579,19 +684,48 @@ def client_privacy(sizes, *, rounds: int, clients_per_round: int, q2="diminishin
                 worst, eps_worst = (c, n_i), e
     c, n_i = worst
     label = f"dp_fedc noisy W upload, worst client (client {c}, n_i={n_i}) of {N}"
-    releases = _client_releases(n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta,
-                                q_cap=q_cap, label=label)
-    return {"eps_round": eps_round, "q_accounting": q_acc, "client": c, "n_i": n_i, "releases": releases,
-            "epsilon": eps_worst, "profiles": profiles}
+    releases = _client_releases(
+        n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=label
+    )
+    return {
+        "eps_round": eps_round,
+        "q_accounting": q_acc,
+        "client": c,
+        "n_i": n_i,
+        "releases": releases,
+        "epsilon": eps_worst,
+        "profiles": profiles,
+    }
 
 
-def planned_releases(sizes, *, rounds: int, clients_per_round: int, q2="diminishing", Qhat: int = 10, b: int = 50,
-                     eps_bar: float, delta: float = 1e-4, c0: float = 1.0, q_cap: float = 0.99) -> list:
+def planned_releases(
+    sizes,
+    *,
+    rounds: int,
+    clients_per_round: int,
+    q2="diminishing",
+    Qhat: int = 10,
+    b: int = 50,
+    eps_bar: float,
+    delta: float = 1e-4,
+    c0: float = 1.0,
+    q_cap: float = 0.99,
+) -> list:
     """The DP releases a private run makes, known before it starts: those of the worst client
     (:func:`client_privacy`). They depend only on the client sizes and the schedule: the noise
     multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta."""
-    return client_privacy(sizes, rounds=rounds, clients_per_round=clients_per_round, q2=q2, Qhat=Qhat, b=b,
-                          eps_bar=eps_bar, delta=delta, c0=c0, q_cap=q_cap)["releases"]
+    return client_privacy(
+        sizes,
+        rounds=rounds,
+        clients_per_round=clients_per_round,
+        q2=q2,
+        Qhat=Qhat,
+        b=b,
+        eps_bar=eps_bar,
+        delta=delta,
+        c0=c0,
+        q_cap=q_cap,
+    )["releases"]
 
 
 def _log_root(g, x0: float, lo: float, hi: float, tol: float, step: float = math.log(4.0), g0: float | None = None):
@@ -641,8 +775,9 @@ def _log_root(g, x0: float, lo: float, hi: float, tol: float, step: float = math
     return a, ga
 
 
-def eps_bar_for_budget(target_epsilon: float, delta: float, sizes, *, accountant: str = "rdp", rtol: float = 1e-3,
-                       **schedule) -> float:
+def eps_bar_for_budget(
+    target_epsilon: float, delta: float, sizes, *, accountant: str = "rdp", rtol: float = 1e-3, **schedule
+) -> float:
     """The paper budget eps_bar whose releases the accountant rates at ``target_epsilon`` for the
     worst client (so the budget holds for every client).
 
@@ -667,18 +802,30 @@ def eps_bar_for_budget(target_epsilon: float, delta: float, sizes, *, accountant
     sched.setdefault("b", 50)
 
     def exact(x):
-        e = accounted(planned_releases(sizes, eps_bar=math.exp(x), delta=delta, **schedule), delta,
-                      accountant=accountant)
+        e = accounted(
+            planned_releases(sizes, eps_bar=math.exp(x), delta=delta, **schedule), delta, accountant=accountant
+        )
         return math.log(max(e, 1e-300)) - math.log(target)
 
     x0 = math.log(target)
     if accountant == "rdp":
+
         def screen(x):
             eps_round, _ = _round_epsilon(sizes, eps_bar=math.exp(x), c0=c0, q_cap=q_cap, **sched)
-            kw = dict(rounds=sched["rounds"], q2=sched["q2"], Qhat=sched["Qhat"], b=sched["b"], eps_round=eps_round,
-                      delta=delta, q_cap=q_cap, label="")
-            e = max(accounted(_client_releases(n_i, **kw), delta, orders=SCREEN_ORDERS)
-                    for _, n_i in _profiles(sizes, **{k_: v for k_, v in kw.items() if k_ != "label"}))
+            kw = dict(
+                rounds=sched["rounds"],
+                q2=sched["q2"],
+                Qhat=sched["Qhat"],
+                b=sched["b"],
+                eps_round=eps_round,
+                delta=delta,
+                q_cap=q_cap,
+                label="",
+            )
+            e = max(
+                accounted(_client_releases(n_i, **kw), delta, orders=SCREEN_ORDERS)
+                for _, n_i in _profiles(sizes, **{k_: v for k_, v in kw.items() if k_ != "label"})
+            )
             return math.log(max(e, 1e-300)) - math.log(target)
 
         x0, _ = _log_root(screen, x0, lo, hi, tol)
@@ -785,16 +932,52 @@ def run(
     their noise std and step-size denominator), "H" and the privacy settings.
     """
     X, client, N = check_inputs(X, client, k)
-    s = _settings(X.shape[1], N, rounds=rounds, clients_per_round=clients_per_round, Q1=Q1, q2=q2, Qhat=Qhat,
-                  b=b, rho_factor=rho_factor, mu_h_factor=mu_h_factor, mu_w=mu_w, h_step=h_step,
-                  alpha_1=alpha_1, eta_rule=eta_rule, alpha_2=alpha_2, eps_bar=eps_bar, delta=delta, G=G,
-                  c0=c0, q_cap=q_cap, all_clients_update_H=all_clients_update_H, literal_2rho=literal_2rho,
-                  h_init=h_init, init=init, init_domain=init_domain, constants=constants, clip=clip,
-                  blas_threads=blas_threads)
+    s = _settings(
+        X.shape[1],
+        N,
+        rounds=rounds,
+        clients_per_round=clients_per_round,
+        Q1=Q1,
+        q2=q2,
+        Qhat=Qhat,
+        b=b,
+        rho_factor=rho_factor,
+        mu_h_factor=mu_h_factor,
+        mu_w=mu_w,
+        h_step=h_step,
+        alpha_1=alpha_1,
+        eta_rule=eta_rule,
+        alpha_2=alpha_2,
+        eps_bar=eps_bar,
+        delta=delta,
+        G=G,
+        c0=c0,
+        q_cap=q_cap,
+        all_clients_update_H=all_clients_update_H,
+        literal_2rho=literal_2rho,
+        h_init=h_init,
+        init=init,
+        init_domain=init_domain,
+        constants=constants,
+        clip=clip,
+        blas_threads=blas_threads,
+    )
     st = _initial_state(X, client, k, s, seed=seed, init_centroids=init_centroids, init_domain=init_domain)
     eps_round, q_acc = _calibrate(st.sizes, s)
-    hist = new_history(y, ("Q2", "gamma", "eta", "sigma", "q_eff", "eps_round", "clipped_fraction",
-                           "noise_to_signal", "grad_norm_median"))
+    hist = new_history(
+        y,
+        (
+            "Q2",
+            "gamma",
+            "eta",
+            "sigma",
+            "q_eff",
+            "eps_round",
+            "clipped_fraction",
+            "noise_to_signal",
+            "grad_norm_median",
+        ),
+    )
     logs = _RoundLogs(s.rounds, s.K)
     rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
     with blas_limit(s.blas_threads):
@@ -807,20 +990,44 @@ def run(
     lab_sorted, n_zero_cols = labels_from_H(st.H, st.Xs, st.C)
     events, worst = _releases(st.sizes, s, init_centroids)
     info = {
-        "rho": st.rho, "mu_h": st.mu_h, "mu_w": s.mu_w, "G": s.G, "clip": s.clip, "constants": s.constants,
+        "rho": st.rho,
+        "mu_h": st.mu_h,
+        "mu_w": s.mu_w,
+        "G": s.G,
+        "clip": s.clip,
+        "constants": s.constants,
         "init": "given" if init_centroids is not None else s.init,
         "eps_bar": s.eps_bar if s.private else math.inf,
-        "eps_round": eps_round, "delta": s.delta, "q_accounting": q_acc, "p": s.K / N, "c0": s.c0,
-        "clients_per_round": s.K, "n_clients": N, "h_step": s.h_step, "alpha_1": s.alpha_1,
-        "eta_rule": s.eta_rule, "alpha_2": s.alpha_2, "zero_columns": n_zero_cols,
-        "privacy_notes": s.notes, "eps_round_gt_1": bool(s.private and eps_round > 1.0),
-        "dp_event_client": worst.get("client"), "dp_event_n_i": worst.get("n_i"),
+        "eps_round": eps_round,
+        "delta": s.delta,
+        "q_accounting": q_acc,
+        "p": s.K / N,
+        "c0": s.c0,
+        "clients_per_round": s.K,
+        "n_clients": N,
+        "h_step": s.h_step,
+        "alpha_1": s.alpha_1,
+        "eta_rule": s.eta_rule,
+        "alpha_2": s.alpha_2,
+        "zero_columns": n_zero_cols,
+        "privacy_notes": s.notes,
+        "eps_round_gt_1": bool(s.private and eps_round > 1.0),
+        "dp_event_client": worst.get("client"),
+        "dp_event_n_i": worst.get("n_i"),
         "client_epsilon": {str(key): v for key, v in worst.get("profiles", {}).items()},
-        "H": st.H[st.lay.inverse], "sampled_clients": logs.sampled, "round_sigma": logs.sigma,
+        "H": st.H[st.lay.inverse],
+        "sampled_clients": logs.sampled,
+        "round_sigma": logs.sigma,
         "round_eta": logs.eta,
     }
-    return ClusteringResult(labels=lab_sorted[st.lay.inverse], centroids=st.C, history=hist, dp_events=events,
-                            uploaded_reals=int(logs.uploaded), info=info)
+    return ClusteringResult(
+        labels=lab_sorted[st.lay.inverse],
+        centroids=st.C,
+        history=hist,
+        dp_events=events,
+        uploaded_reals=int(logs.uploaded),
+        info=info,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -859,9 +1066,37 @@ class _Settings:
     notes: list
 
 
-def _settings(m: int, N: int, *, rounds, clients_per_round, Q1, q2, Qhat, b, rho_factor, mu_h_factor, mu_w,
-              h_step, alpha_1, eta_rule, alpha_2, eps_bar, delta, G, c0, q_cap, all_clients_update_H,
-              literal_2rho, h_init, init, init_domain, constants, clip, blas_threads) -> _Settings:
+def _settings(
+    m: int,
+    N: int,
+    *,
+    rounds,
+    clients_per_round,
+    Q1,
+    q2,
+    Qhat,
+    b,
+    rho_factor,
+    mu_h_factor,
+    mu_w,
+    h_step,
+    alpha_1,
+    eta_rule,
+    alpha_2,
+    eps_bar,
+    delta,
+    G,
+    c0,
+    q_cap,
+    all_clients_update_H,
+    literal_2rho,
+    h_init,
+    init,
+    init_domain,
+    constants,
+    clip,
+    blas_threads,
+) -> _Settings:
     """Check every argument of :func:`run` and resolve the defaults that depend on privacy."""
     if q2 != "diminishing":
         q2 = check_int("q2 (constant Q2, or 'diminishing')", q2, 1)
@@ -898,21 +1133,41 @@ def _settings(m: int, N: int, *, rounds, clients_per_round, Q1, q2, Qhat, b, rho
         clip = check_float("clip", clip, 0.0)
     elif private or constants == "public":
         clip = domain_clip(m, init_domain)
-        notes.append(f"sample clip not given: the largest row norm of the public domain, sqrt(m) max|domain| = "
-                     f"{clip:.4g}, is used")
+        notes.append(
+            f"sample clip not given: the largest row norm of the public domain, sqrt(m) max|domain| = "
+            f"{clip:.4g}, is used"
+        )
     else:
         domain_clip(m, init_domain)  # validates init_domain
     return _Settings(
-        rounds=check_int("rounds", rounds, 1), K=check_clients_per_round(clients_per_round, N),
-        Q1=check_int("Q1", Q1, 1), q2=q2, Qhat=check_int("Qhat", Qhat, 0), b=check_int("b", b, 1),
+        rounds=check_int("rounds", rounds, 1),
+        K=check_clients_per_round(clients_per_round, N),
+        Q1=check_int("Q1", Q1, 1),
+        q2=q2,
+        Qhat=check_int("Qhat", Qhat, 0),
+        b=check_int("b", b, 1),
         rho_factor=check_float("rho_factor", rho_factor, 0.0, strict=False),
         mu_h_factor=check_float("mu_h_factor", mu_h_factor, 0.0, strict=False),
-        mu_w=check_float("mu_w", mu_w, 0.0, strict=False), h_step=h_step,
-        alpha_1=check_float("alpha_1", alpha_1, 0.0), eta_rule=eta_rule,
+        mu_w=check_float("mu_w", mu_w, 0.0, strict=False),
+        h_step=h_step,
+        alpha_1=check_float("alpha_1", alpha_1, 0.0),
+        eta_rule=eta_rule,
         alpha_2=check_float("alpha_2", ALPHA_2[constants] if alpha_2 is None else alpha_2, 0.0),
-        private=private, eps_bar=eps_bar, delta=delta, G=G, c0=check_float("c0", c0, 0.0), q_cap=q_cap,
-        all_clients_update_H=all_clients_update_H, literal_2rho=literal_2rho, h_init=h_init, init=init,
-        constants=constants, clip=clip, blas_threads=blas_threads, notes=notes)
+        private=private,
+        eps_bar=eps_bar,
+        delta=delta,
+        G=G,
+        c0=check_float("c0", c0, 0.0),
+        q_cap=q_cap,
+        all_clients_update_H=all_clients_update_H,
+        literal_2rho=literal_2rho,
+        h_init=h_init,
+        init=init,
+        constants=constants,
+        clip=clip,
+        blas_threads=blas_threads,
+        notes=notes,
+    )
 
 
 @dataclass
@@ -957,8 +1212,9 @@ def _initial_state(X, client, k, s: _Settings, *, seed, init_centroids, init_dom
     else:
         H = np.zeros((n, k))
         H[np.arange(n), nearest(Xs, C)[0]] = 1.0
-    return _State(lay=lay, Xs=Xs, x_sq=np.square(Xs).sum(1), rho=rho, mu_h=mu_h, lam_public=lam_public,
-                  C=C, H=H, XC=Xs @ C.T)
+    return _State(
+        lay=lay, Xs=Xs, x_sq=np.square(Xs).sum(1), rho=rho, mu_h=mu_h, lam_public=lam_public, C=C, H=H, XC=Xs @ C.T
+    )
 
 
 def _calibrate(sizes: np.ndarray, s: _Settings) -> tuple[float, float]:
@@ -967,10 +1223,26 @@ def _calibrate(sizes: np.ndarray, s: _Settings) -> tuple[float, float]:
     q_acc = float(np.max(np.minimum(Q2_max * np.minimum(s.b, sizes) / sizes, s.q_cap)))
     if not s.private:
         return math.inf, q_acc
-    eps_round, q_acc = _round_epsilon(sizes, rounds=s.rounds, clients_per_round=s.K, q2=s.q2, Qhat=s.Qhat,
-                                      b=s.b, eps_bar=s.eps_bar, c0=s.c0, q_cap=s.q_cap)
-    logger.info("dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
-                s.eps_bar, eps_round, q_acc, s.K / sizes.size, s.rounds, s.c0)
+    eps_round, q_acc = _round_epsilon(
+        sizes,
+        rounds=s.rounds,
+        clients_per_round=s.K,
+        q2=s.q2,
+        Qhat=s.Qhat,
+        b=s.b,
+        eps_bar=s.eps_bar,
+        c0=s.c0,
+        q_cap=s.q_cap,
+    )
+    logger.info(
+        "dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
+        s.eps_bar,
+        eps_round,
+        q_acc,
+        s.K / sizes.size,
+        s.rounds,
+        s.c0,
+    )
     return eps_round, q_acc
 
 
@@ -999,8 +1271,7 @@ def _sigma_fn(s: _Settings, eps_round: float, q_it: np.ndarray):
     return sigma
 
 
-def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb, rng_noise,
-               logs: _RoundLogs) -> None:
+def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb, rng_noise, logs: _RoundLogs) -> None:
     """Round t of Algorithm 1: sample clients, draw their minibatches and noise, update H and W."""
     Q2 = q2_schedule(t, s.q2, s.Qhat)
     S = sample_clients(rng_s, st.sizes.size, s.K)
@@ -1013,9 +1284,26 @@ def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb
         sigma_fn = _sigma_fn(s, eps_round, q_it)
     rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
     st.H, st.C, out = round_vectorized(
-        st.Xs, st.sizes, st.offsets, st.H, st.C, rin, XC=st.XC, Q1=s.Q1, rho=st.rho, mu_h=st.mu_h,
-        mu_w=s.mu_w, h_rule=s.h_step, alpha_1=s.alpha_1, eta_rule=s.eta_rule, alpha_2=s.alpha_2, G=s.G,
-        literal_2rho=s.literal_2rho, all_clients_update_H=s.all_clients_update_H, lam_public=st.lam_public)
+        st.Xs,
+        st.sizes,
+        st.offsets,
+        st.H,
+        st.C,
+        rin,
+        XC=st.XC,
+        Q1=s.Q1,
+        rho=st.rho,
+        mu_h=st.mu_h,
+        mu_w=s.mu_w,
+        h_rule=s.h_step,
+        alpha_1=s.alpha_1,
+        eta_rule=s.eta_rule,
+        alpha_2=s.alpha_2,
+        G=s.G,
+        literal_2rho=s.literal_2rho,
+        all_clients_update_H=s.all_clients_update_H,
+        lam_public=st.lam_public,
+    )
     st.XC = st.Xs @ st.C.T  # shared by this round's objective and the next round's H step
     logs.uploaded += s.K * st.C.size
     logs.sampled[t - 1], logs.sigma[t - 1], logs.eta[t - 1] = S, out["sigma"], out["eta"]
@@ -1039,8 +1327,13 @@ def _record_round(t: int, st: _State, s: _Settings, eps_round: float, logs: _Rou
     hist["clipped_fraction"].append(float(out["clipped_fraction"]))
     hist["noise_to_signal"].append(float(out["noise_to_signal"]))
     hist["grad_norm_median"].append(out["grad_norm_median"])
-    logger.info("dp_fedc round %d/%d F=%.6g%s", t, s.rounds, hist["objective"][-1],
-                f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "")
+    logger.info(
+        "dp_fedc round %d/%d F=%.6g%s",
+        t,
+        s.rounds,
+        hist["objective"][-1],
+        f" ACC={hist['ACC'][-1]:.4f}" if y is not None else "",
+    )
     report_round("round", t, s.rounds)
 
 
@@ -1053,17 +1346,32 @@ def _releases(sizes: np.ndarray, s: _Settings, init_centroids) -> tuple[list, di
     if not s.private:
         what = "W uploads released without noise (eps_bar null)"
         if s.constants == "data":
-            what += ("; rho, mu_h and eta computed from the private data (constants='data', the default "
-                     "without DP), themselves a release")
+            what += (
+                "; rho, mu_h and eta computed from the private data (constants='data', the default "
+                "without DP), themselves a release"
+            )
         s.notes.append(f"not a DP run: {what}")
         return [non_dp_release(f"dp_fedc without DP: {what}")], {}
-    worst = client_privacy(sizes, rounds=s.rounds, clients_per_round=s.K, q2=s.q2, Qhat=s.Qhat, b=s.b,
-                           eps_bar=s.eps_bar, delta=s.delta, c0=s.c0, q_cap=s.q_cap)
+    worst = client_privacy(
+        sizes,
+        rounds=s.rounds,
+        clients_per_round=s.K,
+        q2=s.q2,
+        Qhat=s.Qhat,
+        b=s.b,
+        eps_bar=s.eps_bar,
+        delta=s.delta,
+        c0=s.c0,
+        q_cap=s.q_cap,
+    )
     events = list(init_release(True, s.init, init_centroids, "dp_fedc initial centroids W^0"))
     if s.constants == "data":
-        events.append(non_dp_release(
-            "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "
-            "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
-            "and the subsampling amplification do not hold"))
+        events.append(
+            non_dp_release(
+                "dp_fedc noise calibrated from private data (constants='data': eta_i from lambda_max(H_i H_i') "
+                "of all the client's rows, rho and mu_h from ||X||_F^2), so the sensitivity 2 G Q2/eta of eq. (28) "
+                "and the subsampling amplification do not hold"
+            )
+        )
     events.extend(worst["releases"])
     return events, worst

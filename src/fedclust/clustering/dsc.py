@@ -98,8 +98,6 @@ def run(X, client, k: int, *, seed: int = 0, kernel_scale: float = 1.0, n_init: 
     labels = np.argmin(spectral.sq_distances(V, glob), axis=1).astype(np.int64)
     info = {"anchor_client": p0, "anchor_index": int(idx0[a])}
     if y is not None:
-
         info.update(_scores(y, labels))
     uploaded = P * k * k + (P - 1) * (X.shape[1] + k)
     return ClusteringResult(labels=labels, centroids=glob, info=info, uploaded_reals=int(uploaded))
-

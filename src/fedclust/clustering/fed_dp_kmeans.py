@@ -87,8 +87,13 @@ def release_names(projection: str, steps: int, has_server_data: bool) -> list[st
     return names
 
 
-def budget_weights(projection: str, steps: int, has_server_data: bool, shares: dict | None = None,
-                   count_share: float = DEFAULT_COUNT_SHARE) -> dict[str, float]:
+def budget_weights(
+    projection: str,
+    steps: int,
+    has_server_data: bool,
+    shares: dict | None = None,
+    count_share: float = DEFAULT_COUNT_SHARE,
+) -> dict[str, float]:
     """The share of the run's mu^2 of every release (one Lloyd step's share for ``step_*``),
     from the stage ``shares`` renormalised over the stages the run has."""
     sh = dict(DEFAULT_SHARES if shares is None else shares)
@@ -114,14 +119,16 @@ def budget_weights(projection: str, steps: int, has_server_data: bool, shares: d
         if has_server_data:
             out["projection"] = stages["projection"]
         else:  # second moment, sum and size share the projection stage
-            out.update(projection=stages["projection"] * 0.6, mean=stages["projection"] * 0.3,
-                       size=stages["projection"] * 0.1)
+            out.update(
+                projection=stages["projection"] * 0.6, mean=stages["projection"] * 0.3, size=stages["projection"] * 0.1
+            )
     out["weighting"] = stages["weighting"]
     if "lift" in stages:
         out.update(lift_sums=stages["lift"] * (1 - count_share), lift_counts=stages["lift"] * count_share)
     if steps:
-        out.update(step_sums=stages["steps"] * (1 - count_share) / steps,
-                   step_counts=stages["steps"] * count_share / steps)
+        out.update(
+            step_sums=stages["steps"] * (1 - count_share) / steps, step_counts=stages["steps"] * count_share / steps
+        )
     return out
 
 
@@ -130,9 +137,17 @@ def _repeats(name: str, steps: int) -> int:
     return steps if name.startswith("step_") else 1
 
 
-def noise_multipliers(epsilon: float, delta: float, *, projection: str = "dp_pca", steps: int = 1,
-                      has_server_data: bool = True, shares: dict | None = None,
-                      count_share: float = DEFAULT_COUNT_SHARE, accountant: str = "pld") -> dict[str, float]:
+def noise_multipliers(
+    epsilon: float,
+    delta: float,
+    *,
+    projection: str = "dp_pca",
+    steps: int = 1,
+    has_server_data: bool = True,
+    shares: dict | None = None,
+    count_share: float = DEFAULT_COUNT_SHARE,
+    accountant: str = "pld",
+) -> dict[str, float]:
     """The noise multiplier of every release so that the whole run is (epsilon, delta)-DP by the
     accountant: one step of all releases composed, release i at ``z / sqrt(w_i)``."""
     w = budget_weights(projection, steps, has_server_data, shares, count_share)
@@ -146,8 +161,14 @@ def events(z: dict[str, float], steps: int, trust_model: str) -> list[GaussianRe
     """The run's releases as accountable events (all clients every time: no sampling claimed)."""
     out = []
     for name, zi in z.items():
-        out.append(GaussianRelease(noise_multipliers=(zi,), count=_repeats(name, steps), label=f"fed_dp_kmeans {name}",
-                                   extra={"trust_model": trust_model}))
+        out.append(
+            GaussianRelease(
+                noise_multipliers=(zi,),
+                count=_repeats(name, steps),
+                label=f"fed_dp_kmeans {name}",
+                extra={"trust_model": trust_model},
+            )
+        )
     return out
 
 
@@ -237,8 +258,10 @@ def run(
     else:
         Xs = None
         if projection != "dp_pca":
-            raise ValueError("without server data the candidates come from the DP projection stage: "
-                             "set projection='dp_pca' (or give server_rows / server_data)")
+            raise ValueError(
+                "without server data the candidates come from the DP projection stage: "
+                "set projection='dp_pca' (or give server_rows / server_data)"
+            )
     if Xs is not None and Xs.shape[0] < k:
         raise ValueError(f"the server holds {Xs.shape[0]} points, fewer than k={k}")
     priv = ~is_server
@@ -287,22 +310,30 @@ def run(
 
     # 2. weighting of the server points, weighted k-means on the server
     lab, _ = nearest(Pc, Ps)
-    w = release_sum(np.bincount(lab, minlength=Ps.shape[0]).astype(np.float64), std("weighting", 1.0), K,
-                    trust_model, rng)
+    w = release_sum(
+        np.bincount(lab, minlength=Ps.shape[0]).astype(np.float64), std("weighting", 1.0), K, trust_model, rng
+    )
     uploaded += K * Ps.shape[0]
     threshold = max(1.0, count_threshold * sum_noise_std(std("weighting", 1.0), K, trust_model))
     keep = w >= threshold
     if keep.sum() < k:  # too few trusted points: keep the k heaviest
         keep = np.zeros_like(keep)
         keep[np.argsort(-w, kind="stable")[:k]] = True
-    Cp = server_kmeans(Ps[keep], np.maximum(w[keep], 0.0), None, rng_server, iters=50,
-                       n_init=max(1, server_restarts), k=k)
+    Cp = server_kmeans(
+        Ps[keep], np.maximum(w[keep], 0.0), None, rng_server, iters=50, n_init=max(1, server_restarts), k=k
+    )
 
     # 3. lift to the data space
     if V is not None:
         start = clip_data(Cp @ V.T, clip)
-        lift = LloydRelease(sum_std=std("lift_sums", clip or 0.0), count_std=std("lift_counts", 1.0),
-                            trust_model=trust_model, count_threshold=count_threshold, clip=clip, project=True)
+        lift = LloydRelease(
+            sum_std=std("lift_sums", clip or 0.0),
+            count_std=std("lift_counts", 1.0),
+            trust_model=trust_model,
+            count_threshold=count_threshold,
+            clip=clip,
+            project=True,
+        )
         labp, _ = nearest(Pc, Cp)
         C = lloyd_step(Xc, labp, start, lift, K, rng)
         uploaded += K * k * (m + 1)
@@ -311,9 +342,14 @@ def run(
     log_step(1, C)
 
     # 4. private Lloyd steps
-    step = LloydRelease(sum_std=std("step_sums", clip or 0.0) if steps else 0.0,
-                        count_std=std("step_counts", 1.0) if steps else 0.0, trust_model=trust_model,
-                        count_threshold=count_threshold, clip=clip, project=True)
+    step = LloydRelease(
+        sum_std=std("step_sums", clip or 0.0) if steps else 0.0,
+        count_std=std("step_counts", 1.0) if steps else 0.0,
+        trust_model=trust_model,
+        count_threshold=count_threshold,
+        clip=clip,
+        project=True,
+    )
     for t in range(steps):
         labs, _ = nearest(Xp_raw, C)
         C = lloyd_step(Xc, labs, C, step, K, rng)
@@ -321,11 +357,22 @@ def run(
         log_step(t + 2, C)
 
     labels, _ = nearest(X, C)
-    info = {"trust_model": trust_model, "projection": projection, "steps": int(steps), "clip": clip,
-            "n_server_points": int(Ps.shape[0]), "server_points_kept": int(keep.sum()),
-            "server_data": "rows" if server_rows is not None else ("array" if server_data is not None else "dp_candidates"),
-            "noise_multipliers": z, "min_count": min_count(step, K)}
-    return ClusteringResult(labels=labels, centroids=C, history=hist,
-                            dp_events=events(z, steps, trust_model) if private else [],
-                            uploaded_reals=int(uploaded), info=info)
-
+    info = {
+        "trust_model": trust_model,
+        "projection": projection,
+        "steps": int(steps),
+        "clip": clip,
+        "n_server_points": int(Ps.shape[0]),
+        "server_points_kept": int(keep.sum()),
+        "server_data": "rows" if server_rows is not None else ("array" if server_data is not None else "dp_candidates"),
+        "noise_multipliers": z,
+        "min_count": min_count(step, K),
+    }
+    return ClusteringResult(
+        labels=labels,
+        centroids=C,
+        history=hist,
+        dp_events=events(z, steps, trust_model) if private else [],
+        uploaded_reals=int(uploaded),
+        info=info,
+    )

@@ -558,16 +558,36 @@ class _PalmEngine(_Engine):
 
 
 # --------------------------------------------------------------------------- driver
-def _drive(engine: _Engine, *, rounds: int, continuation, rho_growth: float, rho_tol: float, tol,
-           y, progress: ProgressFn | None, rho_trigger: str = "round") -> tuple[dict, dict]:
+def _drive(
+    engine: _Engine,
+    *,
+    rounds: int,
+    continuation,
+    rho_growth: float,
+    rho_tol: float,
+    tol,
+    y,
+    progress: ProgressFn | None,
+    rho_trigger: str = "round",
+) -> tuple[dict, dict]:
     """Round loop shared by all solvers: history, eps, SNCP rho-continuation, stopping."""
     hist: dict[str, list] = {"objective": [], "eps": [], "comm_reals": [], "rho": []}
     if y is not None:
         hist["ACC"], hist["NMI"] = [], []
     tol = (1e-8 if continuation == "sncp" else 0.0) if tol is None else tol
     with _one_blas_thread():
-        return _drive_loop(engine, hist, rounds=rounds, continuation=continuation, rho_growth=rho_growth,
-                           rho_tol=rho_tol, tol=tol, y=y, progress=progress, rho_trigger=rho_trigger)
+        return _drive_loop(
+            engine,
+            hist,
+            rounds=rounds,
+            continuation=continuation,
+            rho_growth=rho_growth,
+            rho_tol=rho_tol,
+            tol=tol,
+            y=y,
+            progress=progress,
+            rho_trigger=rho_trigger,
+        )
 
 
 def _epoch_rounds(engine: _Engine, rho_trigger: str) -> int:
@@ -624,8 +644,17 @@ def _drive_loop(engine, hist, *, rounds, continuation, rho_growth, rho_tol, tol,
             n_rho += 1
             F_prev = engine.objective()  # compare the next round with the re-evaluated iterate
             F_ref = F_prev
-    info = {"rounds_run": s, "stop_reason": stop, "rho_final": engine.rho, "n_rho_updates": n_rho,
-            "objective0": F0, "n_clients": data.P, "tol": tol, "rho_trigger": rho_trigger, "test_window": E}
+    info = {
+        "rounds_run": s,
+        "stop_reason": stop,
+        "rho_final": engine.rho,
+        "n_rho_updates": n_rho,
+        "objective0": F0,
+        "n_clients": data.P,
+        "tol": tol,
+        "rho_trigger": rho_trigger,
+        "test_window": E,
+    }
     return hist, info
 
 
@@ -633,8 +662,11 @@ def _finish(engine: _Engine, hist: dict, info: dict, extra: dict) -> ClusteringR
     d = engine.data
     info.update(extra)
     return ClusteringResult(
-        labels=d.labels(engine.H), centroids=engine.W.T.copy(), history=hist,
-        uploaded_reals=int(hist["comm_reals"][-1]) if hist["comm_reals"] else 0, info=info,
+        labels=d.labels(engine.H),
+        centroids=engine.W.T.copy(),
+        history=hist,
+        uploaded_reals=int(hist["comm_reals"][-1]) if hist["comm_reals"] else 0,
+        info=info,
     )
 
 
@@ -657,12 +689,30 @@ def _common_checks(rounds, gamma, step_rule, rho, nu, continuation, rho_growth, 
 
 
 # --------------------------------------------------------------------------- public solvers
-def run_fedcgds(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int = 100,
-                clients_per_round: int | None = None, seed: int = 0, init=None, gamma: float = 1.1,
-                step_rule: str = "lipschitz", rho: float = 1e-8, nu: float = 1e-10,
-                continuation: str | None = None, rho_growth: float = 1.5, rho_tol: float = 2e-5,
-                tol: float | None = None, recompute_stats: bool = False, rho_trigger: str = "round", y=None,
-                progress: ProgressFn | None = None) -> ClusteringResult:
+def run_fedcgds(
+    X,
+    client,
+    k: int,
+    *,
+    rounds: int = 100,
+    Q1: int = 10,
+    Q2: int = 100,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    init=None,
+    gamma: float = 1.1,
+    step_rule: str = "lipschitz",
+    rho: float = 1e-8,
+    nu: float = 1e-10,
+    continuation: str | None = None,
+    rho_growth: float = 1.5,
+    rho_tol: float = 2e-5,
+    tol: float | None = None,
+    recompute_stats: bool = False,
+    rho_trigger: str = "round",
+    y=None,
+    progress: ProgressFn | None = None,
+) -> ClusteringResult:
     """FedCGds (Algorithm 2, eqs. 70-74): gradient sharing with differential uploads.
 
     ``clients_per_round`` = m (default: all P non-empty clients), drawn uniformly without replacement
@@ -677,27 +727,80 @@ def run_fedcgds(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int =
     """
     data = _Data(X, client, k)
     rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N)
+        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
+    )
     Q1 = _check_int("Q1", Q1, 0)
     Q2 = _check_int("Q2", Q2, 0)
     m = data.P if clients_per_round is None else _check_int("clients_per_round", clients_per_round, 1, data.P)
     _check_choice("rho_trigger", rho_trigger, RHO_TRIGGERS)
     W, H = _resolve_init(init, X, data, seed)
-    eng = _GdsEngine(data, W, H, rho, nu, Q1=Q1, Q2=Q2, m=m, gamma=gamma, step_rule=step_rule,
-                     rng=stream(seed, "sampling"), recompute_stats=recompute_stats, central=False)
-    hist, info = _drive(eng, rounds=rounds, continuation=continuation, rho_growth=rho_growth,
-                        rho_tol=rho_tol, tol=tol, y=y, progress=progress, rho_trigger=rho_trigger)
-    return _finish(eng, hist, info, {
-        "method": "fedcgds", "Q1": Q1, "Q2": Q2, "clients_per_round": m, "gamma": gamma,
-        "step_rule": step_rule, "init_upload_reals": eng.init_upload})
+    eng = _GdsEngine(
+        data,
+        W,
+        H,
+        rho,
+        nu,
+        Q1=Q1,
+        Q2=Q2,
+        m=m,
+        gamma=gamma,
+        step_rule=step_rule,
+        rng=stream(seed, "sampling"),
+        recompute_stats=recompute_stats,
+        central=False,
+    )
+    hist, info = _drive(
+        eng,
+        rounds=rounds,
+        continuation=continuation,
+        rho_growth=rho_growth,
+        rho_tol=rho_tol,
+        tol=tol,
+        y=y,
+        progress=progress,
+        rho_trigger=rho_trigger,
+    )
+    return _finish(
+        eng,
+        hist,
+        info,
+        {
+            "method": "fedcgds",
+            "Q1": Q1,
+            "Q2": Q2,
+            "clients_per_round": m,
+            "gamma": gamma,
+            "step_rule": step_rule,
+            "init_upload_reals": eng.init_upload,
+        },
+    )
 
 
-def run_fedcavg(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int = 1, q_hat: int | None = None,
-                seed: int = 0, init=None, gamma: float = 1.1, step_rule: str = "lipschitz",
-                lw: str = "clients", d_schedule: str = "thm2", rho: float = 1e-8, nu: float = 1e-10,
-                continuation: str | None = None, rho_growth: float = 1.5, rho_tol: float = 2e-5,
-                tol: float | None = None, q_hat_restart: bool = False, y=None,
-                progress: ProgressFn | None = None) -> ClusteringResult:
+def run_fedcavg(
+    X,
+    client,
+    k: int,
+    *,
+    rounds: int = 100,
+    Q1: int = 10,
+    Q2: int = 1,
+    q_hat: int | None = None,
+    seed: int = 0,
+    init=None,
+    gamma: float = 1.1,
+    step_rule: str = "lipschitz",
+    lw: str = "clients",
+    d_schedule: str = "thm2",
+    rho: float = 1e-8,
+    nu: float = 1e-10,
+    continuation: str | None = None,
+    rho_growth: float = 1.5,
+    rho_tol: float = 2e-5,
+    tol: float | None = None,
+    q_hat_restart: bool = False,
+    y=None,
+    progress: ProgressFn | None = None,
+) -> ClusteringResult:
     """FedCAvg (Algorithm 1, eqs. 9-13): model averaging, all clients every round.
 
     ``q_hat``: if given, the diminishing schedule Q2^s = floor(q_hat / s) + 1 replaces ``Q2``; s is the
@@ -708,7 +811,8 @@ def run_fedcavg(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int =
     """
     data = _Data(X, client, k)
     rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N)
+        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
+    )
     Q1 = _check_int("Q1", Q1, 0)
     Q2 = _check_int("Q2", Q2, 0)
     if q_hat is not None:
@@ -716,19 +820,69 @@ def run_fedcavg(X, client, k: int, *, rounds: int = 100, Q1: int = 10, Q2: int =
     _check_choice("lw", lw, LW_RULES)
     _check_choice("d_schedule", d_schedule, D_SCHEDULES)
     W, H = _resolve_init(init, X, data, seed)
-    eng = _AvgEngine(data, W, H, rho, nu, Q1=Q1, Q2=Q2, q_hat=q_hat, q_hat_restart=q_hat_restart,
-                     gamma=gamma, step_rule=step_rule, lw=lw, d_schedule=d_schedule)
-    hist, info = _drive(eng, rounds=rounds, continuation=continuation, rho_growth=rho_growth,
-                        rho_tol=rho_tol, tol=tol, y=y, progress=progress)
-    return _finish(eng, hist, info, {
-        "method": "fedcavg", "Q1": Q1, "Q2": Q2, "q_hat": q_hat, "Q2_last": eng.last_q2, "gamma": gamma,
-        "step_rule": step_rule, "lw": lw, "d_schedule": d_schedule})
+    eng = _AvgEngine(
+        data,
+        W,
+        H,
+        rho,
+        nu,
+        Q1=Q1,
+        Q2=Q2,
+        q_hat=q_hat,
+        q_hat_restart=q_hat_restart,
+        gamma=gamma,
+        step_rule=step_rule,
+        lw=lw,
+        d_schedule=d_schedule,
+    )
+    hist, info = _drive(
+        eng,
+        rounds=rounds,
+        continuation=continuation,
+        rho_growth=rho_growth,
+        rho_tol=rho_tol,
+        tol=tol,
+        y=y,
+        progress=progress,
+    )
+    return _finish(
+        eng,
+        hist,
+        info,
+        {
+            "method": "fedcavg",
+            "Q1": Q1,
+            "Q2": Q2,
+            "q_hat": q_hat,
+            "Q2_last": eng.last_q2,
+            "gamma": gamma,
+            "step_rule": step_rule,
+            "lw": lw,
+            "d_schedule": d_schedule,
+        },
+    )
 
 
-def run_fedcpalm(X, client, k: int, *, rounds: int = 100, local_steps: int = 5, seed: int = 0, init=None,
-                 gamma: float = 1.1, rho: float = 1e-8, nu: float = 1e-10, continuation: str | None = None,
-                 rho_growth: float = 1.5, rho_tol: float = 2e-5, tol: float | None = None, y=None,
-                 progress: ProgressFn | None = None, max_block_elems: int = 10_000_000) -> ClusteringResult:
+def run_fedcpalm(
+    X,
+    client,
+    k: int,
+    *,
+    rounds: int = 100,
+    local_steps: int = 5,
+    seed: int = 0,
+    init=None,
+    gamma: float = 1.1,
+    rho: float = 1e-8,
+    nu: float = 1e-10,
+    continuation: str | None = None,
+    rho_growth: float = 1.5,
+    rho_tol: float = 2e-5,
+    tol: float | None = None,
+    y=None,
+    progress: ProgressFn | None = None,
+    max_block_elems: int = 10_000_000,
+) -> ClusteringResult:
     """FedCPALM, the naive baseline of Remark 1: ``local_steps`` (= Q/2) local PALM steps per client.
 
     Each local step is a projected H step (c_p = (gamma/2) L_{H_p} from the client's own W_p) followed by
@@ -738,20 +892,45 @@ def run_fedcpalm(X, client, k: int, *, rounds: int = 100, local_steps: int = 5, 
     """
     data = _Data(X, client, k)
     rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, "lipschitz", rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N)
+        rounds, gamma, "lipschitz", rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
+    )
     local_steps = _check_int("local_steps", local_steps, 1)
     max_block_elems = _check_int("max_block_elems", max_block_elems, 1)
     W, H = _resolve_init(init, X, data, seed)
     eng = _PalmEngine(data, W, H, rho, nu, local_steps=local_steps, gamma=gamma, max_block_elems=max_block_elems)
-    hist, info = _drive(eng, rounds=rounds, continuation=continuation, rho_growth=rho_growth,
-                        rho_tol=rho_tol, tol=tol, y=y, progress=progress)
+    hist, info = _drive(
+        eng,
+        rounds=rounds,
+        continuation=continuation,
+        rho_growth=rho_growth,
+        rho_tol=rho_tol,
+        tol=tol,
+        y=y,
+        progress=progress,
+    )
     return _finish(eng, hist, info, {"method": "fedcpalm", "local_steps": local_steps, "gamma": gamma})
 
 
-def run_sncp(X, k: int, *, seed: int = 0, rounds: int = 1000, Q1: int = 1, Q2: int = 1, init=None,
-             gamma: float = 1.1, step_rule: str = "lipschitz", rho: float = 1e-8, nu: float = 1e-10,
-             continuation: str | None = "sncp", rho_growth: float = 1.5, rho_tol: float = 2e-5,
-             tol: float | None = None, y=None, progress: ProgressFn | None = None) -> ClusteringResult:
+def run_sncp(
+    X,
+    k: int,
+    *,
+    seed: int = 0,
+    rounds: int = 1000,
+    Q1: int = 1,
+    Q2: int = 1,
+    init=None,
+    gamma: float = 1.1,
+    step_rule: str = "lipschitz",
+    rho: float = 1e-8,
+    nu: float = 1e-10,
+    continuation: str | None = "sncp",
+    rho_growth: float = 1.5,
+    rho_tol: float = 2e-5,
+    tol: float | None = None,
+    y=None,
+    progress: ProgressFn | None = None,
+) -> ClusteringResult:
     """Centralized SNCP stand-in: PALM (3a)-(3b) on the pooled data with rho-continuation.
 
     One "round" = ``Q1`` projected H steps then ``Q2`` projected W steps (Q1 = Q2 = 1 is PALM).
@@ -762,17 +941,38 @@ def run_sncp(X, k: int, *, seed: int = 0, rounds: int = 1000, Q1: int = 1, Q2: i
     client = np.zeros(X.shape[0] if X.ndim == 2 else 0, dtype=np.int64)
     data = _Data(X, client, k)
     rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N)
+        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
+    )
     Q1 = _check_int("Q1", Q1, 0)
     Q2 = _check_int("Q2", Q2, 0)
     W, H = _resolve_init(init, X, data, seed)
-    eng = _GdsEngine(data, W, H, rho, nu, Q1=Q1, Q2=Q2, m=1, gamma=gamma, step_rule=step_rule,
-                     rng=stream(seed, "sampling"), recompute_stats=True, central=True)
+    eng = _GdsEngine(
+        data,
+        W,
+        H,
+        rho,
+        nu,
+        Q1=Q1,
+        Q2=Q2,
+        m=1,
+        gamma=gamma,
+        step_rule=step_rule,
+        rng=stream(seed, "sampling"),
+        recompute_stats=True,
+        central=True,
+    )
     eng.name = "sncp"
-    hist, info = _drive(eng, rounds=rounds, continuation=continuation, rho_growth=rho_growth,
-                        rho_tol=rho_tol, tol=tol, y=y, progress=progress)
-    return _finish(eng, hist, info, {"method": "sncp", "Q1": Q1, "Q2": Q2, "gamma": gamma,
-                                     "step_rule": step_rule})
+    hist, info = _drive(
+        eng,
+        rounds=rounds,
+        continuation=continuation,
+        rho_growth=rho_growth,
+        rho_tol=rho_tol,
+        tol=tol,
+        y=y,
+        progress=progress,
+    )
+    return _finish(eng, hist, info, {"method": "sncp", "Q1": Q1, "Q2": Q2, "gamma": gamma, "step_rule": step_rule})
 
 
 def run_kmeanspp(X, k: int, seed: int = 0, *, y=None, n_init: int = 1, max_iter: int = 300) -> ClusteringResult:
@@ -793,6 +993,15 @@ def run_kmeanspp(X, k: int, seed: int = 0, *, y=None, n_init: int = 1, max_iter:
     if y is not None:
         hist["ACC"] = [clustering_accuracy(y, labels)]
         hist["NMI"] = [nmi(y, labels)]
-    return ClusteringResult(labels=labels, centroids=km.cluster_centers_, history=hist, uploaded_reals=0,
-                            info={"method": "kmeans++", "random_state": random_state, "n_iter": int(km.n_iter_),
-                                  "inertia": float(km.inertia_)})
+    return ClusteringResult(
+        labels=labels,
+        centroids=km.cluster_centers_,
+        history=hist,
+        uploaded_reals=0,
+        info={
+            "method": "kmeans++",
+            "random_state": random_state,
+            "n_iter": int(km.n_iter_),
+            "inertia": float(km.inertia_),
+        },
+    )

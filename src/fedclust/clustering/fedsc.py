@@ -107,8 +107,14 @@ def local_objective(Z: np.ndarray, Xp: np.ndarray, Cp: np.ndarray, r: float, lam
 def z_gradient(Z: np.ndarray, Xp: np.ndarray, Cp: np.ndarray, r: float) -> np.ndarray:
     """``d f_p / d Z`` of eq. (15), returned in the row layout of ``Z`` (d, m) (the transpose of the
     paper's m x d formula). ``Xp`` (N_p, m), ``Cp`` (d, N_p)."""
-    G, _ = _grad_and_tau(Z[None], Xp[None], Cp.T[None], spectral.gaussian_kernel(Xp, Z, r)[None],
-                         spectral.gaussian_kernel(Z, Z, r)[None], r * r)
+    G, _ = _grad_and_tau(
+        Z[None],
+        Xp[None],
+        Cp.T[None],
+        spectral.gaussian_kernel(Xp, Z, r)[None],
+        spectral.gaussian_kernel(Z, Z, r)[None],
+        r * r,
+    )
     return G[0]
 
 
@@ -132,13 +138,13 @@ def _grad_and_tau(Zb, Xpad, Cpad, Kxz, Kzz, r2, gradient: bool = True):
     Returns G (P, d, m) = (1/r^2) W^T X_p + tau Z_p and tau (P, d, d) (symmetric); with
     ``gradient=False`` the first output is ``W^T X_p`` instead of G (all the official step needs).
     """
-    W = -Cpad * Kxz                                               # (P, N, d)   W_Z
-    WX = np.matmul(W.transpose(0, 2, 1), Xpad)                    # (P, d, m)   (X_p W_Z)^T
-    wsum = W.sum(axis=1)                                          # (P, d)      1^T W_Z
-    Q = np.matmul(Cpad.transpose(0, 2, 1), Cpad)                  # (P, d, d)   C_p C_p^T
+    W = -Cpad * Kxz  # (P, N, d)   W_Z
+    WX = np.matmul(W.transpose(0, 2, 1), Xpad)  # (P, d, m)   (X_p W_Z)^T
+    wsum = W.sum(axis=1)  # (P, d)      1^T W_Z
+    Q = np.matmul(Cpad.transpose(0, 2, 1), Cpad)  # (P, d, d)   C_p C_p^T
     Q *= Kzz
-    Q *= 0.5                                                      #             Q_Z
-    qsum = Q.sum(axis=2)                                          # (P, d)      1^T Q_Z (Q symmetric)
+    Q *= 0.5  #             Q_Z
+    qsum = Q.sum(axis=2)  # (P, d)      1^T Q_Z (Q symmetric)
     tau = 2.0 * Q
     idx = np.arange(tau.shape[1])
     tau[:, idx, idx] -= wsum + 2.0 * qsum
@@ -180,8 +186,12 @@ def _batched_objective(Zb, Xpad, Cpad, sizes, r2, lam):
     Kxz = _batched_kernel(Xpad, Zb, r2)
     Kzz = _batched_kernel(Zb, Zb, r2)
     CC = np.matmul(Cpad.transpose(0, 2, 1), Cpad)
-    return (0.5 * sizes - np.einsum("pnd,pnd->p", Cpad, Kxz) + 0.5 * np.einsum("pij,pij->p", CC, Kzz)
-            + 0.5 * lam * np.einsum("pnd,pnd->p", Cpad, Cpad))
+    return (
+        0.5 * sizes
+        - np.einsum("pnd,pnd->p", Cpad, Kxz)
+        + 0.5 * np.einsum("pij,pij->p", CC, Kzz)
+        + 0.5 * lam * np.einsum("pnd,pnd->p", Cpad, Cpad)
+    )
 
 
 def _solve_tau(tau, G):
@@ -247,9 +257,17 @@ def perturb_data(X: np.ndarray, clip_tau: float | None, sigma: float, rng: np.ra
 _KERNEL_DISTANCE_MAX = math.exp(-0.5)
 
 
-def factor_sensitivities(*, d: int, r: float, tau_c: float, z_lr: float, lam: float | None = None,
-                         tau_x: float | None = None, tau_z: float | None = None,
-                         upsilon: float | None = None) -> dict[str, float]:
+def factor_sensitivities(
+    *,
+    d: int,
+    r: float,
+    tau_c: float,
+    z_lr: float,
+    lam: float | None = None,
+    tau_x: float | None = None,
+    tau_z: float | None = None,
+    upsilon: float | None = None,
+) -> dict[str, float]:
     """L2 sensitivities of the perturbed-factor releases under replace-one (sample-level) neighbours.
 
     The accountant uses the bounds ``"z"`` and ``"c"``, which need only the public ``d``, ``r``,
@@ -285,8 +303,18 @@ def factor_sensitivities(*, d: int, r: float, tau_c: float, z_lr: float, lam: fl
     return out
 
 
-def factor_noise_stds(epsilon: float, delta: float, *, rounds: int, d: int, r: float, tau_c: float, z_lr: float,
-                      share_z: float = 0.5, accountant: str = "rdp") -> dict[str, float]:
+def factor_noise_stds(
+    epsilon: float,
+    delta: float,
+    *,
+    rounds: int,
+    d: int,
+    r: float,
+    tau_c: float,
+    z_lr: float,
+    share_z: float = 0.5,
+    accountant: str = "rdp",
+) -> dict[str, float]:
     """Noise stds of the perturbed-factor variant calibrated by the accountant to (epsilon, delta).
 
     The run makes ``rounds - 1`` data-dependent Z uploads and one C upload, Gaussian mechanisms with
@@ -306,8 +334,14 @@ def factor_noise_stds(epsilon: float, delta: float, *, rounds: int, d: int, r: f
     z_rounds = int(rounds) - 1
     z_z = z_eff * math.sqrt(z_rounds / share_z) if z_rounds > 0 else 0.0
     z_c = z_eff / math.sqrt(1.0 - share_z) if z_rounds > 0 else z_eff
-    return {"z_noise_std": z_z * sens["z"], "c_noise_std": z_c * sens["c"], "z_multiplier": z_z,
-            "c_multiplier": z_c, "sensitivity_z": sens["z"], "sensitivity_c": sens["c"]}
+    return {
+        "z_noise_std": z_z * sens["z"],
+        "c_noise_std": z_c * sens["c"],
+        "z_multiplier": z_z,
+        "c_multiplier": z_c,
+        "sensitivity_z": sens["z"],
+        "sensitivity_c": sens["c"],
+    }
 
 
 def public_kernel_width(m: int, clip_tau: float | None = None) -> float:
@@ -384,10 +418,21 @@ def _scores(y, labels) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- Stage II
-def reconstruct_and_cluster(Z: np.ndarray, C: np.ndarray, k: int, r: float, *, seed: int = 0, knn: int | None = None,
-                            include_self: bool = True, n_init: int = 50, solver: str = "arpack",
-                            X_ref: np.ndarray | None = None, graph: str = "min_connected_k",
-                            graph_info: dict | None = None) -> tuple[np.ndarray, float | None]:
+def reconstruct_and_cluster(
+    Z: np.ndarray,
+    C: np.ndarray,
+    k: int,
+    r: float,
+    *,
+    seed: int = 0,
+    knn: int | None = None,
+    include_self: bool = True,
+    n_init: int = 50,
+    solver: str = "arpack",
+    X_ref: np.ndarray | None = None,
+    graph: str = "min_connected_k",
+    graph_info: dict | None = None,
+) -> tuple[np.ndarray, float | None]:
     """Stage II: ``K_hat = C^T K(Z,Z) C`` in row blocks -> global min-max -> kNN (self included) ->
     max-symmetrize -> NJW. Returns ``(labels, reconstruction_error)``; the error
     ``||K_hat - K(X_ref, X_ref)||_F / ||K||_F`` is accumulated in the first pass when ``X_ref`` is given.
@@ -480,18 +525,25 @@ def _checked_options(o: dict) -> SimpleNamespace:
     o.z_lr = _pos("z_lr", o.z_lr)
     for name in ("clip_tau", "tau_z", "tau_c"):
         setattr(o, name, _pos(name, getattr(o, name)))
-    for a, b in (("data_noise_std", "data_noise_beta"), ("z_noise_std", "z_noise_alpha"),
-                 ("c_noise_std", "c_noise_alpha")):
+    for a, b in (
+        ("data_noise_std", "data_noise_beta"),
+        ("z_noise_std", "z_noise_alpha"),
+        ("c_noise_std", "c_noise_alpha"),
+    ):
         setattr(o, a, _nonneg(a, getattr(o, a)))
         setattr(o, b, _nonneg(b, getattr(o, b)))
         _one_of(a, getattr(o, a), b, getattr(o, b))
     # The perturbed-factor variant is asked for as DP by absolute noise stds with a column clip tau_c.
-    if o.z_noise_std > 0 and o.tau_c is not None and not (
-            o.z_step == "gradient" and o.z_lr is not None and o.local_steps == 1):
+    if (
+        o.z_noise_std > 0
+        and o.tau_c is not None
+        and not (o.z_step == "gradient" and o.z_lr is not None and o.local_steps == 1)
+    ):
         raise ValueError(
             "z_noise_std with tau_c asks for differentially private Z uploads, which needs z_step='gradient', a "
             "fixed z_lr > 0 and local_steps=1 (the sensitivity bound covers one plain gradient step; the code's "
-            "matrix-preconditioned step has no bounded sensitivity)")
+            "matrix-preconditioned step has no bounded sensitivity)"
+        )
     return o
 
 
@@ -511,16 +563,27 @@ def privatize_data(X, *, clip_tau, data_noise_std, data_noise_beta, seed, upload
     X = perturb_data(X, clip_tau, sigma_x, stream(seed, "noise"))
     data_dp = clip_tau is not None and data_noise_std > 0
     if data_dp:
-        events.append(GaussianRelease(
-            noise_multipliers=(sigma_x / (2.0 * clip_tau),), count=1, neighbouring="replace_one",
-            unit="sample", label="fedsc_perturbed_data",
-            extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau, "std_rule": "absolute"}))
-        notes.append(f"perturbed data (Prop. 3.7): rows clipped to tau_X={clip_tau:g}, Gaussian noise std {sigma_x:.6g} "
-                     "(L2 sensitivity 2 tau_X, replace-one); r, d, the factors, K_hat and the labels are computed from "
-                     "the perturbed data (post-processing, covered by the guarantee)")
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(sigma_x / (2.0 * clip_tau),),
+                count=1,
+                neighbouring="replace_one",
+                unit="sample",
+                label="fedsc_perturbed_data",
+                extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau, "std_rule": "absolute"},
+            )
+        )
+        notes.append(
+            f"perturbed data (Prop. 3.7): rows clipped to tau_X={clip_tau:g}, Gaussian noise std {sigma_x:.6g} "
+            "(L2 sensitivity 2 tau_X, replace-one); r, d, the factors, K_hat and the labels are computed from "
+            "the perturbed data (post-processing, covered by the guarantee)"
+        )
     elif sigma_x > 0:
-        why = ("its noise std is beta * std(X), computed from the private data" if data_noise_beta
-               else "the rows are not clipped (no clip_tau), so the sensitivity is unbounded")
+        why = (
+            "its noise std is beta * std(X), computed from the private data"
+            if data_noise_beta
+            else "the rows are not clipped (no clip_tau), so the sensitivity is unbounded"
+        )
         events.append(non_dp_release(f"fedsc perturbed data: {why}", neighbouring="replace_one"))
     if uploads is not None:
         uploads["X_released"] = X
@@ -535,12 +598,19 @@ def kernel_constants(X, client, *, r, d, r_rule, d_tol, d_max, seed, on_private_
     data_rng = stream(seed, "data")
     src = "perturbed" if perturbed else "raw"
     if r is None:
-        r = (spectral.mean_pairwise_distance(X, rng=data_rng) if r_rule == "global"
-             else spectral.federated_mean_distance(X, client, rng=data_rng))
+        r = (
+            spectral.mean_pairwise_distance(X, rng=data_rng)
+            if r_rule == "global"
+            else spectral.federated_mean_distance(X, client, rng=data_rng)
+        )
         info["r_source"] = f"rule eq. {40 if r_rule == 'global' else 42} on the {src} data"
         if on_private_data:
-            events.append(non_dp_release("fedsc kernel width r computed from the private data (eq. 40/42); pass a public r",
-                                         neighbouring="replace_one"))
+            events.append(
+                non_dp_release(
+                    "fedsc kernel width r computed from the private data (eq. 40/42); pass a public r",
+                    neighbouring="replace_one",
+                )
+            )
     else:
         info["r_source"] = "given"
     if d is None:
@@ -550,8 +620,12 @@ def kernel_constants(X, client, *, r, d, r_rule, d_tol, d_max, seed, on_private_
             d = min(d, d_max)
         info["d_source"] = f"rule eq. 43 on the {src} data"
         if on_private_data:
-            events.append(non_dp_release("fedsc dictionary size d computed from the private data (eq. 43); pass a "
-                                         "public d", neighbouring="replace_one"))
+            events.append(
+                non_dp_release(
+                    "fedsc dictionary size d computed from the private data (eq. 43); pass a public d",
+                    neighbouring="replace_one",
+                )
+            )
     else:
         info["d_source"] = "given"
     return r, d
@@ -565,7 +639,7 @@ class ClientLayout:
         order = np.argsort(client, kind="stable")
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         Nmax = int(sizes.max())
-        slot = np.arange(n) - np.repeat(starts, sizes)           # position of each sorted sample in its client
+        slot = np.arange(n) - np.repeat(starts, sizes)  # position of each sorted sample in its client
         self.pad_idx = np.zeros((P, Nmax), dtype=np.int64)
         self.pad_mask = np.zeros((P, Nmax), dtype=bool)
         self.pad_idx[client[order], slot] = order
@@ -589,8 +663,7 @@ def perturb_z_uploads(Zp, *, z_noise_std, z_noise_alpha, rng):
     without noise."""
     if not (z_noise_std > 0 or z_noise_alpha > 0):
         return Zp, None
-    std = (np.full(len(Zp), z_noise_std) if z_noise_std > 0
-           else z_noise_alpha * Zp.reshape(len(Zp), -1).std(axis=1))
+    std = np.full(len(Zp), z_noise_std) if z_noise_std > 0 else z_noise_alpha * Zp.reshape(len(Zp), -1).std(axis=1)
     return Zp + std[:, None, None] * rng.standard_normal(Zp.shape), float(std.mean())
 
 
@@ -604,7 +677,7 @@ def c_step(Z, X, r, lam, tau_c):
     """Clients, eq. (14): ``(K_zz + lam I) C = K(Z, X)`` for all clients at once (they share Z), columns
     clipped to ``tau_c`` when given. Returns ``(K_zz, K_zx, C)``."""
     Kzz = spectral.gaussian_kernel(Z, Z, r)
-    Kzx = spectral.gaussian_kernel(Z, X, r)              # (d, n), shared by all clients
+    Kzx = spectral.gaussian_kernel(Z, X, r)  # (d, n), shared by all clients
     return Kzz, Kzx, _clip_columns(ridge_coefficients(Kzz, Kzx, lam), tau_c)
 
 
@@ -628,14 +701,35 @@ def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_ste
     else:
         d, m = Z.shape
         Zb = np.broadcast_to(Z, (len(part), d, m)).copy()
-        Zp, L_est[part] = _gradient_steps(Zb, layout.Xpad[part], Cpad, layout.sizes[part], r2, lam, local_steps,
-                                          z_lr, L_est[part])
+        Zp, L_est[part] = _gradient_steps(
+            Zb, layout.Xpad[part], Cpad, layout.sizes[part], r2, lam, local_steps, z_lr, L_est[part]
+        )
     return clip_frobenius(Zp, tau_z)
 
 
-def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z_lr, participation, tau_z, tau_c,
-           z_noise_std, z_noise_alpha, seed, track, code_compat_pairing=False, lam_final=None, progress=None,
-           uploads=None):
+def stage1(
+    X,
+    layout: ClientLayout,
+    *,
+    d,
+    r,
+    lam,
+    rounds,
+    z_step,
+    local_steps,
+    z_lr,
+    participation,
+    tau_z,
+    tau_c,
+    z_noise_std,
+    z_noise_alpha,
+    seed,
+    track,
+    code_compat_pairing=False,
+    lam_final=None,
+    progress=None,
+    uploads=None,
+):
     """Stage I, federated similarity reconstruction (Algorithm 1, in the loop order of the authors' code).
 
     Round s: the participants' uploads ``Z_p`` (noised by :func:`perturb_z_uploads` in the factor
@@ -656,7 +750,7 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
     Kxx_full = Kxx_sq = None
     if track and n <= TRACK_EVERY_ROUND_MAX_N:
         Kxx_full = spectral.gaussian_kernel(X, X, r)
-        Kxx_sq = float(np.sum(Kxx_full ** 2))
+        Kxx_sq = float(np.sum(Kxx_full**2))
     part = choose()
     Zp = init_dictionaries(init_rng, n_part, d, m)
     C = np.zeros((d, n))
@@ -685,8 +779,11 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
         hist["objective"].append(obj)
         vals = {"objective": obj}
         if track:
-            err = (math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq) if Kxx_sq is not None
-                   else reconstruction_error(Z, C, X, r))
+            err = (
+                math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq)
+                if Kxx_sq is not None
+                else reconstruction_error(Z, C, X, r)
+            )
             hist["reconstruction_error"].append(err)
             vals["reconstruction_error"] = err
         logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
@@ -696,8 +793,21 @@ def stage1(X, layout: ClientLayout, *, d, r, lam, rounds, z_step, local_steps, z
         if s == rounds - 1:
             break  # the last local step would be discarded: skip it
         part = choose()
-        Zp = local_z_updates(Z, C, Kzx, Kzz, layout, part, r=r, lam=lam, z_step=z_step, local_steps=local_steps,
-                             z_lr=z_lr, L_est=L_est, tau_z=tau_z)
+        Zp = local_z_updates(
+            Z,
+            C,
+            Kzx,
+            Kzz,
+            layout,
+            part,
+            r=r,
+            lam=lam,
+            z_step=z_step,
+            local_steps=local_steps,
+            z_lr=z_lr,
+            L_est=L_est,
+            tau_z=tau_z,
+        )
     if code_compat_pairing and rounds > 1:
         C = C_prev
     elif lam_final is not None and lam_final != lam:
@@ -717,7 +827,7 @@ def perturb_c_upload(C, client, sizes, *, c_noise_std, c_noise_alpha, rng):
         s1 = np.bincount(client, weights=C.sum(axis=0), minlength=P)
         s2 = np.bincount(client, weights=(C * C).sum(axis=0), minlength=P)
         mean = s1 / (d * sizes)
-        std_p = c_noise_alpha * np.sqrt(np.maximum(s2 / (d * sizes) - mean ** 2, 0.0))
+        std_p = c_noise_alpha * np.sqrt(np.maximum(s2 / (d * sizes) - mean**2, 0.0))
         std_cols = std_p[client]
     return C + std_cols[None, :] * rng.standard_normal(C.shape), float(std_cols.mean())
 
@@ -728,61 +838,127 @@ def factor_release_events(o, *, d, r, events, notes):
     the per-sample sensitivities of :func:`factor_sensitivities` when asked for as DP (absolute stds,
     ``tau_c``, a fixed ``z_lr``), otherwise as non-DP releases naming the reason."""
     rounds, tau_c = o.rounds, o.tau_c
-    sens = (factor_sensitivities(d=d, r=r, tau_c=tau_c, z_lr=o.z_lr, lam=o.lam if o.lam > 0 else None,
-                                 tau_x=o.clip_tau, tau_z=o.tau_z) if tau_c is not None and o.z_lr is not None else None)
+    sens = (
+        factor_sensitivities(
+            d=d, r=r, tau_c=tau_c, z_lr=o.z_lr, lam=o.lam if o.lam > 0 else None, tau_x=o.clip_tau, tau_z=o.tau_z
+        )
+        if tau_c is not None and o.z_lr is not None
+        else None
+    )
     if rounds > 1:  # uploads of rounds 2..S depend on the data (round 1 uploads the random init)
         if o.z_noise_std > 0 and tau_c is not None:  # the DP request was checked in _checked_options
-            events.append(GaussianRelease(
-                noise_multipliers=(o.z_noise_std / sens["z"],), count=rounds - 1, neighbouring="replace_one",
-                unit="sample", label="fedsc_perturbed_Z",
-                extra={"sensitivity": sens["z"], "std": o.z_noise_std, "rounds_with_data": rounds - 1,
-                       "participation": o.participation, "paper_sensitivity": sens.get("z_paper"),
-                       "bound": "2 z_lr tau_c (1 + sqrt(d) tau_c) / (r sqrt(e)) (per-sample gradient terms)"}))
+            events.append(
+                GaussianRelease(
+                    noise_multipliers=(o.z_noise_std / sens["z"],),
+                    count=rounds - 1,
+                    neighbouring="replace_one",
+                    unit="sample",
+                    label="fedsc_perturbed_Z",
+                    extra={
+                        "sensitivity": sens["z"],
+                        "std": o.z_noise_std,
+                        "rounds_with_data": rounds - 1,
+                        "participation": o.participation,
+                        "paper_sensitivity": sens.get("z_paper"),
+                        "bound": "2 z_lr tau_c (1 + sqrt(d) tau_c) / (r sqrt(e)) (per-sample gradient terms)",
+                    },
+                )
+            )
         else:
-            why = ("its noise std is alpha * std(Z_p), computed from the private data" if o.z_noise_alpha > 0
-                   else "it adds no noise" if o.z_noise_std == 0
-                   else "no column clip tau_c, so the gradient has no sensitivity bound")
+            why = (
+                "its noise std is alpha * std(Z_p), computed from the private data"
+                if o.z_noise_alpha > 0
+                else "it adds no noise"
+                if o.z_noise_std == 0
+                else "no column clip tau_c, so the gradient has no sensitivity bound"
+            )
             events.append(non_dp_release(f"fedsc Z_p uploads: {why}", neighbouring="replace_one"))
     if o.c_noise_std > 0 and tau_c is not None:
-        events.append(GaussianRelease(
-            noise_multipliers=(o.c_noise_std / sens["c"],) if sens else (o.c_noise_std / (2.0 * tau_c),), count=1,
-            neighbouring="replace_one", unit="sample", label="fedsc_perturbed_C",
-            extra={"sensitivity": 2.0 * tau_c, "std": o.c_noise_std, "bound": "2 tau_c (column clip)",
-                   "paper_sensitivity": sens.get("c_paper") if sens else None}))
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(o.c_noise_std / sens["c"],) if sens else (o.c_noise_std / (2.0 * tau_c),),
+                count=1,
+                neighbouring="replace_one",
+                unit="sample",
+                label="fedsc_perturbed_C",
+                extra={
+                    "sensitivity": 2.0 * tau_c,
+                    "std": o.c_noise_std,
+                    "bound": "2 tau_c (column clip)",
+                    "paper_sensitivity": sens.get("c_paper") if sens else None,
+                },
+            )
+        )
     else:
-        why = ("its noise std is alpha * std(C_p), computed from the private data" if o.c_noise_alpha > 0
-               else "it adds no noise" if o.c_noise_std == 0
-               else "no column clip tau_c, so its sensitivity is unbounded")
+        why = (
+            "its noise std is alpha * std(C_p), computed from the private data"
+            if o.c_noise_alpha > 0
+            else "it adds no noise"
+            if o.c_noise_std == 0
+            else "no column clip tau_c, so its sensitivity is unbounded"
+        )
         events.append(non_dp_release(f"fedsc C upload: {why}", neighbouring="replace_one"))
     if all(e.is_private for e in events):
         dz = f"Delta_Z={sens['z']:.6g}, " if sens else ""
         notes.append(
             f"perturbed factors: Z_p uploads (std {o.z_noise_std:.6g}, {rounds - 1} data-dependent rounds) and C "
             f"(std {o.c_noise_std:.6g}) accounted with per-sample sensitivities {dz}Delta_C={2.0 * tau_c:.6g} "
-            "(replace-one; Theorem 3.9's own sensitivities are not used); r and d were given and must be public")
+            "(replace-one; Theorem 3.9's own sensitivities are not used); r and d were given and must be public"
+        )
 
 
 def _evaluation_note(data_dp: bool) -> str:
     if data_dp:
         return "outside the guarantee: ACC/NMI/ARI (true labels) are experimenter-side evaluation"
-    return ("outside the guarantee (experimenter-side evaluation on the raw data): the per-round objective and "
-            "reconstruction_error histories, info['reconstruction_error'] and ACC/NMI/ARI; covered: the noisy "
-            "uploads and what is computed from them (Z, C, K_hat, labels)")
+    return (
+        "outside the guarantee (experimenter-side evaluation on the raw data): the per-round objective and "
+        "reconstruction_error histories, info['reconstruction_error'] and ACC/NMI/ARI; covered: the noisy "
+        "uploads and what is computed from them (Z, C, K_hat, labels)"
+    )
 
 
 # --------------------------------------------------------------------------- FedSC
-def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = None, d_tol: float = 0.99,
-        d_max: int | None = None,
-        r: float | None = None, r_rule: str = "global", lam: float = 1e-3, z_step: str = "official",
-        local_steps: int = 1, z_lr: float | None = None, participation: float = 1.0,
-        data_noise_std: float = 0.0, data_noise_beta: float = 0.0, clip_tau: float | None = None,
-        z_noise_std: float = 0.0, z_noise_alpha: float = 0.0, c_noise_std: float = 0.0, c_noise_alpha: float = 0.0,
-        tau_z: float | None = None, tau_c: float | None = None,
-        knn: int | None = None, include_self: bool = True, n_init: int = 50, eigen_solver: str = "arpack",
-        graph: str = "min_connected_k", final_c: str = "projection", code_compat_pairing: bool = False,
-        track_reconstruction: bool | None = None,
-        attack: bool = False, return_factors: bool = False, return_uploads: bool = False, cluster: bool = True,
-        y=None, progress: Callable[[int, dict], None] | None = None) -> ClusteringResult:
+def run(
+    X,
+    client,
+    k: int,
+    *,
+    seed: int = 0,
+    rounds: int = 20,
+    d: int | None = None,
+    d_tol: float = 0.99,
+    d_max: int | None = None,
+    r: float | None = None,
+    r_rule: str = "global",
+    lam: float = 1e-3,
+    z_step: str = "official",
+    local_steps: int = 1,
+    z_lr: float | None = None,
+    participation: float = 1.0,
+    data_noise_std: float = 0.0,
+    data_noise_beta: float = 0.0,
+    clip_tau: float | None = None,
+    z_noise_std: float = 0.0,
+    z_noise_alpha: float = 0.0,
+    c_noise_std: float = 0.0,
+    c_noise_alpha: float = 0.0,
+    tau_z: float | None = None,
+    tau_c: float | None = None,
+    knn: int | None = None,
+    include_self: bool = True,
+    n_init: int = 50,
+    eigen_solver: str = "arpack",
+    graph: str = "min_connected_k",
+    final_c: str = "projection",
+    code_compat_pairing: bool = False,
+    track_reconstruction: bool | None = None,
+    attack: bool = False,
+    return_factors: bool = False,
+    return_uploads: bool = False,
+    cluster: bool = True,
+    y=None,
+    progress: Callable[[int, dict], None] | None = None,
+) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
 
     The stages of Algorithm 1, each a function of this module:
@@ -867,49 +1043,114 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
     n, m = X.shape
     sizes = np.bincount(client, minlength=P)
     if np.any(sizes == 0):
-        raise ValueError(f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}")
+        raise ValueError(
+            f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}"
+        )
     info: dict = {"n_clients": P}
     uploads: dict | None = {} if return_uploads else None
 
     # 0. perturbed data (eq. 22), before anything else (r and d are estimated on X~)
     X, sigma_x, data_dp, events, notes = privatize_data(
-        X, clip_tau=o.clip_tau, data_noise_std=o.data_noise_std, data_noise_beta=o.data_noise_beta, seed=seed,
-        uploads=uploads)
+        X,
+        clip_tau=o.clip_tau,
+        data_noise_std=o.data_noise_std,
+        data_noise_beta=o.data_noise_beta,
+        seed=seed,
+        uploads=uploads,
+    )
     info["data_noise_std"] = sigma_x
     # factor releases of the raw data (not post-processing of a DP release)
-    factor_releases = (any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha))
-                       and not data_dp)
+    factor_releases = (
+        any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)) and not data_dp
+    )
 
     # 1. kernel constants r (eq. 40/42) and d (eq. 43); kNN k (eq. 25)
-    r, d = kernel_constants(X, client, r=o.r, d=o.d, r_rule=o.r_rule, d_tol=o.d_tol, d_max=o.d_max, seed=seed,
-                            on_private_data=factor_releases and sigma_x == 0, perturbed=sigma_x > 0, info=info,
-                            events=events)
+    r, d = kernel_constants(
+        X,
+        client,
+        r=o.r,
+        d=o.d,
+        r_rule=o.r_rule,
+        d_tol=o.d_tol,
+        d_max=o.d_max,
+        seed=seed,
+        on_private_data=factor_releases and sigma_x == 0,
+        perturbed=sigma_x > 0,
+        info=info,
+        events=events,
+    )
     knn = spectral.knn_k(n) if o.knn is None else o.knn
     info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(rounds), "z_step": o.z_step})
     logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
 
     # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16); the final C-step
     #    with the projection jitter unless the factors are perturbed or clipped (their release uses lam)
-    factor_variant = o.tau_c is not None or any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std,
-                                                                o.c_noise_alpha))
+    factor_variant = o.tau_c is not None or any(
+        v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)
+    )
     info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or code_compat_pairing) else "projection"
     track = (n <= TRACK_EVERY_ROUND_MAX_N) if track_reconstruction is None else bool(track_reconstruction)
-    s1 = stage1(X, ClientLayout(X, client, sizes), d=d, r=r, lam=o.lam, rounds=rounds, z_step=o.z_step,
-                local_steps=local_steps, z_lr=o.z_lr, participation=participation, tau_z=o.tau_z, tau_c=o.tau_c,
-                z_noise_std=o.z_noise_std, z_noise_alpha=o.z_noise_alpha, seed=seed, track=track,
-                code_compat_pairing=code_compat_pairing,
-                lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None, progress=progress,
-                uploads=uploads)
+    s1 = stage1(
+        X,
+        ClientLayout(X, client, sizes),
+        d=d,
+        r=r,
+        lam=o.lam,
+        rounds=rounds,
+        z_step=o.z_step,
+        local_steps=local_steps,
+        z_lr=o.z_lr,
+        participation=participation,
+        tau_z=o.tau_z,
+        tau_c=o.tau_c,
+        z_noise_std=o.z_noise_std,
+        z_noise_alpha=o.z_noise_alpha,
+        seed=seed,
+        track=track,
+        code_compat_pairing=code_compat_pairing,
+        lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None,
+        progress=progress,
+        uploads=uploads,
+    )
     Z, C, hist = s1["Z"], s1["C"], s1["history"]
     info["participants_per_round"] = s1["n_part"]
 
     # 3. perturbed factors: noise on each C_p once (eq. 32), and the releases of the variant
-    C = _release_factors(o, C, client, sizes, s1, d=d, r=r, seed=seed, factor_releases=factor_releases,
-                         data_dp=data_dp, events=events, notes=notes, info=info, uploads=uploads)
+    C = _release_factors(
+        o,
+        C,
+        client,
+        sizes,
+        s1,
+        d=d,
+        r=r,
+        seed=seed,
+        factor_releases=factor_releases,
+        data_dp=data_dp,
+        events=events,
+        notes=notes,
+        info=info,
+        uploads=uploads,
+    )
 
     # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
-    labels = _stage2(X, Z, C, k, r, knn, hist, info, seed=seed, cluster=cluster, include_self=include_self,
-                     n_init=n_init, eigen_solver=eigen_solver, graph=graph, attack=attack)
+    labels = _stage2(
+        X,
+        Z,
+        C,
+        k,
+        r,
+        knn,
+        hist,
+        info,
+        seed=seed,
+        cluster=cluster,
+        include_self=include_self,
+        n_init=n_init,
+        eigen_solver=eigen_solver,
+        graph=graph,
+        attack=attack,
+    )
     if return_factors:
         info["Z"], info["C"] = Z, C
     if return_uploads:
@@ -922,20 +1163,21 @@ def run(X, client, k: int, *, seed: int = 0, rounds: int = 20, d: int | None = N
         info["privacy_notes"] = notes
         info["dp_note"] = "; ".join(notes)
     uploaded = rounds * s1["n_part"] * d * m + d * n
-    return ClusteringResult(labels=labels, centroids=None, history=hist, dp_events=events,
-                            uploaded_reals=int(uploaded), info=info)
+    return ClusteringResult(
+        labels=labels, centroids=None, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
+    )
 
 
-def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, data_dp, events, notes, info,
-                     uploads):
+def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, data_dp, events, notes, info, uploads):
     """Step 3 of :func:`run`: noise on each client's C_p (once), and the releases of the factor variant.
 
     Returns the C that leaves the clients (noisy when the variant asks for it).
     """
     if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
         uploads["C_clean"] = C
-    C, sigma_c = perturb_c_upload(C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha,
-                                  rng=stream(seed, "noise/c"))
+    C, sigma_c = perturb_c_upload(
+        C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha, rng=stream(seed, "noise/c")
+    )
     if uploads is not None:
         uploads.setdefault("C_clean", C)
         uploads["C_released"] = C
@@ -948,8 +1190,9 @@ def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, da
     return C
 
 
-def _stage2(X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_init, eigen_solver, graph,
-            attack) -> np.ndarray:
+def _stage2(
+    X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_init, eigen_solver, graph, attack
+) -> np.ndarray:
     """Step 4 of :func:`run` (Stage II): the labels from the spectral clustering of K_hat = C' K(Z,Z) C.
 
     Also records the graph actually used, the reconstruction error and, with ``attack``, the labels an
@@ -957,11 +1200,26 @@ def _stage2(X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_in
     """
     if cluster:
         ginfo: dict = {}
-        labels, err = reconstruct_and_cluster(Z, C, k, r, seed=seed, knn=knn, include_self=include_self,
-                                              n_init=n_init, solver=eigen_solver, X_ref=X, graph=graph,
-                                              graph_info=ginfo)
-        info.update(graph=graph, knn_k=int(ginfo["knn_k"]), graph_components=int(ginfo["components"]),
-                    graph_components_paper=int(ginfo["components_paper"]))
+        labels, err = reconstruct_and_cluster(
+            Z,
+            C,
+            k,
+            r,
+            seed=seed,
+            knn=knn,
+            include_self=include_self,
+            n_init=n_init,
+            solver=eigen_solver,
+            X_ref=X,
+            graph=graph,
+            graph_info=ginfo,
+        )
+        info.update(
+            graph=graph,
+            knn_k=int(ginfo["knn_k"]),
+            graph_components=int(ginfo["components"]),
+            graph_components_paper=int(ginfo["components_paper"]),
+        )
     else:
         labels, err = np.full(X.shape[0], -1, dtype=np.int64), None
     info["reconstruction_error"] = err

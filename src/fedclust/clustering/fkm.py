@@ -137,8 +137,9 @@ def run(
     Xc = clip_data(X, clip)
     sens = math.sqrt(clip**2 + 1.0) if private else 0.0
     std = noise_multiplier * sens
-    release = kmeans_release(std, trust_model=trust_model, count_threshold=count_threshold, project=project,
-                             clip=clip, method="fkm")
+    release = kmeans_release(
+        std, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="fkm"
+    )
 
     r_sampling = stream(seed, "sampling")
     r_noise = stream(seed, "noise")
@@ -186,7 +187,13 @@ def run(
         history=history,
         dp_events=events,
         uploaded_reals=int(uploaded),
-        info={"noise_std": std, "aggregate_noise_std": sum_noise_std(std, K, trust_model), "trust_model": trust_model,
-              "clip": clip, "clients_per_round": K, "n_clients": n_clients,
-              "init": "given" if init_centroids is not None else init},
+        info={
+            "noise_std": std,
+            "aggregate_noise_std": sum_noise_std(std, K, trust_model),
+            "trust_model": trust_model,
+            "clip": clip,
+            "clients_per_round": K,
+            "n_clients": n_clients,
+            "init": "given" if init_centroids is not None else init,
+        },
     )

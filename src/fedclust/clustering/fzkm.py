@@ -160,12 +160,25 @@ def run(
     server_iters = check_int("server_iters", server_iters, 1)
     server_restarts = check_int("server_restarts", server_restarts, 0)
     z, private, clip, lay, Xc, init, C = baseline_setup(
-        X, client, N, k, seed, noise_multiplier=noise_multiplier, epsilon=epsilon, delta=delta, mechanism=mechanism,
-        clip=clip, init_centroids=init_centroids, init=init, init_domain=init_domain)
+        X,
+        client,
+        N,
+        k,
+        seed,
+        noise_multiplier=noise_multiplier,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        clip=clip,
+        init_centroids=init_centroids,
+        init=init,
+        init_domain=init_domain,
+    )
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
-    release = kmeans_release(std, trust_model=trust_model, count_threshold=count_threshold, project=project,
-                             clip=clip, method="fzkm")
+    release = kmeans_release(
+        std, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="fzkm"
+    )
 
     rng_s = stream(seed, "sampling")
     rng_server = stream(seed, "server")
@@ -193,18 +206,36 @@ def run(
     labels, _ = nearest(X, C)
     events = init_release(private, init, init_centroids, "fzkm initial centres")
     if private and local_iters > 1:
-        events.append(non_dp_release(
-            f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "
-            "client's own centres, so one sample moves the others' contributions (unbounded sensitivity)"))
+        events.append(
+            non_dp_release(
+                f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "
+                "client's own centres, so one sample moves the others' contributions (unbounded sensitivity)"
+            )
+        )
     if private:
-        events.append(GaussianRelease(
-            noise_multipliers=(z,), count=R, sampling="none", neighbouring="add_remove", unit="sample",
-            label="fzkm fuzzy sums and masses (conservative: every round counted)",
-            extra={"trust_model": trust_model},
-        ))
-    info = {"noise_multiplier": z, "noise_std": std, "trust_model": trust_model, "clip": clip, "clients_per_round": K,
-            "n_clients": N, "fuzzifier": fuzzifier, "local_iters": local_iters,
-            "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, init_centroids)),
-            "init": "given" if init_centroids is not None else init}
-    return ClusteringResult(labels=labels, centroids=C, history=hist, dp_events=events,
-                            uploaded_reals=int(uploaded), info=info)
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z,),
+                count=R,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="fzkm fuzzy sums and masses (conservative: every round counted)",
+                extra={"trust_model": trust_model},
+            )
+        )
+    info = {
+        "noise_multiplier": z,
+        "noise_std": std,
+        "trust_model": trust_model,
+        "clip": clip,
+        "clients_per_round": K,
+        "n_clients": N,
+        "fuzzifier": fuzzifier,
+        "local_iters": local_iters,
+        "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, init_centroids)),
+        "init": "given" if init_centroids is not None else init,
+    }
+    return ClusteringResult(
+        labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
+    )

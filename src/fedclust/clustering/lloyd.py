@@ -45,8 +45,9 @@ class LloydRelease:
     distributed: bool = False
 
 
-def kmeans_release(pair_std: float, *, trust_model: str, count_threshold: float, project: bool,
-                   clip: float | None, method: str = "") -> LloydRelease:
+def kmeans_release(
+    pair_std: float, *, trust_model: str, count_threshold: float, project: bool, clip: float | None, method: str = ""
+) -> LloydRelease:
     """The release of a k-means-family round (FKM, FZKM, DK++): sums and counts share one noise std
     (``z sqrt(clip^2 + 1)``, 0 when not private), and the post-processing applies only in a
     private run (without noise the plain rule, count >= 1, is exact)."""
@@ -54,9 +55,14 @@ def kmeans_release(pair_std: float, *, trust_model: str, count_threshold: float,
     if not count_threshold >= 0 or not math.isfinite(count_threshold):
         raise ValueError(f"count_threshold must be a finite number >= 0, got {count_threshold}")
     private = pair_std > 0
-    return LloydRelease(sum_std=pair_std, count_std=pair_std, trust_model=trust_model,
-                        count_threshold=float(count_threshold) if private else 0.0, clip=clip,
-                        project=bool(project) and private)
+    return LloydRelease(
+        sum_std=pair_std,
+        count_std=pair_std,
+        trust_model=trust_model,
+        count_threshold=float(count_threshold) if private else 0.0,
+        clip=clip,
+        project=bool(project) and private,
+    )
 
 
 def cluster_totals(Xc: np.ndarray, labels: np.ndarray, k: int, weights: np.ndarray | None = None):
@@ -82,8 +88,9 @@ def masked_means(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, ok: np.nda
     return C
 
 
-def update_centres(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, release: LloydRelease,
-                   n_contributors: int) -> np.ndarray:
+def update_centres(
+    C: np.ndarray, sums: np.ndarray, counts: np.ndarray, release: LloydRelease, n_contributors: int
+) -> np.ndarray:
     """The server's update from released totals: mean where the count passes :func:`min_count`,
     the previous centre elsewhere, then (``release.project``) onto the clip ball."""
     ok = counts >= min_count(release, n_contributors)
@@ -93,17 +100,26 @@ def update_centres(C: np.ndarray, sums: np.ndarray, counts: np.ndarray, release:
     return new
 
 
-def release_totals(sums: np.ndarray, counts: np.ndarray, release: LloydRelease, n_contributors: int,
-                   rng: np.random.Generator | None):
+def release_totals(
+    sums: np.ndarray, counts: np.ndarray, release: LloydRelease, n_contributors: int, rng: np.random.Generator | None
+):
     """The released (noisy) sums and counts of ``n_contributors`` clients under the trust model."""
     s = release_sum(sums, release.sum_std, n_contributors, release.trust_model, rng, distributed=release.distributed)
-    c = release_sum(counts, release.count_std, n_contributors, release.trust_model, rng,
-                    distributed=release.distributed)
+    c = release_sum(
+        counts, release.count_std, n_contributors, release.trust_model, rng, distributed=release.distributed
+    )
     return s, c
 
 
-def lloyd_step(Xc: np.ndarray, labels: np.ndarray, C: np.ndarray, release: LloydRelease, n_contributors: int,
-               rng: np.random.Generator | None, weights: np.ndarray | None = None) -> np.ndarray:
+def lloyd_step(
+    Xc: np.ndarray,
+    labels: np.ndarray,
+    C: np.ndarray,
+    release: LloydRelease,
+    n_contributors: int,
+    rng: np.random.Generator | None,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
     """One federated Lloyd step: totals of the rows ``Xc`` (clipped samples of the round's
     clients) under ``labels`` (their nearest centres), released and post-processed."""
     sums, counts = cluster_totals(Xc, labels, C.shape[0], weights)

@@ -112,20 +112,23 @@ def mean_pairwise_distance(X, *, max_samples: int | None = SUBSAMPLE, rng: np.ra
     return total / (n * n)
 
 
-def federated_mean_distance(X, client, *, max_samples: int | None = SUBSAMPLE,
-                            rng: np.random.Generator | None = None) -> float:
+def federated_mean_distance(
+    X, client, *, max_samples: int | None = SUBSAMPLE, rng: np.random.Generator | None = None
+) -> float:
     """Federated kernel width, eq. (42) with c = 1: the average over clients of each client's own
     mean pairwise distance (no cross-client pair is ever formed). Empty clients are skipped."""
     X = np.asarray(X, dtype=np.float64)
     client = np.asarray(client)
     # One small distance computation per client (different sizes); runs once, not per round.
-    vals = [mean_pairwise_distance(X[client == p], max_samples=max_samples, rng=rng)
-            for p in np.unique(client[client >= 0])]
+    vals = [
+        mean_pairwise_distance(X[client == p], max_samples=max_samples, rng=rng) for p in np.unique(client[client >= 0])
+    ]
     return float(np.mean(vals))
 
 
-def eigen_rank(X, r: float, *, tol: float = 0.99, max_samples: int | None = SUBSAMPLE,
-               rng: np.random.Generator | None = None) -> int:
+def eigen_rank(
+    X, r: float, *, tol: float = 0.99, max_samples: int | None = SUBSAMPLE, rng: np.random.Generator | None = None
+) -> int:
     """Dictionary size rule, eq. (43): the smallest d with ``cumsum(s)[d-1] / sum(s) >= tol``, where
     ``s`` are the eigenvalues of ``K_xx`` in decreasing order (the code's normalized variant)."""
     r = _check_r(r)
@@ -150,8 +153,15 @@ def knn_k(n: int) -> int:
 
 
 # --------------------------------------------------------------------------- kNN graph
-def knn_graph(rows: Callable[[int, int], np.ndarray], n: int, k: int, *, include_self: bool = True,
-              minmax: bool = False, block_rows: int | None = None) -> sp.csr_matrix:
+def knn_graph(
+    rows: Callable[[int, int], np.ndarray],
+    n: int,
+    k: int,
+    *,
+    include_self: bool = True,
+    minmax: bool = False,
+    block_rows: int | None = None,
+) -> sp.csr_matrix:
     """Symmetric kNN affinity from a similarity given in row blocks (eq. 25: kNN sparsification and max-symmetrization).
 
     ``rows(start, stop)`` returns the (stop - start, n) similarity rows ``start:stop``. For every row the
@@ -245,22 +255,22 @@ def _join_components(W, rows, n: int, lo: float, hi: float, minmax: bool, block_
     step = block_rows or max(1, BLOCK_BYTES // (8 * n))
     for s in range(0, n, step):
         e = min(n, s + step)
-        B = np.asarray(rows(s, e), dtype=np.float64)[:, order]          # columns grouped by component
+        B = np.asarray(rows(s, e), dtype=np.float64)[:, order]  # columns grouped by component
         # per row and component: the largest similarity and where it is
-        mx = np.maximum.reduceat(B, starts, axis=1)                      # (b, c)
+        mx = np.maximum.reduceat(B, starts, axis=1)  # (b, c)
         rl = lab[s:e]
         for a in range(c):  # loop over components of the rows in this block (c is small)
             sel = np.flatnonzero(rl == a)
             if sel.size == 0:
                 continue
-            sub = mx[sel]                                                # (rows of a, c)
+            sub = mx[sel]  # (rows of a, c)
             r_best = np.argmax(sub, axis=0)
             v_best = sub[r_best, np.arange(c)]
             upd = v_best > best[a]
             upd[a] = False
             for b in np.flatnonzero(upd):
                 i = s + sel[r_best[b]]
-                row = B[i - s, starts[b]:(starts[b + 1] if b + 1 < c else n)]
+                row = B[i - s, starts[b] : (starts[b + 1] if b + 1 < c else n)]
                 arg_i[a, b], arg_j[a, b] = i, order[starts[b] + int(np.argmax(row))]
                 best[a, b] = v_best[b]
     # Kruskal over the c components, heaviest (most similar) pair first
@@ -289,9 +299,18 @@ def _join_components(W, rows, n: int, lo: float, hi: float, minmax: bool, block_
     return W.maximum(T).tocsr(), len(vv) // 2
 
 
-def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int, *, graph: str = "paper",
-                k: int | None = None, include_self: bool = True, minmax: bool = False,
-                block_rows: int | None = None, warn: bool = True) -> tuple[sp.csr_matrix, dict]:
+def build_graph(
+    rows: Callable[[int, int], np.ndarray],
+    n: int,
+    n_clusters: int,
+    *,
+    graph: str = "paper",
+    k: int | None = None,
+    include_self: bool = True,
+    minmax: bool = False,
+    block_rows: int | None = None,
+    warn: bool = True,
+) -> tuple[sp.csr_matrix, dict]:
     """The affinity graph of SC and FedSC's Stage II, with a connectivity check.
 
     ``graph="paper"``: :func:`knn_graph` with ``k`` (None = ``ceil(ln n)``, eq. 25).
@@ -349,11 +368,18 @@ def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int,
             W, info["edges_added"] = _join_components(W, rows, n, lo, hi, minmax, block_rows)
             info["components"] = n_components(W)
     if info["components_paper"] == n_clusters and info["components"] == n_clusters and n_clusters > 1:
-        logger.info("the kNN graph (n=%d, k=%d) has as many connected components as clusters (%d): spectral "
-                    "clustering returns the components", n, info["knn_k"], n_clusters)
+        logger.info(
+            "the kNN graph (n=%d, k=%d) has as many connected components as clusters (%d): spectral "
+            "clustering returns the components",
+            n,
+            info["knn_k"],
+            n_clusters,
+        )
     if warn and info["components_paper"] > n_clusters:
-        msg = (f"the kNN graph (n={n}, k={k0}) has {info['components_paper']} connected components for "
-               f"{n_clusters} clusters: spectral clustering then returns its largest components")
+        msg = (
+            f"the kNN graph (n={n}, k={k0}) has {info['components_paper']} connected components for "
+            f"{n_clusters} clusters: spectral clustering then returns its largest components"
+        )
         if info["components"] > n_clusters:
             msg += "; set graph='min_connected_k' or graph='mst' for a connected graph"
             logger.warning(msg)
@@ -364,7 +390,9 @@ def build_graph(rows: Callable[[int, int], np.ndarray], n: int, n_clusters: int,
 
 
 # --------------------------------------------------------------------------- NJW
-def spectral_embedding(W, n_components: int, *, solver: str = "arpack", rng: np.random.Generator | None = None) -> np.ndarray:
+def spectral_embedding(
+    W, n_components: int, *, solver: str = "arpack", rng: np.random.Generator | None = None
+) -> np.ndarray:
     """Rows of the ``n_components`` eigenvectors of the smallest eigenvalues of
     ``L_sym = I - D^{-1/2} W D^{-1/2}``, each row normalized to unit length (NJW steps 1-3).
 
@@ -433,8 +461,12 @@ def _arpack_top_eigvecs(A, W, deg, n_components, rng):
     need = n_components - c
     if c > 1:
         v0 -= U1 @ (U1.T @ v0)
-        op = spla.LinearOperator((n, n), dtype=np.float64, matvec=lambda x: A @ x - 3.0 * (U1 @ (U1.T @ x)),
-                                 matmat=lambda X: A @ X - 3.0 * (U1 @ (U1.T @ X)))
+        op = spla.LinearOperator(
+            (n, n),
+            dtype=np.float64,
+            matvec=lambda x: A @ x - 3.0 * (U1 @ (U1.T @ x)),
+            matmat=lambda X: A @ X - 3.0 * (U1 @ (U1.T @ X)),
+        )
     else:
         op, need = A, n_components  # connected: the eigenvalue 1 is simple, nothing to deflate
     ncv = min(n, max(4 * need + 1, 40))
@@ -443,8 +475,9 @@ def _arpack_top_eigvecs(A, W, deg, n_components, rng):
     return V if c <= 1 else np.hstack([V, U1])
 
 
-def njw(W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 1000,
-        solver: str = "arpack") -> np.ndarray:
+def njw(
+    W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 1000, solver: str = "arpack"
+) -> np.ndarray:
     """Ng-Jordan-Weiss spectral clustering of the affinity ``W`` (sparse or dense, symmetric, >= 0):
     the normalized spectral embedding (:func:`spectral_embedding`) clustered by k-means with
     ``n_init`` restarts. Returns the (n,) labels. Randomness: stream ``"init"`` of ``seed``."""
@@ -452,14 +485,23 @@ def njw(W, n_clusters: int, *, seed: int = 0, n_init: int = 50, max_iter: int = 
         raise ValueError(f"n_init must be a positive int, got {n_init!r}")
     rng = stream(seed, "init")
     U = spectral_embedding(W, n_clusters, solver=solver, rng=rng)
-    km = KMeans(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter,
-                random_state=torch_seed(rng) % (2**31 - 1))
+    km = KMeans(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter, random_state=torch_seed(rng) % (2**31 - 1))
     return km.fit_predict(U).astype(np.int64)
 
 
-def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn: int | None = None,
-                        include_self: bool = True, n_init: int = 50, solver: str = "arpack",
-                        graph: str = "min_connected_k", y=None) -> ClusteringResult:
+def spectral_clustering(
+    X,
+    k: int,
+    *,
+    seed: int = 0,
+    r: float | None = None,
+    knn: int | None = None,
+    include_self: bool = True,
+    n_init: int = 50,
+    solver: str = "arpack",
+    graph: str = "min_connected_k",
+    y=None,
+) -> ClusteringResult:
     """Centralized vanilla SC: Gaussian ``K_xx`` with the FedSC width ``r`` (eq. 40
     when None), kNN graph (``k = ceil(ln n)``, self included, max-symmetrized, no min-max) and NJW.
     ``graph``: ``"min_connected_k"`` (default, chosen by measurement on six data sets: the
@@ -470,12 +512,17 @@ def spectral_clustering(X, k: int, *, seed: int = 0, r: float | None = None, knn
     _check_graph(graph)
     X, _, _ = check_inputs(X, np.zeros(np.asarray(X).shape[0], dtype=np.int64), k)
     r = mean_pairwise_distance(X, rng=stream(seed, "data")) if r is None else _check_r(r)
-    W, ginfo = build_graph(lambda s, e: gaussian_kernel(X[s:e], X, r), X.shape[0], k, graph=graph, k=knn,
-                           include_self=include_self)
+    W, ginfo = build_graph(
+        lambda s, e: gaussian_kernel(X[s:e], X, r), X.shape[0], k, graph=graph, k=knn, include_self=include_self
+    )
     labels = njw(W, k, seed=seed, n_init=n_init, solver=solver)
-    info = {"r": r, "knn_k": int(ginfo["knn_k"]), "graph": graph, "graph_components": int(ginfo["components"]),
-            "graph_components_paper": int(ginfo["components_paper"])}
+    info = {
+        "r": r,
+        "knn_k": int(ginfo["knn_k"]),
+        "graph": graph,
+        "graph_components": int(ginfo["components"]),
+        "graph_components_paper": int(ginfo["components_paper"]),
+    }
     if y is not None:
-
         info.update(clustering_scores(y, labels))
     return ClusteringResult(labels=labels, info=info)

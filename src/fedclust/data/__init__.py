@@ -11,6 +11,11 @@ from fedclust.data.registry import DATASET_NAMES, load_dataset, prepare_dataset
 from fedclust.data.synthetic import RegressionData
 
 __all__ = [
-    "Dataset", "RegressionData", "load_dataset", "prepare_dataset", "preprocess", "subsample",
+    "Dataset",
+    "RegressionData",
+    "load_dataset",
+    "prepare_dataset",
+    "preprocess",
+    "subsample",
     "DATASET_NAMES",
 ]

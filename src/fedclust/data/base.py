@@ -14,12 +14,16 @@ def _int_labels(y, name: str) -> np.ndarray:
     if y.dtype.kind == "f":
         bad = ~np.isfinite(y)
         if bad.any():
-            raise ValueError(f"Dataset {name!r}: y holds {int(bad.sum())} missing (NaN) or infinite label(s), "
-                             f"first at sample {int(np.flatnonzero(bad)[0])}; drop or label those samples")
+            raise ValueError(
+                f"Dataset {name!r}: y holds {int(bad.sum())} missing (NaN) or infinite label(s), "
+                f"first at sample {int(np.flatnonzero(bad)[0])}; drop or label those samples"
+            )
         frac = y != np.round(y)
         if frac.any():
-            raise ValueError(f"Dataset {name!r}: y holds non-integer label(s), e.g. {y[frac][0]!r} at sample "
-                             f"{int(np.flatnonzero(frac)[0])}; labels must be class numbers")
+            raise ValueError(
+                f"Dataset {name!r}: y holds non-integer label(s), e.g. {y[frac][0]!r} at sample "
+                f"{int(np.flatnonzero(frac)[0])}; labels must be class numbers"
+            )
     elif y.dtype.kind not in "iub":
         raise ValueError(f"Dataset {name!r}: y must hold integer class labels, got dtype {y.dtype}")
     return y.astype(np.int64, copy=False)
@@ -48,9 +52,7 @@ class Dataset:
         if self.X.ndim != 2:
             raise ValueError(f"Dataset {self.name!r}: X must be 2-D, got shape {self.X.shape}")
         if self.y.shape != (self.X.shape[0],):
-            raise ValueError(
-                f"Dataset {self.name!r}: y has shape {self.y.shape}, expected ({self.X.shape[0]},)"
-            )
+            raise ValueError(f"Dataset {self.name!r}: y has shape {self.y.shape}, expected ({self.X.shape[0]},)")
         if self.images is not None:
             self.images = np.asarray(self.images, dtype=np.float32)
             if self.images.shape[0] != self.X.shape[0]:
@@ -71,6 +73,9 @@ class Dataset:
     def subset(self, idx) -> "Dataset":
         idx = np.asarray(idx)
         return Dataset(
-            X=self.X[idx], y=self.y[idx], name=self.name,
-            images=None if self.images is None else self.images[idx], meta=dict(self.meta),
+            X=self.X[idx],
+            y=self.y[idx],
+            name=self.name,
+            images=None if self.images is None else self.images[idx],
+            meta=dict(self.meta),
         )

@@ -22,7 +22,10 @@ def load_digits() -> Dataset:
     """
     b = _skd.load_digits()
     return Dataset(
-        X=b.data, y=b.target, name="digits", images=b.images,
+        X=b.data,
+        y=b.target,
+        name="digits",
+        images=b.images,
         meta={"source": "sklearn.datasets.load_digits", "pixel_max": 16.0},
     )
 
@@ -30,17 +33,23 @@ def load_digits() -> Dataset:
 def load_iris() -> Dataset:
     """scikit-learn's Iris: 150 samples, 4 features, 3 classes (50 each)."""
     b = _skd.load_iris()
-    return Dataset(X=b.data, y=b.target, name="iris",
-                   meta={"source": "sklearn.datasets.load_iris",
-                         "feature_names": list(b.feature_names)})
+    return Dataset(
+        X=b.data,
+        y=b.target,
+        name="iris",
+        meta={"source": "sklearn.datasets.load_iris", "feature_names": list(b.feature_names)},
+    )
 
 
 def load_wine() -> Dataset:
     """scikit-learn's Wine: 178 samples, 13 features, 3 classes (59/71/48)."""
     b = _skd.load_wine()
-    return Dataset(X=b.data, y=b.target, name="wine",
-                   meta={"source": "sklearn.datasets.load_wine",
-                         "feature_names": list(b.feature_names)})
+    return Dataset(
+        X=b.data,
+        y=b.target,
+        name="wine",
+        meta={"source": "sklearn.datasets.load_wine", "feature_names": list(b.feature_names)},
+    )
 
 
 #: name -> zero-argument loader

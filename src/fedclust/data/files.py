@@ -27,8 +27,14 @@ import scipy.sparse
 from fedclust.data.base import Dataset
 
 __all__ = [
-    "load_idx", "read_idx", "load_mnist_folder", "load_mat", "load_cifar10",
-    "MNIST_FILES", "CIFAR10_TRAIN_BATCHES", "CIFAR10_TEST_BATCH",
+    "load_idx",
+    "read_idx",
+    "load_mnist_folder",
+    "load_mat",
+    "load_cifar10",
+    "MNIST_FILES",
+    "CIFAR10_TRAIN_BATCHES",
+    "CIFAR10_TEST_BATCH",
 ]
 
 _NO_DOWNLOAD = "fedclust reads local files only and downloads nothing"
@@ -37,9 +43,7 @@ _NO_DOWNLOAD = "fedclust reads local files only and downloads nothing"
 def _require_file(path, what: str) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(
-            f"{p}: file not found; expected {what} at this path ({_NO_DOWNLOAD})"
-        )
+        raise FileNotFoundError(f"{p}: file not found; expected {what} at this path ({_NO_DOWNLOAD})")
     return p
 
 
@@ -86,10 +90,8 @@ def read_idx(path, expected_magic: int, what: str = "an IDX file") -> np.ndarray
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise ValueError(
-            f"{p}: truncated IDX header; expected {header} bytes, got {len(data)}"
-        )
-    dims = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+        raise ValueError(f"{p}: truncated IDX header; expected {header} bytes, got {len(data)}")
+    dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     expected = header + int(np.prod(dims, dtype=np.int64))
     if len(data) != expected:
         kind = "truncated" if len(data) < expected else "has trailing bytes"
@@ -100,8 +102,7 @@ def read_idx(path, expected_magic: int, what: str = "an IDX file") -> np.ndarray
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def load_idx(images_path, labels_path, name: str = "mnist",
-             image_shape: tuple[int, int] | None = (28, 28)) -> Dataset:
+def load_idx(images_path, labels_path, name: str = "mnist", image_shape: tuple[int, int] | None = (28, 28)) -> Dataset:
     """MNIST-style images + labels from two IDX files (``.gz`` or raw).
 
     Checks the magic numbers (2051 / 2049), that the images are 3-D (n, rows, cols) with
@@ -128,7 +129,10 @@ def load_idx(images_path, labels_path, name: str = "mnist",
     n = imgs.shape[0]
     images = imgs.astype(np.float32)
     return Dataset(
-        X=images.reshape(n, -1), y=labels.astype(np.int64), name=name, images=images,
+        X=images.reshape(n, -1),
+        y=labels.astype(np.int64),
+        name=name,
+        images=images,
         meta={"images_path": str(images_path), "labels_path": str(labels_path), "pixel_max": 255.0},
     )
 
@@ -143,8 +147,7 @@ def _find_idx(folder: Path, stem: str) -> Path:
         if cand.is_file():
             return cand
     raise FileNotFoundError(
-        f"{folder / (stem + '.gz')}: file not found; expected the IDX file {stem}[.gz] in {folder} "
-        f"({_NO_DOWNLOAD})"
+        f"{folder / (stem + '.gz')}: file not found; expected the IDX file {stem}[.gz] in {folder} ({_NO_DOWNLOAD})"
     )
 
 
@@ -169,8 +172,9 @@ def load_mnist_folder(folder, split: str = "test", name: str = "mnist") -> Datas
 
 
 # --------------------------------------------------------------------------- MATLAB .mat
-def load_mat(path, x_key: str = "X", label_key: str = "Label", *, samples_as: str = "columns",
-             name: str | None = None) -> Dataset:
+def load_mat(
+    path, x_key: str = "X", label_key: str = "Label", *, samples_as: str = "columns", name: str | None = None
+) -> Dataset:
     """A MATLAB ``.mat`` file (v5/v7, read with :func:`scipy.io.loadmat`).
 
     ``X = mat[x_key]`` holds the samples as **columns** (features x samples, the FedSC files) unless
@@ -201,9 +205,7 @@ def load_mat(path, x_key: str = "X", label_key: str = "Label", *, samples_as: st
     try:
         X = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(
-            f"{p}: {x_key!r} must be a numeric matrix, got {type(mat[x_key]).__name__}"
-        ) from None
+        raise ValueError(f"{p}: {x_key!r} must be a numeric matrix, got {type(mat[x_key]).__name__}") from None
     if X.ndim != 2:
         raise ValueError(f"{p}: {x_key!r} must be a 2-D matrix, got shape {X.shape}")
     if samples_as == "columns":
@@ -219,9 +221,10 @@ def load_mat(path, x_key: str = "X", label_key: str = "Label", *, samples_as: st
         raise ValueError(f"{p}: {x_key!r} contains NaN or infinite values")
     values, y = np.unique(labels, return_inverse=True)
     return Dataset(
-        X=X, y=y, name=name or p.stem,
-        meta={"path": str(p), "x_key": x_key, "label_key": label_key, "label_values": values,
-              "keys": keys},
+        X=X,
+        y=y,
+        name=name or p.stem,
+        meta={"path": str(p), "x_key": x_key, "label_key": label_key, "label_values": values, "keys": keys},
     )
 
 
@@ -234,9 +237,13 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
     """Unpickles only plain containers and numpy arrays: a CIFAR batch file cannot run code."""
 
     _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("_codecs", "encode"),
     }
 
     def find_class(self, module, name):
@@ -294,13 +301,15 @@ def load_cifar10(folder, split: str = "train") -> Dataset:
     if (folder / "cifar-10-batches-py").is_dir():
         folder = folder / "cifar-10-batches-py"
     names = CIFAR10_TRAIN_BATCHES if split == "train" else (CIFAR10_TEST_BATCH,)
-    paths = [_require_file(folder / nm, f"the CIFAR-10 python batch {nm!r} (split {split!r})")
-             for nm in names]
+    paths = [_require_file(folder / nm, f"the CIFAR-10 python batch {nm!r} (split {split!r})") for nm in names]
     parts = [_read_cifar_batch(p) for p in paths]
     data = np.concatenate([d for d, _ in parts])
     y = np.concatenate([lab for _, lab in parts])
     X = data.astype(np.float32)
     return Dataset(
-        X=X, y=y, name="cifar10", images=X.reshape(-1, 3, 32, 32),
+        X=X,
+        y=y,
+        name="cifar10",
+        images=X.reshape(-1, 3, 32, 32),
         meta={"folder": os.fspath(folder), "split": split, "pixel_max": 255.0},
     )

@@ -28,8 +28,9 @@ ID_UNIQUE_FRACTION = 0.95
 ID_MIN_SAMPLES = 20
 
 
-def id_like_columns(X, *, min_unique_fraction: float = ID_UNIQUE_FRACTION,
-                    min_samples: int = ID_MIN_SAMPLES) -> list[dict]:
+def id_like_columns(
+    X, *, min_unique_fraction: float = ID_UNIQUE_FRACTION, min_samples: int = ID_MIN_SAMPLES
+) -> list[dict]:
     """Columns of ``X`` (n, m) that look like identifiers: every value an integer and at least
     ``min_unique_fraction`` of the n values distinct (n >= ``min_samples``). Continuous measurements
     (also mostly distinct) are not flagged: they are not integer-valued. Returns one dict per flagged
@@ -52,9 +53,17 @@ def id_like_columns(X, *, min_unique_fraction: float = ID_UNIQUE_FRACTION,
     out = []
     for j, u in zip(cand, n_unique):
         if u >= min_unique_fraction * n:
-            out.append({"column": int(j), "n_unique": int(u), "unique_fraction": float(u / n),
-                        "range": float(ranges[j]), "range_share": float(ranges[j] / total)})
+            out.append(
+                {
+                    "column": int(j),
+                    "n_unique": int(u),
+                    "unique_fraction": float(u / n),
+                    "range": float(ranges[j]),
+                    "range_share": float(ranges[j] / total),
+                }
+            )
     return out
+
 
 SCALES = ("minmax", "standardize", "none")
 _MINMAX_MODES = ("auto", "pixel", "per_feature", "global")
@@ -90,8 +99,14 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
         logger.warning(
             "data set %r: %d ID-like column(s) (integer-valued, one distinct value per sample or nearly): %s; "
             "an identifier dominates every distance unless scaled and carries no cluster information; drop it",
-            ds.name, len(ids), ", ".join(f"column {c['column']} ({c['n_unique']} distinct of {X.shape[0]}, "
-                                         f"{100 * c['range_share']:.0f}% of the total feature range)" for c in ids))
+            ds.name,
+            len(ids),
+            ", ".join(
+                f"column {c['column']} ({c['n_unique']} distinct of {X.shape[0]}, "
+                f"{100 * c['range_share']:.0f}% of the total feature range)"
+                for c in ids
+            ),
+        )
     if scale == "minmax":
         mode = minmax_mode
         if mode == "auto":
@@ -132,8 +147,7 @@ def _check_count(name: str, value) -> int | None:
     return int(value)
 
 
-def subsample(ds: Dataset, n_per_class: int | None = None, n_total: int | None = None,
-              seed: int = 0) -> Dataset:
+def subsample(ds: Dataset, n_per_class: int | None = None, n_total: int | None = None, seed: int = 0) -> Dataset:
     """A seeded random subset of ``ds`` (without replacement).
 
     * ``n_per_class``: stratified, exactly ``n_per_class`` samples of every class.

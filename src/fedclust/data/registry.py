@@ -76,8 +76,10 @@ def _need_path(name: str, path, what: str) -> Path:
 
 def _no_path(name: str, path) -> None:
     if path is not None:
-        raise ValueError(f"dataset {name!r} reads no file, but a path was given ({path}): remove the path "
-                         "(dataset.path), or choose a data set read from files")
+        raise ValueError(
+            f"dataset {name!r} reads no file, but a path was given ({path}): remove the path "
+            "(dataset.path), or choose a data set read from files"
+        )
 
 
 def _builtin(name):
@@ -86,6 +88,7 @@ def _builtin(name):
         if options:
             raise ValueError(f"dataset {name!r}: takes no options, got {sorted(options)}")
         return builtin.BUILTIN_LOADERS[name]()
+
     return load
 
 
@@ -95,6 +98,7 @@ def _synthetic(func, exclude=("seed",)):
         _check_options(func.__name__, func, options, exclude)
         out = func(seed=seed, **options)
         return out.as_dataset(func.__name__) if isinstance(out, synthetic.RegressionData) else out
+
     return load
 
 
@@ -103,6 +107,7 @@ def _mnist(name):
         _check_options(name, files.load_mnist_folder, options, exclude=("folder", "name"))
         folder = _need_path(name, path, "the folder holding the IDX files, e.g. ../shared/data/mnist")
         return files.load_mnist_folder(folder, name=name, **options)
+
     return load
 
 
@@ -115,13 +120,17 @@ def _cifar10(path, seed, options):
 def _mat(name, filename=None):
     def load(path, seed, options):
         _check_options(name, files.load_mat, options, exclude=("path",))
-        p = _need_path(name, path, "the .mat file" if filename is None
-                       else f"the folder holding {filename}, e.g. ../shared/data/fedsc")
+        p = _need_path(
+            name,
+            path,
+            "the .mat file" if filename is None else f"the folder holding {filename}, e.g. ../shared/data/fedsc",
+        )
         if filename is not None and not p.suffix == ".mat":
             p = p / filename
         options = dict(options)
         options.setdefault("name", name if filename else None)
         return files.load_mat(p, **options)
+
     return load
 
 
@@ -145,8 +154,16 @@ _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
 DATASET_NAMES = tuple(_LOADERS)
 
 #: The names whose data sets read no file (built-in or generated): a path given to them is a mistake.
-NO_FILE_NAMES = ("digits", "iris", "wine", "gaussian_mixture", "linear_model", "concentric_circles",
-                 "mixed_linear_regression", "mixed_regression_1d")
+NO_FILE_NAMES = (
+    "digits",
+    "iris",
+    "wine",
+    "gaussian_mixture",
+    "linear_model",
+    "concentric_circles",
+    "mixed_linear_regression",
+    "mixed_regression_1d",
+)
 
 
 def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
@@ -167,8 +184,10 @@ def _check_not_empty(ds: Dataset, name: str, path=None) -> None:
     if ds.n_samples == 0 or ds.n_features == 0:
         src = f" read from {path}" if path is not None else ""
         what = "no samples" if ds.n_samples == 0 else "no features"
-        raise DataError(f"dataset {name!r}{src} has {what} (shape {tuple(ds.X.shape)}); "
-                        "check the file, or the subsampling options n_per_class / n_total")
+        raise DataError(
+            f"dataset {name!r}{src} has {what} (shape {tuple(ds.X.shape)}); "
+            "check the file, or the subsampling options n_per_class / n_total"
+        )
 
 
 def prepare_dataset(
@@ -195,9 +214,7 @@ def prepare_dataset(
         raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
     minmax_mode = opts.pop("minmax_mode", "auto")
     if minmax_mode not in ("auto", "pixel", "per_feature", "global"):
-        raise ValueError(
-            f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}"
-        )
+        raise ValueError(f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):

@@ -159,7 +159,9 @@ def gaussian_mixture(
     y = _labels_with_counts(_exact_counts(n, w), rng)
     X = centres[y] + std * rng.standard_normal((n, d))
     return Dataset(
-        X=X, y=y, name="gaussian_mixture",
+        X=X,
+        y=y,
+        name="gaussian_mixture",
         meta={"centers": centres, "separation": sep, "cluster_std": std, "weights": w, "seed": seed},
     )
 
@@ -224,11 +226,18 @@ def linear_model(
     noise += signal  # in place: X = (W H + E)^T without a third (N, M) array
     del signal
     return Dataset(
-        X=noise, y=y, name="linear_model",
+        X=noise,
+        y=y,
+        name="linear_model",
         meta={
-            "W": W, "snr_db": snr, "snr_db_realized": 10.0 * np.log10(signal_energy / noise_energy),
-            "noise_std": noise_std, "signal_energy": signal_energy, "noise_energy": noise_energy,
-            "exact_snr": bool(exact_snr), "seed": seed,
+            "W": W,
+            "snr_db": snr,
+            "snr_db_realized": 10.0 * np.log10(signal_energy / noise_energy),
+            "noise_std": noise_std,
+            "signal_energy": signal_energy,
+            "noise_energy": noise_energy,
+            "exact_snr": bool(exact_snr),
+            "seed": seed,
         },
     )
 
@@ -269,8 +278,7 @@ def concentric_circles(
         t = np.concatenate([np.arange(c) * (2 * np.pi / c) for c in counts])
     X = r[y, None] * np.stack([np.cos(t), np.sin(t)], axis=1)
     X = X + sd * rng.standard_normal((n, 2))
-    return Dataset(X=X, y=y, name="concentric_circles",
-                   meta={"radii": r, "noise": sd, "angles": angles, "seed": seed})
+    return Dataset(X=X, y=y, name="concentric_circles", meta={"radii": r, "noise": sd, "angles": angles, "seed": seed})
 
 
 # --------------------------------------------------------------------------- mixed linear regression
@@ -307,9 +315,14 @@ class RegressionData:
         """A :class:`Dataset` with ``y`` = the group of each sample; ``meta`` holds ``target``,
         ``true_params``, ``client`` and ``client_group``."""
         meta = dict(self.meta)
-        meta.update(target=self.target, true_params=self.true_params, noise_std=self.noise_std,
-                    client=self.client, client_group=self.client_group,
-                    per_sample_keys=("target", "client"))
+        meta.update(
+            target=self.target,
+            true_params=self.true_params,
+            noise_std=self.noise_std,
+            client=self.client,
+            client_group=self.client_group,
+            per_sample_keys=("target", "client"),
+        )
         return Dataset(X=self.X, y=self.group, name=name, meta=meta)
 
 
@@ -369,8 +382,12 @@ def mixed_linear_regression(
     X = rng.uniform(lo, hi, size=(n, d))
     target = _regression_targets(X, group, params, sd, rng)
     return RegressionData(
-        X=X.astype(np.float32), target=target.astype(np.float32), group=group, true_params=params,
-        noise_std=sd, meta={"weights": w, "x_range": (lo, hi), "seed": seed},
+        X=X.astype(np.float32),
+        target=target.astype(np.float32),
+        group=group,
+        true_params=params,
+        noise_std=sd,
+        meta={"weights": w, "x_range": (lo, hi), "seed": seed},
     )
 
 
@@ -417,8 +434,9 @@ def mixed_regression_1d(
     params = RR_CLUSTER_LINES if true_params is None else true_params
     params = _regression_params(params, np.shape(params)[0], 1, None)
     k = params.shape[0]
-    w = _check_weights(ratios if ratios is not None else (
-        _SCENARIO_RATIOS[scenario] if k == 4 else None), k, name="ratios")
+    w = _check_weights(
+        ratios if ratios is not None else (_SCENARIO_RATIOS[scenario] if k == 4 else None), k, name="ratios"
+    )
     sd = _DIFFICULTY_STD[difficulty] if noise_std is None else _check_pos("noise_std", noise_std, True)
     lo, hi = (float(v) for v in x_range)
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
@@ -431,8 +449,20 @@ def mixed_regression_1d(
     X = rng.uniform(lo, hi, size=(nc * npc, 1))
     target = _regression_targets(X, group, params, sd, rng)
     return RegressionData(
-        X=X.astype(np.float32), target=target.astype(np.float32), group=group, true_params=params,
-        noise_std=sd, client=client, client_group=client_group,
-        meta={"scenario": scenario, "difficulty": difficulty, "ratios": w, "n_clients": nc,
-              "n_per_client": npc, "x_range": (lo, hi), "seed": seed},
+        X=X.astype(np.float32),
+        target=target.astype(np.float32),
+        group=group,
+        true_params=params,
+        noise_std=sd,
+        client=client,
+        client_group=client_group,
+        meta={
+            "scenario": scenario,
+            "difficulty": difficulty,
+            "ratios": w,
+            "n_clients": nc,
+            "n_per_client": npc,
+            "x_range": (lo, hi),
+            "seed": seed,
+        },
     )

@@ -22,7 +22,9 @@ from fedclust.executors import CellStore, code_version, execution, run_cells
 
 def cell_name(cell: dict) -> str:
     """A short description of a cell for progress lines (its own keys, not the shared config)."""
-    return "/".join(f"{k}={v}" for k, v in cell.items() if k not in ("config", "data_paths") and not isinstance(v, dict))
+    return "/".join(
+        f"{k}={v}" for k, v in cell.items() if k not in ("config", "data_paths") and not isinstance(v, dict)
+    )
 
 
 def cell_sources(cell: dict) -> list[dict]:
@@ -39,8 +41,13 @@ def cell_sources(cell: dict) -> list[dict]:
         return []
     config = cell.get("config") or {}
     name = cell["dataset"] if isinstance(cell.get("dataset"), str) else config.get("dataset", "digits")
-    return [{"name": name, "path": (cell["data_paths"] or {}).get(name),
-             "options": dict(config.get("dataset_options") or {})}]
+    return [
+        {
+            "name": name,
+            "path": (cell["data_paths"] or {}).get(name),
+            "options": dict(config.get("dataset_options") or {}),
+        }
+    ]
 
 
 def cell_data_digest(cell: dict) -> str:
@@ -55,13 +62,30 @@ def grid_code(module) -> str:
     return code_version(name)
 
 
-def run_grid(module: ModuleType, config: dict, data_paths: dict | None = None, *, label: str = "grid",
-             store: CellStore | str | None = None, on_done: Callable[[int, Any, bool], None] | None = None) -> list[dict]:
+def run_grid(
+    module: ModuleType,
+    config: dict,
+    data_paths: dict | None = None,
+    *,
+    label: str = "grid",
+    store: CellStore | str | None = None,
+    on_done: Callable[[int, Any, bool], None] | None = None,
+) -> list[dict]:
     """``module.run_cell`` on every cell of ``module.cells(config, data_paths)`` with the executor
     of ``config`` (:func:`fedclust.executors.execution`); the records of all cells, in cell order."""
     ex = execution(config)
     cells = module.cells(config, data_paths)
-    results = run_cells(module.run_cell, cells, ex["executor"], ex["options"], on_done=on_done, store=store,
-                        resume=ex["resume"], label=label, name=cell_name, data_of=cell_data_digest,
-                        code=grid_code(module))
+    results = run_cells(
+        module.run_cell,
+        cells,
+        ex["executor"],
+        ex["options"],
+        on_done=on_done,
+        store=store,
+        resume=ex["resume"],
+        label=label,
+        name=cell_name,
+        data_of=cell_data_digest,
+        code=grid_code(module),
+    )
     return [rec for res in results for rec in res]

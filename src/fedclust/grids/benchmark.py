@@ -55,16 +55,41 @@ from fedclust.partition import make_partition
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
 
-ALL_METHODS = ("fkm", "fzkm", "dk_pp", "dkm", "dp_fedc", "fed_dp_kmeans", "fedc_avg", "fedc_gds", "fedsc", "kmeans",
-               "sc")
+ALL_METHODS = (
+    "fkm",
+    "fzkm",
+    "dk_pp",
+    "dkm",
+    "dp_fedc",
+    "fed_dp_kmeans",
+    "fedc_avg",
+    "fedc_gds",
+    "fedsc",
+    "kmeans",
+    "sc",
+)
 #: the methods with a DP variant -> Gaussians per round (None: calibrated otherwise), from the registry
-PRIVATE = {name: spec.mechanisms_per_round for name, spec in REGISTRY.items()
-           if spec.family == "clustering" and spec.private}
+PRIVATE = {
+    name: spec.mechanisms_per_round for name, spec in REGISTRY.items() if spec.family == "clustering" and spec.private
+}
 #: Why a method without a DP variant is not run under a finite budget (default: no private variant).
 NOT_DP = {"dkm": "DKM's coreset points and local centres are data-selected private values: no DP variant"}
 CENTRALIZED = ("kmeans", "sc")
-METRICS = ["ACC", "NMI", "ARI", "epsilon_accountant", "uploaded_reals", "wall_time_s", "rounds", "bytes_up_per_client",
-           "bytes_down_per_client", "compute_time_s", "cell_wall_time_s", "rounds_to_90pct_ACC", "time_to_90pct_ACC_s"]
+METRICS = [
+    "ACC",
+    "NMI",
+    "ARI",
+    "epsilon_accountant",
+    "uploaded_reals",
+    "wall_time_s",
+    "rounds",
+    "bytes_up_per_client",
+    "bytes_down_per_client",
+    "compute_time_s",
+    "cell_wall_time_s",
+    "rounds_to_90pct_ACC",
+    "time_to_90pct_ACC_s",
+]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
 
 
@@ -140,7 +165,9 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     the ball of radius ``config["clip"]``), so W^0 releases nothing.
     """
     init = default_init(eps is not None)
-    W0 = initial_centroids(X, k, seed, init=init, clip=float(config.get("clip") or 3.0), domain=config.get("init_domain"))
+    W0 = initial_centroids(
+        X, k, seed, init=init, clip=float(config.get("clip") or 3.0), domain=config.get("init_domain")
+    )
     return W0, init
 
 
@@ -162,8 +189,15 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     _check_methods(config)
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     return [
-        {"kind": "data", "dataset": ds, "partition": dict(part), "seed": seed, "epsilon": eps, "config": shared,
-         "data_paths": dict(data_paths or {})}
+        {
+            "kind": "data",
+            "dataset": ds,
+            "partition": dict(part),
+            "seed": seed,
+            "epsilon": eps,
+            "config": shared,
+            "data_paths": dict(data_paths or {}),
+        }
         for ds in config.get("datasets", ["digits"])
         for part in config.get("partitions", [{"scheme": "iid"}])
         for seed in range(int(config.get("seeds", 2)))
@@ -209,9 +243,12 @@ def run_cell(cell: dict) -> list[dict]:
     k = data.n_classes
     plabel = _partition_label(part)
     opts = {kk: v for kk, v in part.items() if kk != "scheme"}
-    client = memo(("benchmark_partition", ds_name, stamp(data_paths.get(ds_name)), part, n_clients, seed),
-                  lambda: make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients,
-                                         seed=seed, **opts).client)
+    client = memo(
+        ("benchmark_partition", ds_name, stamp(data_paths.get(ds_name)), part, n_clients, seed),
+        lambda: (
+            make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients, seed=seed, **opts).client
+        ),
+    )
     setup_s = time.perf_counter() - t_cell
     dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=k, images=data.images)
     partition = SimpleNamespace(client=client)
@@ -221,19 +258,44 @@ def run_cell(cell: dict) -> list[dict]:
         tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
         tm = trust_model(method, eps, config)
         tags["trust_model"] = tm
-        params = {"dataset": ds_name, "partition": plabel, "seed": seed, "epsilon": eps_label(eps), "delta": delta,
-                  "n_clients": n_clients, "method": method, "init": "server_sample" if method == "fed_dp_kmeans" else init,
-                  "trust_model": tm, "accountant": config.get("accountant", "rdp")}
+        params = {
+            "dataset": ds_name,
+            "partition": plabel,
+            "seed": seed,
+            "epsilon": eps_label(eps),
+            "delta": delta,
+            "n_clients": n_clients,
+            "method": method,
+            "init": "server_sample" if method == "fed_dp_kmeans" else init,
+            "trust_model": tm,
+            "accountant": config.get("accountant", "rdp"),
+        }
         name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
         if eps is not None and method not in PRIVATE:
-            why = ("centralized reference" if method in CENTRALIZED
-                   else NOT_DP.get(method, "the method has no private variant"))
-            out.append({"name": name, "tags": {**tags, "status": "not applicable"}, "params": {**params, "status": "not applicable"},
-                        "metrics": {}, "history": {}, "note": why})
+            why = (
+                "centralized reference"
+                if method in CENTRALIZED
+                else NOT_DP.get(method, "the method has no private variant")
+            )
+            out.append(
+                {
+                    "name": name,
+                    "tags": {**tags, "status": "not applicable"},
+                    "params": {**params, "status": "not applicable"},
+                    "metrics": {},
+                    "history": {},
+                    "note": why,
+                }
+            )
             continue
         if method not in REFERENCES:
-            params.update({kk: v for kk, v in method_settings(method, eps, config).items()
-                           if isinstance(v, (int, float, str, bool))})
+            params.update(
+                {
+                    kk: v
+                    for kk, v in method_settings(method, eps, config).items()
+                    if isinstance(v, (int, float, str, bool))
+                }
+            )
             params["rounds"] = method_rounds(method, eps, config)
         t0 = time.perf_counter()
         res, noise = run_method(method, dataset, partition, seed, eps, delta, config)
@@ -246,8 +308,13 @@ def run_cell(cell: dict) -> list[dict]:
         if noise and "eps_bar" in noise:
             metrics["dp_fedc_eps_bar"] = float(noise["eps_bar"])
         hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
-        rec = {"name": name, "tags": {**tags, "status": "ok"}, "params": {**params, "status": "ok"},
-               "metrics": metrics, "history": hist}
+        rec = {
+            "name": name,
+            "tags": {**tags, "status": "ok"},
+            "params": {**params, "status": "ok"},
+            "metrics": metrics,
+            "history": hist,
+        }
         if seed == 0 and eps is None:
             rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
         out.append(rec)
@@ -271,9 +338,15 @@ class _DataHalf:
 
 CFL_METHODS = ("cfl_mgd", "ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg")
 CFL_PRIVATE = ("rr_cluster", "dp_ifca", "dp_fedavg")
-CFL_METRICS = ["test_accuracy", "client_ACC", "client_NMI", "client_ACC_chance", "client_at_chance", "epsilon_accountant",
-               "wall_time_s"]
-
+CFL_METRICS = [
+    "test_accuracy",
+    "client_ACC",
+    "client_NMI",
+    "client_ACC_chance",
+    "client_at_chance",
+    "epsilon_accountant",
+    "wall_time_s",
+]
 
 
 def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dict]:
@@ -293,10 +366,19 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     bad = [m for m in methods if m not in CFL_METHODS]
     if bad:
         raise ValueError(f"benchmark.config.clustered_fl.methods: unknown {bad}; valid: {list(CFL_METHODS)}")
-    rotation = {"n_groups": int(cfg.get("n_groups", 4)), "n_clients": int(cfg.get("n_clients", 100)),
-                "samples_per_client": int(cfg.get("samples_per_client", 14)), "test_per_client": int(cfg.get("test_per_client", 3))}
-    train = {"rounds": int(cfg.get("rounds", 30)), "lr": float(cfg.get("lr", 0.1)), "local_steps": int(cfg.get("local_steps", 5)),
-             "participation": float(cfg.get("participation", 0.25)), "eval_every": 5}
+    rotation = {
+        "n_groups": int(cfg.get("n_groups", 4)),
+        "n_clients": int(cfg.get("n_clients", 100)),
+        "samples_per_client": int(cfg.get("samples_per_client", 14)),
+        "test_per_client": int(cfg.get("test_per_client", 3)),
+    }
+    train = {
+        "rounds": int(cfg.get("rounds", 30)),
+        "lr": float(cfg.get("lr", 0.1)),
+        "local_steps": int(cfg.get("local_steps", 5)),
+        "participation": float(cfg.get("participation", 0.25)),
+        "eval_every": 5,
+    }
     epsilons = cfg.get("epsilons", [None, 8.0])
     seeds = int(config.get("seeds", 2))
     partition = f"rotation({rotation['n_groups']} groups)"
@@ -304,21 +386,46 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     public = [m for m in methods if m not in CFL_PRIVATE]
     for ds in cfg.get("datasets", ["digits"]):
         if public:
-            sub = {"datasets": [ds], "methods": public, "seeds": seeds, "rotation": rotation,
-                   "train": {**train, "beta": 0.9, "model": {"type": "mlp", "hidden": int(cfg.get("hidden", 32))}}}
+            sub = {
+                "datasets": [ds],
+                "methods": public,
+                "seeds": seeds,
+                "rotation": rotation,
+                "train": {**train, "beta": 0.9, "model": {"type": "mlp", "hidden": int(cfg.get("hidden", 32))}},
+            }
             out += [{"kind": "cfl", "cell": c} for c in cfl.cells(sub, data_paths)]
             finite = [e for e in epsilons if e is not None]
             if finite:
-                out.append({"kind": "cfl_na", "dataset": ds, "epsilons": finite, "methods": public, "seeds": seeds,
-                            "partition": partition})
+                out.append(
+                    {
+                        "kind": "cfl_na",
+                        "dataset": ds,
+                        "epsilons": finite,
+                        "methods": public,
+                        "seeds": seeds,
+                        "partition": partition,
+                    }
+                )
         private = [m for m in methods if m in CFL_PRIVATE]
         if private:
-            sub = {"dataset": ds, "settings": ["balanced"], "n_clients": rotation["n_clients"],
-                   "samples_per_client": rotation["samples_per_client"], "test_per_client": rotation["test_per_client"],
-                   "participation": train["participation"], "rounds": train["rounds"], "lr": train["lr"],
-                   "local_steps": train["local_steps"], "hidden": [], "clip": float(cfg.get("clip", 0.3)),
-                   "delta": float(config.get("delta", 1e-5)), "epsilons": epsilons,
-                   "seeds": seeds, "methods": private, "Bs": [int(cfg.get("B", 4))]}
+            sub = {
+                "dataset": ds,
+                "settings": ["balanced"],
+                "n_clients": rotation["n_clients"],
+                "samples_per_client": rotation["samples_per_client"],
+                "test_per_client": rotation["test_per_client"],
+                "participation": train["participation"],
+                "rounds": train["rounds"],
+                "lr": train["lr"],
+                "local_steps": train["local_steps"],
+                "hidden": [],
+                "clip": float(cfg.get("clip", 0.3)),
+                "delta": float(config.get("delta", 1e-5)),
+                "epsilons": epsilons,
+                "seeds": seeds,
+                "methods": private,
+                "Bs": [int(cfg.get("B", 4))],
+            }
             out += [{"kind": "rr", "cell": c, "partition": partition} for c in rr.cells(sub, data_paths)]
     return out
 
@@ -334,12 +441,25 @@ def _run_clustered_fl_cell(cell: dict) -> list[dict]:
             r["metrics"]["epsilon_accountant"] = math.inf  # non-private
     elif kind == "cfl_na":
         ds = cell["dataset"]
-        recs = [{"name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
-                 "tags": {"method": m, "dataset": ds, "partition": cell["partition"], "epsilon": eps_label(eps),
-                          "status": "not applicable"},
-                 "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
-                 "metrics": {}, "history": {}, "note": "the method has no private variant"}
-                for eps in cell["epsilons"] for m in cell["methods"] for seed in range(cell["seeds"])]
+        recs = [
+            {
+                "name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
+                "tags": {
+                    "method": m,
+                    "dataset": ds,
+                    "partition": cell["partition"],
+                    "epsilon": eps_label(eps),
+                    "status": "not applicable",
+                },
+                "params": {"dataset": ds, "method": m, "seed": seed, "status": "not applicable"},
+                "metrics": {},
+                "history": {},
+                "note": "the method has no private variant",
+            }
+            for eps in cell["epsilons"]
+            for m in cell["methods"]
+            for seed in range(cell["seeds"])
+        ]
     elif kind == "rr":
         recs = rr.run_cell(cell["cell"])
         for r in recs:
@@ -385,8 +505,15 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
         frame = records_frame(cfl_recs)
         frame["status"] = frame["status"].fillna("ok")
         summ = summarize(frame, ["dataset", "epsilon", "method"], CFL_METRICS)
-        summ["status"] = ["not applicable" if (frame[(frame["dataset"] == d) & (frame["epsilon"] == e) & (frame["method"] == m)]["status"] == "not applicable").all() else "ok"
-                          for d, e, m in zip(summ["dataset"], summ["epsilon"], summ["method"])]
+        summ["status"] = [
+            "not applicable"
+            if (
+                frame[(frame["dataset"] == d) & (frame["epsilon"] == e) & (frame["method"] == m)]["status"]
+                == "not applicable"
+            ).all()
+            else "ok"
+            for d, e, m in zip(summ["dataset"], summ["epsilon"], summ["method"])
+        ]
         out["clustered_fl"] = summ
     return out
 
@@ -409,7 +536,11 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     summary = summary.drop(columns=chance_keys)  # the chance line as numbers only (``<m>_mean``/``<m>_std``)
     na = frame["status"] == "not applicable"
     summary["status"] = [
-        "not applicable" if na[(frame["dataset"] == d) & (frame["partition"] == p) & (frame["epsilon"] == e) & (frame["method"] == m)].all() else "ok"
+        "not applicable"
+        if na[
+            (frame["dataset"] == d) & (frame["partition"] == p) & (frame["epsilon"] == e) & (frame["method"] == m)
+        ].all()
+        else "ok"
         for d, p, e, m in zip(summary["dataset"], summary["partition"], summary["epsilon"], summary["method"])
     ]
     for m in ("ACC_chance", "ACC_chance_hi", "NMI_chance"):
@@ -427,8 +558,13 @@ def best_per_epsilon(records: list[dict]) -> list[dict]:
     """The best method per (data set, epsilon) of a benchmark's data-clustering records: mean ACC over
     seeds and partitions, with its trust model, its mean chance line and ``at_chance``; epsilon
     ascending, no privacy last. What the terminal shows at the end of a benchmark run."""
-    recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"
-            and r["tags"].get("status", "ok") == "ok" and "ACC" in (r.get("metrics") or {})]
+    recs = [
+        r
+        for r in records
+        if r["tags"].get("family", "data_clustering") == "data_clustering"
+        and r["tags"].get("status", "ok") == "ok"
+        and "ACC" in (r.get("metrics") or {})
+    ]
     if not recs:
         return []
     frame = records_frame(recs)
@@ -437,14 +573,27 @@ def best_per_epsilon(records: list[dict]) -> list[dict]:
     for col in ("ACC_chance", "ACC_chance_hi"):
         if col not in frame.columns:
             frame[col] = math.nan
-    means = frame.groupby(["dataset", "epsilon", "method", "trust_model"], sort=False)[
-        ["ACC", "ACC_chance", "ACC_chance_hi"]].mean().reset_index()
+    means = (
+        frame.groupby(["dataset", "epsilon", "method", "trust_model"], sort=False)[
+            ["ACC", "ACC_chance", "ACC_chance_hi"]
+        ]
+        .mean()
+        .reset_index()
+    )
     out = []
     for (ds, eps), group in means.groupby(["dataset", "epsilon"], sort=False):
         best = group.loc[group["ACC"].idxmax()]
-        out.append({"dataset": ds, "epsilon": eps, "method": best["method"], "trust_model": best["trust_model"],
-                    "ACC": float(best["ACC"]), "ACC_chance": float(best["ACC_chance"]),
-                    "at_chance": bool(is_at_chance({"ACC": best["ACC"]}, {"ACC_chance_hi": best["ACC_chance_hi"]}))})
+        out.append(
+            {
+                "dataset": ds,
+                "epsilon": eps,
+                "method": best["method"],
+                "trust_model": best["trust_model"],
+                "ACC": float(best["ACC"]),
+                "ACC_chance": float(best["ACC_chance"]),
+                "at_chance": bool(is_at_chance({"ACC": best["ACC"]}, {"ACC_chance_hi": best["ACC_chance_hi"]})),
+            }
+        )
 
     def order(row):
         e = float("inf") if row["epsilon"] in ("inf", None) else float(row["epsilon"])
@@ -457,7 +606,9 @@ def chance_levels(records: list[dict], data_paths: dict | None = None) -> dict[s
     """The chance ACC of every data set of ``records``: the mean ACC of a random assignment with the
     true class sizes (:func:`fedclust.metrics.data_chance_line`), the dashed line of the plots."""
     out = {}
-    for ds in dict.fromkeys(r["tags"]["dataset"] for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"):
+    for ds in dict.fromkeys(
+        r["tags"]["dataset"] for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"
+    ):
         y = load(ds, data_paths).y
         out[ds] = data_chance_line(y)["ACC_chance"]
     return out
@@ -469,9 +620,14 @@ def privacy_utility_figure(records: list[dict], chance: dict | float | None = No
     from fedclust.plots import privacy_utility_figure as figure
 
     recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
-    return figure(recs, metric="ACC", series="method", facets=("dataset", "partition"), chance=chance,
-                  title="privacy-utility (data clustering): ACC against the accounted ε; methods without a DP "
-                        "variant only at ∞")
+    return figure(
+        recs,
+        metric="ACC",
+        series="method",
+        facets=("dataset", "partition"),
+        chance=chance,
+        title="privacy-utility (data clustering): ACC against the accounted ε; methods without a DP variant only at ∞",
+    )
 
 
 def clustered_fl_privacy_utility_figure(records: list[dict], chance: dict | float | None = None):
@@ -479,8 +635,14 @@ def clustered_fl_privacy_utility_figure(records: list[dict], chance: dict | floa
     from fedclust.plots import privacy_utility_figure as figure
 
     recs = [r for r in records if r["tags"].get("family") == "clustered_fl"]
-    return figure(recs, metric="test_accuracy", series="method", facets=("dataset",), chance=chance,
-                  title="privacy-utility (clustered FL): test accuracy against the accounted ε (client-level)")
+    return figure(
+        recs,
+        metric="test_accuracy",
+        series="method",
+        facets=("dataset",),
+        chance=chance,
+        title="privacy-utility (clustered FL): test accuracy against the accounted ε (client-level)",
+    )
 
 
 def rounds_figure(records: list[dict]):
@@ -495,8 +657,12 @@ def rounds_figure(records: list[dict]):
         return rounds_by_epsilon_figure(acc, "ACC", title="ACC per round across ε (mean over seeds)")
     cfl = [r for r in records if r["tags"].get("family") == "clustered_fl"]
     if any((r.get("history") or {}).get("test_accuracy") for r in cfl):
-        return rounds_by_epsilon_figure(cfl, "test_accuracy", focus=("dataset",),
-                                        title="clustered FL: test accuracy per evaluation round across ε (mean over seeds)")
+        return rounds_by_epsilon_figure(
+            cfl,
+            "test_accuracy",
+            focus=("dataset",),
+            title="clustered FL: test accuracy per evaluation round across ε (mean over seeds)",
+        )
     return rounds_by_epsilon_figure(data, "objective", title="objective per round across ε (mean over seeds)")
 
 
@@ -511,8 +677,12 @@ def confusion_figure(records: list[dict], data_paths: dict | None = None):
         return message_figure("no run kept its labels (seed 0, no DP)", "confusion matrix")
     t = best["tags"]
     y = load(t["dataset"], data_paths).y
-    return figure(y, best["labels"], title=f"best run: {t['method']} · {t['dataset']} / {t['partition']} · "
-                                            f"ε = {t['epsilon']} · ACC {best['metrics']['ACC']:.3f}")
+    return figure(
+        y,
+        best["labels"],
+        title=f"best run: {t['method']} · {t['dataset']} / {t['partition']} · "
+        f"ε = {t['epsilon']} · ACC {best['metrics']['ACC']:.3f}",
+    )
 
 
 def communication_figure(records: list[dict]):
@@ -550,15 +720,25 @@ def embedding_figure(records: list[dict], data_paths: dict | None = None):
         return fig
     first_part = {d: next(r["tags"]["partition"] for r in with_labels if r["tags"]["dataset"] == d) for d in datasets}
     methods = list(dict.fromkeys(r["tags"]["method"] for r in with_labels))
-    fig, axes = plt.subplots(len(datasets), len(methods) + 1, figsize=(2.4 * (len(methods) + 1), 2.4 * len(datasets)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(datasets), len(methods) + 1, figsize=(2.4 * (len(methods) + 1), 2.4 * len(datasets)), squeeze=False
+    )
     for i, d in enumerate(datasets):
         data = load(d, data_paths)
         Z = PCA(2, random_state=0).fit_transform(data.X)
         axes[i][0].scatter(Z[:, 0], Z[:, 1], c=data.y, s=2, cmap="tab20")
         axes[i][0].set_title(f"{d}: true classes", fontsize=8)
         for j, m in enumerate(methods, 1):
-            rec = next((r for r in with_labels if r["tags"]["dataset"] == d and r["tags"]["method"] == m
-                        and r["tags"]["partition"] == first_part[d]), None)
+            rec = next(
+                (
+                    r
+                    for r in with_labels
+                    if r["tags"]["dataset"] == d
+                    and r["tags"]["method"] == m
+                    and r["tags"]["partition"] == first_part[d]
+                ),
+                None,
+            )
             ax = axes[i][j]
             if rec is not None:
                 ax.scatter(Z[:, 0], Z[:, 1], c=rec["labels"], s=2, cmap="tab20")
@@ -583,7 +763,15 @@ def partition_heatmaps(config: dict, data_paths: dict | None = None):
     fig, axes = plt.subplots(1, len(parts), figsize=(3.6 * len(parts), 3.2), squeeze=False)
     for ax, part in zip(axes[0], parts):
         opts = {k: v for k, v in part.items() if k != "scheme"}
-        p = make_partition(part["scheme"], X=data.X, y=data.y, images=data.images, n_clients=int(config.get("n_clients", 10)), seed=0, **opts)
+        p = make_partition(
+            part["scheme"],
+            X=data.X,
+            y=data.y,
+            images=data.images,
+            n_clients=int(config.get("n_clients", 10)),
+            seed=0,
+            **opts,
+        )
         im = ax.imshow(label_matrix(p, data.y), aspect="auto", cmap="viridis")
         ax.set_title(_partition_label(part), fontsize=8)
         ax.set_xlabel("label")

@@ -29,9 +29,12 @@ AXES = ("datasets", "methods", "seeds")
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """One cell per (data set, seed, method), with the shared settings and the data paths."""
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
-    return [{"dataset": d, "seed": s, "method": m, "config": shared, "data_paths": dict(data_paths or {})}
-            for d in config.get("datasets", ["digits"]) for s in range(int(config.get("seeds", 3)))
-            for m in config.get("methods", ["cfl_mgd", "ifca", "fedavg"])]
+    return [
+        {"dataset": d, "seed": s, "method": m, "config": shared, "data_paths": dict(data_paths or {})}
+        for d in config.get("datasets", ["digits"])
+        for s in range(int(config.get("seeds", 3)))
+        for m in config.get("methods", ["cfl_mgd", "ifca", "fedavg"])
+    ]
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -69,13 +72,15 @@ def run_cell(cell: dict) -> list[dict]:
         metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
     hist = {h: res.history[h] for h in ("test_accuracy", "train_loss", "client_ACC") if res.history.get(h)}
     metrics["wall_time_s"] = time.perf_counter() - t0
-    return [{
-        "name": f"{ds_name}/{method}/seed={seed}",
-        "tags": {"method": method, "dataset": ds_name, "partition": f"rotation({k} groups)", "epsilon": "inf"},
-        "params": {"dataset": ds_name, "method": method, "seed": seed, **{f"train.{a}": b for a, b in kw.items()}},
-        "metrics": metrics,
-        "history": hist,
-    }]
+    return [
+        {
+            "name": f"{ds_name}/{method}/seed={seed}",
+            "tags": {"method": method, "dataset": ds_name, "partition": f"rotation({k} groups)", "epsilon": "inf"},
+            "params": {"dataset": ds_name, "method": method, "seed": seed, **{f"train.{a}": b for a, b in kw.items()}},
+            "metrics": metrics,
+            "history": hist,
+        }
+    ]
 
 
 def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
@@ -86,5 +91,7 @@ def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dic
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     summary = summarize(frame, ["dataset", "method"], METRICS)
-    table2 = summary.pivot_table(index="method", columns="dataset", values="test_accuracy", aggfunc="first", sort=False).reset_index()
+    table2 = summary.pivot_table(
+        index="method", columns="dataset", values="test_accuracy", aggfunc="first", sort=False
+    ).reset_index()
     return {"table2_test_accuracy": table2, "all_metrics": summary}

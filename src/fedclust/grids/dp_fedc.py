@@ -62,8 +62,18 @@ def _split(data, split: str, n_clients: int, seed: int) -> np.ndarray:
 
 
 #: the config keys that enumerate the cells (a cell carries its own value of them, not the lists)
-AXES = ("seeds", "rho_factor", "rho_factors", "parts", "table1_K", "table1_eps", "table1_methods", "splits", "Ks",
-        "eps_bars")
+AXES = (
+    "seeds",
+    "rho_factor",
+    "rho_factors",
+    "parts",
+    "table1_K",
+    "table1_eps",
+    "table1_methods",
+    "splits",
+    "Ks",
+    "eps_bars",
+)
 
 
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
@@ -83,16 +93,36 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
             for rf in rho_factors if method == "dp_fedc" else [None]:
                 for eb in (None, e1):
                     for s in seeds:
-                        out.append({"part": "table1", "method": method, "rho_factor": rf, "eps_bar": eb, "K": K1,
-                                    "split": "iid", "q2": 5, "seed": s})
+                        out.append(
+                            {
+                                "part": "table1",
+                                "method": method,
+                                "rho_factor": rf,
+                                "eps_bar": eb,
+                                "K": K1,
+                                "split": "iid",
+                                "q2": 5,
+                                "seed": s,
+                            }
+                        )
     if "sweep" in parts:
         for rf in rho_factors:
             for split in config.get("splits", ["iid", "noniid"]):
                 for K in config.get("Ks", [10, 30, 100]):
                     for eb in config.get("eps_bars", [None, 20.0, 2.0]):
                         for s in seeds:
-                            out.append({"part": "sweep", "method": "dp_fedc", "rho_factor": rf, "eps_bar": eb,
-                                        "K": int(K), "split": split, "q2": "diminishing", "seed": s})
+                            out.append(
+                                {
+                                    "part": "sweep",
+                                    "method": "dp_fedc",
+                                    "rho_factor": rf,
+                                    "eps_bar": eb,
+                                    "K": int(K),
+                                    "split": split,
+                                    "q2": "diminishing",
+                                    "seed": s,
+                                }
+                            )
     return [{**c, "config": shared, "data_paths": dict(data_paths or {})} for c in out]
 
 
@@ -111,8 +141,10 @@ def run_cell(cell: dict) -> list[dict]:
     b = int(config.get("b", 50))
     domain = config.get("init_domain")
     clip = float(config.get("clip") or dp_fedc.domain_clip(X.shape[1], domain))  # public, never the data's
-    client = memo(("dp_fedc_split", data.name, stamp(data_paths.get(data.name)), c["split"], N, c["seed"]),
-                  lambda: _split(data, c["split"], N, c["seed"]))
+    client = memo(
+        ("dp_fedc_split", data.name, stamp(data_paths.get(data.name)), c["split"], N, c["seed"]),
+        lambda: _split(data, c["split"], N, c["seed"]),
+    )
     K = min(c["K"], N)
     eb = c["eps_bar"]
     # the same initial points for every method of a seed: the paper's data rows without DP, a
@@ -120,8 +152,19 @@ def run_cell(cell: dict) -> list[dict]:
     W0 = initial_centroids(X, k, c["seed"], init=default_init(eb is not None), clip=clip, domain=domain)
     common = dict(rounds=R, clients_per_round=K, seed=c["seed"], init_centroids=W0, y=y)
     if c["method"] == "dp_fedc":
-        res = dp_fedc.run(X, client, k, q2=c["q2"], b=b, delta=delta, G=G if eb else None, eps_bar=eb,
-                          rho_factor=c["rho_factor"], clip=clip if eb else None, **common)
+        res = dp_fedc.run(
+            X,
+            client,
+            k,
+            q2=c["q2"],
+            b=b,
+            delta=delta,
+            G=G if eb else None,
+            eps_bar=eb,
+            rho_factor=c["rho_factor"],
+            clip=clip if eb else None,
+            **common,
+        )
     else:
         z = 0.0
         if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline
@@ -143,20 +186,33 @@ def run_cell(cell: dict) -> list[dict]:
         metrics["objective"] = res.history["objective"][-1]
     hist = {key: res.history[key] for key in ("objective", "ACC", "NMI") if key in res.history}
     params = {k_: v for k_, v in c.items() if k_ != "method"}
-    params.update(dataset=data.name, n_clients=N, rounds=R, k=k, clip=clip if eb is not None else None,
-                  init="data" if eb is None else "uniform_box")
+    params.update(
+        dataset=data.name,
+        n_clients=N,
+        rounds=R,
+        k=k,
+        clip=clip if eb is not None else None,
+        init="data" if eb is None else "uniform_box",
+    )
     if c["method"] == "dp_fedc":
         params.update(constants=res.info["constants"])
     rho = "" if c["rho_factor"] is None else f"/rho={c['rho_factor']:g}"
     metrics["wall_time_s"] = time.perf_counter() - t0
-    return [{
-        "name": f"{c['part']}/{c['method']}{rho}/{c['split']}/K={K}/eps={eps_label(eb)}/seed={c['seed']}",
-        "tags": {"method": c["method"], "dataset": data.name, "partition": c["split"], "epsilon": eps_label(eb),
-                 "part": c["part"]},
-        "params": params,
-        "metrics": metrics,
-        "history": hist,
-    }]
+    return [
+        {
+            "name": f"{c['part']}/{c['method']}{rho}/{c['split']}/K={K}/eps={eps_label(eb)}/seed={c['seed']}",
+            "tags": {
+                "method": c["method"],
+                "dataset": data.name,
+                "partition": c["split"],
+                "epsilon": eps_label(eb),
+                "part": c["part"],
+            },
+            "params": params,
+            "metrics": metrics,
+            "history": hist,
+        }
+    ]
 
 
 def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:

@@ -27,8 +27,7 @@ from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.metrics import scores_with_chance
 from fedclust.partition import make_partition
 
-METRICS = ["ACC", "NMI", "ARI", "objective", "comm_reals", "rounds_run", "wall_time_s", "ACC_chance",
-           "at_chance"]
+METRICS = ["ACC", "NMI", "ARI", "objective", "comm_reals", "rounds_run", "wall_time_s", "ACC_chance", "at_chance"]
 CURVE_KEYS = ("split", "label")
 _RUNNERS = {
     "fedc_avg": fedc_mf.run_fedcavg,
@@ -46,8 +45,12 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """One cell per (split, trial, run spec), with the shared settings and the data paths."""
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     runs = config.get("runs") or [{"method": "fedc_gds"}, {"method": "fedc_avg"}]
-    return [{"split": split, "trial": t, "spec": dict(r), "config": shared, "data_paths": dict(data_paths or {})}
-            for split in config.get("splits", ["iid", "kmeans"]) for t in range(int(config.get("trials", 2))) for r in runs]
+    return [
+        {"split": split, "trial": t, "spec": dict(r), "config": shared, "data_paths": dict(data_paths or {})}
+        for split in config.get("splits", ["iid", "kmeans"])
+        for t in range(int(config.get("trials", 2)))
+        for r in runs
+    ]
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -68,8 +71,19 @@ def run_cell(cell: dict) -> list[dict]:
         part = make_partition(split, X=X, y=y, n_clients=P, seed=trial, **opts)
         return part.client, fedc_mf.make_init(X, k, seed=trial)
 
-    client, init = memo(("fedc_mf", config.get("dataset", "digits"), config.get("dataset_options"),
-                         stamp(data_paths.get(config.get("dataset", "digits"))), split, trial, P, k), build)
+    client, init = memo(
+        (
+            "fedc_mf",
+            config.get("dataset", "digits"),
+            config.get("dataset_options"),
+            stamp(data_paths.get(config.get("dataset", "digits"))),
+            split,
+            trial,
+            P,
+            k,
+        ),
+        build,
+    )
     method = spec["method"]
     kw = {key: v for key, v in spec.items() if key not in _RESERVED and v is not None}
     label = spec.get("label") or method
@@ -86,13 +100,21 @@ def run_cell(cell: dict) -> list[dict]:
     metrics["comm_reals"] = float(res.uploaded_reals)
     metrics["rounds_run"] = float(len(hist.get("objective", [])))
     metrics["wall_time_s"] = time.perf_counter() - t0
-    return [{
-        "name": f"{split}/{label}/trial={trial}",
-        "tags": {"method": method, "dataset": data.name, "partition": split, "epsilon": "inf"},
-        "params": {"split": split, "label": label, "trial": trial, "n_clients": P, **{k_: v for k_, v in spec.items() if k_ != "label"}},
-        "metrics": metrics,
-        "history": hist,
-    }]
+    return [
+        {
+            "name": f"{split}/{label}/trial={trial}",
+            "tags": {"method": method, "dataset": data.name, "partition": split, "epsilon": "inf"},
+            "params": {
+                "split": split,
+                "label": label,
+                "trial": trial,
+                "n_clients": P,
+                **{k_: v for k_, v in spec.items() if k_ != "label"},
+            },
+            "metrics": metrics,
+            "history": hist,
+        }
+    ]
 
 
 def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:

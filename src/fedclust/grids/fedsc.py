@@ -90,27 +90,41 @@ def resolve_datasets(entries, data_paths: dict | None = None, scale: str = "minm
 
     def add(label, kw, entry):
         if label in out:
-            raise ValueError(f"fedsc_grid.config.datasets: two data sets are labelled {label!r} (entry {entry!r}); "
-                             "give one of them a 'label'")
+            raise ValueError(
+                f"fedsc_grid.config.datasets: two data sets are labelled {label!r} (entry {entry!r}); "
+                "give one of them a 'label'"
+            )
         out[label] = kw
 
     for entry in entries or []:
         if isinstance(entry, dict):
             unknown = set(entry) - {"name", "path", "label", "scale", "options"}
             if unknown:
-                raise ValueError(f"fedsc_grid.config.datasets: unknown key(s) {sorted(unknown)} in {entry!r} "
-                                 "(allowed: name, path, label, scale, options)")
+                raise ValueError(
+                    f"fedsc_grid.config.datasets: unknown key(s) {sorted(unknown)} in {entry!r} "
+                    "(allowed: name, path, label, scale, options)"
+                )
             name = entry.get("name") or "mat"
             path = entry.get("path") or (data_paths or {}).get(name)
             if name == "mat" and path is None:
                 raise ValueError(f"fedsc_grid.config.datasets: entry {entry!r} needs a 'path' (a .mat file)")
             label = entry.get("label") or (Path(path).stem if name == "mat" else name)
-            add(label, {"name": name, "path": path, "scale": entry.get("scale", scale),
-                        "options": dict(entry.get("options") or {})}, entry)
+            add(
+                label,
+                {
+                    "name": name,
+                    "path": path,
+                    "scale": entry.get("scale", scale),
+                    "options": dict(entry.get("options") or {}),
+                },
+                entry,
+            )
         elif isinstance(entry, str) and (entry.endswith(".mat") or _GLOB & set(entry)):
             hits = sorted(glob.glob(entry)) if _GLOB & set(entry) else [entry]
             if not hits:
-                raise ValueError(f"fedsc_grid.config.datasets: no file matches {entry!r} (relative to the project root)")
+                raise ValueError(
+                    f"fedsc_grid.config.datasets: no file matches {entry!r} (relative to the project root)"
+                )
             for h in hits:
                 if not Path(h).is_file():
                     raise ValueError(f"fedsc_grid.config.datasets: {h!r} is not a file")
@@ -120,8 +134,9 @@ def resolve_datasets(entries, data_paths: dict | None = None, scale: str = "minm
             label = Path(path).stem if entry == "mat" and path else entry
             add(label, {"name": entry, "path": path, "scale": scale, "options": {}}, entry)
         else:
-            raise ValueError(f"fedsc_grid.config.datasets: entries are names, .mat paths, glob patterns or dicts, "
-                             f"got {entry!r}")
+            raise ValueError(
+                f"fedsc_grid.config.datasets: entries are names, .mat paths, glob patterns or dicts, got {entry!r}"
+            )
     if not out:
         raise ValueError("fedsc_grid.config.datasets must name at least one data set")
     return out
@@ -139,8 +154,11 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     sources = resolve_datasets(config.get("datasets", ["fedsc_iris"]), data_paths, scale)
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     shared.update(scale=scale, graph=graph)
-    return [{"dataset": ds, "trial": t, "source": src, "config": shared}
-            for ds, src in sources.items() for t in range(int(config.get("trials", 3)))]
+    return [
+        {"dataset": ds, "trial": t, "source": src, "config": shared}
+        for ds, src in sources.items()
+        for t in range(int(config.get("trials", 3)))
+    ]
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -170,30 +188,93 @@ def run_cell(cell: dict) -> list[dict]:
         ):
             res, t = _timed(fn)
             out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
-        res, t = _timed(partial(fedsc.run, X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init,
-                                graph=graph))
-        out.append(_record("fedsc", "noise", ds_name, trial, y, res.labels, p, res.history, metrics={
-            "reconstruction_error": res.info.get("reconstruction_error"), "d": d, "wall_time_s": t,
-            "uploaded_reals": res.uploaded_reals}))
+        res, t = _timed(
+            partial(
+                fedsc.run, X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init, graph=graph
+            )
+        )
+        out.append(
+            _record(
+                "fedsc",
+                "noise",
+                ds_name,
+                trial,
+                y,
+                res.labels,
+                p,
+                res.history,
+                metrics={
+                    "reconstruction_error": res.info.get("reconstruction_error"),
+                    "d": d,
+                    "wall_time_s": t,
+                    "uploaded_reals": res.uploaded_reals,
+                },
+            )
+        )
         out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
-        one, t = _timed(partial(fedsc.run, X, np.zeros(len(y), dtype=np.int64), k, seed=trial, rounds=rounds, r=r, d=d,
-                                n_init=n_init, graph=graph))
+        one, t = _timed(
+            partial(
+                fedsc.run,
+                X,
+                np.zeros(len(y), dtype=np.int64),
+                k,
+                seed=trial,
+                rounds=rounds,
+                r=r,
+                d=d,
+                n_init=n_init,
+                graph=graph,
+            )
+        )
         out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
     r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
     for d in config.get("d_values", [None]) if "d" in sweeps else []:
-        res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init,
-                        graph=graph)
-        out.append(_record("fedsc", "d", ds_name, trial, y, res.labels, {"d": "rule" if d is None else d},
-                           metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]}))
+        res = fedsc.run(
+            X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init, graph=graph
+        )
+        out.append(
+            _record(
+                "fedsc",
+                "d",
+                ds_name,
+                trial,
+                y,
+                res.labels,
+                {"d": "rule" if d is None else d},
+                metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]},
+            )
+        )
     for az, ac in config.get("alphas", []) if "factors" in sweeps else []:
-        res = fedsc.run(X0, client, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"),
-                        z_noise_alpha=az, c_noise_alpha=ac, n_init=n_init, graph=graph)
-        out.append(_record("fedsc", "factors", ds_name, trial, y, res.labels, {"alpha_z": az, "alpha_c": ac},
-                           metrics={"reconstruction_error": res.info.get("reconstruction_error")}))
+        res = fedsc.run(
+            X0,
+            client,
+            k,
+            seed=trial,
+            rounds=rounds,
+            r=r0,
+            d_max=config.get("d_max"),
+            z_noise_alpha=az,
+            c_noise_alpha=ac,
+            n_init=n_init,
+            graph=graph,
+        )
+        out.append(
+            _record(
+                "fedsc",
+                "factors",
+                ds_name,
+                trial,
+                y,
+                res.labels,
+                {"alpha_z": az, "alpha_c": ac},
+                metrics={"reconstruction_error": res.info.get("reconstruction_error")},
+            )
+        )
     for P_ in config.get("P_values", []) if "P" in sweeps else []:
         cl = iid(X0.shape[0], int(P_), seed=trial).client
-        res = fedsc.run(X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init,
-                        graph=graph)
+        res = fedsc.run(
+            X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init, graph=graph
+        )
         out.append(_record("fedsc", "P", ds_name, trial, y, res.labels, {"P": int(P_)}))
     for rec in out:  # what every cell shares: the data's scaling and the graph
         rec["params"].update(scale=source["scale"], graph=graph)

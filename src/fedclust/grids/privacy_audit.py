@@ -59,8 +59,10 @@ def check_config(config: dict | None) -> dict:
     for key, value in (config or {}).items():
         if key not in DEFAULTS:
             near = difflib.get_close_matches(key, DEFAULTS, n=1)
-            raise ValueError(f"privacy_audit.config.{key} is not a setting"
-                             + (f"; did you mean {near[0]!r}?" if near else f" (known: {sorted(DEFAULTS)})"))
+            raise ValueError(
+                f"privacy_audit.config.{key} is not a setting"
+                + (f"; did you mean {near[0]!r}?" if near else f" (known: {sorted(DEFAULTS)})")
+            )
         if value is not None:
             cfg[key] = value
     known = cases()
@@ -68,8 +70,10 @@ def check_config(config: dict | None) -> dict:
     for m in list(methods) + list(cfg["cases"] or {}):
         if m not in known:
             near = difflib.get_close_matches(m, known, n=1)
-            raise ValueError(f"privacy_audit: no audit case for method {m!r}"
-                             + (f"; did you mean {near[0]!r}?" if near else f" (known: {sorted(known)})"))
+            raise ValueError(
+                f"privacy_audit: no audit case for method {m!r}"
+                + (f"; did you mean {near[0]!r}?" if near else f" (known: {sorted(known)})")
+            )
     for m, opts in (cfg["cases"] or {}).items():
         params = inspect.signature(known[m]).parameters
         bad = [k for k in (opts or {}) if k not in params or k in PRIVATE_OPTIONS]
@@ -89,8 +93,9 @@ def check_config(config: dict | None) -> dict:
     return cfg
 
 
-def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool,
-              mutant: bool = True) -> dict:
+def audit_one(
+    method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool, mutant: bool = True
+) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
     from fedclust.audits import cases
     from fedclust.experiments import eps_label
@@ -140,8 +145,14 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
     return {
         "name": f"{method}_eps{target:g}",
         "tags": {"method": method, "kind": "privacy_audit", "epsilon": eps_label(rep.case.epsilon)},
-        "params": {"n_runs": rep.noisy.n_runs, "delta": rep.case.delta, "alpha": alpha, "seed": seed,
-                   "description": rep.case.description, **{f"case.{k}": v for k, v in options.items()}},
+        "params": {
+            "n_runs": rep.noisy.n_runs,
+            "delta": rep.case.delta,
+            "alpha": alpha,
+            "seed": seed,
+            "description": rep.case.description,
+            **{f"case.{k}": v for k, v in options.items()},
+        },
         "metrics": {k: float(v) for k, v in metrics.items() if v is not None},
         "history": {},
         "artifacts": {"audit.json": d},
@@ -152,8 +163,11 @@ def audit_one(method: str, options: dict, n_runs, seed: int, alpha: float, power
 def execution_config(cfg: dict) -> dict:
     """The executor settings of a checked config: ``executor: null`` means a pool of ``workers``
     processes (serial for one worker), as before executors existed."""
-    out = {"executor": cfg.get("executor"), "executor_options": dict(cfg.get("executor_options") or {}),
-           "resume": cfg.get("resume", True)}
+    out = {
+        "executor": cfg.get("executor"),
+        "executor_options": dict(cfg.get("executor_options") or {}),
+        "resume": cfg.get("resume", True),
+    }
     if out["executor"] is None:
         workers = int(cfg["workers"])
         out["executor"] = "serial" if workers == 1 else "processes"
@@ -170,9 +184,17 @@ def cells(config: dict | None, data_paths: dict | None = None) -> list[dict]:
         opts = dict((cfg["cases"] or {}).get(m) or {})
         budgets = [opts["epsilon"]] if "epsilon" in opts else cfg["epsilons"]
         for e in budgets:
-            out.append({"method": m, "options": {**opts, "epsilon": float(e)}, "n_runs": cfg["n_runs"],
-                        "seed": int(cfg["seed"]), "alpha": float(cfg["alpha"]), "power_check": bool(cfg["power_check"]),
-                        "mutant": bool(cfg["mutant"])})
+            out.append(
+                {
+                    "method": m,
+                    "options": {**opts, "epsilon": float(e)},
+                    "n_runs": cfg["n_runs"],
+                    "seed": int(cfg["seed"]),
+                    "alpha": float(cfg["alpha"]),
+                    "power_check": bool(cfg["power_check"]),
+                    "mutant": bool(cfg["mutant"]),
+                }
+            )
     return out
 
 
@@ -181,21 +203,40 @@ def run_cell(cell: dict) -> list[dict]:
     from fedclust.threads import thread_limits
 
     with thread_limits(1):  # one thread per audit, restored afterwards (the run's compute.threads stays)
-        return [audit_one(cell["method"], cell["options"], cell["n_runs"], cell["seed"], cell["alpha"],
-                          cell["power_check"], cell.get("mutant", True))]
+        return [
+            audit_one(
+                cell["method"],
+                cell["options"],
+                cell["n_runs"],
+                cell["seed"],
+                cell["alpha"],
+                cell["power_check"],
+                cell.get("mutant", True),
+            )
+        ]
 
 
 def log_record(rec: dict) -> None:
     met = rec["metrics"]
+
     def f(key):
         return f"{met[key]:.3f}" if key in met else "-"
 
-    logger.info("audit %-18s eps accounted %.3f  audited %.3f  tight %s  noise %s  tightness %s  noise-off %s  "
-                "mutant %s %s  %s  (%.1f s)", rec["name"], met["epsilon"], met["epsilon_audited"],
-                f("epsilon_audited_tight"), f("epsilon_audited_noise"), f("tightness"), f("epsilon_audited_noise_off"),
-                f("mutant_epsilon_audited"),
-                {1.0: "caught", 0.0: "MISSED"}.get(met.get("mutant_caught"), "-"),
-                "sound" if met["sound"] else "UNSOUND", met["audit_time_s"])
+    logger.info(
+        "audit %-18s eps accounted %.3f  audited %.3f  tight %s  noise %s  tightness %s  noise-off %s  "
+        "mutant %s %s  %s  (%.1f s)",
+        rec["name"],
+        met["epsilon"],
+        met["epsilon_audited"],
+        f("epsilon_audited_tight"),
+        f("epsilon_audited_noise"),
+        f("tightness"),
+        f("epsilon_audited_noise_off"),
+        f("mutant_epsilon_audited"),
+        {1.0: "caught", 0.0: "MISSED"}.get(met.get("mutant_caught"), "-"),
+        "sound" if met["sound"] else "UNSOUND",
+        met["audit_time_s"],
+    )
 
 
 def run(config: dict | None, data_paths: dict | None = None, store=None, on_done=None) -> list[dict]:
@@ -212,13 +253,34 @@ def run(config: dict | None, data_paths: dict | None = None, store=None, on_done
         if on_done is not None:
             on_done(i, recs, resumed)
 
-    return run_grid(sys.modules[__name__], {**cfg, **execution_config(cfg)}, data_paths, label="privacy_audit",
-                    store=store, on_done=done)
+    return run_grid(
+        sys.modules[__name__],
+        {**cfg, **execution_config(cfg)},
+        data_paths,
+        label="privacy_audit",
+        store=store,
+        on_done=done,
+    )
 
 
-COLUMNS = ["method", "epsilon_target", "epsilon_paper", "epsilon", "epsilon_audited", "epsilon_audited_tight",
-           "epsilon_audited_noise", "tightness", "look_closer", "epsilon_audited_noise_off", "sound", "powerful",
-           "mutant_epsilon_audited", "mutant_caught", "n_runs", "audit_time_s"]
+COLUMNS = [
+    "method",
+    "epsilon_target",
+    "epsilon_paper",
+    "epsilon",
+    "epsilon_audited",
+    "epsilon_audited_tight",
+    "epsilon_audited_noise",
+    "tightness",
+    "look_closer",
+    "epsilon_audited_noise_off",
+    "sound",
+    "powerful",
+    "mutant_epsilon_audited",
+    "mutant_caught",
+    "n_runs",
+    "audit_time_s",
+]
 
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
@@ -230,24 +292,26 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     for r in records:
         met = r["metrics"]
         tight = met.get("tightness")
-        rows.append({
-            "method": r["tags"]["method"],
-            "epsilon_audited_tight": met.get("epsilon_audited_tight"),
-            "epsilon_audited_noise": met.get("epsilon_audited_noise"),
-            "tightness": tight,
-            "look_closer": "no tight audit" if tight is None else ("LOW" if tight < LOW_TIGHTNESS else ""),
-            "mutant_epsilon_audited": met.get("mutant_epsilon_audited"),
-            "mutant_caught": None if met.get("mutant_caught") is None else bool(met["mutant_caught"]),
-            "epsilon_target": met.get("epsilon_target"),
-            "epsilon_paper": met.get("epsilon_paper"),
-            "epsilon": met["epsilon"],
-            "epsilon_audited": met["epsilon_audited"],
-            "epsilon_audited_noise_off": met.get("epsilon_audited_noise_off"),
-            "sound": bool(met["sound"]),
-            "powerful": None if "powerful" not in met else bool(met["powerful"]),
-            "n_runs": r["params"]["n_runs"],
-            "audit_time_s": met["audit_time_s"],
-        })
+        rows.append(
+            {
+                "method": r["tags"]["method"],
+                "epsilon_audited_tight": met.get("epsilon_audited_tight"),
+                "epsilon_audited_noise": met.get("epsilon_audited_noise"),
+                "tightness": tight,
+                "look_closer": "no tight audit" if tight is None else ("LOW" if tight < LOW_TIGHTNESS else ""),
+                "mutant_epsilon_audited": met.get("mutant_epsilon_audited"),
+                "mutant_caught": None if met.get("mutant_caught") is None else bool(met["mutant_caught"]),
+                "epsilon_target": met.get("epsilon_target"),
+                "epsilon_paper": met.get("epsilon_paper"),
+                "epsilon": met["epsilon"],
+                "epsilon_audited": met["epsilon_audited"],
+                "epsilon_audited_noise_off": met.get("epsilon_audited_noise_off"),
+                "sound": bool(met["sound"]),
+                "powerful": None if "powerful" not in met else bool(met["powerful"]),
+                "n_runs": r["params"]["n_runs"],
+                "audit_time_s": met["audit_time_s"],
+            }
+        )
     return {"privacy_audit": pd.DataFrame(rows, columns=COLUMNS)}
 
 
@@ -258,8 +322,9 @@ def verdict_errors(records: list[dict]) -> list[str]:
     groups = {
         "audited epsilon above the accounted one (a leak)": [n for n, m in met if not m["sound"]],
         "no power (noise-off bound not above the accounted epsilon)": [n for n, m in met if m.get("powerful") == 0.0],
-        "halved-noise mutant not caught (the audit cannot see a 2x noise cut)":
-            [n for n, m in met if m.get("mutant_caught") == 0.0],
+        "halved-noise mutant not caught (the audit cannot see a 2x noise cut)": [
+            n for n, m in met if m.get("mutant_caught") == 0.0
+        ],
     }
     return [f"{what} for {names}" for what, names in groups.items() if names]
 
@@ -271,6 +336,9 @@ def audit_figure(records: list[dict]):
 
     from fedclust.plots import audit_bars_figure
 
-    return audit_bars_figure([r["name"] for r in records], [r["metrics"]["epsilon"] for r in records],
-                             [r["metrics"]["epsilon_audited"] for r in records],
-                             [r["metrics"].get("epsilon_audited_noise_off", np.nan) for r in records])
+    return audit_bars_figure(
+        [r["name"] for r in records],
+        [r["metrics"]["epsilon"] for r in records],
+        [r["metrics"]["epsilon_audited"] for r in records],
+        [r["metrics"].get("epsilon_audited_noise_off", np.nan) for r in records],
+    )

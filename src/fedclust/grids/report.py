@@ -33,8 +33,13 @@ from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.registry import REFERENCES, REGISTRY
 
 #: the cost columns of the report: record metric -> column name
-COST = {"rounds": "rounds", "bytes_up_per_client": "up/client", "bytes_down_per_client": "down/client",
-        "compute_time_s": "compute s", "cell_wall_time_s": "cell s"}
+COST = {
+    "rounds": "rounds",
+    "bytes_up_per_client": "up/client",
+    "bytes_down_per_client": "down/client",
+    "compute_time_s": "compute s",
+    "cell_wall_time_s": "cell s",
+}
 BEST = "*"
 
 
@@ -64,8 +69,9 @@ def _data_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
 
 
-def method_table(records: list[dict], level: float = 0.95, *, family: str = "data_clustering",
-                 metric: str = "ACC") -> pd.DataFrame:
+def method_table(
+    records: list[dict], level: float = 0.95, *, family: str = "data_clustering", metric: str = "ACC"
+) -> pd.DataFrame:
     """One row per (dataset, partition, epsilon, method) of the records of ``family`` (module
     docstring; ``"clustered_fl"`` with ``metric="test_accuracy"`` for the clustered-FL half, whose
     score then fills the ``ACC`` columns and has no chance line here). Columns: ``dataset, partition, epsilon, method, trust_model, status, n, ACC, ACC_ci``
@@ -74,8 +80,21 @@ def method_table(records: list[dict], level: float = 0.95, *, family: str = "dat
     epsilon). Rows are sorted by dataset, partition, epsilon (no privacy last) and ACC, highest first,
     not-applicable rows last."""
     recs = [r for r in records if r["tags"].get("family", "data_clustering") == family]
-    cols = ["dataset", "partition", "epsilon", "method", "trust_model", "status", "n", "ACC", "ACC_ci",
-            "ACC_chance", "at_chance", "best", *COST]
+    cols = [
+        "dataset",
+        "partition",
+        "epsilon",
+        "method",
+        "trust_model",
+        "status",
+        "n",
+        "ACC",
+        "ACC_ci",
+        "ACC_chance",
+        "at_chance",
+        "best",
+        *COST,
+    ]
     if not recs:
         return pd.DataFrame(columns=cols)
     frame = records_frame(recs)
@@ -91,15 +110,24 @@ def method_table(records: list[dict], level: float = 0.95, *, family: str = "dat
     for (ds, part, eps, method), g in frame.groupby(["dataset", "partition", "epsilon", "method"], sort=False):
         ok = g[g["status"] == "ok"]
         status = "ok" if len(ok) else str(g["status"].iloc[0])
-        row = {"dataset": ds, "partition": part, "epsilon": str(eps), "method": method,
-               "trust_model": str(g["trust_model"].iloc[0]), "status": status, "n": len(ok)}
+        row = {
+            "dataset": ds,
+            "partition": part,
+            "epsilon": str(eps),
+            "method": method,
+            "trust_model": str(g["trust_model"].iloc[0]),
+            "status": status,
+            "n": len(ok),
+        }
         acc = ok["ACC"] if "ACC" in ok.columns else pd.Series(dtype=float)
         row["ACC"], row["ACC_ci"] = t_interval(acc, level)
         hi = float(ok["ACC_chance_hi"].mean()) if "ACC_chance_hi" in ok.columns and len(ok) else math.nan
         row["ACC_chance"] = float(ok["ACC_chance"].mean()) if "ACC_chance" in ok.columns and len(ok) else math.nan
         row["at_chance"] = bool(status == "ok" and is_at_chance({"ACC": row["ACC"]}, {"ACC_chance_hi": hi}))
         for key in COST:
-            row[key] = float(pd.to_numeric(ok[key], errors="coerce").mean()) if key in ok.columns and len(ok) else math.nan
+            row[key] = (
+                float(pd.to_numeric(ok[key], errors="coerce").mean()) if key in ok.columns and len(ok) else math.nan
+            )
         rows.append(row)
     table = pd.DataFrame(rows)
     table["best"] = False
@@ -154,6 +182,7 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
 
 # ---- privacy statements ------------------------------------------------------------------------------
 
+
 def privacy_statements(records: list[dict]) -> dict[str, str]:
     """One plain-language sentence per method of ``records``: what a private run protects, under
     which trust model and at which (epsilon, delta); or why it is not private."""
@@ -169,8 +198,9 @@ def privacy_statements(records: list[dict]) -> dict[str, str]:
     return out
 
 
-def _statement(method: str, budgets: list[float], deltas: list[float], models: list[str],
-               unit: str | None = None) -> str:
+def _statement(
+    method: str, budgets: list[float], deltas: list[float], models: list[str], unit: str | None = None
+) -> str:
     if method in REFERENCES:
         return f"{method}: a centralized reference on the pooled data; it protects nothing (not private)."
     spec = REGISTRY.get(method)
@@ -178,18 +208,24 @@ def _statement(method: str, budgets: list[float], deltas: list[float], models: l
         why = "it has no differentially private variant" if spec is None or not spec.private else "no run had a budget"
         return f"{method}: not private in this benchmark ({why}); its results are at ε = ∞."
     unit = unit or (spec.unit if spec is not None else "sample")
-    who = ("any one sample (one data row of one client)" if unit == "sample"
-           else "any one client (all of its data at once)")
+    who = (
+        "any one sample (one data row of one client)"
+        if unit == "sample"
+        else "any one client (all of its data at once)"
+    )
     eps = ", ".join(f"{e:g}" for e in budgets)
     delta = ", ".join(f"{d:g}" for d in deltas) or "1e-05"
     model = "; ".join(f"{m}: {DESCRIPTIONS.get(m, m)}" for m in models) or "local"
-    return (f"{method}: protects {who}: changing that {unit} alters the distribution of "
-            f"everything the run releases by at most a factor e^ε (plus a probability δ), with ε in {{{eps}}} "
-            f"and δ = {delta}, accounted over the whole run. Trust model {model}. "
-            f"Its runs without a budget (ε = ∞) protect nothing.")
+    return (
+        f"{method}: protects {who}: changing that {unit} alters the distribution of "
+        f"everything the run releases by at most a factor e^ε (plus a probability δ), with ε in {{{eps}}} "
+        f"and δ = {delta}, accounted over the whole run. Trust model {model}. "
+        f"Its runs without a budget (ε = ∞) protect nothing."
+    )
 
 
 # ---- the plot ---------------------------------------------------------------------------------------
+
 
 def privacy_utility_figure(table: pd.DataFrame, dataset: str):
     """ACC against epsilon for one data set, one panel per partition: per method the mean over seeds
@@ -220,12 +256,25 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
             ci = fin["ACC_ci"].fillna(0.0)
             if len(fin):
                 ax.plot(fin["x"], fin["ACC"], "o-", color=colors[method], label=method, ms=4)
-                ax.fill_between(fin["x"], (fin["ACC"] - ci).clip(0.0, 1.0), (fin["ACC"] + ci).clip(0.0, 1.0),
-                                color=colors[method], alpha=0.15)  # ACC lies in [0, 1]: so does its band
+                ax.fill_between(
+                    fin["x"],
+                    (fin["ACC"] - ci).clip(0.0, 1.0),
+                    (fin["ACC"] + ci).clip(0.0, 1.0),
+                    color=colors[method],
+                    alpha=0.15,
+                )  # ACC lies in [0, 1]: so does its band
             inf = m[~np.isfinite(m["x"])]
             if len(inf):
-                ax.errorbar([x_inf * offset[method]], inf["ACC"], yerr=inf["ACC_ci"].fillna(0.0), fmt="*", ms=10, color=colors[method],
-                            capsize=3, label=None if len(fin) else method)
+                ax.errorbar(
+                    [x_inf * offset[method]],
+                    inf["ACC"],
+                    yerr=inf["ACC_ci"].fillna(0.0),
+                    fmt="*",
+                    ms=10,
+                    color=colors[method],
+                    capsize=3,
+                    label=None if len(fin) else method,
+                )
         chance = g["ACC_chance"].dropna()
         if len(chance):
             ax.axhline(float(chance.mean()), ls="--", color="grey", lw=1, label="chance")
@@ -263,6 +312,7 @@ def figure_png_base64(fig) -> str:
 
 # ---- rendering --------------------------------------------------------------------------------------
 
+
 def _num(v, fmt: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
@@ -280,21 +330,46 @@ def display_rows(table: pd.DataFrame) -> list[dict[str, str]]:
     """The table's rows as text cells (the same in Markdown, HTML and the terminal)."""
     rows = []
     for r in table.itertuples(index=False):
-        acc = "n/a" if r.status != "ok" else (_num(r.ACC, ".3f") + (f" ± {r.ACC_ci:.3f}" if not math.isnan(r.ACC_ci) else ""))
-        rows.append({
-            "data / partition": f"{r.dataset} / {r.partition}", "ε": str(r.epsilon),
-            "method": (BEST + " " if r.best else "") + str(r.method), "ACC (95% CI)": acc,
-            "chance": _num(r.ACC_chance, ".3f"), "at chance": "AT CHANCE" if r.at_chance else "",
-            "trust model": str(r.trust_model), "n": str(r.n),
-            "rounds": _num(r.rounds, ".0f"), "up/client": _bytes(r.bytes_up_per_client),
-            "down/client": _bytes(r.bytes_down_per_client), "compute s": _num(r.compute_time_s, ".2f"),
-            "cell s": _num(r.cell_wall_time_s, ".1f"), "status": str(r.status),
-        })
+        acc = (
+            "n/a"
+            if r.status != "ok"
+            else (_num(r.ACC, ".3f") + (f" ± {r.ACC_ci:.3f}" if not math.isnan(r.ACC_ci) else ""))
+        )
+        rows.append(
+            {
+                "data / partition": f"{r.dataset} / {r.partition}",
+                "ε": str(r.epsilon),
+                "method": (BEST + " " if r.best else "") + str(r.method),
+                "ACC (95% CI)": acc,
+                "chance": _num(r.ACC_chance, ".3f"),
+                "at chance": "AT CHANCE" if r.at_chance else "",
+                "trust model": str(r.trust_model),
+                "n": str(r.n),
+                "rounds": _num(r.rounds, ".0f"),
+                "up/client": _bytes(r.bytes_up_per_client),
+                "down/client": _bytes(r.bytes_down_per_client),
+                "compute s": _num(r.compute_time_s, ".2f"),
+                "cell s": _num(r.cell_wall_time_s, ".1f"),
+                "status": str(r.status),
+            }
+        )
     return rows
 
 
-_HEAD = ["ε", "method", "ACC (95% CI)", "chance", "at chance", "trust model", "n", "rounds", "up/client",
-         "down/client", "compute s", "cell s"]
+_HEAD = [
+    "ε",
+    "method",
+    "ACC (95% CI)",
+    "chance",
+    "at chance",
+    "trust model",
+    "n",
+    "rounds",
+    "up/client",
+    "down/client",
+    "compute s",
+    "cell s",
+]
 
 
 def _groups(table: pd.DataFrame):
@@ -308,20 +383,30 @@ def _header(h: str, label: str) -> str:
 
 def _md_table(g: pd.DataFrame, label: str) -> list[str]:
     rows = display_rows(g)
-    return (["| " + " | ".join(_header(h, label) for h in _HEAD) + " |", "|" + "|".join("---" for _ in _HEAD) + "|"]
-            + ["| " + " | ".join(r[h] for h in _HEAD) + " |" for r in rows])
+    return ["| " + " | ".join(_header(h, label) for h in _HEAD) + " |", "|" + "|".join("---" for _ in _HEAD) + "|"] + [
+        "| " + " | ".join(r[h] for h in _HEAD) + " |" for r in rows
+    ]
 
 
-def to_markdown(table: pd.DataFrame, statements: dict[str, str], *, title: str, plots: dict[str, str] | None = None,
-                notes: list[str] | None = None, extra: list[tuple[str, pd.DataFrame, str]] | None = None) -> str:
+def to_markdown(
+    table: pd.DataFrame,
+    statements: dict[str, str],
+    *,
+    title: str,
+    plots: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+    extra: list[tuple[str, pd.DataFrame, str]] | None = None,
+) -> str:
     """The report as Markdown: per data set and partition the methods x epsilon table, then the
     ``extra`` tables (``(heading, table, score name)``: the clustered-FL half), then the privacy
     statements. ``plots``: data set -> file name of its plot, linked where given."""
-    legend = (f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
-              "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
-              "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
-              "(estimated). compute s = the method's calibration and run; cell s = the whole cell (data, partition, "
-              "every method).")
+    legend = (
+        f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
+        "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
+        "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
+        "(estimated). compute s = the method's calibration and run; cell s = the whole cell (data, partition, "
+        "every method)."
+    )
     out = [f"# {title}", "", legend, ""]
     out += [f"- {n}" for n in notes or []]
     for ds, part, g in _groups(table):
@@ -345,9 +430,11 @@ img{max-width:100%;border:1px solid #eee}li{margin:.3em 0}"""
 def _html_table(g: pd.DataFrame, label: str) -> str:
     esc = html.escape
     left = ("method", "trust model", "at chance")
-    parts = ["<table class='methods'><thead><tr>"
-             + "".join(f"<th class='{'l' if h in left else ''}'>{esc(_header(h, label))}</th>" for h in _HEAD)
-             + "</tr></thead><tbody>"]
+    parts = [
+        "<table class='methods'><thead><tr>"
+        + "".join(f"<th class='{'l' if h in left else ''}'>{esc(_header(h, label))}</th>" for h in _HEAD)
+        + "</tr></thead><tbody>"
+    ]
     for flag, r in zip(g["best"], display_rows(g)):
         cls = "best" if flag else ("na" if r["status"] != "ok" else "")
         cells = []
@@ -361,33 +448,51 @@ def _html_table(g: pd.DataFrame, label: str) -> str:
     return "".join(parts)
 
 
-def to_html(table: pd.DataFrame, statements: dict[str, str], *, title: str, figures: dict[str, str],
-            notes: list[str] | None = None, extra: list[tuple[str, pd.DataFrame, str]] | None = None) -> str:
+def to_html(
+    table: pd.DataFrame,
+    statements: dict[str, str],
+    *,
+    title: str,
+    figures: dict[str, str],
+    notes: list[str] | None = None,
+    extra: list[tuple[str, pd.DataFrame, str]] | None = None,
+) -> str:
     """The report as one self-contained HTML page (no external file or script): ``figures`` are data
     set -> base64 PNG, shown inline above the data set's tables."""
     esc = html.escape
-    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
-            f"</head><body><h1>{esc(title)}</h1>")
-    parts = [head,
-             (f"<p><b>{BEST}</b> (green row) best mean ACC at that ε for the data set and partition. ACC: mean ± "
-             "half width of the 95 % t-interval over seeds. <span class='chance'>AT CHANCE</span>: within noise "
-             "of a random split with the same sizes. Bytes per client: up = sent by a client in the whole run, "
-             "down = the centroids the server sends (estimated). compute s = the method's calibration and run; "
-             "cell s = the whole cell (data, partition, every method).</p>")]
+    head = (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{_CSS}</style>"
+        f"</head><body><h1>{esc(title)}</h1>"
+    )
+    parts = [
+        head,
+        (
+            f"<p><b>{BEST}</b> (green row) best mean ACC at that ε for the data set and partition. ACC: mean ± "
+            "half width of the 95 % t-interval over seeds. <span class='chance'>AT CHANCE</span>: within noise "
+            "of a random split with the same sizes. Bytes per client: up = sent by a client in the whole run, "
+            "down = the centroids the server sends (estimated). compute s = the method's calibration and run; "
+            "cell s = the whole cell (data, partition, every method).</p>"
+        ),
+    ]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     shown = set()
     for ds, part, g in _groups(table):
         if ds not in shown and ds in figures:
             shown.add(ds)
-            parts.append(f"<h2>{esc(ds)}</h2><img class='privacy-utility' alt='privacy-utility plot of {esc(ds)}' "
-                         f"src='data:image/png;base64,{figures[ds]}'>")
+            parts.append(
+                f"<h2>{esc(ds)}</h2><img class='privacy-utility' alt='privacy-utility plot of {esc(ds)}' "
+                f"src='data:image/png;base64,{figures[ds]}'>"
+            )
         parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + _html_table(g, "ACC"))
     for heading, tab, label in extra or ():
         for ds, part, g in _groups(tab):
             parts.append(f"<h2>{esc(heading)}: {esc(ds)} / {esc(part)}</h2>" + _html_table(g, label))
-    parts.append("<h2>What each method protects</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in statements.values())
-                 + "</ul></body></html>")
+    parts.append(
+        "<h2>What each method protects</h2><ul>"
+        + "".join(f"<li>{esc(s)}</li>" for s in statements.values())
+        + "</ul></body></html>"
+    )
     return "\n".join(parts)
 
 
@@ -400,9 +505,15 @@ def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
     cols = ["ε", "method", "ACC (95% CI)", "chance", "trust", "rounds", "up/client", "compute s", "cell s"]
     lines = []
     for ds, part, g in _groups(table):
-        rows = [{**r, "chance": (r["chance"] + (" AT CHANCE" if r["at chance"] else "")).strip(),
-                 "trust": _SHORT_MODELS.get(r["trust model"], r["trust model"])}
-                for r in display_rows(g) if r["status"] == "ok"]
+        rows = [
+            {
+                **r,
+                "chance": (r["chance"] + (" AT CHANCE" if r["at chance"] else "")).strip(),
+                "trust": _SHORT_MODELS.get(r["trust model"], r["trust model"]),
+            }
+            for r in display_rows(g)
+            if r["status"] == "ok"
+        ]
         if not rows:
             continue
         keep = list(cols)
@@ -418,8 +529,13 @@ def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
     return lines
 
 
-def build(records: list[dict], *, title: str = "fedclust benchmark", notes: list[str] | None = None,
-          plot_name: str = "privacy_utility.png") -> dict:
+def build(
+    records: list[dict],
+    *,
+    title: str = "fedclust benchmark",
+    notes: list[str] | None = None,
+    plot_name: str = "privacy_utility.png",
+) -> dict:
     """Everything the report needs from ``records``: ``table``, ``statements``, ``figures`` (data set
     -> base64 PNG), ``html``, ``markdown``, ``metrics`` and ``tags`` of the parent run, ``terminal``."""
     table = method_table(records)
@@ -429,10 +545,14 @@ def build(records: list[dict], *, title: str = "fedclust benchmark", notes: list
     figures = {ds: figure_png_base64(privacy_utility_figure(table, ds)) for ds in dict.fromkeys(table["dataset"])}
     metrics, tags = parent_run_summary(records, table)
     return {
-        "table": table, "statements": statements, "figures": figures, "metrics": metrics, "tags": tags,
+        "table": table,
+        "statements": statements,
+        "figures": figures,
+        "metrics": metrics,
+        "tags": tags,
         "html": to_html(table, statements, title=title, figures=figures, notes=notes, extra=extra),
-        "markdown": to_markdown(table, statements, title=title, notes=notes, extra=extra,
-                                plots={ds: plot_name for ds in figures}),
+        "markdown": to_markdown(
+            table, statements, title=title, notes=notes, extra=extra, plots={ds: plot_name for ds in figures}
+        ),
         "terminal": terminal_lines(table),
     }
-

@@ -38,9 +38,17 @@ from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry.clustered_fl import rr_sigmas, run_rr
 
-METRICS = ["test_accuracy", "client_ACC", "client_NMI", "client_ACC_chance", "client_at_chance", "mean_moved",
-           "min_noisy_cluster", "epsilon_accountant",
-           "wall_time_s"]
+METRICS = [
+    "test_accuracy",
+    "client_ACC",
+    "client_NMI",
+    "client_ACC_chance",
+    "client_at_chance",
+    "mean_moved",
+    "min_noisy_cluster",
+    "epsilon_accountant",
+    "wall_time_s",
+]
 CURVE_KEYS = ("setting", "method", "epsilon")
 SETTINGS = {"balanced": {"n_groups": 4}, "imbalanced": {"n_groups": 3, "ratios": [2, 1, 1], "angles": [0, 90, 180]}}
 
@@ -51,9 +59,18 @@ AXES = ("settings", "epsilons", "seeds", "methods", "Bs")
 #: presets of ``regime``; their values replace the config's
 REGIMES = {
     "many_per_cluster": {},
-    "few_per_cluster": {"dataset": "mnist", "n_clients": 1000, "samples_per_client": 7, "test_per_client": 1,
-                        "participation": 0.03, "rounds": 60, "settings": ["balanced"], "epsilons": [None, 4.0],
-                        "Bs": [2, 4, 7], "methods": ["dp_ifca", "rr_cluster"]},
+    "few_per_cluster": {
+        "dataset": "mnist",
+        "n_clients": 1000,
+        "samples_per_client": 7,
+        "test_per_client": 1,
+        "participation": 0.03,
+        "rounds": 60,
+        "settings": ["balanced"],
+        "epsilons": [None, 4.0],
+        "Bs": [2, 4, 7],
+        "methods": ["dp_ifca", "rr_cluster"],
+    },
 }
 
 
@@ -74,9 +91,18 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
         for eps in config.get("epsilons", [None, 8.0, 4.0, 2.0]):
             for seed in range(int(config.get("seeds", 2))):
                 for method in config.get("methods", ["dp_ifca", "rr_cluster", "dp_fedavg"]):
-                    for B in (config.get("Bs", [4, 8]) if method == "rr_cluster" else [0]):
-                        out.append({"setting": setting, "epsilon": eps, "seed": seed, "method": method, "B": int(B),
-                                    "config": shared, "data_paths": dict(data_paths or {})})
+                    for B in config.get("Bs", [4, 8]) if method == "rr_cluster" else [0]:
+                        out.append(
+                            {
+                                "setting": setting,
+                                "epsilon": eps,
+                                "seed": seed,
+                                "method": method,
+                                "B": int(B),
+                                "config": shared,
+                                "data_paths": dict(data_paths or {}),
+                            }
+                        )
     return out
 
 
@@ -91,28 +117,54 @@ def run_cell(cell: dict) -> list[dict]:
     q = float(config.get("participation", 0.25))
     T = int(config.get("rounds", 30))
     delta = float(config.get("delta", 1e-3))
-    train = dict(lr=float(config.get("lr", 0.1)), local_steps=int(config.get("local_steps", 5)), rounds=T,
-                 participation=q, eval_every=int(config.get("eval_every", 5)))
+    train = dict(
+        lr=float(config.get("lr", 0.1)),
+        local_steps=int(config.get("local_steps", 5)),
+        rounds=T,
+        participation=q,
+        eval_every=int(config.get("eval_every", 5)),
+    )
     hidden = config.get("hidden", [])
     clip = float(config.get("clip", 0.3))
     bound = config.get("calibration_bound", "accountant")
     spc, tpc = int(config.get("samples_per_client", 8)), int(config.get("test_per_client", 2))
 
     def build():
-        rd = rotation(data.images, data.y, n_clients=M, samples_per_client=spc, test_per_client=tpc, seed=seed,
-                      reuse=False, **SETTINGS[setting])
+        rd = rotation(
+            data.images,
+            data.y,
+            n_clients=M,
+            samples_per_client=spc,
+            test_per_client=tpc,
+            seed=seed,
+            reuse=False,
+            **SETTINGS[setting],
+        )
         return rd, FederatedTensors.from_rotated(rd)
 
     rd, tensors = memo(("rr_rotation", ds, stamp(data_paths.get(ds)), setting, seed, M, spc, tpc), build)
     k = len(rd.angles)
-    model = MLP(tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1)
+    model = MLP(
+        tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1
+    )
     private = eps is not None
     kw = dict(train, seed=seed)
     # the RR dispatch of the registry (the same as the rr_cluster pipeline's)
     base = config.get("base", "ifca")
     sigmas = rr_sigmas(method, eps, delta, q, T, M, rho_s=float(config.get("rho_s", 0.5)), base=base, bound=bound)
-    res = run_rr(method, tensors, model, k, sigmas=sigmas, clip=clip if private else None, B=B, base=base,
-                 C_s=float(config.get("C_s", 0.1)), mu=float(config.get("mu", 0.1)), **kw)
+    res = run_rr(
+        method,
+        tensors,
+        model,
+        k,
+        sigmas=sigmas,
+        clip=clip if private else None,
+        B=B,
+        base=base,
+        C_s=float(config.get("C_s", 0.1)),
+        mu=float(config.get("mu", 0.1)),
+        **kw,
+    )
     final = res.info["final"]
     moved = res.history.get("n_moved") or [0.0]
     label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
@@ -126,15 +178,31 @@ def run_cell(cell: dict) -> list[dict]:
     metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
     hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
     metrics["wall_time_s"] = time.perf_counter() - t0
-    return [{
-        "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
-        "tags": {"method": method, "dataset": data.name, "partition": f"rotation-{setting}", "epsilon": eps_label(eps),
-                 "trust_model": "none" if eps is None else "central"},
-        "params": {"setting": setting, "epsilon": eps_label(eps), "label": label, "B": B, "seed": seed, "n_clients": M,
-                   "participation": q, "rounds": T, "clip": clip},
-        "metrics": metrics,
-        "history": hist,
-    }]
+    return [
+        {
+            "name": f"{setting}/eps={eps_label(eps)}/{label}/seed={seed}",
+            "tags": {
+                "method": method,
+                "dataset": data.name,
+                "partition": f"rotation-{setting}",
+                "epsilon": eps_label(eps),
+                "trust_model": "none" if eps is None else "central",
+            },
+            "params": {
+                "setting": setting,
+                "epsilon": eps_label(eps),
+                "label": label,
+                "B": B,
+                "seed": seed,
+                "n_clients": M,
+                "participation": q,
+                "rounds": T,
+                "clip": clip,
+            },
+            "metrics": metrics,
+            "history": hist,
+        }
+    ]
 
 
 def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dict]:
@@ -145,11 +213,22 @@ def run(config: dict, data_paths: dict | None = None, **run_options) -> list[dic
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     frame = records_frame(records)
     summary = summarize(frame, ["setting", "epsilon", "label"], METRICS)
-    table1 = summary.pivot_table(index="label", columns=["setting", "epsilon"], values="test_accuracy", aggfunc="first", sort=False).reset_index()
+    table1 = summary.pivot_table(
+        index="label", columns=["setting", "epsilon"], values="test_accuracy", aggfunc="first", sort=False
+    ).reset_index()
     rr = summary[summary["label"].str.startswith(("rr_cluster", "dp_ifca"))]  # dp_ifca and dp_ifca_literal
-    table4 = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False).reset_index()
-    moved = rr.pivot_table(index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False).reset_index()
-    return {"table1_test_accuracy": table1, "table4_client_ACC": table4, "moved_updates_per_round": moved, "all_metrics": summary}
+    table4 = rr.pivot_table(
+        index=["setting", "epsilon"], columns="label", values="client_ACC", aggfunc="first", sort=False
+    ).reset_index()
+    moved = rr.pivot_table(
+        index=["setting", "epsilon"], columns="label", values="mean_moved", aggfunc="first", sort=False
+    ).reset_index()
+    return {
+        "table1_test_accuracy": table1,
+        "table4_client_ACC": table4,
+        "moved_updates_per_round": moved,
+        "all_metrics": summary,
+    }
 
 
 def privacy_utility_figure(records: list[dict], chance: float | None = None):
@@ -157,13 +236,24 @@ def privacy_utility_figure(records: list[dict], chance: float | None = None):
     label, one panel per setting; ``chance`` (1 / number of classes) as a dashed line."""
     from fedclust.plots import privacy_utility_figure as figure
 
-    return figure(records, metric="test_accuracy", series="label", facets=("setting",), chance=chance,
-                  title="RR-Cluster grid, privacy-utility: test accuracy against the accounted ε (client-level)")
+    return figure(
+        records,
+        metric="test_accuracy",
+        series="label",
+        facets=("setting",),
+        chance=chance,
+        title="RR-Cluster grid, privacy-utility: test accuracy against the accounted ε (client-level)",
+    )
 
 
 def rounds_figure(records: list[dict]):
     """Test accuracy per evaluation round across budgets, one panel per method label (first setting)."""
     from fedclust.plots import rounds_by_epsilon_figure
 
-    return rounds_by_epsilon_figure(records, "test_accuracy", series="label", focus=("setting",),
-                                    title="RR-Cluster grid: test accuracy per evaluation round across ε")
+    return rounds_by_epsilon_figure(
+        records,
+        "test_accuracy",
+        series="label",
+        focus=("setting",),
+        title="RR-Cluster grid: test accuracy per evaluation round across ε",
+    )

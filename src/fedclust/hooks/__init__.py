@@ -22,6 +22,13 @@ from fedclust.hooks.summary import SummaryHook
 from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
 
 __all__ = [
-    "EffectiveSettingsHook", "HOST_TAG", "InterruptHook", "MethodRunsCloseHook", "PID_TAG", "ParamsCheckHook",
-    "RunTagsHook", "SummaryHook", "kill_dead_runs",
+    "EffectiveSettingsHook",
+    "HOST_TAG",
+    "InterruptHook",
+    "MethodRunsCloseHook",
+    "PID_TAG",
+    "ParamsCheckHook",
+    "RunTagsHook",
+    "SummaryHook",
+    "kill_dead_runs",
 ]

@@ -40,21 +40,31 @@ def kill_dead_runs(client, experiment_ids: list[str], host: str | None = None, c
     this machine) that no longer exists, and their nested runs still RUNNING; return their ids.
     Runs of other hosts, of live processes, and ``current`` are left alone."""
     host = host or socket.gethostname()
-    found = client.search_runs(experiment_ids, filter_string=f"attributes.status = 'RUNNING' and "
-                                                             f"tags.`{HOST_TAG}` = '{host}'", max_results=1000)
+    found = client.search_runs(
+        experiment_ids,
+        filter_string=f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
+        max_results=1000,
+    )
     killed = []
     for run in found:
         pid = run.data.tags.get(PID_TAG, "")
         if run.info.run_id == current or not pid.isdigit() or _pid_alive(int(pid)):
             continue
-        children = client.search_runs(experiment_ids, filter_string=f"attributes.status = 'RUNNING' and "
-                                                                    f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        children = client.search_runs(
+            experiment_ids,
+            filter_string=f"attributes.status = 'RUNNING' and tags.mlflow.parentRunId = '{run.info.run_id}'",
+        )
         for child in children:
             client.set_terminated(child.info.run_id, status="KILLED")
         client.set_terminated(run.info.run_id, status="KILLED")
         killed.append(run.info.run_id)
-        logger.warning("MLflow run %s was left RUNNING by process %s on %s, which is gone: marked KILLED "
-                       "(with %d nested run(s))", run.info.run_id, pid, host, len(children))
+        logger.warning(
+            "MLflow run %s was left RUNNING by process %s on %s, which is gone: marked KILLED (with %d nested run(s))",
+            run.info.run_id,
+            pid,
+            host,
+            len(children),
+        )
     return killed
 
 
@@ -100,8 +110,7 @@ class InterruptHook:
             if (active := mlflow.active_run()) is not None:
                 OPEN_RUNS.append(active.info.run_id)
                 mlflow.set_tags({PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
-                kill_dead_runs(mlflow.tracking.MlflowClient(), [active.info.experiment_id],
-                               current=active.info.run_id)
+                kill_dead_runs(mlflow.tracking.MlflowClient(), [active.info.experiment_id], current=active.info.run_id)
         except Exception as exc:  # tracking must never break a run
             logger.warning("could not check for MLflow runs left RUNNING by dead processes: %s", exc)
         if not _ATEXIT_REGISTERED:

@@ -42,7 +42,10 @@ class ParamsCheckHook:
         try:
             base = loader.base_env
             self._reference = OmegaConfigLoader(
-                conf_source=str(loader.conf_source), base_env=base, default_run_env=base, env=base,
+                conf_source=str(loader.conf_source),
+                base_env=base,
+                default_run_env=base,
+                env=base,
             )["parameters"]
         except Exception as exc:  # a custom config loader: skip the check rather than fail the run
             logger.warning("parameters not checked against conf/base: %s", exc)
@@ -69,8 +72,10 @@ class ParamsCheckHook:
             if "params:dataset" in used:  # a key given but unused is a mistake, not something to skip
                 ds = params.get("dataset") or {}
                 if ds.get("path") is not None and ds.get("name") in NO_FILE_NAMES:
-                    raise ValueError(f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
-                                     "no file: remove dataset.path, or choose a data set read from files")
+                    raise ValueError(
+                        f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
+                        "no file: remove dataset.path, or choose a data set read from files"
+                    )
             if "params:partition" in used:  # the scheme and its option names (values: in the node)
                 part = dict(params.get("partition") or {})
                 extra = {k: v for k, v in part.items() if k not in ("scheme", "n_clients", "options")}

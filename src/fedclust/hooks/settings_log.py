@@ -18,8 +18,11 @@ def log_effective_settings(result) -> None:
     try:
         if mlflow.active_run() is None:
             return
-        info = {k: v for k, v in result.info.items()
-                if k not in ("wall_time_s",) and (v is None or isinstance(v, (bool, int, float, str)))}
+        info = {
+            k: v
+            for k, v in result.info.items()
+            if k not in ("wall_time_s",) and (v is None or isinstance(v, (bool, int, float, str)))
+        }
         centroids = getattr(result, "centroids", None)
         if getattr(centroids, "shape", None) is not None and len(centroids.shape) == 2:
             info.setdefault("k", int(centroids.shape[0]))

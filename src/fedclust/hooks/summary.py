@@ -44,8 +44,13 @@ def add_setup_time(metrics: dict, setup_s: float) -> None:
         metrics["wall_time_s"] = float(metrics["wall_time_s"]) + float(setup_s)
 
 
-def summary_rows(summary: dict[str, dict], grid_records: dict[str, list], *, grid_cells: dict[str, int] | None = None,
-                 grid_wall_s: dict[str, float] | None = None) -> list[dict]:
+def summary_rows(
+    summary: dict[str, dict],
+    grid_records: dict[str, list],
+    *,
+    grid_cells: dict[str, int] | None = None,
+    grid_wall_s: dict[str, float] | None = None,
+) -> list[dict]:
     """One row per method (or grid) of a finished run, for the summary table.
 
     ``summary`` maps a method to what its nodes returned (``metrics``, ``privacy``, ``wall_time_s``);
@@ -62,21 +67,40 @@ def summary_rows(summary: dict[str, dict], grid_records: dict[str, list], *, gri
         eps = fmt_eps(_eps_of(priv))
         if priv.get("trust_model") not in (None, "none"):
             eps = f"{eps} ({priv['trust_model']})"
-        rows.append({"method": method, "result": util, "epsilon": eps,
-                     "wall_time_s": "" if wall is None else f"{float(wall):.1f}", "run_id": RUN.run_id(method)})
+        rows.append(
+            {
+                "method": method,
+                "result": util,
+                "epsilon": eps,
+                "wall_time_s": "" if wall is None else f"{float(wall):.1f}",
+                "run_id": RUN.run_id(method),
+            }
+        )
     for grid, records in grid_records.items():
         wall = (grid_wall_s or {}).get(grid)
         cells = (grid_cells or {}).get(grid)
         runs = f"{len(records)} runs" + (f" in {cells} cells" if cells is not None else "")
-        rows.append({"method": grid, "result": runs, "epsilon": "per cell",
-                     "wall_time_s": "" if wall is None else f"{wall:.1f}", "run_id": RUN.parent_id or ""})
+        rows.append(
+            {
+                "method": grid,
+                "result": runs,
+                "epsilon": "per cell",
+                "wall_time_s": "" if wall is None else f"{wall:.1f}",
+                "run_id": RUN.parent_id or "",
+            }
+        )
     return rows
 
 
 def print_summary(title: str, rows: list[dict], width: int | None = None) -> None:
     table = Table(title=f"fedclust: {title}", title_justify="left")
-    for col, just in (("method", "left"), ("result", "left"), ("ε", "right"), ("wall time (s)", "right"),
-                      ("MLflow run id", "left")):
+    for col, just in (
+        ("method", "left"),
+        ("result", "left"),
+        ("ε", "right"),
+        ("wall time (s)", "right"),
+        ("MLflow run id", "left"),
+    ):
         table.add_column(col, justify=just, no_wrap=col == "MLflow run id")
     for r in rows:
         table.add_row(r["method"], r["result"], r["epsilon"], r["wall_time_s"], r["run_id"])
@@ -88,9 +112,16 @@ class _Bars:
     library's round loops report through :mod:`fedclust.progress`); nothing when not on a terminal."""
 
     def __init__(self, total: int):
-        self.bar = Progress(TextColumn("[bold]{task.fields[unit]:>6}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                            TextColumn("{task.description}"), transient=True)
+        self.bar = Progress(
+            TextColumn("[bold]{task.fields[unit]:>6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            transient=True,
+        )
         self.task = self.bar.add_task("", total=total, unit="nodes")
         self.rounds = None
         self.bar.start()

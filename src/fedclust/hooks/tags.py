@@ -70,7 +70,8 @@ def _trust_model(method: str, params: dict, privacy: dict) -> str:
 def _pipeline_label(run_params: dict) -> str:
     # Kedro >= 1.0 records the requested pipelines as a list under "pipeline_names"
     names = run_params.get("pipeline_names") or (
-        [run_params["pipeline_name"]] if run_params.get("pipeline_name") else None)
+        [run_params["pipeline_name"]] if run_params.get("pipeline_name") else None
+    )
     return ",".join(names) if names else "__default__"
 
 
@@ -88,16 +89,22 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         seeds = {(((params.get(g) or {}).get("config") or {}).get("seeds")) for g in grids} - {None}
         n_seeds = max(int(n) for n in seeds) if seeds else None
         seeds_text = f"seed {seed}" if n_seeds is None else f"{n_seeds} seed{'s' if n_seeds != 1 else ''}"
-        RUN.tags = {"pipeline": pipeline_label, "method": ",".join(grids), "kind": "grid",
-                    **({"seed": seed} if n_seeds is None else {"seeds": str(n_seeds)})}
+        RUN.tags = {
+            "pipeline": pipeline_label,
+            "method": ",".join(grids),
+            "kind": "grid",
+            **({"seed": seed} if n_seeds is None else {"seeds": str(n_seeds)}),
+        }
         RUN.name = f"{pipeline_label} · grid · {seeds_text}"
         return
     # data clustering runs on `partition` (params `partition`); clustered FL on `rotated_data`
     # (the rotation split of params `clustered_fl.data`); the tour has both
     outputs = pipeline.all_outputs()
     rot = (params.get("clustered_fl", {}) or {}).get("data", {}) or {}
-    split_of = {"partition": (str(part.get("scheme", "")), str(part.get("n_clients", ""))),
-                "rotated_data": ("rotation", str(rot.get("n_clients", "")))}
+    split_of = {
+        "partition": (str(part.get("scheme", "")), str(part.get("n_clients", ""))),
+        "rotated_data": ("rotation", str(rot.get("n_clients", ""))),
+    }
     splits = [split_of[k] for k in ("partition", "rotated_data") if k in outputs] or [split_of["partition"]]
     RUN.tags = {
         "pipeline": pipeline_label,
@@ -120,13 +127,21 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         for m in methods:
             ins = {i for n in pipeline.nodes if n.namespace and n.namespace.split(".")[0] == m for i in n.inputs}
             scheme, n_clients = split_of["rotated_data"] if "rotated_data" in ins else split_of["partition"]
-            tags = {**RUN.tags, "method": m, "kind": "method", "partition": scheme, "n_clients": n_clients,
-                    "trust_model": _trust_model(m, params, priv)}
+            tags = {
+                **RUN.tags,
+                "method": m,
+                "kind": "method",
+                "partition": scheme,
+                "n_clients": n_clients,
+                "trust_model": _trust_model(m, params, priv),
+            }
             RUN.method_tags[m] = tags
             RUN.method_names[m] = run_name(m, tags["dataset"], scheme, eps, seed)
             if m.endswith("benchmark"):  # a grid inside the tour: its cells say their own budget
-                RUN.method_tags[m] = {**{k: v for k, v in tags.items() if k not in ("epsilon", "trust_model")},
-                                      "kind": "grid"}
+                RUN.method_tags[m] = {
+                    **{k: v for k, v in tags.items() if k not in ("epsilon", "trust_model")},
+                    "kind": "grid",
+                }
                 RUN.method_names[m] = f"{m} · grid"
         RUN.name = f"tour · {RUN.tags['dataset']}/{RUN.tags['partition']} · ε={eps} · seed {seed}"
 
@@ -188,8 +203,9 @@ class RunTagsHook:
             if mlflow.active_run() is None:
                 return
             known = method in RUN.method_run_ids
-            run = mlflow.start_run(run_id=RUN.method_run_ids.get(method), nested=True,
-                                   run_name=None if known else RUN.method_names[method])
+            run = mlflow.start_run(
+                run_id=RUN.method_run_ids.get(method), nested=True, run_name=None if known else RUN.method_names[method]
+            )
             RUN.open_method = method
             if not known:
                 RUN.method_run_ids[method] = run.info.run_id

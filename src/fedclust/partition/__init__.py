@@ -69,8 +69,14 @@ def check_scheme(scheme: str, options: dict | None = None) -> None:
 
 def _check_options(scheme: str, options: dict) -> None:
     """Unknown options stop the run with the scheme's valid options and the nearest one."""
-    func = {"iid": iid, "dirichlet": dirichlet, "shards": shards, "power_law": power_law,
-            "kmeans": kmeans_split, "rotation": rotation}[scheme]
+    func = {
+        "iid": iid,
+        "dirichlet": dirichlet,
+        "shards": shards,
+        "power_law": power_law,
+        "kmeans": kmeans_split,
+        "rotation": rotation,
+    }[scheme]
     valid = [p for p in inspect.signature(func).parameters if p not in _NOT_OPTIONS]
     for key in options:
         if key in valid:
@@ -79,11 +85,22 @@ def _check_options(scheme: str, options: dict) -> None:
             raise ValueError(f"partition scheme {scheme!r} takes no options, got partition.options.{key}")
         near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ValueError(f"unknown option {key!r} of partition scheme {scheme!r}{hint} "
-                         f"(options: {', '.join(valid)})")
+        raise ValueError(f"unknown option {key!r} of partition scheme {scheme!r}{hint} (options: {', '.join(valid)})")
 
 
 __all__ = [
-    "Partition", "RotatedData", "SCHEMES", "check_scheme", "dirichlet", "heatmap_figure", "iid", "kmeans_split",
-    "label_matrix", "make_partition", "partition_stats", "power_law", "rotation", "shards",
+    "Partition",
+    "RotatedData",
+    "SCHEMES",
+    "check_scheme",
+    "dirichlet",
+    "heatmap_figure",
+    "iid",
+    "kmeans_split",
+    "label_matrix",
+    "make_partition",
+    "partition_stats",
+    "power_law",
+    "rotation",
+    "shards",
 ]

@@ -32,8 +32,16 @@ METHODS = ("client", "label")
 PRIORS = ("global", "uniform")
 
 
-def dirichlet(y, n_clients: int, alpha: float, seed: int = 0, min_size: int = 1, max_retries: int = 100,
-              method: str = "client", prior: str = "global") -> Partition:
+def dirichlet(
+    y,
+    n_clients: int,
+    alpha: float,
+    seed: int = 0,
+    min_size: int = 1,
+    max_retries: int = 100,
+    method: str = "client",
+    prior: str = "global",
+) -> Partition:
     """Label-skewed partition of labels ``y`` over ``n_clients`` clients with concentration ``alpha``.
 
     Returns a :class:`Partition` that uses every sample; ``meta["attempts"]`` records how many draws
@@ -63,13 +71,25 @@ def dirichlet(y, n_clients: int, alpha: float, seed: int = 0, min_size: int = 1,
             client = _by_client(y, present, n_clients, alpha * pri, rng)
         sizes = np.bincount(client, minlength=n_clients)
         if sizes.min() >= min_size:
-            return Partition(client=client, n_clients=n_clients, meta={
-                "scheme": "dirichlet", "seed": int(seed), "n_clients": n_clients, "alpha": alpha,
-                "min_size": min_size, "method": method, "prior": prior, "attempts": attempt})
+            return Partition(
+                client=client,
+                n_clients=n_clients,
+                meta={
+                    "scheme": "dirichlet",
+                    "seed": int(seed),
+                    "n_clients": n_clients,
+                    "alpha": alpha,
+                    "min_size": min_size,
+                    "method": method,
+                    "prior": prior,
+                    "attempts": attempt,
+                },
+            )
     raise ValueError(
         f"dirichlet: after max_retries={max_retries} draws some client still held fewer than "
         f"min_size={min_size} samples (alpha={alpha}, n_clients={n_clients}); raise alpha or max_retries, "
-        f"or lower min_size")
+        f"or lower min_size"
+    )
 
 
 def _by_label(y, n_clients, alpha, rng) -> np.ndarray:

@@ -29,5 +29,6 @@ def iid(n_samples: int, n_clients: int, seed: int = 0) -> Partition:
     sizes[:extra] += 1
     client = np.empty(n_samples, dtype=np.int64)
     client[perm] = np.repeat(np.arange(n_clients, dtype=np.int64), sizes)
-    return Partition(client=client, n_clients=n_clients,
-                     meta={"scheme": "iid", "seed": int(seed), "n_clients": n_clients})
+    return Partition(
+        client=client, n_clients=n_clients, meta={"scheme": "iid", "seed": int(seed), "n_clients": n_clients}
+    )

@@ -30,6 +30,15 @@ def kmeans_split(X, n_clients: int, seed: int = 0, n_init: int = 10, max_iter: i
     random_state = int(stream(seed, "partition").integers(0, 2**31 - 1))
     km = KMeans(n_clusters=n_clients, n_init=n_init, max_iter=max_iter, random_state=random_state)
     client = km.fit_predict(X)
-    return Partition(client=client, n_clients=n_clients, meta={
-        "scheme": "kmeans", "seed": int(seed), "n_clients": n_clients, "n_init": n_init,
-        "random_state": random_state, "inertia": float(km.inertia_)})
+    return Partition(
+        client=client,
+        n_clients=n_clients,
+        meta={
+            "scheme": "kmeans",
+            "seed": int(seed),
+            "n_clients": n_clients,
+            "n_init": n_init,
+            "random_state": random_state,
+            "inertia": float(km.inertia_),
+        },
+    )

@@ -26,8 +26,15 @@ from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
 
-def power_law(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, sigma: float = 2.0,
-              base: int = 5, shuffle_labels: bool = False) -> Partition:
+def power_law(
+    y,
+    n_clients: int,
+    labels_per_client: int = 2,
+    seed: int = 0,
+    sigma: float = 2.0,
+    base: int = 5,
+    shuffle_labels: bool = False,
+) -> Partition:
     """Lognormal(0, ``sigma``) client sizes, ``labels_per_client`` labels per client.
 
     Raises ValueError when a label has fewer than ``base`` samples per client holding it, for
@@ -51,7 +58,8 @@ def power_law(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, sigm
         l = short[0]
         raise ValueError(
             f"label {labels[l]} has {counts[l]} samples but {holders[l]} clients hold it with base={base} "
-            f"samples each; lower base, n_clients or labels_per_client")
+            f"samples each; lower base, n_clients or labels_per_client"
+        )
 
     # per pair: base + floor(share of the rest), the leftovers to the largest-proportion pair of the label
     label_mass = np.bincount(flat_label, weights=props, minlength=L)
@@ -64,8 +72,18 @@ def power_law(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, sigm
         pairs = np.flatnonzero(flat_label == l)
         take[pairs[np.argmax(props[pairs])]] += idx.size - int(take[pairs].sum())  # rounding leftovers
         client[idx] = np.repeat(flat_client[pairs], take[pairs])
-    return Partition(client=client, n_clients=n_clients, meta={
-        "scheme": "power_law", "seed": int(seed), "n_clients": n_clients, "labels_per_client": c,
-        "sigma": sigma, "base": base, "shuffle_labels": bool(shuffle_labels),
-        "client_labels": np.sort(labels[pair_label], axis=1).tolist(),
-        "n_unused": int(np.count_nonzero(client < 0))})
+    return Partition(
+        client=client,
+        n_clients=n_clients,
+        meta={
+            "scheme": "power_law",
+            "seed": int(seed),
+            "n_clients": n_clients,
+            "labels_per_client": c,
+            "sigma": sigma,
+            "base": base,
+            "shuffle_labels": bool(shuffle_labels),
+            "client_labels": np.sort(labels[pair_label], axis=1).tolist(),
+            "n_unused": int(np.count_nonzero(client < 0)),
+        },
+    )

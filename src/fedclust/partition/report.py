@@ -18,8 +18,7 @@ from fedclust.partition.base import Partition
 def _check(partition: Partition, y) -> np.ndarray:
     y = check_labels(y)
     if y.shape != partition.client.shape:
-        raise ValueError(f"y must have one label per sample of the partition ({partition.client.size}), "
-                         f"got {y.size}")
+        raise ValueError(f"y must have one label per sample of the partition ({partition.client.size}), got {y.size}")
     return y
 
 
@@ -47,11 +46,17 @@ def partition_stats(partition: Partition, y) -> dict:
         "scheme": partition.meta.get("scheme", ""),
         "n_clients": int(partition.n_clients),
         "n_samples": int(sizes.sum()),
-        "n_unused": int(np.count_nonzero(partition.client < 0) - (
-            0 if partition.test_client is None else np.count_nonzero(partition.test_client >= 0))),
-        "size_min": int(sizes.min()), "size_mean": float(sizes.mean()), "size_max": int(sizes.max()),
+        "n_unused": int(
+            np.count_nonzero(partition.client < 0)
+            - (0 if partition.test_client is None else np.count_nonzero(partition.test_client >= 0))
+        ),
+        "size_min": int(sizes.min()),
+        "size_mean": float(sizes.mean()),
+        "size_max": int(sizes.max()),
         "size_std": float(sizes.std()),
-        "labels_min": int(nlab.min()), "labels_mean": float(nlab.mean()), "labels_max": int(nlab.max()),
+        "labels_min": int(nlab.min()),
+        "labels_mean": float(nlab.mean()),
+        "labels_max": int(nlab.max()),
         "n_empty_clients": int(np.count_nonzero(sizes == 0)),
         "sizes": sizes.tolist(),
         "labels_per_client": nlab.tolist(),
@@ -84,8 +89,11 @@ def heatmap_figure(partition: Partition, y, max_clients: int = 100, class_names=
     ax.set_xlabel("label")
     ax.set_ylabel("client")
     ax.set_xticks(np.arange(K))
-    ax.set_xticklabels([str(c) for c in (class_names if class_names is not None else range(K))],
-                       rotation=90 if K > 20 else 0, fontsize=8 if K > 20 else 10)
+    ax.set_xticklabels(
+        [str(c) for c in (class_names if class_names is not None else range(K))],
+        rotation=90 if K > 20 else 0,
+        fontsize=8 if K > 20 else 10,
+    )
     if partition.group is not None:
         g = partition.group[:n_rows]
         for b in np.flatnonzero(np.diff(g) != 0):

@@ -87,13 +87,19 @@ class RotatedData:
         n_tr, n_te = self.y_train.size, self.y_test.size
         client = np.concatenate([self.client_train, np.full(n_te, -1, dtype=np.int64)])
         test_client = np.concatenate([np.full(n_tr, -1, dtype=np.int64), self.client_test])
-        return Partition(client=client, n_clients=self.n_clients, group=self.group.copy(),
-                         test_client=test_client, meta=dict(self.meta))
+        return Partition(
+            client=client,
+            n_clients=self.n_clients,
+            group=self.group.copy(),
+            test_client=test_client,
+            meta=dict(self.meta),
+        )
 
     def train_partition(self) -> Partition:
         """A :class:`Partition` over the training rows only (``X_train``/``y_train``)."""
-        return Partition(client=self.client_train.copy(), n_clients=self.n_clients, group=self.group.copy(),
-                         meta=dict(self.meta))
+        return Partition(
+            client=self.client_train.copy(), n_clients=self.n_clients, group=self.group.copy(), meta=dict(self.meta)
+        )
 
 
 def default_angles(n_groups: int) -> tuple[int, ...]:
@@ -102,7 +108,8 @@ def default_angles(n_groups: int) -> tuple[int, ...]:
         return (0, 180)
     if n_groups > 4:
         raise ValueError(
-            f"n_groups must be <= 4 for distinct 90-degree rotations, got {n_groups}; pass angles explicitly")
+            f"n_groups must be <= 4 for distinct 90-degree rotations, got {n_groups}; pass angles explicitly"
+        )
     return tuple(90 * g for g in range(n_groups))
 
 
@@ -118,10 +125,22 @@ def group_sizes(n_clients: int, ratios) -> np.ndarray:
     return sizes
 
 
-def rotation(images, y, n_groups: int = 4, ratios=None, n_clients: int | None = None,
-             samples_per_client: int | None = None, test_per_client: int | None = None, angles=None,
-             seed: int = 0, reuse: bool = True, images_test=None, y_test=None, test_fraction: float = 0.2,
-             shuffle_test: bool = True) -> RotatedData:
+def rotation(
+    images,
+    y,
+    n_groups: int = 4,
+    ratios=None,
+    n_clients: int | None = None,
+    samples_per_client: int | None = None,
+    test_per_client: int | None = None,
+    angles=None,
+    seed: int = 0,
+    reuse: bool = True,
+    images_test=None,
+    y_test=None,
+    test_fraction: float = 0.2,
+    shuffle_test: bool = True,
+) -> RotatedData:
     """Rotated-groups partition (see the module docstring).
 
     * ``n_clients`` (required): total clients, split over the groups by ``ratios`` (default balanced).
@@ -199,11 +218,15 @@ def rotation(images, y, n_groups: int = 4, ratios=None, n_clients: int | None = 
     if images_test is not None:
         n_test_pool = images_test.shape[0]
         if units * spc > n:
-            raise ValueError(f"samples_per_client must be <= {n // units} ({units} clients {how} share "
-                             f"{n} training images), got {spc}")
+            raise ValueError(
+                f"samples_per_client must be <= {n // units} ({units} clients {how} share "
+                f"{n} training images), got {spc}"
+            )
         if units * tpc > n_test_pool:
-            raise ValueError(f"test_per_client must be <= {n_test_pool // units} ({units} clients {how} share "
-                             f"{n_test_pool} test images), got {tpc}")
+            raise ValueError(
+                f"test_per_client must be <= {n_test_pool // units} ({units} clients {how} share "
+                f"{n_test_pool} test images), got {tpc}"
+            )
         train_pool = np.arange(n)
         test_pool = np.arange(n_test_pool)
         test_src_images, test_src_y = images_test, y_test
@@ -211,10 +234,11 @@ def rotation(images, y, n_groups: int = 4, ratios=None, n_clients: int | None = 
         if units * (spc + tpc) > n:
             raise ValueError(
                 f"samples_per_client + test_per_client must be <= {n // units} ({units} clients {how} share "
-                f"{n} images), got {spc} + {tpc}")
+                f"{n} images), got {spc} + {tpc}"
+            )
         perm = rng.permutation(n)
         test_pool = np.sort(perm[: units * tpc])
-        train_pool = perm[units * tpc:]
+        train_pool = perm[units * tpc :]
         test_src_images, test_src_y = images, y
 
     group = np.repeat(np.arange(G, dtype=np.int64), sizes)
@@ -222,8 +246,7 @@ def rotation(images, y, n_groups: int = 4, ratios=None, n_clients: int | None = 
     if reuse:
         # one independent permutation of the pool per group (loop over groups, not clients)
         src_tr = np.concatenate([rng.permutation(train_pool)[: s * spc] for s in sizes])
-        src_te = np.concatenate([(rng.permutation(test_pool) if shuffle_test else test_pool)[: s * tpc]
-                                 for s in sizes])
+        src_te = np.concatenate([(rng.permutation(test_pool) if shuffle_test else test_pool)[: s * tpc] for s in sizes])
     else:
         src_tr = rng.permutation(train_pool)[: N * spc]
         src_te = (rng.permutation(test_pool) if shuffle_test else test_pool)[: N * tpc]
@@ -232,16 +255,35 @@ def rotation(images, y, n_groups: int = 4, ratios=None, n_clients: int | None = 
 
     img_tr = _rotate_rows(images, src_tr, group[client_tr], turns)
     img_te = _rotate_rows(test_src_images, src_te, group[client_te], turns)
-    meta = {"scheme": "rotation", "seed": int(seed), "n_clients": N, "n_groups": G,
-            "ratios": ratios.tolist(), "group_sizes": sizes.tolist(), "angles": list(angles),
-            "samples_per_client": spc, "test_per_client": tpc, "reuse": bool(reuse),
-            "test_source": "images_test" if images_test is not None else "carved from images",
-            "first_client_of_group": first.tolist()}
+    meta = {
+        "scheme": "rotation",
+        "seed": int(seed),
+        "n_clients": N,
+        "n_groups": G,
+        "ratios": ratios.tolist(),
+        "group_sizes": sizes.tolist(),
+        "angles": list(angles),
+        "samples_per_client": spc,
+        "test_per_client": tpc,
+        "reuse": bool(reuse),
+        "test_source": "images_test" if images_test is not None else "carved from images",
+        "first_client_of_group": first.tolist(),
+    }
     return RotatedData(
-        X_train=_flat(img_tr), images_train=img_tr, y_train=y[src_tr],
-        client_train=client_tr, X_test=_flat(img_te), images_test=img_te,
-        y_test=test_src_y[src_te], client_test=client_te, group=group, angles=angles,
-        source_train=src_tr, source_test=src_te, meta=meta)
+        X_train=_flat(img_tr),
+        images_train=img_tr,
+        y_train=y[src_tr],
+        client_train=client_tr,
+        X_test=_flat(img_te),
+        images_test=img_te,
+        y_test=test_src_y[src_te],
+        client_test=client_te,
+        group=group,
+        angles=angles,
+        source_train=src_tr,
+        source_test=src_te,
+        meta=meta,
+    )
 
 
 def _rotate_rows(images, src, row_group, turns) -> np.ndarray:

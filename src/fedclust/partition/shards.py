@@ -35,8 +35,15 @@ from fedclust.rng import stream
 PAIRINGS = ("random", "cyclic")
 
 
-def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_per_label=None,
-           equalize: bool = False, pairing: str = "random") -> Partition:
+def shards(
+    y,
+    n_clients: int,
+    labels_per_client: int = 2,
+    seed: int = 0,
+    shards_per_label=None,
+    equalize: bool = False,
+    pairing: str = "random",
+) -> Partition:
     """Shard partition of labels ``y``: ``n_clients`` clients with exactly ``labels_per_client`` labels each.
 
     * ``shards_per_label``: None (default) gives ``n_clients * c`` shards in all, spread as evenly as
@@ -71,7 +78,8 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
         if L * spl < total:
             raise ValueError(
                 f"shards_per_label must be >= ceil(n_clients * labels_per_client / n_labels) = "
-                f"{-(-total // L)}, got {spl}")
+                f"{-(-total // L)}, got {spl}"
+            )
         n_shards = np.full(L, spl, dtype=np.int64)
     counts = np.array([len(ix) for ix in per_label])
     bad = np.flatnonzero(counts < n_shards)
@@ -79,7 +87,8 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
         k = labels[bad[0]]
         raise ValueError(
             f"label {k} has {counts[bad[0]]} samples, fewer than its {n_shards[bad[0]]} shards; lower "
-            f"n_clients or labels_per_client (or shards_per_label)")
+            f"n_clients or labels_per_client (or shards_per_label)"
+        )
 
     # the shards of each label: contiguous pieces of the label's samples, sizes differing by <= 1
     shard_idx = [np.array_split(ix, s) if s else [] for ix, s in zip(per_label, n_shards)]
@@ -96,7 +105,8 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
         if total % L:
             raise ValueError(
                 f"pairing='cyclic' needs n_clients * labels_per_client to be a multiple of the number of "
-                f"labels ({L}), got {total}")
+                f"labels ({L}), got {total}"
+            )
         if shards_per_label is not None and int(n_shards[0]) != total // L:
             raise ValueError("pairing='cyclic' needs shards_per_label=None or n_clients*labels_per_client/n_labels")
         choice = (np.arange(n_clients)[:, None] + np.arange(c)[None, :]) % L
@@ -113,10 +123,21 @@ def shards(y, n_clients: int, labels_per_client: int = 2, seed: int = 0, shards_
         kept = np.sort(rng.choice(n_shards[l], use[l], replace=False)) if use[l] < n_shards[l] else np.arange(use[l])
         for j, s in enumerate(kept):
             client[shard_idx[l][s]] = who[j]
-    return Partition(client=client, n_clients=n_clients, meta={
-        "scheme": "shards", "seed": int(seed), "n_clients": n_clients, "labels_per_client": c,
-        "shards_per_label": n_shards.tolist(), "dropped_shards": int(surplus), "equalize": bool(equalize),
-        "pairing": pairing, "client_labels": labels[np.sort(choice, axis=1)].tolist()})
+    return Partition(
+        client=client,
+        n_clients=n_clients,
+        meta={
+            "scheme": "shards",
+            "seed": int(seed),
+            "n_clients": n_clients,
+            "labels_per_client": c,
+            "shards_per_label": n_shards.tolist(),
+            "dropped_shards": int(surplus),
+            "equalize": bool(equalize),
+            "pairing": pairing,
+            "client_labels": labels[np.sort(choice, axis=1)].tolist(),
+        },
+    )
 
 
 def _random_choice(use: np.ndarray, n_clients: int, c: int, rng) -> np.ndarray:

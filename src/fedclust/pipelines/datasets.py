@@ -44,8 +44,9 @@ class _ReadOnlyDataset(AbstractDataset[Dataset, Dataset]):
 class IDXDataset(_ReadOnlyDataset):
     """MNIST / Fashion-MNIST images and labels from two IDX files (``.gz`` or raw)."""
 
-    def __init__(self, images_filepath: str, labels_filepath: str, name: str = "mnist",
-                 metadata: dict[str, Any] | None = None):
+    def __init__(
+        self, images_filepath: str, labels_filepath: str, name: str = "mnist", metadata: dict[str, Any] | None = None
+    ):
         self._images = Path(images_filepath)
         self._labels = Path(labels_filepath)
         self._name = name
@@ -55,8 +56,7 @@ class IDXDataset(_ReadOnlyDataset):
         return load_idx(self._images, self._labels, name=self._name)
 
     def _describe(self) -> dict[str, Any]:
-        return {"images_filepath": str(self._images), "labels_filepath": str(self._labels),
-                "name": self._name}
+        return {"images_filepath": str(self._images), "labels_filepath": str(self._labels), "name": self._name}
 
     def _exists(self) -> bool:
         return self._images.is_file() and self._labels.is_file()
@@ -65,8 +65,14 @@ class IDXDataset(_ReadOnlyDataset):
 class MatDataset(_ReadOnlyDataset):
     """A MATLAB ``.mat`` file with samples as columns of ``x_key`` and labels in ``label_key``."""
 
-    def __init__(self, filepath: str, x_key: str = "X", label_key: str = "Label",
-                 samples_as: str = "columns", metadata: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        filepath: str,
+        x_key: str = "X",
+        label_key: str = "Label",
+        samples_as: str = "columns",
+        metadata: dict[str, Any] | None = None,
+    ):
         self._filepath = Path(filepath)
         self._x_key = x_key
         self._label_key = label_key
@@ -74,12 +80,15 @@ class MatDataset(_ReadOnlyDataset):
         self.metadata = metadata
 
     def _load(self) -> Dataset:
-        return load_mat(self._filepath, x_key=self._x_key, label_key=self._label_key,
-                        samples_as=self._samples_as)
+        return load_mat(self._filepath, x_key=self._x_key, label_key=self._label_key, samples_as=self._samples_as)
 
     def _describe(self) -> dict[str, Any]:
-        return {"filepath": str(self._filepath), "x_key": self._x_key,
-                "label_key": self._label_key, "samples_as": self._samples_as}
+        return {
+            "filepath": str(self._filepath),
+            "x_key": self._x_key,
+            "label_key": self._label_key,
+            "samples_as": self._samples_as,
+        }
 
     def _exists(self) -> bool:
         return self._filepath.is_file()

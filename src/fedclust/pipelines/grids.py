@@ -42,14 +42,19 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     return plots.sweeps_figure(tables, metric)
 
 
-def plot_curves(records: list[dict], keys, metrics=("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
-                max_curves: int = 10):
+def plot_curves(
+    records: list[dict],
+    keys,
+    metrics=("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
+    max_curves: int = 10,
+):
     """Convergence curves averaged over seeds (:func:`fedclust.plots.curves_figure`)."""
     return plots.curves_figure(records, keys, metrics, max_curves=max_curves)
 
 
-def prepare_cells_node(module, name: str, with_data_paths: bool = True,
-                       settings: Callable[[dict], dict] | None = None) -> Callable:
+def prepare_cells_node(
+    module, name: str, with_data_paths: bool = True, settings: Callable[[dict], dict] | None = None
+) -> Callable:
     """``prepare_cells(config[, data_paths]) -> {"grid", "cells", "executor", "options", "resume"}``;
     ``settings(config)`` gives the executor keys where a grid has its own defaults."""
     from fedclust.executors import execution
@@ -77,17 +82,28 @@ def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None =
             for rec in records if on_record is not None else ():
                 on_record(rec)
 
-        results = run_cells(module.run_cell, plan["cells"], plan["executor"], plan["options"], on_done=on_done,
-                            store=cell_store, resume=plan["resume"], label=name, name=cell_name,
-                            data_of=cell_data_digest, code=grid_code(module))
+        results = run_cells(
+            module.run_cell,
+            plan["cells"],
+            plan["executor"],
+            plan["options"],
+            on_done=on_done,
+            store=cell_store,
+            resume=plan["resume"],
+            label=name,
+            name=cell_name,
+            data_of=cell_data_digest,
+            code=grid_code(module),
+        )
         return [rec for res in results for rec in res]
 
     run_cells_.__name__ = "run_cells"
     return run_cells_
 
 
-def grid_pipeline(name: str, module, tables: Callable, title: str, metric: str = "ACC",
-                  curve_keys=("method",)) -> Pipeline:
+def grid_pipeline(
+    name: str, module, tables: Callable, title: str, metric: str = "ACC", curve_keys=("method",)
+) -> Pipeline:
     """A ``<name>`` pipeline around ``module.cells(config, data_paths)``, ``module.run_cell(cell)``
     and ``tables(records)``: prepare_cells -> run_cells -> tabulate -> plot."""
 
@@ -101,11 +117,27 @@ def grid_pipeline(name: str, module, tables: Callable, title: str, metric: str =
 
     return Pipeline(
         [
-            node(prepare_cells_node(module, name), ["params:config", "params:data_paths"], "cells",
-                 name="prepare_cells", tags=["grid"]),
-            node(run_cells_node(module, name), ["cells", "cell_store"], "records", name="run_cells",
-                 tags=["training", "grid"]),
-            node(tabulate, "records", ["tables", "summary_csv", "summary_md"], name="tabulate", tags=["reporting", "grid"]),
+            node(
+                prepare_cells_node(module, name),
+                ["params:config", "params:data_paths"],
+                "cells",
+                name="prepare_cells",
+                tags=["grid"],
+            ),
+            node(
+                run_cells_node(module, name),
+                ["cells", "cell_store"],
+                "records",
+                name="run_cells",
+                tags=["training", "grid"],
+            ),
+            node(
+                tabulate,
+                "records",
+                ["tables", "summary_csv", "summary_md"],
+                name="tabulate",
+                tags=["reporting", "grid"],
+            ),
             node(plot, ["tables", "records"], ["sweep_plot", "curves_plot"], name="plot", tags=["reporting", "grid"]),
         ],
         namespace=name,
@@ -122,16 +154,25 @@ def _fedsc_grid():
 def _dp_fedc_grid():
     from fedclust.grids import dp_fedc
 
-    return grid_pipeline("dp_fedc_grid", dp_fedc, dp_fedc.tables,
-                         "DP-FedC grid: Table I layout and the eps_bar / K / split sweep (mean ± std over seeds)",
-                         curve_keys=dp_fedc.CURVE_KEYS)
+    return grid_pipeline(
+        "dp_fedc_grid",
+        dp_fedc,
+        dp_fedc.tables,
+        "DP-FedC grid: Table I layout and the eps_bar / K / split sweep (mean ± std over seeds)",
+        curve_keys=dp_fedc.CURVE_KEYS,
+    )
 
 
 def _fedc_mf_grid():
     from fedclust.grids import fedc_mf
 
-    return grid_pipeline("fedc_mf_grid", fedc_mf, fedc_mf.tables,
-                         "FedCAvg / FedCGds grid (mean ± std over common initializations)", curve_keys=fedc_mf.CURVE_KEYS)
+    return grid_pipeline(
+        "fedc_mf_grid",
+        fedc_mf,
+        fedc_mf.tables,
+        "FedCAvg / FedCGds grid (mean ± std over common initializations)",
+        curve_keys=fedc_mf.CURVE_KEYS,
+    )
 
 
 def _benchmark():
@@ -155,16 +196,38 @@ def _benchmark():
 
     figures.__name__ = "benchmark_figures"
 
-    base = grid_pipeline("benchmark", both, benchmark.tables,
-                         "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
-                         curve_keys=benchmark.CURVE_KEYS)
+    base = grid_pipeline(
+        "benchmark",
+        both,
+        benchmark.tables,
+        "Cross-method benchmark: same data, partition, accounted privacy budget and seeds",
+        curve_keys=benchmark.CURVE_KEYS,
+    )
     extra = Pipeline(
-        [node(figures, ["records", "params:config", "params:data_paths"],
-              ["privacy_utility_plot", "privacy_utility_clustered_fl_plot", "communication_plot", "embedding_plot",
-               "partition_plot", "rounds_by_epsilon_plot", "confusion_plot"],
-              name="figures", tags=["reporting", "grid"]),
-         node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
-              name="report", tags=["reporting", "grid"])],
+        [
+            node(
+                figures,
+                ["records", "params:config", "params:data_paths"],
+                [
+                    "privacy_utility_plot",
+                    "privacy_utility_clustered_fl_plot",
+                    "communication_plot",
+                    "embedding_plot",
+                    "partition_plot",
+                    "rounds_by_epsilon_plot",
+                    "confusion_plot",
+                ],
+                name="figures",
+                tags=["reporting", "grid"],
+            ),
+            node(
+                write_report,
+                ["records", "params:config"],
+                ["report_html", "report_md", "run_summary"],
+                name="report",
+                tags=["reporting", "grid"],
+            ),
+        ],
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
@@ -176,8 +239,11 @@ def write_report(records: list[dict], config: dict):
     best ACC per epsilon and counts."""
     from fedclust.grids import report
 
-    built = report.build(records, title="fedclust benchmark: which method, at which privacy budget, at what cost",
-                         notes=report_notes(config))
+    built = report.build(
+        records,
+        title="fedclust benchmark: which method, at which privacy budget, at what cost",
+        notes=report_notes(config),
+    )
     return built["html"], built["markdown"], {"metrics": built["metrics"], "tags": built["tags"]}
 
 
@@ -190,12 +256,27 @@ def tour_benchmark() -> Pipeline:
     name = "tour_benchmark"
     return Pipeline(
         [
-            node(prepare_cells_node(data_half, name), ["params:config", "params:data_paths"], "cells",
-                 name="prepare_cells", tags=["grid"]),
-            node(run_cells_node(data_half, name), ["cells", "cell_store"], "records", name="run_cells",
-                 tags=["training", "grid"]),
-            node(write_report, ["records", "params:config"], ["report_html", "report_md", "run_summary"],
-                 name="report", tags=["reporting", "grid"]),
+            node(
+                prepare_cells_node(data_half, name),
+                ["params:config", "params:data_paths"],
+                "cells",
+                name="prepare_cells",
+                tags=["grid"],
+            ),
+            node(
+                run_cells_node(data_half, name),
+                ["cells", "cell_store"],
+                "records",
+                name="run_cells",
+                tags=["training", "grid"],
+            ),
+            node(
+                write_report,
+                ["records", "params:config"],
+                ["report_html", "report_md", "run_summary"],
+                name="report",
+                tags=["reporting", "grid"],
+            ),
         ],
         namespace=name,
         parameters={"params:data_paths"},
@@ -206,23 +287,38 @@ def report_notes(config: dict) -> list[str]:
     """The settings a benchmark report states at its top."""
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
     eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
-    setup = (f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
-             f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
-             f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)")
+    setup = (
+        f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
+        f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
+        f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)"
+    )
     settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
-        "; per method " + "; ".join(f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
-                                    for m, over in config["method_settings"].items())
-        if config.get("method_settings") else "")
-    return [setup, f"every method runs with its own defaults (as a single run of it) except the benchmark's shared "
-                   f"settings: {settings}"]
+        "; per method "
+        + "; ".join(
+            f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
+            for m, over in config["method_settings"].items()
+        )
+        if config.get("method_settings")
+        else ""
+    )
+    return [
+        setup,
+        f"every method runs with its own defaults (as a single run of it) except the benchmark's shared "
+        f"settings: {settings}",
+    ]
 
 
 def _cfl_grid():
     from fedclust.grids import cfl
 
-    return grid_pipeline("cfl_grid", cfl, cfl.tables,
-                         "CFL-MGD / IFCA / FedAvg on rotated data (Table 2 layout: test accuracy, mean ± std over seeds)",
-                         metric="test_accuracy", curve_keys=cfl.CURVE_KEYS)
+    return grid_pipeline(
+        "cfl_grid",
+        cfl,
+        cfl.tables,
+        "CFL-MGD / IFCA / FedAvg on rotated data (Table 2 layout: test accuracy, mean ± std over seeds)",
+        metric="test_accuracy",
+        curve_keys=cfl.CURVE_KEYS,
+    )
 
 
 def _rr_grid():
@@ -233,12 +329,24 @@ def _rr_grid():
         return rr.privacy_utility_figure(records, chance), rr.rounds_figure(records)
 
     figures.__name__ = "rr_grid_figures"
-    base = grid_pipeline("rr_grid", rr, rr.tables,
-                         "RR-Cluster grid: Table 1 (test accuracy) and Table 4 (clustering accuracy) layouts",
-                         metric="test_accuracy", curve_keys=rr.CURVE_KEYS)
+    base = grid_pipeline(
+        "rr_grid",
+        rr,
+        rr.tables,
+        "RR-Cluster grid: Table 1 (test accuracy) and Table 4 (clustering accuracy) layouts",
+        metric="test_accuracy",
+        curve_keys=rr.CURVE_KEYS,
+    )
     extra = Pipeline(
-        [node(figures, ["records", "params:config", "params:data_paths"], ["privacy_utility_plot", "rounds_by_epsilon_plot"],
-              name="figures", tags=["reporting", "grid"])],
+        [
+            node(
+                figures,
+                ["records", "params:config", "params:data_paths"],
+                ["privacy_utility_plot", "rounds_by_epsilon_plot"],
+                name="figures",
+                tags=["reporting", "grid"],
+            )
+        ],
         namespace="rr_grid",
         parameters={"params:data_paths"},
     )
@@ -259,28 +367,50 @@ def _privacy_audit():
 
     def tabulate_audits(records: list[dict]):
         tabs = privacy_audit.tables(records)
-        csv, md = _tables_to_outputs(tabs, "Privacy audit: ε accounted (upper bound) vs ε audited (lower bounds: "
-                                           "distribution-free, tight Gaussian-DP, measured noise; noise off), "
-                                           "tightness (LOW below 0.5) and the halved-noise mutant's verdict")
+        csv, md = _tables_to_outputs(
+            tabs,
+            "Privacy audit: ε accounted (upper bound) vs ε audited (lower bounds: "
+            "distribution-free, tight Gaussian-DP, measured noise; noise off), "
+            "tightness (LOW below 0.5) and the halved-noise mutant's verdict",
+        )
         per_method = {f"{r['name']}/audit": r["audit"] for r in records}
         return csv, md, privacy_audit.audit_figure(records), per_method
 
     def check_verdicts(records: list[dict]) -> None:
         errors = privacy_audit.verdict_errors(records)
         if errors:
-            raise RuntimeError("privacy audit failed: " + "; ".join(errors)
-                               + "; see data/08_reporting/privacy_audit/summary.md")
+            raise RuntimeError(
+                "privacy audit failed: " + "; ".join(errors) + "; see data/08_reporting/privacy_audit/summary.md"
+            )
 
     return Pipeline(
         [
-            node(prepare_cells_node(privacy_audit, "privacy_audit", with_data_paths=False,
-                                    settings=lambda c: privacy_audit.execution_config(privacy_audit.check_config(c))),
-                 "params:config", "cells",
-                 name="prepare_cells", tags=["privacy", "audit"]),
-            node(run_cells_node(privacy_audit, "privacy_audit", on_record=privacy_audit.log_record),
-                 ["cells", "cell_store"], "records", name="run_cells", tags=["privacy", "audit"]),
-            node(tabulate_audits, "records", ["summary_csv", "summary_md", "audit_plot", "audits"],
-                 name="tabulate_audits", tags=["reporting", "audit"]),
+            node(
+                prepare_cells_node(
+                    privacy_audit,
+                    "privacy_audit",
+                    with_data_paths=False,
+                    settings=lambda c: privacy_audit.execution_config(privacy_audit.check_config(c)),
+                ),
+                "params:config",
+                "cells",
+                name="prepare_cells",
+                tags=["privacy", "audit"],
+            ),
+            node(
+                run_cells_node(privacy_audit, "privacy_audit", on_record=privacy_audit.log_record),
+                ["cells", "cell_store"],
+                "records",
+                name="run_cells",
+                tags=["privacy", "audit"],
+            ),
+            node(
+                tabulate_audits,
+                "records",
+                ["summary_csv", "summary_md", "audit_plot", "audits"],
+                name="tabulate_audits",
+                tags=["reporting", "audit"],
+            ),
             node(check_verdicts, "records", None, name="check_verdicts", tags=["privacy", "audit"]),
         ],
         namespace="privacy_audit",

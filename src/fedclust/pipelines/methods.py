@@ -42,6 +42,7 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
     ``train(*data, noise, train, seed)`` with ``train`` the ``<method>.train`` parameter dict."""
     spec: MethodSpec = REGISTRY[method]
     if spec.family == "clustering":
+
         def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
             return spec.calibrate(privacy, spec.config_from(train), dataset, partition)
 
@@ -50,6 +51,7 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
             estimate_work(spec, cfg, dataset, partition)
             return spec.run(dataset, partition, noise, cfg, int(seed))
     else:
+
         def calibrate(privacy: dict, train: dict, rotated) -> dict:
             return spec.calibrate(privacy, spec.config_from(train), rotated)
 
@@ -57,60 +59,113 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
             cfg = spec.config_from(train)
             estimate_work(spec, cfg, rotated)
             return spec.run(rotated, noise, cfg, int(seed))
+
     for fn, what in ((calibrate, "calibrate"), (train, "train")):
         fn.__name__ = fn.__qualname__ = f"{method}_{what}"
         fn.__doc__ = f"{what} node of {method} (:data:`fedclust.registry.REGISTRY`)"
     return calibrate, train
 
 
-def method_pipeline(method: str, calibrate: Callable, train: Callable, *, data: list[str], evaluate: Callable,
-                    evaluate_inputs: list[str]) -> Pipeline:
+def method_pipeline(
+    method: str,
+    calibrate: Callable,
+    train: Callable,
+    *,
+    data: list[str],
+    evaluate: Callable,
+    evaluate_inputs: list[str],
+) -> Pipeline:
     """The pipeline of one method in the namespace ``method``; ``data`` are the shared inputs
     (``dataset``, ``partition`` for data clustering; ``rotated_data`` for clustered FL), given to
     ``calibrate(privacy, train, *data)`` and ``train(*data, noise, train, seed)``."""
     return Pipeline(
         [
-            node(calibrate, ["params:privacy", "params:train", *data], "noise", name="calibrate",
-                 tags=["privacy", "calibration"]),
+            node(
+                calibrate,
+                ["params:privacy", "params:train", *data],
+                "noise",
+                name="calibrate",
+                tags=["privacy", "calibration"],
+            ),
             node(train, [*data, "noise", "params:train", "params:seed"], "result", name="train", tags=["training"]),
             node(evaluate, evaluate_inputs, "metrics", name="evaluate", tags=["evaluation"]),
-            node(_bind(report_privacy, method=method), ["result", "noise", "params:privacy"], "privacy",
-                 name="report_privacy", tags=["privacy", "reporting"]),
+            node(
+                _bind(report_privacy, method=method),
+                ["result", "noise", "params:privacy"],
+                "privacy",
+                name="report_privacy",
+                tags=["privacy", "reporting"],
+            ),
             node(to_mlflow_metrics, ["metrics", "privacy"], "mlflow_metrics", name="log_metrics", tags=["reporting"]),
             node(history_to_mlflow, "result", "mlflow_history", name="log_history", tags=["reporting"]),
             # the split is named by the partition parameters, or by the rotated clients (clustered FL)
-            node(_bind(plot_history, method=method),
-                 ["result", "privacy", "params:dataset", "params:partition" if "partition" in data else data[0]],
-                 "history_plot", name="plot_history", tags=["reporting"]),
+            node(
+                _bind(plot_history, method=method),
+                ["result", "privacy", "params:dataset", "params:partition" if "partition" in data else data[0]],
+                "history_plot",
+                name="plot_history",
+                tags=["reporting"],
+            ),
             *(
-                [node(_bind(plot_centroids, method=method), ["result", "dataset", "privacy", "params:partition"],
-                      "centroids_plot", name="plot_centroids", tags=["reporting"])]
-                if "dataset" in data else []
+                [
+                    node(
+                        _bind(plot_centroids, method=method),
+                        ["result", "dataset", "privacy", "params:partition"],
+                        "centroids_plot",
+                        name="plot_centroids",
+                        tags=["reporting"],
+                    )
+                ]
+                if "dataset" in data
+                else []
             ),
             # reads every reporting output back, so none hangs off the modular pipeline in Kedro-Viz
-            node(_bind(summarize_run, method=method),
-                 ["metrics", "privacy", "mlflow_metrics", "mlflow_history", "history_plot",
-                  *(["centroids_plot"] if "dataset" in data else [])],
-                 None, name="summarize", tags=["reporting"]),
+            node(
+                _bind(summarize_run, method=method),
+                [
+                    "metrics",
+                    "privacy",
+                    "mlflow_metrics",
+                    "mlflow_history",
+                    "history_plot",
+                    *(["centroids_plot"] if "dataset" in data else []),
+                ],
+                None,
+                name="summarize",
+                tags=["reporting"],
+            ),
         ],
         namespace=method,
         inputs=set(data),
-        parameters={"params:privacy", "params:seed", "params:dataset"} | ({"params:partition"} if "partition" in data else set()),
+        parameters={"params:privacy", "params:seed", "params:dataset"}
+        | ({"params:partition"} if "partition" in data else set()),
     )
 
 
 def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
     """A federated data clustering method on the shared dataset and partition."""
-    return method_pipeline(method, calibrate, train, data=["dataset", "partition"], evaluate=evaluate_clustering,
-                           evaluate_inputs=["result", "dataset"])
+    return method_pipeline(
+        method,
+        calibrate,
+        train,
+        data=["dataset", "partition"],
+        evaluate=evaluate_clustering,
+        evaluate_inputs=["result", "dataset"],
+    )
 
 
 def clustered_fl_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
     """A clustered-FL method on the shared rotated clients."""
     from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
 
-    return method_pipeline(method, calibrate, train, data=["rotated_data"], evaluate=evaluate_clustered,
-                           evaluate_inputs=["result", "rotated_data"])
+    return method_pipeline(
+        method,
+        calibrate,
+        train,
+        data=["rotated_data"],
+        evaluate=evaluate_clustered,
+        evaluate_inputs=["result", "rotated_data"],
+    )
 
 
 def create_pipeline(method: str) -> Pipeline:

@@ -38,8 +38,19 @@ LARGEST = 1e300
 #: history keys logged under another name (FedC-MF's ``eps`` is a convergence figure, not a budget)
 RENAMED = {"eps": "rel_objective_change"}
 
-SCHEMA = ("ACC", "NMI", "ARI", "test_accuracy", "client_ACC", "client_NMI", "epsilon", "epsilon_paper",
-          "private", "delta", "wall_time_s")
+SCHEMA = (
+    "ACC",
+    "NMI",
+    "ARI",
+    "test_accuracy",
+    "client_ACC",
+    "client_NMI",
+    "epsilon",
+    "epsilon_paper",
+    "private",
+    "delta",
+    "wall_time_s",
+)
 
 
 def _number(v) -> float | None:
@@ -334,11 +345,18 @@ def kedro_command(run_params: dict) -> str:
         return "null" if v is None else str(v)
 
     cmd = ["kedro", "run"]
-    names = run_params.get("pipeline_names") or ([run_params["pipeline_name"]] if run_params.get("pipeline_name") else [])
+    names = run_params.get("pipeline_names") or (
+        [run_params["pipeline_name"]] if run_params.get("pipeline_name") else []
+    )
     names = [n for n in names if n != "__default__"]
-    for flag, value in (("--pipelines", names), ("--env", run_params.get("env")), ("--tags", run_params.get("tags")),
-                        ("--nodes", run_params.get("node_names")), ("--from-nodes", run_params.get("from_nodes")),
-                        ("--to-nodes", run_params.get("to_nodes"))):
+    for flag, value in (
+        ("--pipelines", names),
+        ("--env", run_params.get("env")),
+        ("--tags", run_params.get("tags")),
+        ("--nodes", run_params.get("node_names")),
+        ("--from-nodes", run_params.get("from_nodes")),
+        ("--to-nodes", run_params.get("to_nodes")),
+    ):
         if value:
             cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
     params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))

@@ -6,8 +6,14 @@ import math
 from collections.abc import Callable
 
 
-def log_bisect(too_small: Callable[[float], bool], rtol: float, *, max_value: float = math.inf,
-               min_value: float = 0.0, unreachable: Callable[[], Exception] | None = None) -> float:
+def log_bisect(
+    too_small: Callable[[float], bool],
+    rtol: float,
+    *,
+    max_value: float = math.inf,
+    min_value: float = 0.0,
+    unreachable: Callable[[], Exception] | None = None,
+) -> float:
     """The smallest ``x > 0`` (to relative tolerance ``rtol``) with ``too_small(x)`` False, for a
     predicate that is True below a threshold and False above it (e.g. "ε(z) exceeds the target").
 

@@ -179,8 +179,9 @@ def _epsilon_cached(keys: tuple, delta: float, accountant: str, orders: tuple, p
     relations = {k[0] for k in keys if k[1] != "gauss"}
     if len(relations) > 1:
         raise ValueError("the PLD accountant needs one neighbouring relation for all sampled releases, got both")
-    acc = PLDAccountant(neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-                        value_discretization_interval=pld_interval)
+    acc = PLDAccountant(
+        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=pld_interval
+    )
     for k in keys:
         acc.compose(_pld_event(k))
     return float(acc.get_epsilon(delta))
@@ -335,5 +336,6 @@ def calibrate_noise_multiplier(
             f"(delta={d:g}, steps={T}); increase target_epsilon or delta"
         )
 
-    return log_bisect(lambda z: eps_of(z) > eps_t, rtol, max_value=max_noise_multiplier, min_value=1e-8,
-                      unreachable=unreachable)
+    return log_bisect(
+        lambda z: eps_of(z) > eps_t, rtol, max_value=max_noise_multiplier, min_value=1e-8, unreachable=unreachable
+    )

@@ -220,9 +220,16 @@ def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict
     sd_hi = math.sqrt(dof * var / float(chi2.ppf(alpha / 2, dof)))
     mu_lo = max(shift_lo, 0.0) / sd_hi if sd_hi > 0 else (math.inf if shift_lo > 0 else 0.0)
     mu_pt = abs(shift) / sd if sd > 0 else (math.inf if shift else 0.0)
-    return {"epsilon_lower": gaussian_dp_epsilon(mu_lo, delta), "epsilon_point": gaussian_dp_epsilon(mu_pt, delta),
-            "mu_lower": mu_lo, "mu_point": mu_pt, "shift": shift, "shift_lower": shift_lo, "sigma": sd,
-            "sigma_upper": sd_hi}
+    return {
+        "epsilon_lower": gaussian_dp_epsilon(mu_lo, delta),
+        "epsilon_point": gaussian_dp_epsilon(mu_pt, delta),
+        "mu_lower": mu_lo,
+        "mu_point": mu_pt,
+        "shift": shift,
+        "shift_lower": shift_lo,
+        "sigma": sd,
+        "sigma_upper": sd_hi,
+    }
 
 
 def noise_audit(res_in, res_out, noise_std: float, alpha: float = 0.05) -> dict:
@@ -246,8 +253,14 @@ def noise_audit(res_in, res_out, noise_std: float, alpha: float = 0.05) -> dict:
     ss = float(np.square(a - a.mean(0)).sum() + np.square(b - b.mean(0)).sum())
     var = ss / dof
     sd_hi = math.sqrt(ss / float(chi2.ppf(alpha, dof)))
-    return {"sigma": math.sqrt(var), "sigma_upper": sd_hi, "sigma_claimed": float(noise_std),
-            "ratio": math.sqrt(var) / noise_std, "ratio_upper": sd_hi / noise_std, "dof": int(dof)}
+    return {
+        "sigma": math.sqrt(var),
+        "sigma_upper": sd_hi,
+        "sigma_claimed": float(noise_std),
+        "ratio": math.sqrt(var) / noise_std,
+        "ratio_upper": sd_hi / noise_std,
+        "dof": int(dof),
+    }
 
 
 def epsilon_with_noise(releases, delta: float, ratio: float, accountant: str = "rdp") -> float:
@@ -385,33 +398,41 @@ class AuditReport:
 
         mut = None
         if self.mutant is not None:
-            mut = {"epsilon_audited": self.mutant_epsilon, "caught": self.mutant_caught,
-                   "epsilon_audited_distribution_free": self.mutant.epsilon_lower,
-                   "epsilon_audited_tight": self.mutant.epsilon_tight,
-                   "epsilon_audited_noise": self.mutant.epsilon_noise,
-                   "noise_scale": self.case.info.get("mutant_noise_scale"), "result": self.mutant.to_dict()}
-        return json_ready({
-            "name": self.case.name,
-            "method": self.case.method,
-            "description": self.case.description,
-            "delta": self.case.delta,
-            "epsilon_accounted": self.case.epsilon,
-            "epsilon_audited": self.noisy.epsilon_lower,
-            "epsilon_audited_tight": self.noisy.epsilon_tight,
-            "epsilon_audited_noise": self.noisy.epsilon_noise,
-            "noise_ratio_upper": None if self.noisy.noise_measured is None else self.noisy.noise_measured["ratio_upper"],
-            "tightness": self.tightness,
-            "gaussian": self.case.gaussian,
-            "why_not_gaussian": None if self.case.gaussian else self.case.info.get("why_not_gaussian"),
-            "epsilon_audited_noise_off": None if self.noise_off is None else self.noise_off.epsilon_lower,
-            "sound": self.sound,
-            "powerful": self.powerful,
-            "mutant": mut,
-            "n_runs": self.noisy.n_runs,
-            "noisy": self.noisy.to_dict(),
-            "noise_off": None if self.noise_off is None else self.noise_off.to_dict(),
-            "info": dict(self.case.info),
-        })
+            mut = {
+                "epsilon_audited": self.mutant_epsilon,
+                "caught": self.mutant_caught,
+                "epsilon_audited_distribution_free": self.mutant.epsilon_lower,
+                "epsilon_audited_tight": self.mutant.epsilon_tight,
+                "epsilon_audited_noise": self.mutant.epsilon_noise,
+                "noise_scale": self.case.info.get("mutant_noise_scale"),
+                "result": self.mutant.to_dict(),
+            }
+        return json_ready(
+            {
+                "name": self.case.name,
+                "method": self.case.method,
+                "description": self.case.description,
+                "delta": self.case.delta,
+                "epsilon_accounted": self.case.epsilon,
+                "epsilon_audited": self.noisy.epsilon_lower,
+                "epsilon_audited_tight": self.noisy.epsilon_tight,
+                "epsilon_audited_noise": self.noisy.epsilon_noise,
+                "noise_ratio_upper": None
+                if self.noisy.noise_measured is None
+                else self.noisy.noise_measured["ratio_upper"],
+                "tightness": self.tightness,
+                "gaussian": self.case.gaussian,
+                "why_not_gaussian": None if self.case.gaussian else self.case.info.get("why_not_gaussian"),
+                "epsilon_audited_noise_off": None if self.noise_off is None else self.noise_off.epsilon_lower,
+                "sound": self.sound,
+                "powerful": self.powerful,
+                "mutant": mut,
+                "n_runs": self.noisy.n_runs,
+                "noisy": self.noisy.to_dict(),
+                "noise_off": None if self.noise_off is None else self.noise_off.to_dict(),
+                "info": dict(self.case.info),
+            }
+        )
 
 
 def _split(case: AuditCase, s, n_runs: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -428,13 +449,15 @@ def _split(case: AuditCase, s, n_runs: int) -> tuple[np.ndarray, np.ndarray | No
     if s.shape == (n_runs, 2):
         return s[:, 0], s[:, 1], None
     if s.shape != (n_runs,):
-        raise ValueError(f"audit case {case.name!r}: scores must return shape ({n_runs},) or ({n_runs}, 2), "
-                         f"got {s.shape}")
+        raise ValueError(
+            f"audit case {case.name!r}: scores must return shape ({n_runs},) or ({n_runs}, 2), got {s.shape}"
+        )
     return s, (s if case.gaussian else None), None
 
 
-def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float,
-         noise_alpha: float = NOISE_ALPHA) -> AuditResult:
+def _run(
+    case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float, noise_alpha: float = NOISE_ALPHA
+) -> AuditResult:
     t0 = time.perf_counter()
     ss = np.random.SeedSequence([int(seed), 1 if noise else 0]).generate_state(2, dtype=np.uint32)
     s_in, g_in, r_in = _split(case, case.scores(True, noise, n_runs, int(ss[0])), n_runs)
@@ -451,16 +474,35 @@ def _run(case: AuditCase, noise: bool, n_runs: int, seed: int, alpha: float,
         measured["alpha"] = noise_alpha
         measured["epsilon_lower"] = float(case.epsilon_at_noise(measured["ratio_upper"]))
     return AuditResult(
-        name=case.name, method=case.method, noise=noise, epsilon_accounted=float(case.epsilon),
-        epsilon_lower=r["epsilon_lower"], delta=case.delta, alpha=alpha, n_runs=n_runs,
-        threshold=r["threshold"], tpr=r["tpr"], fpr=r["fpr"], seconds=time.perf_counter() - t0, tight=tight,
+        name=case.name,
+        method=case.method,
+        noise=noise,
+        epsilon_accounted=float(case.epsilon),
+        epsilon_lower=r["epsilon_lower"],
+        delta=case.delta,
+        alpha=alpha,
+        n_runs=n_runs,
+        threshold=r["threshold"],
+        tpr=r["tpr"],
+        fpr=r["fpr"],
+        seconds=time.perf_counter() - t0,
+        tight=tight,
         noise_measured=measured,
     )
 
 
-def audit_case(case: AuditCase, *, n_runs: int | None = None, seed: int = 0, alpha: float = 0.05,
-               power_check: bool = True, mutant: AuditCase | None = None, power_runs: int | None = None,
-               mutant_runs: int | None = None, noise_alpha: float = NOISE_ALPHA) -> AuditReport:
+def audit_case(
+    case: AuditCase,
+    *,
+    n_runs: int | None = None,
+    seed: int = 0,
+    alpha: float = 0.05,
+    power_check: bool = True,
+    mutant: AuditCase | None = None,
+    power_runs: int | None = None,
+    mutant_runs: int | None = None,
+    noise_alpha: float = NOISE_ALPHA,
+) -> AuditReport:
     """Audit ``case``: ``n_runs`` runs with and without the canary with the noise on, ``power_runs``
     with it off (when ``power_check``), and ``mutant_runs`` of ``mutant`` (the same case built with
     ``noise_scale < 1``) with its noise on. An ``n_runs`` given applies to all three unless
@@ -476,7 +518,9 @@ def audit_case(case: AuditCase, *, n_runs: int | None = None, seed: int = 0, alp
     if min(n, n_off, n_mut) < 8:
         raise ValueError(f"run counts must be >= 8, got {n}, {n_off}, {n_mut}")
     if mutant is not None and not math.isclose(mutant.epsilon, case.epsilon, rel_tol=1e-9):
-        raise ValueError(f"the mutant of {case.name!r} must keep the unmutated claim {case.epsilon}, got {mutant.epsilon}")
+        raise ValueError(
+            f"the mutant of {case.name!r} must keep the unmutated claim {case.epsilon}, got {mutant.epsilon}"
+        )
     noisy = _run(case, True, n, seed, alpha, noise_alpha)
     off = _run(case, False, n_off, seed, alpha, noise_alpha) if power_check else None
     mut = _run(mutant, True, n_mut, seed + 7919, alpha, noise_alpha) if mutant is not None else None

@@ -38,7 +38,14 @@ class GaussianRelease:
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
-        z = tuple(float(v) for v in (self.noise_multipliers if isinstance(self.noise_multipliers, (list, tuple)) else (self.noise_multipliers,)))
+        z = tuple(
+            float(v)
+            for v in (
+                self.noise_multipliers
+                if isinstance(self.noise_multipliers, (list, tuple))
+                else (self.noise_multipliers,)
+            )
+        )
         object.__setattr__(self, "noise_multipliers", z)
         if not z or any(v < 0 for v in z):
             raise ValueError(f"noise_multipliers must be non-negative, got {z}")
@@ -56,9 +63,7 @@ class GaussianRelease:
             if self.population is None or self.sample_size is None:
                 raise ValueError("without_replacement sampling needs population and sample_size")
             if not 0 < self.sample_size <= self.population:
-                raise ValueError(
-                    f"sample_size must be in (0, population={self.population}], got {self.sample_size}"
-                )
+                raise ValueError(f"sample_size must be in (0, population={self.population}], got {self.sample_size}")
 
     @property
     def is_private(self) -> bool:
@@ -81,5 +86,6 @@ def non_dp_release(step: str, *, unit: str = "sample", neighbouring: str = "add_
     """A release that is not a DP mechanism: it has no bounded sensitivity or adds
     no noise, so any run that makes it spends epsilon = inf. ``step`` names the step; the privacy
     report quotes it in its notes."""
-    return GaussianRelease(noise_multipliers=(0.0,), count=1, unit=unit, neighbouring=neighbouring,
-                           label=f"NOT DP: {step}")
+    return GaussianRelease(
+        noise_multipliers=(0.0,), count=1, unit=unit, neighbouring=neighbouring, label=f"NOT DP: {step}"
+    )

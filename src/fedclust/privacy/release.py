@@ -32,7 +32,7 @@ TRUST_MODELS = ("local", "secure_aggregation", "central")
 DESCRIPTIONS = {
     "local": "each client adds the noise to what it sends; the server is untrusted and sees every noisy upload",
     "secure_aggregation": "the server sees only the sum of the clients' uploads (secure aggregation, simulated "
-                          "here); the noise is added once to that sum, or split across the clients",
+    "here); the noise is added once to that sum, or split across the clients",
     "central": "a trusted server sees the raw uploads and adds the noise to their sum itself",
 }
 
@@ -56,8 +56,15 @@ def sum_noise_std(std: float, n_contributors: int, trust_model: str) -> float:
     return float(std)
 
 
-def release_sum(total: np.ndarray, std: float, n_contributors: int, trust_model: str,
-                rng: np.random.Generator | None, *, distributed: bool = False) -> np.ndarray:
+def release_sum(
+    total: np.ndarray,
+    std: float,
+    n_contributors: int,
+    trust_model: str,
+    rng: np.random.Generator | None,
+    *,
+    distributed: bool = False,
+) -> np.ndarray:
     """The released, noisy version of ``total``, the exact sum over ``n_contributors`` clients of
     their per-client statistics, under ``trust_model`` (see the module docstring).
 

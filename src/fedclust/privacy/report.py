@@ -34,10 +34,17 @@ OUTSIDE = (
     "partition statistics and data reports",
 )
 #: One-line MLflow tag value that says the same.
-SCOPE_TAG = ("epsilon covers the releases in privacy.json and the final model; metrics, round.* histories "
-             "and plots are experimenter-side evaluation on raw data, outside the guarantee")
+SCOPE_TAG = (
+    "epsilon covers the releases in privacy.json and the final model; metrics, round.* histories "
+    "and plots are experimenter-side evaluation on raw data, outside the guarantee"
+)
 
-UNITS = {"sample": "sample-level", "client": "client-level", "sample-level": "sample-level", "client-level": "client-level"}
+UNITS = {
+    "sample": "sample-level",
+    "client": "client-level",
+    "sample-level": "sample-level",
+    "client-level": "client-level",
+}
 
 
 def json_ready(obj):
@@ -154,6 +161,8 @@ def privacy_report(
         "n_releases": len(rs),
         "releases": [r.to_dict() for r in rs],
         "covered_by_guarantee": list(COVERED) if private else [],
-        "outside_guarantee": list(OUTSIDE) + [str(o) for o in outside] if private else ["every output: the run is not private"],
+        "outside_guarantee": list(OUTSIDE) + [str(o) for o in outside]
+        if private
+        else ["every output: the run is not private"],
     }
     return json_ready(out)

@@ -17,5 +17,16 @@ from fedclust.registry.spec import (
     trust_model_of,
 )
 
-__all__ = ["REGISTRY", "REFERENCES", "Reference", "MethodSpec", "MethodConfig", "param", "get", "clustering_methods",
-           "clustered_fl_methods", "trust_model_of", "method_problems"]
+__all__ = [
+    "REGISTRY",
+    "REFERENCES",
+    "Reference",
+    "MethodSpec",
+    "MethodConfig",
+    "param",
+    "get",
+    "clustering_methods",
+    "clustered_fl_methods",
+    "trust_model_of",
+    "method_problems",
+]

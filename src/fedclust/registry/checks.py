@@ -26,9 +26,11 @@ def _dk_pp_rounds(cfg, private: bool, where: str) -> list[str]:
     rounds, seeding = cfg.rounds_for(private), int(cfg.seeding_rounds)
     if rounds >= seeding + 1:
         return []
-    return [f"{where}.{key} = {rounds} is too few for DK++, which spends {seeding} k-means|| seeding round(s) and "
-            f"1 weighting round before its Lloyd rounds: set {where}.{key} >= {seeding + 1}, or lower "
-            f"{where}.seeding_rounds (0 is the DP variant)"]
+    return [
+        f"{where}.{key} = {rounds} is too few for DK++, which spends {seeding} k-means|| seeding round(s) and "
+        f"1 weighting round before its Lloyd rounds: set {where}.{key} >= {seeding + 1}, or lower "
+        f"{where}.seeding_rounds (0 is the DP variant)"
+    ]
 
 
 def method_problems(params: Mapping[str, Any], used: Iterable[str] | None = None) -> list[str]:

@@ -81,8 +81,13 @@ def clustered_run(method: str):
 # ---- RR-Cluster and its DP baselines ---------------------------------------------------------------
 
 #: the base algorithm of every RR method with clusters (None: rr_cluster's own ``base``)
-RR_CLUSTERED = {"rr_cluster": None, "dp_ifca": "ifca", "dp_ifca_literal": "ifca", "dp_fesem": "fesem",
-                "dp_fedcam": "fedcam"}
+RR_CLUSTERED = {
+    "rr_cluster": None,
+    "dp_ifca": "ifca",
+    "dp_ifca_literal": "ifca",
+    "dp_fesem": "fesem",
+    "dp_fedcam": "fedcam",
+}
 RR_GLOBAL = ("dp_fedavg", "dp_fedprox", "dp_fedper")
 
 
@@ -110,8 +115,21 @@ def rr_sigmas(method: str, eps, delta, q, T, M, *, rho_s=0.5, base="ifca", bound
     return {"sigma_s": ss, "sigma_theta": st, "sigma_g": None}
 
 
-def run_rr(method: str, data, model, k: int, *, sigmas: dict, clip, B: int = 0, base: str = "ifca",
-           C_s: float = 0.1, mu: float = 0.01, noise_calibration: str = "replace_one", **kw):
+def run_rr(
+    method: str,
+    data,
+    model,
+    k: int,
+    *,
+    sigmas: dict,
+    clip,
+    B: int = 0,
+    base: str = "ifca",
+    C_s: float = 0.1,
+    mu: float = 0.01,
+    noise_calibration: str = "replace_one",
+    **kw,
+):
     """Run RR method ``method`` (rr_cluster, dp_ifca, dp_ifca_literal, dp_fesem, dp_fedcam, dp_fedavg,
     dp_fedprox, dp_fedper) with the noise multipliers ``sigmas`` of :func:`rr_sigmas`; ``kw`` go to
     the engine (rounds, lr, local_steps, participation, eval_every, server_lr, seed, ...).
@@ -121,16 +139,28 @@ def run_rr(method: str, data, model, k: int, *, sigmas: dict, clip, B: int = 0, 
 
     if method in RR_GLOBAL:
         extra = {"mu": float(mu)} if method == "dp_fedprox" else {}
-        return getattr(dpb, method)(data, model, sigma=sigmas.get("sigma", 0.0), clip=clip,
-                                    noise_calibration=noise_calibration, **extra, **kw)
+        return getattr(dpb, method)(
+            data, model, sigma=sigmas.get("sigma", 0.0), clip=clip, noise_calibration=noise_calibration, **extra, **kw
+        )
     if method not in RR_CLUSTERED:
         raise ValueError(f"unknown RR method {method!r}; valid: {sorted(RR_CLUSTERED) + list(RR_GLOBAL)}")
     if method == "dp_ifca_literal":
         noise_calibration = "paper_literal"
     # dp_ifca, dp_fesem, dp_fedcam are RR-Cluster without rebalancing (B = 0) on their base
-    return rr_cluster.run(data, model, k, base=rr_base(method, base), B=int(B) if method == "rr_cluster" else 0,
-                          sigma_s=sigmas["sigma_s"], sigma_theta=sigmas["sigma_theta"], sigma_g=sigmas.get("sigma_g"),
-                          clip=clip, C_s=float(C_s), noise_calibration=noise_calibration, **kw)
+    return rr_cluster.run(
+        data,
+        model,
+        k,
+        base=rr_base(method, base),
+        B=int(B) if method == "rr_cluster" else 0,
+        sigma_s=sigmas["sigma_s"],
+        sigma_theta=sigmas["sigma_theta"],
+        sigma_g=sigmas.get("sigma_g"),
+        clip=clip,
+        C_s=float(C_s),
+        noise_calibration=noise_calibration,
+        **kw,
+    )
 
 
 def _paper_epsilon(q, T, delta, sigmas) -> float:
@@ -148,9 +178,17 @@ def rr_calibrate(privacy: dict, cfg: C.RRClusterConfig, rotated) -> dict:
     method, literal = cfg.method, cfg.noise_calibration
     eps, delta = check_privacy_params(privacy)
     # the server clips, adds the noise and picks the sampled clients itself: a trusted server
-    base = {"mechanism": "gaussian", "unit": "client", "delta": delta, "epsilon_target": eps, "method": method,
-            "trust_model": "central",
-            "neighbouring": "replace_one", "sampling": "without_replacement", "noise_calibration": literal}
+    base = {
+        "mechanism": "gaussian",
+        "unit": "client",
+        "delta": delta,
+        "epsilon_target": eps,
+        "method": method,
+        "trust_model": "central",
+        "neighbouring": "replace_one",
+        "sampling": "without_replacement",
+        "noise_calibration": literal,
+    }
     if eps is None:
         return {**base, "private": False, "sigma_s": 0.0, "sigma_theta": 0.0, "sigma_g": None, "sigma": 0.0}
     q, T, M = float(cfg.participation), int(cfg.rounds), int(rotated.group.size)
@@ -159,14 +197,19 @@ def rr_calibrate(privacy: dict, cfg: C.RRClusterConfig, rotated) -> dict:
     sig = rr_sigmas(method, eps, delta, q, T, M, rho_s=cfg.rho_s, base=cfg.base, bound=bound)
     out.update(sig)
     out["paper_epsilon"] = _paper_epsilon(q, T, delta, [v for v in sig.values() if v is not None])
-    out["paper_formula"] = ("RR-Cluster Prop. 4.1 + Wang et al. (2019) Thm 4.2 RDP bound, eq. (9) conversion, on the "
-                            "replace-one noise multipliers")
+    out["paper_formula"] = (
+        "RR-Cluster Prop. 4.1 + Wang et al. (2019) Thm 4.2 RDP bound, eq. (9) conversion, on the "
+        "replace-one noise multipliers"
+    )
     if literal == "paper_literal":
-        out["notes"] = ["noise_calibration=paper_literal: the paper's noise (for the baselines: "
-                        "sensitivity C_theta) is smaller than the replace-one calibration; the accountant's epsilon "
-                        "exceeds the target"]
-    logger.info("%s: epsilon=%s delta=%s -> %s", method, eps, delta,
-                {k: v for k, v in out.items() if k.startswith("sigma")})
+        out["notes"] = [
+            "noise_calibration=paper_literal: the paper's noise (for the baselines: "
+            "sensitivity C_theta) is smaller than the replace-one calibration; the accountant's epsilon "
+            "exceeds the target"
+        ]
+    logger.info(
+        "%s: epsilon=%s delta=%s -> %s", method, eps, delta, {k: v for k, v in out.items() if k.startswith("sigma")}
+    )
     return out
 
 
@@ -183,9 +226,22 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
     sigmas = {key: noise.get(key) for key in ("sigma_s", "sigma_theta", "sigma_g", "sigma")}
     sigmas["sigma"] = sigmas["sigma"] or 0.0
     t0 = time.perf_counter()
-    res = run_rr(method, data, model, k, sigmas=sigmas, clip=noise.get("clip") if noise["private"] else None,
-                 B=cfg.B, base=cfg.base, C_s=cfg.C_s, mu=cfg.mu, noise_calibration=cfg.noise_calibration,
-                 participation=float(cfg.participation), seed=int(seed), **kw)
+    res = run_rr(
+        method,
+        data,
+        model,
+        k,
+        sigmas=sigmas,
+        clip=noise.get("clip") if noise["private"] else None,
+        B=cfg.B,
+        base=cfg.base,
+        C_s=cfg.C_s,
+        mu=cfg.mu,
+        noise_calibration=cfg.noise_calibration,
+        participation=float(cfg.participation),
+        seed=int(seed),
+        **kw,
+    )
     res.info["wall_time_s"] = time.perf_counter() - t0
     res.info["rounds"] = int(cfg.rounds)
     moved = res.history.get("n_moved") or []

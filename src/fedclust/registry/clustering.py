@@ -38,6 +38,7 @@ def _is_private(privacy: dict) -> bool:
 
 # ---- FKM -------------------------------------------------------------------------------------------
 
+
 def non_dp_steps(method: str, cfg) -> list[str]:
     """The steps of a *private* run of ``method`` with ``cfg`` that are not DP mechanisms (empty when
     the run is DP). Mirrors the ``non_dp_release`` events of the library."""
@@ -47,8 +48,10 @@ def non_dp_steps(method: str, cfg) -> list[str]:
     if method == "fzkm" and cfg.local_iters > 1:
         steps.append(f"fzkm: local_iters={cfg.local_iters} > 1 has unbounded sensitivity (only local_iters=1 is DP)")
     if method == "dk_pp" and cfg.seeding_rounds > 0:
-        steps.append(f"dk_pp: the k-means|| seeding ({cfg.seeding_rounds} rounds) uploads data-selected private "
-                     "samples (only seeding_rounds=0 is DP)")
+        steps.append(
+            f"dk_pp: the k-means|| seeding ({cfg.seeding_rounds} rounds) uploads data-selected private "
+            "samples (only seeding_rounds=0 is DP)"
+        )
     if method == "dkm":
         steps.append("dkm: coreset points and local k-means centres are data-selected private values (no DP variant)")
     return steps
@@ -67,8 +70,12 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
     if noise["private"]:
         noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
         noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
-        logger.info("fkm: epsilon=%s -> noise multiplier %.4g (std %.4g)", noise["epsilon_target"],
-                    noise["noise_multiplier"], noise["noise_std"])
+        logger.info(
+            "fkm: epsilon=%s -> noise multiplier %.4g (std %.4g)",
+            noise["epsilon_target"],
+            noise["noise_multiplier"],
+            noise["noise_std"],
+        )
     return flag_non_dp(noise, "fkm", non_dp_steps("fkm", cfg))
 
 
@@ -78,13 +85,21 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
-    return run_timed(fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset),
-                     rounds=int(noise.get("rounds", cfg.rounds)),
-                     clients_per_round=cfg.clients_per_round, seed=int(seed),
-                     noise_multiplier=float(noise["noise_multiplier"]),
-                     clip=float(noise["clip"]) if noise["private"] else None,
-                     init=cfg.init, init_domain=cfg.init_domain, y=dataset.y,
-                     **cfg.pick("trust_model", "count_threshold", "project"))
+    return run_timed(
+        fkm.run,
+        dataset.X,
+        partition.client,
+        n_clusters(cfg.k, dataset),
+        rounds=int(noise.get("rounds", cfg.rounds)),
+        clients_per_round=cfg.clients_per_round,
+        seed=int(seed),
+        noise_multiplier=float(noise["noise_multiplier"]),
+        clip=float(noise["clip"]) if noise["private"] else None,
+        init=cfg.init,
+        init_domain=cfg.init_domain,
+        y=dataset.y,
+        **cfg.pick("trust_model", "count_threshold", "project"),
+    )
 
 
 # ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
@@ -93,8 +108,15 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 #: a counts round, then Lloyd rounds); its seeding rounds release two, but they are not DP anyway.
 KMEANS_MECHANISMS = {"fzkm": 1, "dk_pp": 1, "dkm": 4}
 _KMEANS_SPECIFIC = {
-    "fzkm": ("fuzzifier", "local_iters", "server_iters", "server_restarts", "trust_model", "count_threshold",
-             "project"),
+    "fzkm": (
+        "fuzzifier",
+        "local_iters",
+        "server_iters",
+        "server_restarts",
+        "trust_model",
+        "count_threshold",
+        "project",
+    ),
     "dk_pp": ("seeding_rounds", "oversampling", "trust_model", "count_threshold", "project"),
     "dkm": ("coreset_size", "local_iters", "server_iters", "server_restarts"),
 }
@@ -132,9 +154,27 @@ def kmeans_run(method: str):
 # ---- DP-FedC ---------------------------------------------------------------------------------------
 
 _DP_FEDC_RUN_KEYS = (
-    "rounds", "Q1", "q2", "Qhat", "b", "rho_factor", "mu_h_factor", "mu_w", "h_step", "alpha_1", "eta_rule",
-    "alpha_2", "c0", "q_cap", "all_clients_update_H", "literal_2rho", "h_init", "init", "init_domain",
-    "constants", "clip",
+    "rounds",
+    "Q1",
+    "q2",
+    "Qhat",
+    "b",
+    "rho_factor",
+    "mu_h_factor",
+    "mu_w",
+    "h_step",
+    "alpha_1",
+    "eta_rule",
+    "alpha_2",
+    "c0",
+    "q_cap",
+    "all_clients_update_H",
+    "literal_2rho",
+    "h_init",
+    "init",
+    "init_domain",
+    "constants",
+    "clip",
 )
 
 
@@ -144,8 +184,7 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
     from fedclust.clustering import dp_fedc
 
     target, delta = check_privacy_params(privacy)
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target,
-            "trust_model": "local"}
+    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target, "trust_model": "local"}
     if target is None:
         return {**base, "private": False}
     eps_bar = target
@@ -156,7 +195,12 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
         sizes = np.bincount(partition.client[partition.client >= 0], minlength=n_clients)
         eps_bar = dp_fedc.eps_bar_for_budget(target, delta, sizes, accountant=privacy.get("accountant", "rdp"), **sched)
     return {
-        **base, "private": True, "budget": cfg.budget, "eps_bar": eps_bar, "G": float(cfg.G), "c0": float(cfg.c0),
+        **base,
+        "private": True,
+        "budget": cfg.budget,
+        "eps_bar": eps_bar,
+        "G": float(cfg.G),
+        "c0": float(cfg.c0),
         "paper_epsilon": eps_bar,
         "paper_formula": "DP-FedC Theorem 3, eq. (32): eps_bar = c0 q^2 eps sqrt(pR/(1-q)), per-round sigma eq. (29)",
         "notes": [
@@ -177,17 +221,21 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
     kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all clients
     if noise["private"]:
         kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
-    result = run_timed(dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed),
-                       y=dataset.y, **kw)
+    result = run_timed(
+        dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+    )
     # keep the pickled result small: the soft assignments and the sampling log are large and derivable
     for big in ("H", "sampled_clients"):
         result.info.pop(big, None)
-    result.info["metrics"] = {"eps_round": float(result.info["eps_round"]),
-                              "zero_columns": float(result.info["zero_columns"])}
+    result.info["metrics"] = {
+        "eps_round": float(result.info["eps_round"]),
+        "zero_columns": float(result.info["zero_columns"]),
+    }
     return result
 
 
 # ---- FedDP-KMeans ----------------------------------------------------------------------------------
+
 
 def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, partition) -> dict:
     """Noise multiplier of every release (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`):
@@ -197,18 +245,33 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
 
     eps, delta = check_privacy_params(privacy)
     has_server = cfg.server_data == "holdout"
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps,
-            "trust_model": cfg.trust_model, "clip": cfg.clip}
+    base = {
+        "mechanism": "gaussian",
+        "unit": "sample",
+        "delta": delta,
+        "epsilon_target": eps,
+        "trust_model": cfg.trust_model,
+        "clip": cfg.clip,
+    }
     if eps is None:
         return {**base, "private": False, "noise_multipliers": None}
-    z = fed_dp_kmeans.noise_multipliers(eps, delta, projection=cfg.projection, steps=cfg.steps,
-                                        has_server_data=has_server, shares=cfg.shares, count_share=cfg.count_share,
-                                        accountant=privacy.get("accountant", "rdp"))
+    z = fed_dp_kmeans.noise_multipliers(
+        eps,
+        delta,
+        projection=cfg.projection,
+        steps=cfg.steps,
+        has_server_data=has_server,
+        shares=cfg.shares,
+        count_share=cfg.count_share,
+        accountant=privacy.get("accountant", "rdp"),
+    )
     logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
     notes = []
     if has_server:
-        notes.append(f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is "
-                     "not client data, and the clients' samples are protected by epsilon")
+        notes.append(
+            f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is "
+            "not client data, and the clients' samples are protected by epsilon"
+        )
     return {**base, "private": True, "noise_multipliers": z, "notes": notes}
 
 
@@ -221,11 +284,18 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
     check_sizes("fed_dp_kmeans", cfg, dataset, partition)
     n = int(dataset.X.shape[0])
     rows = fed_dp_kmeans.holdout_rows(n, cfg.server_fraction, int(seed)) if cfg.server_data == "holdout" else None
-    result = run_timed(fed_dp_kmeans.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), server_rows=rows,
-                       noise=noise.get("noise_multipliers") if noise["private"] else None,
-                       clip=float(cfg.clip), seed=int(seed), y=dataset.y,
-                       **cfg.pick("steps", "projection", "n_components", "trust_model", "count_threshold",
-                                  "server_restarts"))
+    result = run_timed(
+        fed_dp_kmeans.run,
+        dataset.X,
+        partition.client,
+        n_clusters(cfg.k, dataset),
+        server_rows=rows,
+        noise=noise.get("noise_multipliers") if noise["private"] else None,
+        clip=float(cfg.clip),
+        seed=int(seed),
+        y=dataset.y,
+        **cfg.pick("steps", "projection", "n_components", "trust_model", "count_threshold", "server_restarts"),
+    )
     result.info["rounds"] = result.info["steps"] + 1 + (cfg.projection == "dp_pca")
     return result
 
@@ -234,8 +304,19 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
 
 _FEDC_MF_KEYS = {
     "fedc_avg": ("rounds", "Q1", "Q2", "q_hat", "gamma", "step_rule", "rho", "nu", "continuation", "rho_tol"),
-    "fedc_gds": ("rounds", "Q1", "Q2", "clients_per_round", "gamma", "step_rule", "rho", "nu", "continuation",
-                 "rho_tol", "rho_trigger"),
+    "fedc_gds": (
+        "rounds",
+        "Q1",
+        "Q2",
+        "clients_per_round",
+        "gamma",
+        "step_rule",
+        "rho",
+        "nu",
+        "continuation",
+        "rho_tol",
+        "rho_trigger",
+    ),
 }
 
 
@@ -265,10 +346,18 @@ def fedc_mf_run(method: str):
         require_all_assigned(partition, method)
         check_sizes(method, cfg, dataset, partition)
         fn = {"fedc_avg": fedc_mf.run_fedcavg, "fedc_gds": fedc_mf.run_fedcgds}[method]
-        result = run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y,
-                           **fedc_mf_kwargs(method, cfg))
-        result.info["metrics"] = ({"rho_final": float(result.info.get("rho_final", float("nan")))}
-                                  if "rho_final" in result.info else {})
+        result = run_timed(
+            fn,
+            dataset.X,
+            partition.client,
+            n_clusters(cfg.k, dataset),
+            seed=int(seed),
+            y=dataset.y,
+            **fedc_mf_kwargs(method, cfg),
+        )
+        result.info["metrics"] = (
+            {"rho_final": float(result.info.get("rho_final", float("nan")))} if "rho_final" in result.info else {}
+        )
         return result
 
     run.__name__ = f"{method}_run"
@@ -315,15 +404,23 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
 
     eps, delta = check_privacy_params(privacy)
     sweep = {k: float(getattr(cfg, k)) for k in _SWEEP_KEYS}
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": eps, "trust_model": "local",
-            **sweep}
+    base = {
+        "mechanism": "gaussian",
+        "unit": "sample",
+        "delta": delta,
+        "epsilon_target": eps,
+        "trust_model": "local",
+        **sweep,
+    }
     if eps is None:
         notes = []
         if any(sweep.values()):
             notes.append("noise set relative to the data's std (paper sweep): not calibrated, no DP guarantee")
         return {**base, "private": False, "variant": None, "notes": notes}
     if any(sweep.values()):
-        raise ValueError(f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both")
+        raise ValueError(
+            f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both"
+        )
     tau_x = cfg.clip_tau
     if cfg.privacy_variant == "data":
         mech = cfg.mechanism
@@ -331,20 +428,33 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             from fedclust.privacy.accountants import calibrate_noise_multiplier
 
             # the accountant's smallest noise multiplier for one Gaussian release of sensitivity 2 tau_X
-            sigma = calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp")) * 2.0 * tau_x
+            sigma = (
+                calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp"))
+                * 2.0
+                * tau_x
+            )
         else:
             sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, tau_x, mechanism=mech)
         logger.info("fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s -> sigma %.4g", eps, delta, tau_x, sigma)
-        notes = ["r and d are estimated on the perturbed data (post-processing of the DP release)"
-                 if not (cfg.r and cfg.d) else "r and d were given (public)"]
+        notes = [
+            "r and d are estimated on the perturbed data (post-processing of the DP release)"
+            if not (cfg.r and cfg.d)
+            else "r and d were given (public)"
+        ]
         if eps >= 1 and mech == "classical":
             notes.append(
                 f"Prop. 3.7 uses the classical Gaussian mechanism, proven only for epsilon < 1 (here {eps}); "
                 "the accountant's epsilon below is the valid figure"
             )
         return {
-            **base, "private": True, "variant": "data", "data_noise_std": sigma, "clip_tau": tau_x, "notes": notes,
-            "data_mechanism": mech, "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, tau_x),
+            **base,
+            "private": True,
+            "variant": "data",
+            "data_noise_std": sigma,
+            "clip_tau": tau_x,
+            "notes": notes,
+            "data_mechanism": mech,
+            "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, tau_x),
             "paper_formula": "FedSC Proposition 3.7: epsilon = 2 tau_X sqrt(2 ln(1.25/delta)) / sigma",
         }
     share = float(cfg.factor_budget_z)
@@ -358,14 +468,17 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     if constants == "public":
         r = float(cfg.r) if cfg.r else fedsc.public_kernel_width(m, tau_x)
         d = int(cfg.d) if cfg.d else fedsc.public_dictionary_size(m, k)
-        notes.append(f"kernel width r={r:.6g} ({'given' if cfg.r else 'public default sqrt(m/6)'}) and "
-                     f"dictionary size d={d} ({'given' if cfg.d else 'public default 2m'}) read no data")
+        notes.append(
+            f"kernel width r={r:.6g} ({'given' if cfg.r else 'public default sqrt(m/6)'}) and "
+            f"dictionary size d={d} ({'given' if cfg.d else 'public default 2m'}) read no data"
+        )
     else:
         # the paper's literal choice: rules on the raw data (stream "data" of seed 0), fixed here so the
         # sensitivities hold for the run; the run reports epsilon = inf for it (run() adds the release)
         r, d = _kernel_rules(dataset, cfg, 0)
-    sens = fedsc.factor_sensitivities(d=d, r=r, tau_c=tau_c, z_lr=z_lr, lam=lam, tau_x=tau_x,
-                                      tau_z=float(tau_z) if tau_z else None)
+    sens = fedsc.factor_sensitivities(
+        d=d, r=r, tau_c=tau_c, z_lr=z_lr, lam=lam, tau_x=tau_x, tau_z=float(tau_z) if tau_z else None
+    )
     z_rounds = rounds - 1  # data-dependent Z uploads (round 1 uploads the random init)
     paper = None
     if tau_z:
@@ -374,33 +487,83 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
         if paper is None:
             raise ValueError("fedsc.train.tau_z must be > 0 for factor_calibration=paper (Theorem 3.9)")
         s = fedsc_privacy.perturbed_factors_sigmas(
-            eps * share, delta * share, eps * (1 - share), delta * (1 - share),
-            rounds=max(z_rounds, 1), tau_x=tau_x, tau_c=tau_c, tau_z=float(tau_z),
-            upsilon=paper["ups"], r=r, d=d, lam=lam, eta=z_lr,
+            eps * share,
+            delta * share,
+            eps * (1 - share),
+            delta * (1 - share),
+            rounds=max(z_rounds, 1),
+            tau_x=tau_x,
+            tau_c=tau_c,
+            tau_z=float(tau_z),
+            upsilon=paper["ups"],
+            r=r,
+            d=d,
+            lam=lam,
+            eta=z_lr,
         )
         sigma_z, sigma_c, paper_eps = s["sigma_z"], s["sigma_c"], s["epsilon"]
-        notes.append("noise stds from Theorem 3.9's formulas (paper calibration); the accountant's epsilon uses the "
-                     "per-sample sensitivities and is the valid figure")
+        notes.append(
+            "noise stds from Theorem 3.9's formulas (paper calibration); the accountant's epsilon uses the "
+            "per-sample sensitivities and is the valid figure"
+        )
     else:
-        cal = fedsc.factor_noise_stds(eps, delta, rounds=rounds, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share,
-                                      accountant=privacy.get("accountant", "rdp"))
+        cal = fedsc.factor_noise_stds(
+            eps,
+            delta,
+            rounds=rounds,
+            d=d,
+            r=r,
+            tau_c=tau_c,
+            z_lr=z_lr,
+            share_z=share,
+            accountant=privacy.get("accountant", "rdp"),
+        )
         sigma_z, sigma_c = cal["z_noise_std"], cal["c_noise_std"]
         paper_eps = None
         if paper is not None and z_rounds > 0:
-            paper_eps = (fedsc_privacy.factor_epsilon_z(sigma_z, delta * share, z_rounds, paper["z"])
-                         + fedsc_privacy.factor_epsilon_c(sigma_c, delta * (1 - share), paper["c"]))
-    logger.info("fedsc: perturbed factors, epsilon=%s r=%.4g d=%d -> sigma_z %.4g, sigma_c %.4g", eps, r, d, sigma_z, sigma_c)
+            paper_eps = fedsc_privacy.factor_epsilon_z(
+                sigma_z, delta * share, z_rounds, paper["z"]
+            ) + fedsc_privacy.factor_epsilon_c(sigma_c, delta * (1 - share), paper["c"])
+    logger.info(
+        "fedsc: perturbed factors, epsilon=%s r=%.4g d=%d -> sigma_z %.4g, sigma_c %.4g", eps, r, d, sigma_z, sigma_c
+    )
     return {
-        **base, "private": True, "variant": "factors", "clip_tau": tau_x, "r": r, "d": d,
-        "kernel_constants": constants, "factor_calibration": how, "tau_c": tau_c, "z_lr": z_lr,
-        "z_noise_std": sigma_z, "c_noise_std": sigma_c, "sensitivity_z": sens["z"], "sensitivity_c": sens["c"],
-        "notes": notes, "paper_epsilon": paper_eps,
+        **base,
+        "private": True,
+        "variant": "factors",
+        "clip_tau": tau_x,
+        "r": r,
+        "d": d,
+        "kernel_constants": constants,
+        "factor_calibration": how,
+        "tau_c": tau_c,
+        "z_lr": z_lr,
+        "z_noise_std": sigma_z,
+        "c_noise_std": sigma_c,
+        "sensitivity_z": sens["z"],
+        "sensitivity_c": sens["c"],
+        "notes": notes,
+        "paper_epsilon": paper_eps,
         "paper_formula": "FedSC Theorem 3.9 (Kairouz composition for Z, Gaussian for C), at the stds used",
     }
 
 
-_FEDSC_RUN_KEYS = ("rounds", "d", "d_max", "d_tol", "r", "lam", "z_step", "z_lr", "participation", "n_init",
-                   "tau_z", "tau_c", "graph", "final_c")
+_FEDSC_RUN_KEYS = (
+    "rounds",
+    "d",
+    "d_max",
+    "d_tol",
+    "r",
+    "lam",
+    "z_step",
+    "z_lr",
+    "participation",
+    "n_init",
+    "tau_z",
+    "tau_c",
+    "graph",
+    "final_c",
+)
 
 
 def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
@@ -421,14 +584,20 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
             kw.pop("d_max", None)
     else:
         kw.update({k: noise[k] for k in _SWEEP_KEYS if noise.get(k)})
-    result = run_timed(fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed),
-                       y=dataset.y, **kw)
+    result = run_timed(
+        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+    )
     if noise.get("private") and noise.get("kernel_constants") == "data":
-        result.dp_events.append(non_dp_release(
-            "fedsc kernel width r and dictionary size d computed from the private data (eq. 40/43, "
-            "kernel_constants=data)", neighbouring="replace_one"))
+        result.dp_events.append(
+            non_dp_release(
+                "fedsc kernel width r and dictionary size d computed from the private data (eq. 40/43, "
+                "kernel_constants=data)",
+                neighbouring="replace_one",
+            )
+        )
     result.info["metrics"] = {
-        key: float(result.info[key]) for key in ("NMI_paper", "reconstruction_error", "d", "r", "knn_k", "graph_components")
+        key: float(result.info[key])
+        for key in ("NMI_paper", "reconstruction_error", "d", "r", "knn_k", "graph_components")
         if result.info.get(key) is not None
     }
     return result

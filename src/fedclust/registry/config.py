@@ -28,15 +28,39 @@ from typing import Any, ClassVar, Mapping
 
 from fedclust.params_check import ParameterError, _nearest, show
 
-_KIND_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-               "list": "a list", "dict": "a group of parameters"}
+_KIND_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "list": "a list",
+    "dict": "a group of parameters",
+}
 
 
-def param(default: Any, kind: str | tuple[str, ...], *, choices=None, ge=None, gt=None, le=None, lt=None,
-          count: bool = False, doc: str = "") -> Any:
+def param(
+    default: Any,
+    kind: str | tuple[str, ...],
+    *,
+    choices=None,
+    ge=None,
+    gt=None,
+    le=None,
+    lt=None,
+    count: bool = False,
+    doc: str = "",
+) -> Any:
     """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits."""
-    meta = {"kind": kind if isinstance(kind, tuple) else (kind,), "choices": tuple(choices) if choices else None,
-            "ge": ge, "gt": gt, "le": le, "lt": lt, "count": count, "doc": doc}
+    meta = {
+        "kind": kind if isinstance(kind, tuple) else (kind,),
+        "choices": tuple(choices) if choices else None,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "lt": lt,
+        "count": count,
+        "doc": doc,
+    }
     if isinstance(default, (dict, list)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
@@ -92,8 +116,12 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
         hint = f"; did you mean {near!r}?" if near else ""
         return value, [f"{path} must be one of {list(meta['choices'])}, got {value!r}{hint}"]
     if kind in ("int", "float"):
-        for bound, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                                ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+        for bound, ok, word in (
+            ("ge", lambda v, b: v >= b, ">="),
+            ("gt", lambda v, b: v > b, ">"),
+            ("le", lambda v, b: v <= b, "<="),
+            ("lt", lambda v, b: v < b, "<"),
+        ):
             b = meta[bound]
             if b is not None and not ok(value, b):
                 return value, [f"{path} must be {word} {b}, got {show(value)}"]

@@ -19,13 +19,17 @@ _frozen = dataclasses.dataclass(frozen=True)
 
 K = dict(kind="int", count=True)
 _INIT_DOC = "W^0: null = data rows when not private, uniform_box when private"
-_TM = dict(choices=TRUST_MODELS, doc="where the noise is added: local (every client, the paper's baseline) | "
-                                     "secure_aggregation (once on the sum) | central")
+_TM = dict(
+    choices=TRUST_MODELS,
+    doc="where the noise is added: local (every client, the paper's baseline) | "
+    "secure_aggregation (once on the sum) | central",
+)
 _PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over them)")
 _THRESH = dict(doc="a centre moves only when its noisy count >= max(1, this x the count noise std)")
 
 
 # ---- federated data clustering -------------------------------------------------------------------
+
 
 class _RoundsMixin:
     def rounds_for(self, private: bool) -> int:
@@ -82,19 +86,28 @@ class DKPPConfig(_KMeansBaselineConfig):
 @_frozen
 class FedDPKMeansConfig(MethodConfig):
     k: int | None = param(None, **K)
-    server_fraction: float = param(0.05, "float", gt=0, lt=1,
-                                   doc="share of the data set held out as the server's public sample (never "
-                                       "also client data)")
-    server_data: str = param("holdout", "str", choices=("holdout", "none"),
-                             doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca)")
+    server_fraction: float = param(
+        0.05,
+        "float",
+        gt=0,
+        lt=1,
+        doc="share of the data set held out as the server's public sample (never also client data)",
+    )
+    server_data: str = param(
+        "holdout",
+        "str",
+        choices=("holdout", "none"),
+        doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca)",
+    )
     steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
     projection: str = param("none", "str", choices=PROJECTIONS, doc="dp_pca (the paper's) | none (data space)")
     n_components: int | None = param(None, **K, doc="projection dimension; null = k")
     clip: float = param(3.0, "float", gt=0)
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
-    shares: dict | None = param(None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; "
-                                                  "null = {0.1, 0.1, 0.3, 0.5}")
+    shares: dict | None = param(
+        None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
+    )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
     server_restarts: int = param(10, **K)
 
@@ -160,8 +173,12 @@ class FedSCConfig(MethodConfig):
     participation: float = param(1.0, "float", gt=0, le=1)
     n_init: int = param(50, **K)
     graph: str = param("min_connected_k", "str", choices=("paper", "min_connected_k", "mst"))
-    final_c: str = param("projection", "str", choices=("projection", "paper"),
-                         doc="the C sent to Stage II: final C-step with a 1e-6 jitter, or the paper's lam")
+    final_c: str = param(
+        "projection",
+        "str",
+        choices=("projection", "paper"),
+        doc="the C sent to Stage II: final C-step with a 1e-6 jitter, or the paper's lam",
+    )
     privacy_variant: str = param("data", "str", choices=("data", "factors"))
     clip_tau: float = param(4.0, "float", gt=0)
     mechanism: str = param("accountant", "str", choices=("accountant", "classical", "analytic"))
@@ -286,7 +303,9 @@ class RRClusterConfig(MethodConfig):
             return []
         m = max(1, int(round(self.participation * n_clients)))
         if self.B * k > m:
-            return [f"{where}.B={self.B} is infeasible: every one of k={k} clusters needs B updates but a round samples "
-                    f"only m = round(participation*clients) = round({self.participation}*{n_clients}) = {m} clients "
-                    f"(needs B <= m/k = {m // k}): lower B or raise participation / clustered_fl.data.n_clients"]
+            return [
+                f"{where}.B={self.B} is infeasible: every one of k={k} clusters needs B updates but a round samples "
+                f"only m = round(participation*clients) = round({self.participation}*{n_clients}) = {m} clients "
+                f"(needs B <= m/k = {m // k}): lower B or raise participation / clustered_fl.data.n_clients"
+            ]
         return []

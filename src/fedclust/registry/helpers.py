@@ -43,8 +43,11 @@ def n_clients_of(partition) -> int:
 def refuse_absurd(method: str, checks: list[tuple[str, float | None, float, str]]) -> None:
     """Raise one :class:`ParameterError` for every ``(key, value, limit, what)`` with ``value > limit``:
     ``d > n`` and the like, which would run for hours (or fail deep inside) instead of saying so."""
-    bad = [f"{method}.train.{key}={value} exceeds {what} ({limit})" for key, value, limit, what in checks
-           if value is not None and value > limit]
+    bad = [
+        f"{method}.train.{key}={value} exceeds {what} ({limit})"
+        for key, value, limit, what in checks
+        if value is not None and value > limit
+    ]
     if bad:
         raise ParameterError("; ".join(bad))
 
@@ -60,6 +63,7 @@ def log_work(method: str, rounds: int, clients: int, cost: float, unit: str) -> 
 
 
 # ---- clustered FL: tensors and model ---------------------------------------------------------------
+
 
 def build_model(spec: dict, d_in: int, n_classes: int, image_shape=None):
     from fedclust.clustered_fl.models import MLP, LinearRegression, ifca_cnn

@@ -31,10 +31,14 @@ def check_privacy_params(privacy: dict, method: str | None = None) -> tuple[floa
             raise ValueError(f"privacy.epsilon must be > 0 (or null for no privacy), got {eps}")
         elif not lo <= eps <= hi:
             who = f" for {method}" if method else ""
-            raise ValueError(f"privacy.epsilon = {eps:g} is outside the supported range{who}, [{lo:g}, {hi:g}]: "
-                             "set a value in that range, or null for a run without privacy")
+            raise ValueError(
+                f"privacy.epsilon = {eps:g} is outside the supported range{who}, [{lo:g}, {hi:g}]: "
+                "set a value in that range, or null for a run without privacy"
+            )
     if not 0.0 < delta < 1.0:
-        raise ValueError(f"privacy.delta must be in (0, 1), got {delta}; a usual choice is below 1 / (number of samples)")
+        raise ValueError(
+            f"privacy.delta must be in (0, 1), got {delta}; a usual choice is below 1 / (number of samples)"
+        )
     return eps, delta
 
 
@@ -44,7 +48,9 @@ def non_private_calibration(privacy: dict, method: str, unit: str) -> dict:
     eps, delta = check_privacy_params(privacy)
     notes = []
     if eps is not None:
-        notes.append(f"{method} has no differentially private variant: the run is not private whatever privacy.epsilon says")
+        notes.append(
+            f"{method} has no differentially private variant: the run is not private whatever privacy.epsilon says"
+        )
         logger.warning(notes[-1])
     return {"mechanism": "none", "unit": unit, "delta": delta, "epsilon_target": eps, "private": False, "notes": notes}
 
@@ -66,7 +72,11 @@ def per_round_noise(privacy: dict, rounds: int, clip, *, mechanisms_per_round: i
     if clip is None or float(clip) <= 0:
         raise ValueError("train.clip (L2 bound on every sample) must be > 0 for a private run")
     z = calibrate_noise_multiplier(
-        eps, delta, steps=int(rounds), sampling="none", n_mechanisms=int(mechanisms_per_round),
+        eps,
+        delta,
+        steps=int(rounds),
+        sampling="none",
+        n_mechanisms=int(mechanisms_per_round),
         accountant=privacy.get("accountant", "rdp"),
     )
     return {**base, "private": True, "noise_multiplier": float(z), "mechanisms_per_round": int(mechanisms_per_round)}
@@ -76,8 +86,10 @@ def flag_non_dp(noise: dict, method: str, steps: list[str]) -> dict:
     """Add the notes and the warning for a private calibration of a run whose ``steps`` are not DP."""
     if noise.get("private"):
         if steps:
-            msg = ("the run adds the calibrated noise but is NOT differentially private, so its report gives "
-                   "epsilon = inf: " + "; ".join(steps))
+            msg = (
+                "the run adds the calibrated noise but is NOT differentially private, so its report gives "
+                "epsilon = inf: " + "; ".join(steps)
+            )
             logger.warning("%s: %s", method, msg)
             noise["notes"] = list(noise.get("notes", ())) + [msg]
             noise["dp"] = False

@@ -85,50 +85,123 @@ _ALL_MODELS = ("secure_aggregation", "central", "local")
 
 
 def _kmeans(name, config, releases, private=True) -> MethodSpec:
-    return _clustering(name, config, cl.kmeans_calibrate(name), cl.kmeans_run(name), private=private,
-                       trust_models=_ALL_MODELS if private else (),
-                       library=f"fedclust.clustering.{name}:run",
-                       mechanisms_per_round=cl.KMEANS_MECHANISMS[name], releases=releases,
-                       non_dp_steps=lambda cfg, name=name: cl.non_dp_steps(name, cfg))
+    return _clustering(
+        name,
+        config,
+        cl.kmeans_calibrate(name),
+        cl.kmeans_run(name),
+        private=private,
+        trust_models=_ALL_MODELS if private else (),
+        library=f"fedclust.clustering.{name}:run",
+        mechanisms_per_round=cl.KMEANS_MECHANISMS[name],
+        releases=releases,
+        non_dp_steps=lambda cfg, name=name: cl.non_dp_steps(name, cfg),
+    )
 
 
 def _clustered(name, config, in_tour=True) -> MethodSpec:
-    return MethodSpec(name, "clustered_fl", config, cfl.clustered_calibrate(name), cfl.clustered_run(name),
-                      private=False, library=f"fedclust.clustered_fl.{name}:run", unit="client", releases="client models every round (not private)",
-                      in_tour=in_tour)
+    return MethodSpec(
+        name,
+        "clustered_fl",
+        config,
+        cfl.clustered_calibrate(name),
+        cfl.clustered_run(name),
+        private=False,
+        library=f"fedclust.clustered_fl.{name}:run",
+        unit="client",
+        releases="client models every round (not private)",
+        in_tour=in_tour,
+    )
 
 
 _SPECS = [
-    _clustering("fkm", C.FKMConfig, cl.fkm_calibrate, cl.fkm_run, private=True, mechanisms_per_round=1,
-                releases="noisy per-cluster sums and counts every round", in_tour=True,
-                library="fedclust.clustering.fkm:run", trust_models=_ALL_MODELS,
-                non_dp_steps=lambda cfg: cl.non_dp_steps("fkm", cfg)),
-    _clustering("fedsc", C.FedSCConfig, cl.fedsc_calibrate, cl.fedsc_run, private=True,
-                releases="perturbed data once (data) or noisy Z every round and C once (factors)", in_tour=True,
-                library="fedclust.clustering.fedsc:run", trust_models=("local",)),
-    _clustering("dp_fedc", C.DPFedCConfig, cl.dp_fedc_calibrate, cl.dp_fedc_run, private=True,
-                releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)", in_tour=True,
-                library="fedclust.clustering.dp_fedc:run", trust_models=("local",)),
-    _clustering("fed_dp_kmeans", C.FedDPKMeansConfig, cl.fed_dp_kmeans_calibrate, cl.fed_dp_kmeans_run, private=True,
-                releases="noisy sums over clients once per stage: server-point weights, (projection, lift,) "
-                         "Lloyd sums and counts", in_tour=True,
-                library="fedclust.clustering.fed_dp_kmeans:run", trust_models=_ALL_MODELS),
+    _clustering(
+        "fkm",
+        C.FKMConfig,
+        cl.fkm_calibrate,
+        cl.fkm_run,
+        private=True,
+        mechanisms_per_round=1,
+        releases="noisy per-cluster sums and counts every round",
+        in_tour=True,
+        library="fedclust.clustering.fkm:run",
+        trust_models=_ALL_MODELS,
+        non_dp_steps=lambda cfg: cl.non_dp_steps("fkm", cfg),
+    ),
+    _clustering(
+        "fedsc",
+        C.FedSCConfig,
+        cl.fedsc_calibrate,
+        cl.fedsc_run,
+        private=True,
+        releases="perturbed data once (data) or noisy Z every round and C once (factors)",
+        in_tour=True,
+        library="fedclust.clustering.fedsc:run",
+        trust_models=("local",),
+    ),
+    _clustering(
+        "dp_fedc",
+        C.DPFedCConfig,
+        cl.dp_fedc_calibrate,
+        cl.dp_fedc_run,
+        private=True,
+        releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)",
+        in_tour=True,
+        library="fedclust.clustering.dp_fedc:run",
+        trust_models=("local",),
+    ),
+    _clustering(
+        "fed_dp_kmeans",
+        C.FedDPKMeansConfig,
+        cl.fed_dp_kmeans_calibrate,
+        cl.fed_dp_kmeans_run,
+        private=True,
+        releases="noisy sums over clients once per stage: server-point weights, (projection, lift,) "
+        "Lloyd sums and counts",
+        in_tour=True,
+        library="fedclust.clustering.fed_dp_kmeans:run",
+        trust_models=_ALL_MODELS,
+    ),
     _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
     _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
     # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
     _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
-    _clustering("fedc_avg", C.FedCAvgConfig, cl.fedc_mf_calibrate("fedc_avg"), cl.fedc_mf_run("fedc_avg"),
-                private=False, releases="local W models every round (not private)", in_tour=True,
-                library="fedclust.clustering.fedc_mf:run_fedcavg"),
-    _clustering("fedc_gds", C.FedCGdsConfig, cl.fedc_mf_calibrate("fedc_gds"), cl.fedc_mf_run("fedc_gds"),
-                private=False, releases="W gradients every round (not private)", in_tour=True,
-                library="fedclust.clustering.fedc_mf:run_fedcgds"),
+    _clustering(
+        "fedc_avg",
+        C.FedCAvgConfig,
+        cl.fedc_mf_calibrate("fedc_avg"),
+        cl.fedc_mf_run("fedc_avg"),
+        private=False,
+        releases="local W models every round (not private)",
+        in_tour=True,
+        library="fedclust.clustering.fedc_mf:run_fedcavg",
+    ),
+    _clustering(
+        "fedc_gds",
+        C.FedCGdsConfig,
+        cl.fedc_mf_calibrate("fedc_gds"),
+        cl.fedc_mf_run("fedc_gds"),
+        private=False,
+        releases="W gradients every round (not private)",
+        in_tour=True,
+        library="fedclust.clustering.fedc_mf:run_fedcgds",
+    ),
     _clustered("ifca", C.IFCAConfig),
     _clustered("cfl_mgd", C.CFLMGDConfig),
     _clustered("fedavg", C.FedAvgConfig),
-    MethodSpec("rr_cluster", "clustered_fl", C.RRClusterConfig, cfl.rr_calibrate, cfl.rr_run, private=True,
-               unit="client", releases="noisy cluster identifiers and clipped, noisy model updates every round",
-               in_tour=True, library="fedclust.clustered_fl.rr_cluster:run", trust_models=("central",)),
+    MethodSpec(
+        "rr_cluster",
+        "clustered_fl",
+        C.RRClusterConfig,
+        cfl.rr_calibrate,
+        cfl.rr_run,
+        private=True,
+        unit="client",
+        releases="noisy cluster identifiers and clipped, noisy model updates every round",
+        in_tour=True,
+        library="fedclust.clustered_fl.rr_cluster:run",
+        trust_models=("central",),
+    ),
 ]
 
 #: name -> spec, in the order of the quick tour
@@ -140,8 +213,11 @@ def get(name: str) -> MethodSpec:
         return REGISTRY[name]
     except KeyError:
         near = _nearest(name, list(REGISTRY))
-        raise ValueError(f"unknown method {name!r}" + (f"; did you mean {near!r}?" if near else "")
-                         + f" (valid: {', '.join(REGISTRY)})") from None
+        raise ValueError(
+            f"unknown method {name!r}"
+            + (f"; did you mean {near!r}?" if near else "")
+            + f" (valid: {', '.join(REGISTRY)})"
+        ) from None
 
 
 def trust_model_of(method: str, chosen: str | None, private: bool) -> str:
@@ -173,8 +249,10 @@ def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]
         k = min(int(getattr(cfg, "k", None) or dataset.n_classes), n)
         N = max(int(np.asarray(partition.client).max()) + 1, 1)
         clients = int(getattr(cfg, "clients_per_round", None) or N)
-        parts = {"working copies of the data (3 x n x m)": 3.0 * n * m * 8,
-                 "per-client centres (clients x k x m, 4 copies)": 4.0 * clients * k * m * 8}
+        parts = {
+            "working copies of the data (3 x n x m)": 3.0 * n * m * 8,
+            "per-client centres (clients x k x m, 4 copies)": 4.0 * clients * k * m * 8,
+        }
         if spec.name == "dp_fedc":
             parts["soft assignments H (n x k, 3 copies)"] = 3.0 * n * k * 8
         if spec.name == "fedsc":
@@ -193,9 +271,11 @@ def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]
     S = max(1, round(float(getattr(cfg, "participation", 1.0) or 1.0) * M))
     width = hidden + n_classes if kind == "mlp" else 16 * d
     per_client = 4.0 * (7 * P + 2 * n_max * (d + 1) + 3 * n_max * width)
-    return {"models (k x parameters, 7 copies)": 4.0 * 7 * k * P,
-            "one sampled client's working set (chunked rounds hold at least one)": per_client,
-            "the clients' losses and states (clients x k)": 8.0 * S * k * 4}
+    return {
+        "models (k x parameters, 7 copies)": 4.0 * 7 * k * P,
+        "one sampled client's working set (chunked rounds hold at least one)": per_client,
+        "the clients' losses and states (clients x k)": 8.0 * S * k * 4,
+    }
 
 
 def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
@@ -205,9 +285,12 @@ def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
     available is refused with the estimate (:func:`fedclust.memory.require_memory`)."""
     from fedclust.registry.helpers import log_work, n_clients_of
 
-    require_memory(f"{spec.name} with these settings", memory_parts(spec, cfg, *data),
-                   f"use smaller settings ({spec.name}.train: k, d, clients_per_round, the model's size) or "
-                   "fewer samples (dataset.n_total), and run again")
+    require_memory(
+        f"{spec.name} with these settings",
+        memory_parts(spec, cfg, *data),
+        f"use smaller settings ({spec.name}.train: k, d, clients_per_round, the model's size) or "
+        "fewer samples (dataset.n_total), and run again",
+    )
 
     rounds = int(getattr(cfg, "rounds", 1) or 1)
     if spec.family == "clustering":
@@ -224,4 +307,6 @@ def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
     M = int(rotated.group.size)
     clients = max(1, round(float(getattr(cfg, "participation", 1.0)) * M))
     per_client = len(rotated.y_train) / max(M, 1)
-    return log_work(spec.name, rounds, clients, per_client * int(getattr(cfg, "local_steps", 1)), "sample-gradient steps")
+    return log_work(
+        spec.name, rounds, clients, per_client * int(getattr(cfg, "local_steps", 1)), "sample-gradient steps"
+    )

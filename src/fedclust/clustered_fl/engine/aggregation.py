@@ -157,8 +157,9 @@ class Aggregator:
         return {n: _mean_or_keep(acc["mom"][n], acc["counts"], old) for n, old in state.momentum.items()}
 
 
-def _mean_or_keep(sums: torch.Tensor, counts: torch.Tensor, old: torch.Tensor, scale: float = 1.0,
-                  base: torch.Tensor | None = None) -> torch.Tensor:
+def _mean_or_keep(
+    sums: torch.Tensor, counts: torch.Tensor, old: torch.Tensor, scale: float = 1.0, base: torch.Tensor | None = None
+) -> torch.Tensor:
     """``sums / counts`` per cluster, or ``base + scale * sums / counts`` when ``base`` is given; an
     empty cluster keeps its row of ``old``."""
     c = counts.to(old.device, old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
@@ -215,13 +216,17 @@ class GradientAveraging(_SumAggregator):
 
     def accumulate(self, acc, chunk, rows, ctx):
         if chunk.momentum is None:
-            raise ValueError("GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')")
+            raise ValueError(
+                "GradientAveraging needs the clients' momentum/gradient messages (local_update='gradient')"
+            )
         self._add_momentum(acc, chunk, acc["g"][rows], ctx.k)
 
     def end(self, state, acc, ctx):
         norm = ctx.n_clients if self.normalization == "total" else ctx.n_sampled
-        params = {n: (state.params[n] - (ctx.lr / norm) * acc["mom"][n]) if n in acc["mom"] else state.params[n]
-                  for n in state.params}  # empty cluster: the sum is 0, so the model is kept
+        params = {
+            n: (state.params[n] - (ctx.lr / norm) * acc["mom"][n]) if n in acc["mom"] else state.params[n]
+            for n in state.params
+        }  # empty cluster: the sum is 0, so the model is kept
         return Aggregation(params, self._momentum_end(state, acc), acc["g"], acc["counts"].numpy().copy())
 
 

@@ -107,9 +107,21 @@ class FederatedTensors:
         return int(self.X_train.shape[2])
 
     @classmethod
-    def from_arrays(cls, X_train, y_train, client_train, X_test=None, y_test=None, client_test=None,
-                    group=None, test_group=None, *, n_clients: int | None = None,
-                    n_test_clients: int | None = None, dtype=torch.float32) -> "FederatedTensors":
+    def from_arrays(
+        cls,
+        X_train,
+        y_train,
+        client_train,
+        X_test=None,
+        y_test=None,
+        client_test=None,
+        group=None,
+        test_group=None,
+        *,
+        n_clients: int | None = None,
+        n_test_clients: int | None = None,
+        dtype=torch.float32,
+    ) -> "FederatedTensors":
         """Build from flat arrays, rows = samples (the layout of ``fedclust.partition.rotation``).
 
         ``client_train`` (n,) gives the training client of every row (-1 = unused); ``client_test``
@@ -117,11 +129,14 @@ class FederatedTensors:
         labels; float ``y`` are regression targets. ``n_clients`` defaults to ``len(group)`` or
         ``max(client_train)+1``.
         """
-        X_train, y_train, client_train, n_clients = _flat_rows("train", X_train, y_train, client_train, n_clients,
-                                                               group)
+        X_train, y_train, client_train, n_clients = _flat_rows(
+            "train", X_train, y_train, client_train, n_clients, group
+        )
         if client_train.max(initial=-1) >= n_clients:
-            raise ValueError(f"client_train has ids up to {client_train.max()} but there are only n_clients="
-                             f"{n_clients} clients (the length of group when given)")
+            raise ValueError(
+                f"client_train has ids up to {client_train.max()} but there are only n_clients="
+                f"{n_clients} clients (the length of group when given)"
+            )
         is_cls = np.issubdtype(y_train.dtype, np.integer)
         ydt = torch.long if is_cls else dtype
         Xp, yp, cnt = _pad_by_client(X_train, y_train, client_train, int(n_clients))
@@ -129,20 +144,39 @@ class FederatedTensors:
         if X_test is not None:
             if y_test is None or client_test is None:
                 raise ValueError("X_test needs y_test and client_test")
-            X_test, y_test, client_test, n_test_clients = _flat_rows("test", X_test, y_test, client_test,
-                                                                     n_test_clients, test_group)
+            X_test, y_test, client_test, n_test_clients = _flat_rows(
+                "test", X_test, y_test, client_test, n_test_clients, test_group
+            )
             Xq, yq, cq = _pad_by_client(X_test, y_test, client_test, n_test_clients)
-            kw = dict(X_test=torch.as_tensor(Xq, dtype=dtype), y_test=torch.as_tensor(yq, dtype=ydt),
-                      n_test=torch.as_tensor(cq))
-        return cls(X_train=torch.as_tensor(Xp, dtype=dtype), y_train=torch.as_tensor(yp, dtype=ydt),
-                   n_train=torch.as_tensor(cnt), group=group, test_group=test_group, **kw)
+            kw = dict(
+                X_test=torch.as_tensor(Xq, dtype=dtype),
+                y_test=torch.as_tensor(yq, dtype=ydt),
+                n_test=torch.as_tensor(cq),
+            )
+        return cls(
+            X_train=torch.as_tensor(Xp, dtype=dtype),
+            y_train=torch.as_tensor(yp, dtype=ydt),
+            n_train=torch.as_tensor(cnt),
+            group=group,
+            test_group=test_group,
+            **kw,
+        )
 
     @classmethod
     def from_rotated(cls, data, dtype=torch.float32) -> "FederatedTensors":
         """From an object with the fields of ``fedclust.partition.rotation``'s ``RotatedData``
         (``X_train, y_train, client_train, X_test, y_test, client_test, group``)."""
-        return cls.from_arrays(data.X_train, data.y_train, data.client_train, data.X_test, data.y_test,
-                               data.client_test, data.group, getattr(data, "test_group", None), dtype=dtype)
+        return cls.from_arrays(
+            data.X_train,
+            data.y_train,
+            data.client_train,
+            data.X_test,
+            data.y_test,
+            data.client_test,
+            data.group,
+            getattr(data, "test_group", None),
+            dtype=dtype,
+        )
 
 
 def _mask(n: torch.Tensor, n_max: int) -> torch.Tensor:

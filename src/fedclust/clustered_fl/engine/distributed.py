@@ -64,8 +64,18 @@ def n_draws(batch_size: int | None, local_epochs: int | None, n_max: int, steps:
     return -(-steps // -(-n_max // batch_size))  # one permutation per local epoch
 
 
-def train_chunk(model, params: Params, momentum: Params | None, chosen: torch.Tensor, X, y, n, draws, cfg: dict,
-                threads: int | None = None) -> tuple[Params, Params | None]:
+def train_chunk(
+    model,
+    params: Params,
+    momentum: Params | None,
+    chosen: torch.Tensor,
+    X,
+    y,
+    n,
+    draws,
+    cfg: dict,
+    threads: int | None = None,
+) -> tuple[Params, Params | None]:
     """The local update of one chunk: start from the chosen cluster models (and momenta), train
     (``cfg["local_update"] == "model"``) or take the momentum-gradient, with the given draws. Returns
     ``(trained params, momentum)`` (Option I: ``(None, momentum)``); the driver re-gathers the start
@@ -76,9 +86,22 @@ def train_chunk(model, params: Params, momentum: Params | None, chosen: torch.Te
     mom0 = {k: v.index_select(0, chosen) for k, v in momentum.items()} if momentum is not None else None
     gen = FixedDraws(draws) if draws else None
     if cfg["local_update"] == "model":
-        return local_train(model, start, mom0, X, y, n, steps=cfg["steps"], lr=cfg["lr"], beta=cfg["beta"],
-                           batch_size=cfg["batch_size"], local_epochs=cfg["local_epochs"], gen=gen,
-                           client_block=cfg.get("client_block"), defer_updates=cfg.get("defer_updates", False))
+        return local_train(
+            model,
+            start,
+            mom0,
+            X,
+            y,
+            n,
+            steps=cfg["steps"],
+            lr=cfg["lr"],
+            beta=cfg["beta"],
+            batch_size=cfg["batch_size"],
+            local_epochs=cfg["local_epochs"],
+            gen=gen,
+            client_block=cfg.get("client_block"),
+            defer_updates=cfg.get("defer_updates", False),
+        )
     mom = local_gradient(model, start, mom0, X, y, n, beta=cfg["beta"], batch_size=cfg["batch_size"], gen=gen)
     return None, mom  # Option I: the model is the start model
 
@@ -111,8 +134,14 @@ class RayChunkRunner(ChunkRunner):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_in_flight: int | None = None,
-                 threads_per_task: int = 1, init_options: dict | None = None):
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        max_in_flight: int | None = None,
+        threads_per_task: int = 1,
+        init_options: dict | None = None,
+    ):
         self.address, self.num_cpus = address, num_cpus
         self.max_in_flight, self.threads_per_task = max_in_flight, int(threads_per_task)
         self.init_options = dict(init_options or {})
@@ -173,7 +202,6 @@ class ProcessChunkRunner(ChunkRunner):
 
     def map(self, fn, shared: tuple, per_chunk: Iterable[tuple]) -> Iterator:
         if self._pool is None:
-
             # spawn, not fork: the parent may hold torch's thread pools
             self._pool = ProcessPoolExecutor(self.n_workers, mp_context=multiprocessing.get_context("spawn"))
         window = self.max_in_flight or 2 * self.n_workers

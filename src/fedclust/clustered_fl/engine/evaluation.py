@@ -14,8 +14,16 @@ from fedclust.clustered_fl.models import BatchedModel
 from fedclust.metrics import client_clustering_scores, pooled_accuracy
 
 
-def evaluate(model: BatchedModel, params: Params, data: FederatedTensors, *, train: bool = True,
-             test: bool = True, test_select: str = "test", max_rows: int = 1 << 16) -> dict[str, Any]:
+def evaluate(
+    model: BatchedModel,
+    params: Params,
+    data: FederatedTensors,
+    *,
+    train: bool = True,
+    test: bool = True,
+    test_select: str = "test",
+    max_rows: int = 1 << 16,
+) -> dict[str, Any]:
     """Full evaluation of k cluster models.
 
     Returns a dict with (where applicable):
@@ -39,8 +47,15 @@ def evaluate(model: BatchedModel, params: Params, data: FederatedTensors, *, tra
         if data.group is not None:
             out.update(client_clustering_scores(data.group, out["assignment"]))
     if test and data.X_test is not None:
-        losses, correct = client_model_losses(model, params, data.X_test, data.y_test, data.n_test,
-                                              with_correct=model.loss == "cross_entropy", max_rows=max_rows)
+        losses, correct = client_model_losses(
+            model,
+            params,
+            data.X_test,
+            data.y_test,
+            data.n_test,
+            with_correct=model.loss == "cross_entropy",
+            max_rows=max_rows,
+        )
         if test_select == "train":
             if data.n_test_clients != data.n_clients:
                 raise ValueError("test_select='train' needs one test client per training client")
@@ -90,5 +105,8 @@ class ClusteredFLResult:
         return [{n: v[j].clone() for n, v in self.params.items()} for j in range(k)]
 
     def final_metrics(self) -> dict[str, float]:
-        return {k: float(v[-1]) for k, v in self.history.items()
-                if len(v) and isinstance(v[-1], (int, float, np.floating, np.integer))}
+        return {
+            k: float(v[-1])
+            for k, v in self.history.items()
+            if len(v) and isinstance(v[-1], (int, float, np.floating, np.integer))
+        }

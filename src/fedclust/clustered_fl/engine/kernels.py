@@ -14,8 +14,16 @@ from fedclust.clustered_fl.models import BatchedModel
 
 
 @torch.no_grad()
-def client_model_losses(model: BatchedModel, params: Params, X: torch.Tensor, y: torch.Tensor,
-                        n: torch.Tensor, *, with_correct: bool = False, max_rows: int = 1 << 16):
+def client_model_losses(
+    model: BatchedModel,
+    params: Params,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    n: torch.Tensor,
+    *,
+    with_correct: bool = False,
+    max_rows: int = 1 << 16,
+):
     """Loss of every one of the k models on every client's data, batched.
 
     ``X`` (C, n_max, d), ``y`` (C, n_max), ``n`` (C,) -> ``losses`` (C, k) (mean over each client's
@@ -113,7 +121,7 @@ class _Batcher:
             if j == 0:
                 self.perm = self._perm()
             lo = j * self.bs
-            idx = self.perm[:, lo: lo + self.bs]
+            idx = self.perm[:, lo : lo + self.bs]
             nb = (self.n - lo).clamp(min=0, max=self.bs)
         return idx, nb
 
@@ -146,7 +154,9 @@ class _TapeView:
         out = t.draws[self.j][self.rows]
         self.j += 1
         if out.shape != tuple(shape):
-            raise RuntimeError(f"minibatch draw {self.j - 1}: a chunk asked for {tuple(shape)}, the tape holds {out.shape}")
+            raise RuntimeError(
+                f"minibatch draw {self.j - 1}: a chunk asked for {tuple(shape)}, the tape holds {out.shape}"
+            )
         return out
 
 
@@ -154,8 +164,9 @@ class _TapeView:
 DEFAULT_CHUNK_MB = 512.0
 
 
-def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0,
-                     batch_size: int | None = None) -> int:
+def bytes_per_client(
+    model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0, batch_size: int | None = None
+) -> int:
     """Estimated working memory of ONE sampled client in a round (bytes), used to size the chunks.
 
     Per client: the parameter-sized stacks of a round (start model, trained model, gradient, momentum
@@ -175,11 +186,23 @@ def bytes_per_client(model: BatchedModel, params: Params, n_max: int, d: int, *,
     return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width))
 
 
-def local_train(model: BatchedModel, params: Params, momentum: Params | None, X: torch.Tensor,
-                y: torch.Tensor, n: torch.Tensor, *, steps: int, lr: float, beta: float = 0.0,
-                batch_size: int | None = None, local_epochs: int | None = None,
-                gen: np.random.Generator | None = None, client_block: int | None = None,
-                defer_updates: bool = False) -> tuple[Params, Params | None]:
+def local_train(
+    model: BatchedModel,
+    params: Params,
+    momentum: Params | None,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    n: torch.Tensor,
+    *,
+    steps: int,
+    lr: float,
+    beta: float = 0.0,
+    batch_size: int | None = None,
+    local_epochs: int | None = None,
+    gen: np.random.Generator | None = None,
+    client_block: int | None = None,
+    defer_updates: bool = False,
+) -> tuple[Params, Params | None]:
     """``steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's Algorithm 1):
 
     ``u <- beta*u + grad phi_b(w_b; batch_b)``; ``w_b <- w_b - lr*u`` (no dampening/Nesterov). With
@@ -205,8 +228,11 @@ def local_train(model: BatchedModel, params: Params, momentum: Params | None, X:
     w = {k: v.detach() if k in borrowed else v.detach().clone() for k, v in params.items()}
     u = None
     if beta > 0:
-        u = ({k: v.detach().clone() for k, v in momentum.items()} if momentum is not None
-             else {k: torch.zeros_like(v) for k, v in params.items()})
+        u = (
+            {k: v.detach().clone() for k, v in momentum.items()}
+            if momentum is not None
+            else {k: torch.zeros_like(v) for k, v in params.items()}
+        )
     if batch_size is not None and gen is None:
         raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
     if blk >= B:
@@ -217,17 +243,30 @@ def local_train(model: BatchedModel, params: Params, momentum: Params | None, X:
         r = slice(a, min(B, a + blk))
         # slices along the client axis of contiguous stacks are contiguous views: trained in place
         wb = {k: v[r] for k, v in w.items()}
-        _train_steps(model, wb, None if u is None else {k: v[r] for k, v in u.items()},
-                     X[r], y[r], n[r], steps, lr, beta, batch_size, local_epochs,
-                     tape.view(r) if tape is not None else None, defer)
+        _train_steps(
+            model,
+            wb,
+            None if u is None else {k: v[r] for k, v in u.items()},
+            X[r],
+            y[r],
+            n[r],
+            steps,
+            lr,
+            beta,
+            batch_size,
+            local_epochs,
+            tape.view(r) if tape is not None else None,
+            defer,
+        )
         for k, v in wb.items():
             if v.data_ptr() != w[k][r].data_ptr():  # replaced (deferred path), not updated in place
                 w[k][r].copy_(v)
     return w, u
 
 
-def _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer=False,
-                 borrowed=()) -> None:
+def _train_steps(
+    model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer=False, borrowed=()
+) -> None:
     """The steps of :func:`local_train` on one block of clients, updating ``w`` and ``u`` in place
     (the deferred path replaces ``w``'s entries instead; ``borrowed`` entries are the caller's and are
     copied before any in-place step)."""
@@ -241,7 +280,7 @@ def _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs
         w[k] = w[k].clone()
     for s in range(steps):
         Xb, yb, mb, nb = batcher(s) if batches is None else batches[s]
-        skip = (nb == 0)
+        skip = nb == 0
         any_skip = bool(skip.any())
         if not any_skip and model.fused_step_(w, u, Xb, yb, mb, nb, lr, beta):
             continue  # the model did the whole step in place (same arithmetic, fewer memory passes)
@@ -260,9 +299,18 @@ def _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs
                     w[k].sub_(g, alpha=lr)  # g is 0 for an empty batch
 
 
-def local_gradient(model: BatchedModel, params: Params, momentum: Params | None, X, y, n, *,
-                   beta: float = 0.0, batch_size: int | None = None,
-                   gen: np.random.Generator | None = None) -> Params:
+def local_gradient(
+    model: BatchedModel,
+    params: Params,
+    momentum: Params | None,
+    X,
+    y,
+    n,
+    *,
+    beta: float = 0.0,
+    batch_size: int | None = None,
+    gen: np.random.Generator | None = None,
+) -> Params:
     """Option I: ``u_i = beta*u_{p_i} + grad phi_i(chi_{p_i})``
     for all B clients at once (full local batch, or one minibatch of ``batch_size``)."""
     if batch_size is not None and gen is None:

@@ -104,18 +104,41 @@ class ClusteredFLEngine:
       mathematics, last-bit differences, fewer passes over the big weight matrix).
     """
 
-    def __init__(self, data: FederatedTensors, model: BatchedModel, k: int, *, rounds: int = 300,
-                 lr: float = 0.1, lr_decay: float = 1.0, beta: float = 0.0, local_update: str = "model",
-                 local_steps: int = 10, batch_size: int | None = None, local_epochs: int | None = None,
-                 participation: float = 0.1, clients_per_round: int | None = None, sampling: str = "fixed",
-                 aggregator: Aggregator | None = None, seed: int = 0,
-                 init_params: Params | None = None, init_momentum: Params | None = None,
-                 init_min_fraction: float | None = None, init_max_restarts: int = 20,
-                 eval_every: int = 1, train_eval: str = "sampled", test_select: str = "test",
-                 max_rows: int = 1 << 16, max_chunk_mb: float | None = None, method: str = "clustered_fl",
-                 progress: Callable[[int, dict], None] | None = None, client_block: int | None = None,
-                 device: str | torch.device | None = "auto", chunk_runner: ChunkRunner | None = None,
-                 defer_updates: bool = False):
+    def __init__(
+        self,
+        data: FederatedTensors,
+        model: BatchedModel,
+        k: int,
+        *,
+        rounds: int = 300,
+        lr: float = 0.1,
+        lr_decay: float = 1.0,
+        beta: float = 0.0,
+        local_update: str = "model",
+        local_steps: int = 10,
+        batch_size: int | None = None,
+        local_epochs: int | None = None,
+        participation: float = 0.1,
+        clients_per_round: int | None = None,
+        sampling: str = "fixed",
+        aggregator: Aggregator | None = None,
+        seed: int = 0,
+        init_params: Params | None = None,
+        init_momentum: Params | None = None,
+        init_min_fraction: float | None = None,
+        init_max_restarts: int = 20,
+        eval_every: int = 1,
+        train_eval: str = "sampled",
+        test_select: str = "test",
+        max_rows: int = 1 << 16,
+        max_chunk_mb: float | None = None,
+        method: str = "clustered_fl",
+        progress: Callable[[int, dict], None] | None = None,
+        client_block: int | None = None,
+        device: str | torch.device | None = "auto",
+        chunk_runner: ChunkRunner | None = None,
+        defer_updates: bool = False,
+    ):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
         if not isinstance(model, BatchedModel):
@@ -129,7 +152,9 @@ class ClusteredFLEngine:
         self.lr_decay = _num("lr_decay", lr_decay, 0, 1, lo_open=True)
         self.beta = _num("beta", beta, 0, 1, hi_open=True)
         if local_update not in _OPTIONS:
-            raise ValueError(f"local_update must be one of 'model' (Option II) or 'gradient' (Option I), got {local_update!r}")
+            raise ValueError(
+                f"local_update must be one of 'model' (Option II) or 'gradient' (Option I), got {local_update!r}"
+            )
         self.local_update = _OPTIONS[local_update]
         self.local_steps = _num("local_steps", local_steps, 1, integer=True)
         self.batch_size = None if batch_size is None else _num("batch_size", batch_size, 1, integer=True)
@@ -168,12 +193,15 @@ class ClusteredFLEngine:
             raise ValueError(f"test_select must be 'test' or 'train', got {test_select!r}")
         self.train_eval, self.test_select = train_eval, test_select
         self.max_rows = _num("max_rows", max_rows, 1, integer=True)
-        self.max_chunk_mb = DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0,
-                                                                               lo_open=True)
+        self.max_chunk_mb = (
+            DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0, lo_open=True)
+        )
         self.client_block = None if client_block is None else _num("client_block", client_block, 1, integer=True)
         self.device = resolve_device(device)
         if chunk_runner is not None and not isinstance(chunk_runner, ChunkRunner):
-            raise ValueError(f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(chunk_runner).__name__}")
+            raise ValueError(
+                f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(chunk_runner).__name__}"
+            )
         if chunk_runner is not None and self.device.type != "cpu":
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
         self.chunk_runner = chunk_runner
@@ -226,8 +254,13 @@ class ClusteredFLEngine:
                 if frac >= self.init_min_fraction:
                     break
             else:
-                logger.warning("IFCA restart heuristic: no init reached min fraction %.3f in %d redraws "
-                               "(best %.3f); using the best", self.init_min_fraction, self.init_max_restarts, best_frac)
+                logger.warning(
+                    "IFCA restart heuristic: no init reached min fraction %.3f in %d redraws "
+                    "(best %.3f); using the best",
+                    self.init_min_fraction,
+                    self.init_max_restarts,
+                    best_frac,
+                )
             if self.init_min_fraction is not None:
                 params = best
                 info["init_min_fraction_reached"] = best_frac
@@ -242,8 +275,9 @@ class ClusteredFLEngine:
         return ServerState(params=params, momentum=momentum, round=0)
 
     def _set_chunk(self, params: Params) -> None:
-        per = bytes_per_client(self.model, params, int(self.data.X_train.shape[1]), self.data.d, beta=self.beta,
-                               batch_size=self.batch_size)
+        per = bytes_per_client(
+            self.model, params, int(self.data.X_train.shape[1]), self.data.d, beta=self.beta, batch_size=self.batch_size
+        )
         self.bytes_per_client = per
         self.chunk_clients = max(1, int(self.max_chunk_mb * 2**20 // per))
 
@@ -255,8 +289,11 @@ class ClusteredFLEngine:
         d, step = self.data, self.chunk_clients
         out = []
         for a in range(0, len(clients), step):
-            out.append(client_model_losses(self.model, params, *self.client_data(clients[a:a + step]),
-                                           max_rows=self.max_rows)[0])
+            out.append(
+                client_model_losses(
+                    self.model, params, *self.client_data(clients[a : a + step]), max_rows=self.max_rows
+                )[0]
+            )
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=d.X_train.dtype)
 
     def lr_at(self, t: int) -> float:
@@ -276,8 +313,9 @@ class ClusteredFLEngine:
         t2 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         self.timing["local"] += t2 - t1
-        return ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params=start, params=params,
-                             momentum=mom, n_samples=n)
+        return ClientUpdates(
+            clients=clients, chosen=chosen, losses=losses, start_params=start, params=params, momentum=mom, n_samples=n
+        )
 
     def _local_update(self, state: ServerState, chosen: torch.Tensor, X, y, n, lr: float, gen, clients):
         """Step 3 for the ``clients`` that chose ``chosen``: gather their start models and momenta, train
@@ -289,13 +327,25 @@ class ClusteredFLEngine:
         start = {k: v.index_select(0, ch) for k, v in state.params.items()}
         mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
-            params, mom = local_train(self.model, start, mom0, X, y, n, steps=self.local_steps, lr=lr,
-                                      beta=self.beta, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                      gen=gen, client_block=self.client_block, defer_updates=self.defer_updates)
+            params, mom = local_train(
+                self.model,
+                start,
+                mom0,
+                X,
+                y,
+                n,
+                steps=self.local_steps,
+                lr=lr,
+                beta=self.beta,
+                batch_size=self.batch_size,
+                local_epochs=self.local_epochs,
+                gen=gen,
+                client_block=self.client_block,
+                defer_updates=self.defer_updates,
+            )
             steps = self.local_steps
         else:
-            mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size,
-                                 gen=gen)
+            mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size, gen=gen)
             params, steps = start, 1
         self.count_local_samples(n, steps)
         return start, params, mom
@@ -325,16 +375,20 @@ class ClusteredFLEngine:
             return False
         ok = self.aggregator.supports_chunks() and type(self).client_round is ClusteredFLEngine.client_round
         if not ok and not self._warned_unbounded:
-            logger.warning("max_chunk_mb=%g: %d clients per round need %d chunks, but %s cannot aggregate in "
-                           "chunks; the round runs at once (its memory grows with the clients per round)",
-                           self.max_chunk_mb, n_sampled, math.ceil(n_sampled / self.chunk_clients),
-                           type(self.aggregator).__name__ if not self.aggregator.supports_chunks()
-                           else type(self).__name__)
+            logger.warning(
+                "max_chunk_mb=%g: %d clients per round need %d chunks, but %s cannot aggregate in "
+                "chunks; the round runs at once (its memory grows with the clients per round)",
+                self.max_chunk_mb,
+                n_sampled,
+                math.ceil(n_sampled / self.chunk_clients),
+                type(self.aggregator).__name__ if not self.aggregator.supports_chunks() else type(self).__name__,
+            )
             self._warned_unbounded = True
         return ok
 
-    def chunked_round(self, state: ServerState, clients: np.ndarray, lr: float,
-                      ctx: RoundContext) -> tuple[ClientUpdates, Aggregation]:
+    def chunked_round(
+        self, state: ServerState, clients: np.ndarray, lr: float, ctx: RoundContext
+    ) -> tuple[ClientUpdates, Aggregation]:
         """Steps 2-4 in chunks of ``chunk_clients`` clients: (i) the cluster estimate of every sampled
         client (losses only, chunk by chunk), (ii) the aggregator's :meth:`~Aggregator.begin` with the
         round's choices, (iii) per chunk: gather its data, start models and momenta, local training
@@ -350,8 +404,16 @@ class ClusteredFLEngine:
             losses = self._losses(state.params, clients)  # eq. (8), chunk by chunk
         chosen = assign_clusters(losses)
         n_all = d.n_train[torch.as_tensor(clients, dtype=torch.long)]  # host copy (bookkeeping)
-        updates = ClientUpdates(clients=clients, chosen=chosen, losses=losses, start_params={}, params={},
-                                momentum=None, n_samples=n_all, chunked=True)
+        updates = ClientUpdates(
+            clients=clients,
+            chosen=chosen,
+            losses=losses,
+            start_params={},
+            params={},
+            momentum=None,
+            n_samples=n_all,
+            chunked=True,
+        )
         t1 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         acc = self.aggregator.begin(state, updates, ctx)
@@ -370,8 +432,15 @@ class ClusteredFLEngine:
             ch = chosen[rows]
             start, params, mom = self._local_update(state, ch, X, y, n, lr, tape.view(rows), clients[rows])
             t2 = time.perf_counter()
-            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
-                                  params=params, momentum=mom, n_samples=n)
+            chunk = ClientUpdates(
+                clients=clients[rows],
+                chosen=ch,
+                losses=losses[rows],
+                start_params=start,
+                params=params,
+                momentum=mom,
+                n_samples=n,
+            )
             self.aggregator.accumulate(acc, chunk, rows, ctx)
             del chunk, params, mom, start, X, y
             self.timing["local"] += t2 - t1
@@ -387,7 +456,7 @@ class ClusteredFLEngine:
 
         def per_chunk():
             for a in range(0, len(clients), step):
-                yield (*self.client_data(clients[a:a + step]), self.max_rows)
+                yield (*self.client_data(clients[a : a + step]), self.max_rows)
 
         out = list(self.chunk_runner.map(chunk_losses, (self.model, params), per_chunk()))
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=self.data.X_train.dtype)
@@ -400,11 +469,20 @@ class ClusteredFLEngine:
         t0 = time.perf_counter()
         n_max = int(d.X_train.shape[1])
         gen = self.rngs["minibatch"]
-        draws = [gen.random((S, n_max)) for _ in range(n_draws(self.batch_size, self.local_epochs, n_max,
-                                                                  self.local_steps, self.local_update))]
-        cfg = {"local_update": self.local_update, "steps": self.local_steps, "lr": lr, "beta": self.beta,
-               "batch_size": self.batch_size, "local_epochs": self.local_epochs, "client_block": self.client_block,
-               "defer_updates": self.defer_updates}
+        draws = [
+            gen.random((S, n_max))
+            for _ in range(n_draws(self.batch_size, self.local_epochs, n_max, self.local_steps, self.local_update))
+        ]
+        cfg = {
+            "local_update": self.local_update,
+            "steps": self.local_steps,
+            "lr": lr,
+            "beta": self.beta,
+            "batch_size": self.batch_size,
+            "local_epochs": self.local_epochs,
+            "client_block": self.client_block,
+            "defer_updates": self.defer_updates,
+        }
         slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
 
         def per_chunk():
@@ -420,8 +498,15 @@ class ClusteredFLEngine:
             start = {k: v.index_select(0, ch) for k, v in state.params.items()}
             n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
             self.count_local_samples(n, self.local_steps if params is not None else 1)
-            chunk = ClientUpdates(clients=clients[rows], chosen=ch, losses=losses[rows], start_params=start,
-                                  params=params if params is not None else start, momentum=mom, n_samples=n)
+            chunk = ClientUpdates(
+                clients=clients[rows],
+                chosen=ch,
+                losses=losses[rows],
+                start_params=start,
+                params=params if params is not None else start,
+                momentum=mom,
+                n_samples=n,
+            )
             self.aggregator.accumulate(acc, chunk, rows, ctx)
             t_agg += time.perf_counter() - t1
         self.timing["aggregate"] += t_agg
@@ -443,13 +528,27 @@ class ClusteredFLEngine:
         clients = self.sample_clients()
         if len(clients) == 0:  # Poisson sampling drew nobody: nothing is sent, nothing changes
             empty = {k: v[:0] for k, v in state.params.items()}
-            updates = ClientUpdates(clients=clients, chosen=torch.zeros(0, dtype=torch.long),
-                                    losses=torch.zeros(0, self.k), start_params=empty, params=empty,
-                                    momentum=None, n_samples=torch.zeros(0, dtype=torch.long))
+            updates = ClientUpdates(
+                clients=clients,
+                chosen=torch.zeros(0, dtype=torch.long),
+                losses=torch.zeros(0, self.k),
+                start_params=empty,
+                params=empty,
+                momentum=None,
+                n_samples=torch.zeros(0, dtype=torch.long),
+            )
             agg = Aggregation(state.params, state.momentum, updates.chosen, np.zeros(self.k, dtype=np.int64))
             return ServerState(params=state.params, momentum=state.momentum, round=t), updates, agg
-        ctx = RoundContext(round=t, lr=lr, k=self.k, n_clients=self.data.n_clients, n_sampled=len(clients),
-                           beta=self.beta, rngs=self.rngs, dp_events=self.dp_events)
+        ctx = RoundContext(
+            round=t,
+            lr=lr,
+            k=self.k,
+            n_clients=self.data.n_clients,
+            n_sampled=len(clients),
+            beta=self.beta,
+            rngs=self.rngs,
+            dp_events=self.dp_events,
+        )
         if self.chunk_clients is None:  # a state built by the caller, not by init_state
             self._set_chunk(state.params)
         if self._chunked(len(clients)):
@@ -464,14 +563,23 @@ class ClusteredFLEngine:
     def _record(self, history, t, lr, state, updates, agg):
         t0 = time.perf_counter()
         rec: dict[str, Any] = {"round": t, "lr": lr}
-        ev = evaluate(self.model, state.params, self.data, train=self.train_eval == "all", test=True,
-                      test_select=self.test_select, max_rows=self.max_rows)
+        ev = evaluate(
+            self.model,
+            state.params,
+            self.data,
+            train=self.train_eval == "all",
+            test=True,
+            test_select=self.test_select,
+            max_rows=self.max_rows,
+        )
         if self.train_eval == "all":
             rec["train_loss"] = ev["train_loss"]
-            rec["client_ACC"], rec["client_NMI"] = ev.get("client_ACC", float("nan")), ev.get("client_NMI", float("nan"))
+            rec["client_ACC"], rec["client_NMI"] = (
+                ev.get("client_ACC", float("nan")),
+                ev.get("client_NMI", float("nan")),
+            )
         else:
-            rec["train_loss"] = (float(updates.losses.min(dim=1).values.mean()) if len(updates.clients)
-                                 else float("nan"))
+            rec["train_loss"] = float(updates.losses.min(dim=1).values.mean()) if len(updates.clients) else float("nan")
             if self.data.group is not None and len(updates.clients):
                 sc = client_clustering_scores(self.data.group[updates.clients], updates.chosen.numpy())
                 rec["client_ACC"], rec["client_NMI"] = sc["client_ACC"], sc["client_NMI"]
@@ -492,43 +600,87 @@ class ClusteredFLEngine:
         """Run all rounds and return a :class:`ClusteredFLResult`."""
         wall0 = time.perf_counter()
         state = self.init_state()
-        history: dict[str, list] = {k: [] for k in ("round", "lr", "train_loss", "test_accuracy", "test_loss",
-                                                    "client_ACC", "client_NMI", "cluster_sizes")}
+        history: dict[str, list] = {
+            k: []
+            for k in (
+                "round",
+                "lr",
+                "train_loss",
+                "test_accuracy",
+                "test_loss",
+                "client_ACC",
+                "client_NMI",
+                "cluster_sizes",
+            )
+        }
         for t in range(1, self.rounds + 1):
             lr = self.lr_at(t)
             state, updates, agg = self.step(state)
             report_round("round", t, self.rounds)
             if (self.eval_every and t % self.eval_every == 0) or t == self.rounds:
                 rec = self._record(history, t, lr, state, updates, agg)
-                logger.info("%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
-                            self.method, t, self.rounds, rec["train_loss"], rec["test_accuracy"],
-                            rec["client_ACC"], rec["cluster_sizes"])
+                logger.info(
+                    "%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
+                    self.method,
+                    t,
+                    self.rounds,
+                    rec["train_loss"],
+                    rec["test_accuracy"],
+                    rec["client_ACC"],
+                    rec["cluster_sizes"],
+                )
                 if self.progress is not None:
                     self.progress(t, rec)
         t0 = time.perf_counter()
-        final = evaluate(self.model, state.params, self.data, train=True, test=True,
-                         test_select=self.test_select, max_rows=self.max_rows)
+        final = evaluate(
+            self.model,
+            state.params,
+            self.data,
+            train=True,
+            test=True,
+            test_select=self.test_select,
+            max_rows=self.max_rows,
+        )
         self.timing["final_eval"] = time.perf_counter() - t0
         self.dp_events.extend(self.aggregator.finish(self.rounds, self.data.n_clients, self.S))
         info = {
-            "method": self.method, "k": self.k, "rounds": self.rounds, "lr": self.lr, "lr_decay": self.lr_decay,
-            "beta": self.beta, "local_update": self.local_update, "local_steps": self.local_steps,
-            "batch_size": self.batch_size, "clients_per_round": self.S, "sampling": self.sampling, "participation": self.participation,
-            "n_clients": self.data.n_clients, "aggregator": self.aggregator.name, "seed": self.seed,
-            "init": "given" if self.init_params is not None else (
-                "random+ifca_restart" if self.init_min_fraction is not None else "random"),
+            "method": self.method,
+            "k": self.k,
+            "rounds": self.rounds,
+            "lr": self.lr,
+            "lr_decay": self.lr_decay,
+            "beta": self.beta,
+            "local_update": self.local_update,
+            "local_steps": self.local_steps,
+            "batch_size": self.batch_size,
+            "clients_per_round": self.S,
+            "sampling": self.sampling,
+            "participation": self.participation,
+            "n_clients": self.data.n_clients,
+            "aggregator": self.aggregator.name,
+            "seed": self.seed,
+            "init": "given"
+            if self.init_params is not None
+            else ("random+ifca_restart" if self.init_min_fraction is not None else "random"),
             **self.init_info,
             "final": {k: v for k, v in final.items() if not isinstance(v, np.ndarray)},
-            "timing": dict(self.timing), "wall_time": time.perf_counter() - wall0,
+            "timing": dict(self.timing),
+            "wall_time": time.perf_counter() - wall0,
             "local_samples": self.n_local_samples,
-            "max_chunk_mb": self.max_chunk_mb, "chunk_clients": self.chunk_clients,
+            "max_chunk_mb": self.max_chunk_mb,
+            "chunk_clients": self.chunk_clients,
             "chunks_per_round": math.ceil(self.S / self.chunk_clients) if self.chunk_clients else 1,
         }
         params, momentum = ({n: v.cpu() for n, v in p.items()} for p in (state.params, state.momentum))  # on the CPU
-        return ClusteredFLResult(params=params, momentum=momentum,
-                                 assignment=final["assignment"],
-                                 test_assignment=final.get("test_assignment"), history=history,
-                                 dp_events=list(self.dp_events), info=info)
+        return ClusteredFLResult(
+            params=params,
+            momentum=momentum,
+            assignment=final["assignment"],
+            test_assignment=final.get("test_assignment"),
+            history=history,
+            dp_events=list(self.dp_events),
+            info=info,
+        )
 
 
 def _device_copy(data: FederatedTensors, dev: torch.device) -> tuple:

@@ -43,10 +43,14 @@ def evaluate_clustered(result, rotated=None) -> dict:
     ``client_ACC_chance`` / ``client_NMI_chance`` of a random assignment with the same cluster sizes,
     and ``client_at_chance`` (1.0 when ``client_ACC`` is within noise of it)."""
     final = dict(result.info.get("final") or result.final_metrics())
-    out = {k: float(v) for k, v in final.items() if isinstance(v, (int, float, np.floating, np.integer)) and k != "round"}
+    out = {
+        k: float(v) for k, v in final.items() if isinstance(v, (int, float, np.floating, np.integer)) and k != "round"
+    }
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
     if "client_ACC" in out:
-        out.update(client_chance(getattr(rotated, "group", None), getattr(result, "assignment", None), out["client_ACC"]))
+        out.update(
+            client_chance(getattr(rotated, "group", None), getattr(result, "assignment", None), out["client_ACC"])
+        )
     return out

@@ -12,7 +12,13 @@ def rotation_pipeline() -> Pipeline:
     return Pipeline(
         [
             node(rotate, ["dataset", "params:data", "params:seed"], "rotated_data", name="rotate", tags=["partition"]),
-            node(rotation_report, "rotated_data", "rotation_stats", name="report_rotation", tags=["partition", "reporting"]),
+            node(
+                rotation_report,
+                "rotated_data",
+                "rotation_stats",
+                name="report_rotation",
+                tags=["partition", "reporting"],
+            ),
         ],
         namespace="clustered_fl",
         inputs={"dataset"},

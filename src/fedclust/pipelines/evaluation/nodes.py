@@ -27,8 +27,12 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     else 0.0; a number so that MLflow logs it)."""
     scores = clustering_scores(dataset.y, result.labels)
     chance = chance_scores(dataset.y, result.labels)
-    out = {**scores, **chance, "at_chance": float(is_at_chance(scores, chance)),
-           "uploaded_reals": int(result.uploaded_reals)}
+    out = {
+        **scores,
+        **chance,
+        "at_chance": float(is_at_chance(scores, chance)),
+        "uploaded_reals": int(result.uploaded_reals),
+    }
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
@@ -48,8 +52,10 @@ def to_mlflow_metrics(metrics: dict, privacy: dict) -> dict:
     from fedclust.pipelines.mlflow_io import schema_metrics
 
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-    return {"metrics": schema_metrics(numbers, privacy),
-            "artifacts": {"metrics.json": dict(metrics), "privacy.json": dict(privacy)}}
+    return {
+        "metrics": schema_metrics(numbers, privacy),
+        "artifacts": {"metrics.json": dict(metrics), "privacy.json": dict(privacy)},
+    }
 
 
 def history_steps(history: dict, hist: list) -> list[int]:
@@ -62,7 +68,8 @@ def history_steps(history: dict, hist: list) -> list[int]:
 def numeric_histories(history: dict) -> dict[str, list]:
     """The per-round metric histories worth logging or plotting (numbers only; not round/lr)."""
     return {
-        k: v for k, v in history.items()
+        k: v
+        for k, v in history.items()
         if k not in ("round", "lr") and len(v) and all(isinstance(x, (int, float)) for x in v)
     }
 

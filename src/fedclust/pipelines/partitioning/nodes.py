@@ -30,7 +30,10 @@ def report_partition(partition, dataset: Dataset):
     stats = partition_stats(partition, dataset.y)
     logger.info(
         "partition: %d clients, sizes %s..%s, labels per client %s..%s",
-        stats.get("n_clients"), stats.get("size_min"), stats.get("size_max"),
-        stats.get("labels_min"), stats.get("labels_max"),
+        stats.get("n_clients"),
+        stats.get("size_min"),
+        stats.get("size_max"),
+        stats.get("labels_min"),
+        stats.get("labels_max"),
     )
     return stats, heatmap_figure(partition, dataset.y)

@@ -11,9 +11,13 @@ from fedclust.privacy.report import privacy_report
 from fedclust.registry.privacy import check_privacy_params, non_private_calibration, per_round_noise  # noqa: F401
 
 
-def calibrate_per_round_noise(privacy: dict, train: dict, *, mechanisms_per_round: int = 1, rounds_key: str = "rounds") -> dict:
+def calibrate_per_round_noise(
+    privacy: dict, train: dict, *, mechanisms_per_round: int = 1, rounds_key: str = "rounds"
+) -> dict:
     """:func:`fedclust.registry.privacy.per_round_noise` on ``train[rounds_key]`` and ``train["clip"]``."""
-    return per_round_noise(privacy, int(train[rounds_key]), train.get("clip"), mechanisms_per_round=mechanisms_per_round)
+    return per_round_noise(
+        privacy, int(train[rounds_key]), train.get("clip"), mechanisms_per_round=mechanisms_per_round
+    )
 
 
 def condense_notes(notes, limit: int = 8) -> list[str]:

@@ -38,18 +38,33 @@ def plot_history(result, privacy: dict, dataset: dict, partition, method: str):
     eps_rounds = None
     if math.isfinite(eps) and result.dp_events:
         rounds = result.info.get("rounds")
-        eps_rounds = plots.epsilon_by_round(result.dp_events, float(privacy.get("delta", 1e-5)),
-                                            privacy.get("accountant", "rdp"), rounds=int(rounds) if rounds else None) or None
+        eps_rounds = (
+            plots.epsilon_by_round(
+                result.dp_events,
+                float(privacy.get("delta", 1e-5)),
+                privacy.get("accountant", "rdp"),
+                rounds=int(rounds) if rounds else None,
+            )
+            or None
+        )
     name = dataset.get("name", "?") if isinstance(dataset, dict) else str(dataset)
-    return plots.history_figure(result.history, method=method, dataset=name, partition=describe_partition(partition),
-                                epsilon=eps, eps_rounds=eps_rounds)
+    return plots.history_figure(
+        result.history,
+        method=method,
+        dataset=name,
+        partition=describe_partition(partition),
+        epsilon=eps,
+        eps_rounds=eps_rounds,
+    )
 
 
 def plot_centroids(result, dataset, privacy: dict, partition, method: str):
     """The learned centroids: as images where the data are images (digits 8x8, MNIST 28x28), else
     as a cluster x feature heatmap; a method without centroids gets a figure that says so."""
-    title = (f"{method} · {getattr(dataset, 'name', '?')} / {describe_partition(partition)} · "
-             f"ε = {plots.eps_text(_accounted_epsilon(privacy))}: learned centroids")
+    title = (
+        f"{method} · {getattr(dataset, 'name', '?')} / {describe_partition(partition)} · "
+        f"ε = {plots.eps_text(_accounted_epsilon(privacy))}: learned centroids"
+    )
     C = getattr(result, "centroids", None)
     if C is None:
         return plots.message_figure(f"{method} has no centroids", title)
@@ -73,16 +88,20 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     instead of hanging off it as free outputs."""
     import logging
 
-    shown = [f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
-             for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
-             if isinstance(metrics.get(key), (int, float))]
+    shown = [
+        f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
+        for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
+        if isinstance(metrics.get(key), (int, float))
+    ]
     if metrics.get("at_chance") or metrics.get("client_at_chance"):
         shown.append("AT CHANCE")
     eps = _accounted_epsilon(privacy)
-    budget = (f"ε {plots.eps_text(eps)} (accounted, {privacy.get('trust_model', 'none')})" if math.isfinite(eps)
-              else "no DP")
-    logging.getLogger(__name__).info("%s: %s · %s · reports in data/08_reporting/%s/", method,
-                                     " · ".join(shown) or "no metrics", budget, method)
+    budget = (
+        f"ε {plots.eps_text(eps)} (accounted, {privacy.get('trust_model', 'none')})" if math.isfinite(eps) else "no DP"
+    )
+    logging.getLogger(__name__).info(
+        "%s: %s · %s · reports in data/08_reporting/%s/", method, " · ".join(shown) or "no metrics", budget, method
+    )
 
 
 def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> list[str]:
@@ -95,10 +114,14 @@ def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> lis
     from fedclust.pipelines.mlflow_io import run_address
     from fedclust.pipelines.reporting.datasets import SAVED
 
-    lines = ["", f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
-             *report.terminal_lines(report.method_table(records))]
-    path = next((p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")),
-                f"data/08_reporting/{grid}/report.html")
+    lines = [
+        "",
+        f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
+        *report.terminal_lines(report.method_table(records)),
+    ]
+    path = next(
+        (p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")), f"data/08_reporting/{grid}/report.html"
+    )
     lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
     if run_id:
         import mlflow

@@ -34,7 +34,16 @@ import math
 from fedclust.privacy._validate import check_delta, check_epsilon, check_positive, check_rate, check_steps
 from fedclust.privacy.events import GaussianRelease
 
-__all__ = ["sensitivity", "eq29_factor", "sigma_factor", "sigma_round", "round_epsilon", "total_epsilon", "effective_q", "release"]
+__all__ = [
+    "sensitivity",
+    "eq29_factor",
+    "sigma_factor",
+    "sigma_round",
+    "round_epsilon",
+    "total_epsilon",
+    "effective_q",
+    "release",
+]
 
 
 def sensitivity(G: float, Q2: float, eta: float) -> float:
@@ -87,8 +96,9 @@ def sigma_factor(epsilon: float, delta: float, q: float, *, fallback: bool = Tru
     return f, ("; ".join(notes) if notes else None)
 
 
-def sigma_round(G: float, Q2: float, eta: float, epsilon: float, delta: float, q: float, *,
-                fallback: bool = True) -> tuple[float, str | None]:
+def sigma_round(
+    G: float, Q2: float, eta: float, epsilon: float, delta: float, q: float, *, fallback: bool = True
+) -> tuple[float, str | None]:
     """Per-round noise std of Theorem 2, eq. (29), with the q ≥ 1/2 fallback unless ``fallback=False``.
 
     Returns ``(sigma, note)``; ``note`` is None when the formula is applied within its assumptions,
@@ -137,5 +147,13 @@ def release(sigma: float, sens: float, *, rounds: int, n_i: int, batch: int, lab
     """
     z = check_positive(sigma, "sigma") / check_positive(sens, "sens")
     m = int(min(batch, n_i))
-    return GaussianRelease((z,), count=check_steps(rounds, "rounds"), sampling="without_replacement",
-                           population=int(n_i), sample_size=m, neighbouring="replace_one", unit="sample", label=label)
+    return GaussianRelease(
+        (z,),
+        count=check_steps(rounds, "rounds"),
+        sampling="without_replacement",
+        population=int(n_i),
+        sample_size=m,
+        neighbouring="replace_one",
+        unit="sample",
+        label=label,
+    )

@@ -139,7 +139,9 @@ def factor_sigma_z(epsilon_z: float, delta_z: float, rounds: int, sensitivity_z:
     return math.sqrt(8.0 * S * D * D * math.log(math.e + e / d) / (e * e))
 
 
-def factor_epsilon_z(sigma_z: float, delta_z: float, rounds: int, sensitivity_z: float, *, rtol: float = 1e-12) -> float:
+def factor_epsilon_z(
+    sigma_z: float, delta_z: float, rounds: int, sensitivity_z: float, *, rtol: float = 1e-12
+) -> float:
     """Theorem 3.9 forward: the ε_Z that σ_Z certifies, solving ``σ_Z² = 8 S Δ² log(e + ε/δ)/ε²`` for ε.
 
     The right-hand side decreases strictly in ε, so the root is unique; bisection on log ε.
@@ -170,12 +172,28 @@ def factor_sigma_c(epsilon_c: float, delta_c: float, sensitivity_c: float, *, me
 
 def factor_epsilon_c(sigma_c: float, delta_c: float, sensitivity_c: float) -> float:
     """Theorem 3.9 forward for C: ``ε_C = sqrt(2 ln(1.25/δ_C)) Δ_C / σ_C``."""
-    return gaussian_constant(delta_c) * check_positive(sensitivity_c, "sensitivity_c") / check_positive(sigma_c, "sigma_c")
+    return (
+        gaussian_constant(delta_c) * check_positive(sensitivity_c, "sensitivity_c") / check_positive(sigma_c, "sigma_c")
+    )
 
 
-def perturbed_factors_sigmas(epsilon_z: float, delta_z: float, epsilon_c: float, delta_c: float, *, rounds: int,
-                             tau_x: float, tau_c: float, tau_z: float, upsilon: float, r: float, d: int,
-                             lam: float, eta: float, mechanism_c: str = "classical") -> dict:
+def perturbed_factors_sigmas(
+    epsilon_z: float,
+    delta_z: float,
+    epsilon_c: float,
+    delta_c: float,
+    *,
+    rounds: int,
+    tau_x: float,
+    tau_c: float,
+    tau_z: float,
+    upsilon: float,
+    r: float,
+    d: int,
+    lam: float,
+    eta: float,
+    mechanism_c: str = "classical",
+) -> dict:
     """Theorem 3.9 in one call: sensitivities, ``sigma_z``, ``sigma_c`` and the total (ε, δ) by basic composition.
 
     Returns a dict with keys ``sigma_z, sigma_c, sensitivity_z, sensitivity_c, epsilon, delta``.
@@ -185,8 +203,12 @@ def perturbed_factors_sigmas(epsilon_z: float, delta_z: float, epsilon_c: float,
     sz = factor_sigma_z(epsilon_z, delta_z, rounds, dz)
     sc = factor_sigma_c(epsilon_c, delta_c, dc, mechanism=mechanism_c)
     return {
-        "sigma_z": sz, "sigma_c": sc, "sensitivity_z": dz, "sensitivity_c": dc,
-        "epsilon": float(epsilon_z) + float(epsilon_c), "delta": float(delta_z) + float(delta_c),
+        "sigma_z": sz,
+        "sigma_c": sc,
+        "sensitivity_z": dz,
+        "sensitivity_c": dc,
+        "epsilon": float(epsilon_z) + float(epsilon_c),
+        "delta": float(delta_z) + float(delta_c),
     }
 
 
@@ -196,15 +218,26 @@ def perturbed_data_release(sigma: float, tau_x: float, label: str = "fedsc_data"
     return GaussianRelease((z,), count=1, neighbouring="replace_one", unit="sample", label=label)
 
 
-def perturbed_factors_releases(sigma_z: float, sensitivity_z: float, rounds: int, sigma_c: float,
-                               sensitivity_c: float) -> list[GaussianRelease]:
+def perturbed_factors_releases(
+    sigma_z: float, sensitivity_z: float, rounds: int, sigma_c: float, sensitivity_c: float
+) -> list[GaussianRelease]:
     """The releases of Theorem 3.9: ``rounds`` Z uploads and one C upload (replace-one, sample level).
 
     Each sample lives on one client, so only that client's Z_p and C_p change between neighbours.
     """
     return [
-        GaussianRelease((check_positive(sigma_z, "sigma_z") / check_positive(sensitivity_z, "sensitivity_z"),),
-                        count=check_steps(rounds, "rounds"), neighbouring="replace_one", unit="sample", label="fedsc_Z"),
-        GaussianRelease((check_positive(sigma_c, "sigma_c") / check_positive(sensitivity_c, "sensitivity_c"),),
-                        count=1, neighbouring="replace_one", unit="sample", label="fedsc_C"),
+        GaussianRelease(
+            (check_positive(sigma_z, "sigma_z") / check_positive(sensitivity_z, "sensitivity_z"),),
+            count=check_steps(rounds, "rounds"),
+            neighbouring="replace_one",
+            unit="sample",
+            label="fedsc_Z",
+        ),
+        GaussianRelease(
+            (check_positive(sigma_c, "sigma_c") / check_positive(sensitivity_c, "sensitivity_c"),),
+            count=1,
+            neighbouring="replace_one",
+            unit="sample",
+            label="fedsc_C",
+        ),
     ]

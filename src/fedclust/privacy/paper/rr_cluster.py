@@ -195,8 +195,16 @@ def _poisson_curve(alphas: np.ndarray, q: float, sigma_eff: float) -> np.ndarray
     return logsumexp(terms, axis=1) / (alphas - 1.0)
 
 
-def rdp_curve(q: float, T: int, sigma_s: float | None, sigma_theta: float, *, bound: str = "wang_general",
-              orders=None, take_min: bool = True):
+def rdp_curve(
+    q: float,
+    T: int,
+    sigma_s: float | None,
+    sigma_theta: float,
+    *,
+    bound: str = "wang_general",
+    orders=None,
+    take_min: bool = True,
+):
     """``(orders, T * eps_q(orders))``: the RDP of T rounds (eq. 8)."""
     T = check_steps(T, "T")
     orders = np.asarray(ORDERS if orders is None else orders)
@@ -210,8 +218,18 @@ def _eps_from_curve(orders, curve, delta: float):
     return float(vals[i]), int(orders[i])
 
 
-def epsilon(q: float, T: int, sigma_s: float | None, sigma_theta: float, delta: float = DEFAULT_DELTA, *,
-            bound: str = "wang_general", orders=None, take_min: bool = True, return_order: bool = False):
+def epsilon(
+    q: float,
+    T: int,
+    sigma_s: float | None,
+    sigma_theta: float,
+    delta: float = DEFAULT_DELTA,
+    *,
+    bound: str = "wang_general",
+    orders=None,
+    take_min: bool = True,
+    return_order: bool = False,
+):
     """ε of RR-Cluster after T rounds (eq. 9): ``min_alpha T eps_q(alpha) + log(1/delta)/(alpha-1)``.
 
     ``sigma_s`` is the identifier noise multiplier (None/inf: no identifier), ``sigma_theta`` the model
@@ -223,10 +241,19 @@ def epsilon(q: float, T: int, sigma_s: float | None, sigma_theta: float, delta: 
     return (eps, a) if return_order else eps
 
 
-def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: float | None = None,
-                     T: int | None = None, M: int | None = None, rho_s: float = 0.5, *,
-                     bound: str = "wang_general", orders=None, take_min: bool = True,
-                     rtol: float = 1e-4) -> tuple[float, float]:
+def calibrate_sigmas(
+    target_epsilon: float,
+    delta: float = DEFAULT_DELTA,
+    q: float | None = None,
+    T: int | None = None,
+    M: int | None = None,
+    rho_s: float = 0.5,
+    *,
+    bound: str = "wang_general",
+    orders=None,
+    take_min: bool = True,
+    rtol: float = 1e-4,
+) -> tuple[float, float]:
     """``(sigma_s, sigma_theta)`` whose T rounds spend ``target_epsilon`` at ``delta``.
 
     ``rho_s`` in [0, 1) is the identifiers' share of the per-round RDP (0.5: ``sigma_s == sigma_theta``;
@@ -259,16 +286,28 @@ def calibrate_sigmas(target_epsilon: float, delta: float = DEFAULT_DELTA, q: flo
         c = T * np.asarray(subsampled_rdp(orders, q, s_eff, bound=bound, take_min=take_min))
         return _eps_from_curve(orders, c, d)[0]
 
-    s_eff = log_bisect(lambda s: eps_of(s) > eps_t, rtol, max_value=1e7, unreachable=lambda: ValueError(
-        f"target_epsilon={eps_t:g} is unreachable with bound={bound!r} (T={T}, q={q})"))
+    s_eff = log_bisect(
+        lambda s: eps_of(s) > eps_t,
+        rtol,
+        max_value=1e7,
+        unreachable=lambda: ValueError(f"target_epsilon={eps_t:g} is unreachable with bound={bound!r} (T={T}, q={q})"),
+    )
     rho = float(rho_s)
     sigma_theta = s_eff / math.sqrt(1.0 - rho)
     sigma_s = math.inf if rho == 0.0 else s_eff / math.sqrt(rho)
     return sigma_s, sigma_theta
 
 
-def release(sigma_s: float | None, sigma_theta: float, *, T: int, M: int, q: float | None = None,
-            sample_size: int | None = None, label: str = "rr_cluster") -> GaussianRelease:
+def release(
+    sigma_s: float | None,
+    sigma_theta: float,
+    *,
+    T: int,
+    M: int,
+    q: float | None = None,
+    sample_size: int | None = None,
+    label: str = "rr_cluster",
+) -> GaussianRelease:
     """The :class:`GaussianRelease` of T RR-Cluster rounds: client level, **replace-one** neighbours,
     fixed-size sampling without replacement, noise multipliers relative to the
     replace-one sensitivities.
@@ -282,6 +321,12 @@ def release(sigma_s: float | None, sigma_theta: float, *, T: int, M: int, q: flo
         sample_size = int(round(check_rate(q, "q") * M))
     z = (float(sigma_theta),) if sigma_s is None or math.isinf(sigma_s) else (float(sigma_s), float(sigma_theta))
     return GaussianRelease(
-        z, count=int(T), sampling="without_replacement", population=int(M), sample_size=int(sample_size),
-        neighbouring="replace_one", unit="client", label=label,
+        z,
+        count=int(T),
+        sampling="without_replacement",
+        population=int(M),
+        sample_size=int(sample_size),
+        neighbouring="replace_one",
+        unit="client",
+        label=label,
     )
