@@ -151,26 +151,24 @@ def _runner(method: str, epsilon: float, delta: float, noise_scale: float = 1.0)
 
 @contextmanager
 def observed_sum_noise():
-    """Record the noise of every per-cluster sum release (:func:`fedclust.clustered_fl.rr_cluster.noisy_cluster_sums`,
-    which every method here goes through) made inside the block: yields a list that receives the
-    released sums minus the exact sums of the clipped updates, flattened. Observation only: the
-    noise is drawn by the method's own code, unchanged."""
-    # imported on first use, as everywhere in this module: it pulls in torch
-
+    """Record the noise of every per-cluster sum release
+    (:func:`fedclust.clustered_fl.rr_cluster.release_cluster_sum`, which every method here goes
+    through) made inside the block: yields a list that receives the released sums minus the exact
+    sums of the clipped updates, flattened. Observation only: the noise is drawn by the method's own
+    code, unchanged."""
     seen: list = []
-    original = rr_cluster.noisy_cluster_sums
+    original = rr_cluster.release_cluster_sum
 
-    def tap(deltas, groups, k, std, rng):
-        out = original(deltas, groups, k, std, rng)
-        exact = original(deltas, groups, k, 0.0, rng)  # std 0 draws nothing from rng
-        seen.append(np.concatenate([(out[n] - exact[n]).double().numpy().ravel() for n in out]) if out else np.zeros(0))
+    def tap(s, std, rng):
+        out = original(s, std, rng)
+        seen.append((out - s).double().numpy().ravel())
         return out
 
-    rr_cluster.noisy_cluster_sums = tap
+    rr_cluster.release_cluster_sum = tap
     try:
         yield seen
     finally:
-        rr_cluster.noisy_cluster_sums = original
+        rr_cluster.release_cluster_sum = original
 
 
 def _score(result) -> float:

@@ -136,6 +136,7 @@ __all__ = [
     "calibrate_fedcam",
     "privatize_identifiers",
     "noisy_cluster_sums",
+    "release_cluster_sum",
     "NOISE_CALIBRATIONS",
     "CALIBRATION_BOUNDS",
     "RELATION",
@@ -272,12 +273,19 @@ def privatize_identifiers(
     return torch.as_tensor(np.argmax(s, axis=1), dtype=torch.long), s
 
 
+def release_cluster_sum(s: torch.Tensor, std: float, rng: np.random.Generator) -> torch.Tensor:
+    """The released form of one parameter's k per-cluster sums: ``s`` plus i.i.d. ``N(0, std^2)`` on
+    every coordinate (``s`` itself when ``std`` is 0). Every cluster-sum release of RR-Cluster and
+    its DP baselines goes through here, so an audit can observe the noise actually added."""
+    return add_gaussian_noise(s, std, rng) if std > 0 else s
+
+
 def noisy_cluster_sums(deltas: Params, groups: torch.Tensor, k: int, std: float, rng: np.random.Generator) -> Params:
     """Alg. 1 line 12 (before the division): per-cluster sums of the (clipped) updates plus i.i.d.
     ``N(0, std^2)`` on every coordinate of every one of the k sums (drawn per parameter, in dict order)."""
     out = {}
     for n, v in deltas.items():
-        out[n] = add_gaussian_noise(segment_sum(v, groups, k), std, rng) if std > 0 else segment_sum(v, groups, k)
+        out[n] = release_cluster_sum(segment_sum(v, groups, k), std, rng)
     return out
 
 
@@ -450,9 +458,7 @@ class PrivateClusterAggregator(DeltaAveraging):
         params = dict(state.params)
         for n in acc["cl"]:  # noise on each of the k sums, per parameter in dict order (noisy_cluster_sums)
             old = state.params[n]
-            s = acc["sums"].get(n, torch.zeros_like(old))
-            if self.sum_std > 0:
-                s = add_gaussian_noise(s, self.sum_std, rng)
+            s = release_cluster_sum(acc["sums"].get(n, torch.zeros_like(old)), self.sum_std, rng)
             c = counts.to(old.device, old.dtype).reshape(-1, *([1] * (old.ndim - 1)))
             params[n] = torch.where(c > 0, old + self.server_lr * s / c.clamp(min=1), old)
         if acc["gl"]:
