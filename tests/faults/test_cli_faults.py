@@ -94,8 +94,15 @@ def test_zero_threads_stops_the_run_before_it_starts(project):
 
 
 @pytest.mark.usefixtures("unchanged")
+def test_huge_rounds_are_refused_before_they_run_for_hours(project):
+    outcome = project.run("--pipelines=fkm", f"--params={TINY},fkm.train.rounds=1000000000")
+    assert_fault(outcome, "fkm: the work estimate, 1000000000 rounds x 6 clients", ["FAILED"])
+    assert "raise compute.max_work (null: no limit)" in outcome.first_error
+
+
+@pytest.mark.usefixtures("unchanged")
 def test_dk_pp_with_too_few_rounds_says_what_to_set(project):
-    outcome = project.run("--pipelines=dk_pp", "--params=dk_pp.train.rounds=3")
+    outcome = project.run("--pipelines=dk_pp", "--params=dk_pp.train.rounds=3,dk_pp.train.seeding_rounds=5")
     assert_fault(outcome, "invalid parameter: dk_pp.train.rounds = 3 is too few for DK++", [])
     assert "set dk_pp.train.rounds >= 6, or lower dk_pp.train.seeding_rounds" in outcome.first_error
 

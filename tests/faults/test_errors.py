@@ -142,19 +142,45 @@ def test_a_method_whose_arrays_cannot_fit_is_refused_before_it_starts(monkeypatc
 
 def test_dk_pp_rounds_that_leave_no_room_for_seeding_say_what_to_set():
     problems = method_problems(
-        {"dk_pp": {"train": {"rounds": 3}}, "privacy": {"epsilon": None}}, ["params:dk_pp.train"]
+        {"dk_pp": {"train": {"rounds": 3, "seeding_rounds": 5}}, "privacy": {"epsilon": None}}, ["params:dk_pp.train"]
     )
     assert problems == [
         "dk_pp.train.rounds = 3 is too few for DK++, which spends 5 k-means|| seeding round(s) and 1 "
         "weighting round before its Lloyd rounds: set dk_pp.train.rounds >= 6, or lower "
         "dk_pp.train.seeding_rounds (0 is the DP variant)"
     ]
-    private = {"dk_pp": {"train": {"rounds": 20, "private_rounds": 5}}, "privacy": {"epsilon": 1.0}}
+    private = {
+        "dk_pp": {"train": {"rounds": 20, "private_rounds": 5, "seeding_rounds": 5}},
+        "privacy": {"epsilon": 1.0},
+    }
     assert "dk_pp.train.private_rounds = 5 is too few" in method_problems(private, ["params:dk_pp.train"])[0]
     assert method_problems({"dk_pp": {"train": {"rounds": 6}}}, ["params:dk_pp.train"]) == []
+    # the default seeding (null) fits the rounds: at most rounds - 2 without DP, none with DP
+    assert method_problems({"dk_pp": {"train": {"rounds": 3}}}, ["params:dk_pp.train"]) == []
 
 
 @pytest.mark.parametrize("name", NO_FILE_NAMES)
 def test_a_path_given_to_a_data_set_that_reads_no_file_is_an_error(name):
     with pytest.raises(ValueError, match=f"dataset '{name}' reads no file, but a path was given"):
         prepare_dataset(name, path="some/file.mat")
+
+
+def test_a_run_beyond_the_work_limit_is_refused_before_it_starts():
+    """A huge ``rounds`` no longer only warns: above compute.max_work the run is refused with the
+    estimate and what to change; null lifts the limit, and a bad limit is a parameter error."""
+    from fedclust.errors import user_message
+    from fedclust.registry import helpers
+
+    try:
+        helpers.set_work_limit(1e6)
+        with pytest.raises(helpers.WorkLimitError) as err:
+            helpers.log_work("fkm", 10**9, 10, 960.0, "ops")
+        assert user_message(err.value).startswith("fkm: the work estimate, 1000000000 rounds x 10 clients")
+        assert "raise compute.max_work (null: no limit)" in str(err.value)
+        assert helpers.log_work("fkm", 10, 10, 960.0, "ops") == 96000.0  # under the limit: runs
+        helpers.set_work_limit(None)
+        assert helpers.log_work("fkm", 10**9, 10, 960.0, "ops") == 9.6e12
+        with pytest.raises(helpers.ParameterError, match="compute.max_work must be null"):
+            helpers.set_work_limit(0)
+    finally:
+        helpers.set_work_limit(helpers.WORK_LIMIT_DEFAULT)

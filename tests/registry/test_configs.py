@@ -184,3 +184,19 @@ def test_a_config_validates_itself_however_it_is_built():
     assert cfg.rounds == 3 and isinstance(cfg.rounds, int)
     with pytest.raises(ParameterError, match=r"fkm\.train\.rounds"):
         FKMConfig.from_params({"rounds": 0}, where="fkm.train")
+
+
+def test_dk_pp_seeding_defaults_to_its_dp_variant_when_private():
+    """seeding_rounds null: 0 in a private run (only that is DP), 5 capped at rounds - 2 otherwise; a
+    private run with the defaults passes the rounds check and reports no non-DP step."""
+    from fedclust.registry.checks import method_problems
+    from fedclust.registry.clustering import non_dp_steps
+    from fedclust.registry.configs import DKPPConfig
+
+    cfg = DKPPConfig()
+    assert cfg.seeding_for(True) == 0 and cfg.seeding_for(False) == 5
+    assert DKPPConfig(rounds=4).seeding_for(False) == 2
+    assert DKPPConfig(seeding_rounds=3).seeding_for(True) == 3
+    assert non_dp_steps("dk_pp", cfg) == []
+    assert "k-means|| seeding (3 rounds)" in non_dp_steps("dk_pp", DKPPConfig(seeding_rounds=3))[0]
+    assert method_problems({"privacy": {"epsilon": 4.0}, "dk_pp": {"train": {}}}, ["params:dk_pp.train"]) == []

@@ -117,7 +117,7 @@ def method_settings(method: str, eps, config: dict) -> dict:
     out.update((config.get("method_settings") or {}).get(method) or {})
     if method == "dk_pp":
         cfg = spec.config_from(out)
-        out["seeding_rounds"] = dk_pp_seeding_rounds(cfg.rounds_for(eps is not None), eps, cfg.seeding_rounds)
+        out["seeding_rounds"] = dk_pp_seeding_rounds(cfg.rounds_for(eps is not None), eps, cfg.seeding_for(False))
     return out
 
 

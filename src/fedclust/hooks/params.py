@@ -12,6 +12,7 @@ from fedclust.data.registry import NO_FILE_NAMES
 from fedclust.params_check import ParameterError, raise_for_params
 from fedclust.partition import check_scheme
 from fedclust.registry import REGISTRY, method_problems
+from fedclust.registry.helpers import WORK_LIMIT_DEFAULT, set_work_limit
 from fedclust.registry.privacy import check_privacy_params
 from fedclust.threads import apply_thread_setting
 
@@ -59,7 +60,9 @@ class ParamsCheckHook:
             return
         if self._reference is not None:
             self._check(params, pipeline)
-        apply_thread_setting((params.get("compute") or {}).get("threads"))
+        compute = params.get("compute") or {}
+        apply_thread_setting(compute.get("threads"))
+        set_work_limit(compute.get("max_work", WORK_LIMIT_DEFAULT))
 
     def _check(self, params: dict, pipeline) -> None:
         raise_for_params(params, self._reference)

@@ -23,7 +23,7 @@ def _rotation_groups(data: Mapping) -> int:
 def _dk_pp_rounds(cfg, private: bool, where: str) -> list[str]:
     """DK++ spends its first rounds on seeding and weighting: the rounds of the run must leave room."""
     key = "private_rounds" if private and cfg.private_rounds else "rounds"
-    rounds, seeding = cfg.rounds_for(private), int(cfg.seeding_rounds)
+    rounds, seeding = cfg.rounds_for(private), cfg.seeding_for(private)
     if rounds >= seeding + 1:
         return []
     return [

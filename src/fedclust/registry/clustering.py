@@ -47,9 +47,9 @@ def non_dp_steps(method: str, cfg) -> list[str]:
         steps.append(f"{method}: init=data makes the initial centroids k private data rows")
     if method == "fzkm" and cfg.local_iters > 1:
         steps.append(f"fzkm: local_iters={cfg.local_iters} > 1 has unbounded sensitivity (only local_iters=1 is DP)")
-    if method == "dk_pp" and cfg.seeding_rounds > 0:
+    if method == "dk_pp" and cfg.seeding_for(True) > 0:
         steps.append(
-            f"dk_pp: the k-means|| seeding ({cfg.seeding_rounds} rounds) uploads data-selected private "
+            f"dk_pp: the k-means|| seeding ({cfg.seeding_for(True)} rounds) uploads data-selected private "
             "samples (only seeding_rounds=0 is DP)"
         )
     if method == "dkm":
@@ -144,6 +144,8 @@ def kmeans_run(method: str):
         kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
         if noise["private"]:
             kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
+        if method == "dk_pp":
+            kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
         return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
 

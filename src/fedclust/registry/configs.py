@@ -76,11 +76,21 @@ class FZKMConfig(_KMeansBaselineConfig):
 
 @_frozen
 class DKPPConfig(_KMeansBaselineConfig):
-    seeding_rounds: int = param(5, "int", ge=0, doc="k-means|| rounds; > 0 is not DP")
+    seeding_rounds: int | None = param(
+        None, "int", ge=0, doc="k-means|| rounds; null: 5 (at most rounds - 2) without DP, 0 (the DP variant) with DP"
+    )
     oversampling: float | None = param(None, "float", gt=0, doc="null = 2k")
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
     project: bool = param(True, "bool")
+
+    def seeding_for(self, private: bool) -> int:
+        """The k-means|| rounds of a run: as set, else 0 in a private run (the seeding uploads
+        data-selected private rows, so only 0 is DP) and 5 (Bahmani et al.; at most ``rounds - 2``,
+        leaving a weighting and a Lloyd round) otherwise."""
+        if self.seeding_rounds is not None:
+            return int(self.seeding_rounds)
+        return 0 if private else max(0, min(5, self.rounds_for(False) - 2))
 
 
 @_frozen

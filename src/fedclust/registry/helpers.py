@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 
+from fedclust.errors import FedclustError
 from fedclust.params_check import ParameterError
 
 logger = logging.getLogger("fedclust.registry")
@@ -52,12 +53,40 @@ def refuse_absurd(method: str, checks: list[tuple[str, float | None, float, str]
         raise ParameterError("; ".join(bad))
 
 
+#: work estimates above this warn that a run may take long
+WORK_WARNING = 1e12
+#: the run's ``compute.max_work``: a run whose work estimate exceeds it is refused before it starts
+#: (None: no limit); set at the start of every run by the parameter check
+WORK_LIMIT_DEFAULT = 1e13
+_WORK_LIMIT: list[float | None] = [WORK_LIMIT_DEFAULT]
+
+
+class WorkLimitError(FedclustError):
+    """A run's work estimate exceeds ``compute.max_work``."""
+
+
+def set_work_limit(limit: float | None) -> None:
+    """The largest work estimate a run may have (``compute.max_work``; None: no limit)."""
+    if limit is not None and not float(limit) > 0:
+        raise ParameterError(f"compute.max_work must be null (no limit) or a number > 0, got {limit!r}")
+    _WORK_LIMIT[0] = None if limit is None else float(limit)
+
+
 def log_work(method: str, rounds: int, clients: int, cost: float, unit: str) -> float:
     """Log a one-line estimate of the work of a run, ``rounds x clients x cost`` (``cost``: per client
-    and round, in ``unit``), and return it; a run far beyond the quick tour says so before it starts."""
+    and round, in ``unit``), and return it. A run far beyond the quick tour says so before it starts,
+    and one beyond ``compute.max_work`` is refused (:class:`WorkLimitError`) instead of running for
+    hours."""
     total = float(rounds) * float(clients) * float(cost)
     logger.info("%s: work estimate %d rounds x %d clients x %.3g %s = %.3g", method, rounds, clients, cost, unit, total)
-    if total > 1e12:
+    limit = _WORK_LIMIT[0]
+    if limit is not None and total > limit:
+        raise WorkLimitError(
+            f"{method}: the work estimate, {rounds} rounds x {clients} clients x {cost:.3g} {unit} = {total:.3g}, "
+            f"exceeds compute.max_work = {limit:.3g}, so the run would take too long: lower {method}.train.rounds or "
+            "clients_per_round, or raise compute.max_work (null: no limit)"
+        )
+    if total > WORK_WARNING:
         logger.warning("%s: the work estimate (%.3g %s) is very large: this run may take hours", method, total, unit)
     return total
 
