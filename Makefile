@@ -29,12 +29,12 @@ run: install
 # about 5 minutes instead of 9. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 test: lint chromium
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The inner loop: everything but the tests marked slow (end-to-end Kedro runs, accuracy over
 # several seeds), in under 2 minutes. No lint, no skip check.
 test-fast: install chromium
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 # Style (ruff), declared against imported dependencies (deptry) and the layers of the package
 # (import-linter contracts in pyproject.toml: an import that goes up a layer fails here).

@@ -7,8 +7,6 @@ Scaling is done separately by :func:`fedclust.data.preprocess.preprocess`.
 
 from __future__ import annotations
 
-from sklearn import datasets as _skd
-
 from fedclust.data.base import Dataset
 
 __all__ = ["load_digits", "load_iris", "load_wine", "BUILTIN_LOADERS"]
@@ -20,7 +18,9 @@ def load_digits() -> Dataset:
     ``images`` has shape (1797, 8, 8); ``meta["pixel_max"] = 16`` so that min-max scaling of images
     divides by 16.
     """
-    b = _skd.load_digits()
+    from sklearn.datasets import load_digits  # on first use: sklearn costs a second at every kedro start
+
+    b = load_digits()
     return Dataset(
         X=b.data,
         y=b.target,
@@ -32,7 +32,9 @@ def load_digits() -> Dataset:
 
 def load_iris() -> Dataset:
     """scikit-learn's Iris: 150 samples, 4 features, 3 classes (50 each)."""
-    b = _skd.load_iris()
+    from sklearn.datasets import load_iris  # on first use: sklearn costs a second at every kedro start
+
+    b = load_iris()
     return Dataset(
         X=b.data,
         y=b.target,
@@ -43,7 +45,9 @@ def load_iris() -> Dataset:
 
 def load_wine() -> Dataset:
     """scikit-learn's Wine: 178 samples, 13 features, 3 classes (59/71/48)."""
-    b = _skd.load_wine()
+    from sklearn.datasets import load_wine  # on first use: sklearn costs a second at every kedro start
+
+    b = load_wine()
     return Dataset(
         X=b.data,
         y=b.target,

@@ -8,7 +8,6 @@ label-pure. sklearn's KMeans never returns an empty cluster, so no client is emp
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from fedclust.partition._checks import check_int, check_n_clients
 from fedclust.partition.base import Partition
@@ -28,6 +27,8 @@ def kmeans_split(X, n_clients: int, seed: int = 0, n_init: int = 10, max_iter: i
     n_init = check_int("n_init", n_init, 1)
     max_iter = check_int("max_iter", max_iter, 1)
     random_state = int(stream(seed, "partition").integers(0, 2**31 - 1))
+    from sklearn.cluster import KMeans  # on first use: sklearn costs a second at every kedro start
+
     km = KMeans(n_clusters=n_clients, n_init=n_init, max_iter=max_iter, random_state=random_state)
     client = km.fit_predict(X)
     return Partition(

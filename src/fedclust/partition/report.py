@@ -7,12 +7,15 @@ canvas (no pyplot state, never shown), ready for an MLflow artifact or a Kedro M
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from fedclust.partition._checks import check_int, check_labels
 from fedclust.partition.base import Partition
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _check(partition: Partition, y) -> np.ndarray:
@@ -70,7 +73,7 @@ def partition_stats(partition: Partition, y) -> dict:
     return out
 
 
-def heatmap_figure(partition: Partition, y, max_clients: int = 100, class_names=None) -> Figure:
+def heatmap_figure(partition: Partition, y, max_clients: int = 100, class_names=None) -> "Figure":
     """Clients x labels heatmap of the sample counts (first ``max_clients`` clients), with a colorbar.
 
     Rows are clients (ordered by id; with groups, white lines separate the groups),
@@ -80,6 +83,10 @@ def heatmap_figure(partition: Partition, y, max_clients: int = 100, class_names=
     M = label_matrix(partition, y)
     shown = M[:max_clients]
     n_rows, K = shown.shape
+    # on first use: matplotlib costs half a second at every kedro start, and only this figure needs it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(max(4.0, 0.35 * K + 2.5), max(3.0, min(12.0, 0.12 * n_rows + 2.0))), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
