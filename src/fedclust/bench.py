@@ -71,6 +71,7 @@ def set_threads(n: int | None) -> None:
     """``torch.set_num_threads(n)`` for n >= 1 (nothing for None/0, or without torch)."""
     if n:
         try:
+            # torch and the data loaders load only for the benchmarks that use them: bench helpers serve numpy-only scripts too
             import torch
         except ImportError:  # pragma: no cover - torch is a dependency
             return
@@ -283,6 +284,7 @@ def have_mnist(path=None) -> bool:
 def mnist_raw(path=None):
     """The MNIST test set as loaded (:func:`fedclust.data.files.load_mnist_folder`: raw ``images``,
     ``X``, ``y``); exits with a message when the folder has no MNIST."""
+    # torch and the data loaders load only for the benchmarks that use them: bench helpers serve numpy-only scripts too
     from fedclust.data.files import load_mnist_folder
 
     p = Path(path or MNIST_DIR)
@@ -316,6 +318,7 @@ def rotated(
     """Rotated clustered-FL data (:func:`fedclust.partition.rotation.rotation`, ``n_groups``
     rotations) as :class:`~fedclust.clustered_fl.FederatedTensors`: ``n`` training and ``n_test``
     test samples per client."""
+    # torch and the data loaders load only for the benchmarks that use them: bench helpers serve numpy-only scripts too
     from fedclust.clustered_fl import FederatedTensors
     from fedclust.partition.rotation import rotation
 
@@ -334,6 +337,7 @@ def rotated(
 
 def mm_rate(M: int, K: int, N: int, batch: int | None = None, reps: int = 10) -> float:
     """GFLOP/s of a plain torch.mm (M x K) @ (K x N), or torch.bmm with `batch` blocks of M/batch rows."""
+    # torch and the data loaders load only for the benchmarks that use them: bench helpers serve numpy-only scripts too
     import torch
 
     if batch is None:

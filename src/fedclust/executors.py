@@ -32,16 +32,22 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing as mp
 import os
 import signal
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from fedclust.digest import file_digest, text_digest
+from fedclust.threads import apply_thread_setting, thread_limits
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +107,6 @@ def limited_threads(n: int | None):
         return
     import torch  # noqa: F401  (cached after the first cell)
 
-    from fedclust.threads import thread_limits
-
     with thread_limits(int(n), name="threads_per_cell"):
         yield
 
@@ -113,8 +117,6 @@ def _worker_init(threads: int | None, parent: int | None = None, signal_on_death
     if parent is not None:
         die_with_parent(parent, signal_on_death=signal_on_death)
     if threads:
-        from fedclust.threads import apply_thread_setting
-
         apply_thread_setting(int(threads), name="threads_per_cell")
 
 
@@ -183,8 +185,6 @@ def iter_cells(
 
 
 def _iter_processes(fn, cells, idx, threads, max_workers):
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     if max_workers < 1:
         raise ValueError(f"executor_options.max_workers must be >= 1, got {max_workers}")
@@ -217,6 +217,7 @@ def _iter_processes(fn, cells, idx, threads, max_workers):
 def import_ray():
     """``ray``, or an ImportError that says how to install it."""
     try:
+        # ray is an optional dependency (pip install -e '.[ray]'), needed only by the ray executor
         import ray
     except ImportError as exc:
         raise ImportError(RAY_MISSING) from exc
@@ -265,7 +266,6 @@ def _iter_ray(fn, cells, idx, threads, options):
 
 def _encode(v):
     """JSON-ready, type-preserving: numpy arrays and scalars, tuples and non-string keys are tagged."""
-    import numpy as np
 
     if isinstance(v, dict):
         if all(isinstance(k, str) for k in v):
@@ -287,7 +287,6 @@ def _encode(v):
 
 
 def _decode(v):
-    import numpy as np
 
     if isinstance(v, list):
         return [_decode(x) for x in v]
@@ -544,14 +543,11 @@ class _CellProgress:
     """A progress bar over grid cells on a terminal (rich); nothing when stderr is not a TTY."""
 
     def __init__(self, label: str, total: int):
-        import sys
 
         self._bar = None
         if not sys.stderr.isatty() or total <= 1:
             return
         try:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             bar = Progress(
                 TextColumn(f"[bold]{label}"),
                 BarColumn(),
@@ -669,7 +665,6 @@ def run_cells(
 
 def same_results(a, b, ignore: Sequence[str] = ("wall_time_s",)) -> bool:
     """Whether two results are equal, bit for bit, except the keys in ``ignore`` (timings)."""
-    import numpy as np
 
     if isinstance(a, dict) and isinstance(b, dict):
         ka = {k for k in a if k not in ignore}

@@ -20,6 +20,7 @@ from kedro.pipeline import Pipeline
 def _requested() -> set[str] | None:
     """The pipeline names of the current ``kedro run``, or None for all of them."""
     try:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from kedro.framework.project import pipelines
 
         names = pipelines._requested_pipelines  # set by KedroSession.run (Kedro >= 1.7)
@@ -31,19 +32,23 @@ def _requested() -> set[str] | None:
 def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
     """name -> a function that builds the pipeline (importing its nodes only when called);
     ``grids=False`` leaves out the grid pipelines (and the import of their module)."""
+    # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
     from fedclust.pipelines.methods import CLUSTERED_FL_PIPELINES, METHOD_PIPELINES
 
     def front() -> Pipeline:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from fedclust.pipelines import data_processing, partitioning
 
         return data_processing.create_pipeline() + partitioning.create_pipeline()
 
     def rotated_stage() -> Pipeline:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from fedclust.pipelines.clustered_fl.pipeline import rotation_pipeline
 
         return rotation_pipeline()
 
     def rotated() -> Pipeline:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from fedclust.pipelines import data_processing
 
         return data_processing.create_pipeline() + rotated_stage()
@@ -62,6 +67,7 @@ def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
         return out + tour_benchmark()
 
     def data_processing() -> Pipeline:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from fedclust.pipelines import data_processing as dp
 
         return dp.create_pipeline()
@@ -73,6 +79,7 @@ def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
     for name, (factory, _) in CLUSTERED_FL_PIPELINES.items():
         factories[name] = lambda factory=factory: rotated() + factory()
     if grids:
+        # each pipeline is built (and its methods imported) only when Kedro asks for the pipelines
         from fedclust.pipelines.grids import GRID_PIPELINES
 
         factories.update(GRID_PIPELINES)

@@ -151,6 +151,7 @@ def epsilon_by_round(
     taken in order. ``R`` is ``rounds`` or the largest ``count``. At most ``max_points`` rounds are
     accounted (evenly spaced, the last always). Empty when no release is private.
     """
+    # loaded on first use by the one figure that needs it
     from fedclust.privacy.accountants import epsilon
 
     rs = [r for r in releases if getattr(r, "count", 0) > 0]
@@ -267,6 +268,7 @@ def centroid_heatmap_figure(centroids: np.ndarray, title: str = ""):
 def confusion_figure(y_true, y_pred, title: str = ""):
     """Confusion matrix of true classes (rows) against clusters (columns), the clusters ordered by
     the ACC matching (Hungarian) so that a perfect clustering is diagonal."""
+    # loaded on first use by the one figure that needs it
     from scipy.optimize import linear_sum_assignment
 
     y_true = np.asarray(y_true).astype(int)
@@ -299,6 +301,7 @@ def confusion_figure(y_true, y_pred, title: str = ""):
 
 
 def _group_frame(records: list[dict]) -> pd.DataFrame:
+    # loaded on first use by the one figure that needs it
     from fedclust.experiments import records_frame
 
     return records_frame(records)

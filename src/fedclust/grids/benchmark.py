@@ -52,6 +52,7 @@ from fedclust.metrics import (
     time_to_90pct,
 )
 from fedclust.partition import make_partition
+from fedclust.partition.report import label_matrix
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
 
@@ -357,6 +358,7 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     RR-Cluster and the DP baselines are calibrated to it (client-level, the run's delta) through the
     cells of :mod:`fedclust.grids.rr`.
     """
+    # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
     from fedclust.grids import cfl, rr
 
     cfg = dict(config.get("clustered_fl") or {})
@@ -431,6 +433,7 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
 
 
 def _run_clustered_fl_cell(cell: dict) -> list[dict]:
+    # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
     from fedclust.grids import cfl, rr
 
     kind = cell["kind"]
@@ -617,6 +620,7 @@ def chance_levels(records: list[dict], data_paths: dict | None = None) -> dict[s
 def privacy_utility_figure(records: list[dict], chance: dict | float | None = None):
     """ACC (mean ± std over seeds) against the accounted epsilon per method, one panel per
     (dataset, partition); non-private results at the right end; ``chance`` as a dashed line."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     from fedclust.plots import privacy_utility_figure as figure
 
     recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
@@ -632,6 +636,7 @@ def privacy_utility_figure(records: list[dict], chance: dict | float | None = No
 
 def clustered_fl_privacy_utility_figure(records: list[dict], chance: dict | float | None = None):
     """The clustered-FL half: test accuracy against the accounted epsilon per method."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     from fedclust.plots import privacy_utility_figure as figure
 
     recs = [r for r in records if r["tags"].get("family") == "clustered_fl"]
@@ -649,6 +654,7 @@ def rounds_figure(records: list[dict]):
     """Per-round curves across budgets, first data set and partition: the data-clustering ACC
     (the cells pass the labels to the methods, which record ACC per round as experimenter-side
     evaluation); else the clustered-FL test accuracy; else the objective."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     from fedclust.plots import rounds_by_epsilon_figure
 
     data = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
@@ -669,6 +675,7 @@ def rounds_figure(records: list[dict]):
 def confusion_figure(records: list[dict], data_paths: dict | None = None):
     """The confusion matrix of the best run (highest ACC among the non-private seed-0 runs that
     kept their labels), clusters matched to classes."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     from fedclust.plots import best_run, message_figure
     from fedclust.plots import confusion_figure as figure
 
@@ -687,6 +694,7 @@ def confusion_figure(records: list[dict], data_paths: dict | None = None):
 
 def communication_figure(records: list[dict]):
     """Final ACC against uploaded reals (log scale), one marker per method, non-private runs."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     import matplotlib.pyplot as plt
 
     frame = records_frame([r for r in records if r["tags"]["epsilon"] == "inf" and r["metrics"].get("uploaded_reals")])
@@ -709,6 +717,7 @@ def communication_figure(records: list[dict]):
 def embedding_figure(records: list[dict], data_paths: dict | None = None):
     """A 2-D PCA embedding of every data set, colored by each method's predicted clusters (seed 0,
     no DP, first partition), with the true classes in the first column."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     import matplotlib.pyplot as plt
     from sklearn.decomposition import PCA
 
@@ -753,9 +762,8 @@ def embedding_figure(records: list[dict], data_paths: dict | None = None):
 
 def partition_heatmaps(config: dict, data_paths: dict | None = None):
     """The label-by-client heatmap of every partition scheme of the first data set (seed 0)."""
+    # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     import matplotlib.pyplot as plt
-
-    from fedclust.partition.report import label_matrix
 
     ds = config.get("datasets", ["digits"])[0]
     data = load(ds, data_paths)

@@ -39,6 +39,7 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
 
 def run_cell(cell: dict) -> list[dict]:
     """One (data set, seed, method) run's record (a pure function of ``cell``)."""
+    # the models (torch) load when a cell builds one
     from fedclust.clustered_fl.models import MLP, ifca_cnn
 
     t0 = time.perf_counter()

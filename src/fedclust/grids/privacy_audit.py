@@ -17,11 +17,19 @@ No Kedro imports here.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import logging
+import sys
 import time
 
+import numpy as np
 import pandas as pd
+
+from fedclust.audits import cases
+from fedclust.experiments import eps_label
+from fedclust.privacy.audit import audit_case
+from fedclust.threads import thread_limits
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +59,6 @@ DEFAULTS = {
 
 def check_config(config: dict | None) -> dict:
     """``config`` merged over :data:`DEFAULTS`; unknown keys and methods are errors naming the nearest."""
-    import difflib
-
-    from fedclust.audits import cases
 
     cfg = dict(DEFAULTS)
     for key, value in (config or {}).items():
@@ -97,9 +102,6 @@ def audit_one(
     method: str, options: dict, n_runs, seed: int, alpha: float, power_check: bool, mutant: bool = True
 ) -> dict:
     """Audit one method; returns its record (plain data, so it can come back from a worker process)."""
-    from fedclust.audits import cases
-    from fedclust.experiments import eps_label
-    from fedclust.privacy.audit import audit_case
 
     factory = cases()[method]
     eps_param = inspect.signature(factory).parameters.get("epsilon")
@@ -200,7 +202,6 @@ def cells(config: dict | None, data_paths: dict | None = None) -> list[dict]:
 
 def run_cell(cell: dict) -> list[dict]:
     """One method's audit record (a pure function of ``cell``)."""
-    from fedclust.threads import thread_limits
 
     with thread_limits(1):  # one thread per audit, restored afterwards (the run's compute.threads stays)
         return [
@@ -241,8 +242,8 @@ def log_record(rec: dict) -> None:
 
 def run(config: dict | None, data_paths: dict | None = None, store=None, on_done=None) -> list[dict]:
     """Audit every selected method (see :data:`DEFAULTS`); returns one record per method, in order."""
-    import sys
 
+    # the grids package imports this module: run_grid is looked up when the audit runs
     from fedclust.grids import run_grid
 
     cfg = check_config(config)
@@ -332,8 +333,8 @@ def verdict_errors(records: list[dict]) -> list[str]:
 def audit_figure(records: list[dict]):
     """Per method: accounted ε against the audited lower bounds with the noise on and off
     (:func:`fedclust.plots.audit_bars_figure`: log scale, every bar labelled)."""
-    import numpy as np
 
+    # plots (matplotlib) load only when the audit draws its figure
     from fedclust.plots import audit_bars_figure
 
     return audit_bars_figure(

@@ -231,9 +231,11 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
     """ACC against epsilon for one data set, one panel per partition: per method the mean over seeds
     with its 95 % CI band; the non-private result as its own marked point at the right (``no DP``);
     the chance line dashed."""
+    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
     import matplotlib.pyplot as plt
 
     sub = table[(table["dataset"] == dataset) & (table["status"] == "ok") & table["ACC"].notna()]
@@ -302,6 +304,7 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
 
 def figure_png_base64(fig) -> str:
     """The figure as a base64 PNG (for an ``<img src="data:...">``), closed afterwards."""
+    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()

@@ -234,6 +234,7 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
 def privacy_utility_figure(records: list[dict], chance: float | None = None):
     """Test accuracy (mean ± std over seeds) against the accounted epsilon, one line per method
     label, one panel per setting; ``chance`` (1 / number of classes) as a dashed line."""
+    # plots (matplotlib) load only when the grid draws its figures
     from fedclust.plots import privacy_utility_figure as figure
 
     return figure(
@@ -248,6 +249,7 @@ def privacy_utility_figure(records: list[dict], chance: float | None = None):
 
 def rounds_figure(records: list[dict]):
     """Test accuracy per evaluation round across budgets, one panel per method label (first setting)."""
+    # plots (matplotlib) load only when the grid draws its figures
     from fedclust.plots import rounds_by_epsilon_figure
 
     return rounds_by_epsilon_figure(

@@ -16,7 +16,11 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from fedclust import plots
+from fedclust.executors import execution, run_cells
 from fedclust.experiments import to_markdown
+from fedclust.grids import cell_data_digest, cell_name, grid_code
+from fedclust.grids._data import load as load_grid_data
+from fedclust.pipelines.mlflow_io import cell_run_logger
 
 
 def _flat(tab: pd.DataFrame) -> pd.DataFrame:
@@ -57,7 +61,6 @@ def prepare_cells_node(
 ) -> Callable:
     """``prepare_cells(config[, data_paths]) -> {"grid", "cells", "executor", "options", "resume"}``;
     ``settings(config)`` gives the executor keys where a grid has its own defaults."""
-    from fedclust.executors import execution
 
     def prepare_cells(config: dict, data_paths: dict | None = None) -> dict:
         ex = execution(settings(config) if settings else config)
@@ -70,9 +73,6 @@ def prepare_cells_node(
 def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None = None) -> Callable:
     """``run_cells(cells, cell_store) -> records``: ``module.run_cell`` on every cell with the chosen
     executor; each finished cell is logged to MLflow and appended to the store as it finishes."""
-    from fedclust.executors import run_cells
-    from fedclust.grids import cell_data_digest, cell_name, grid_code
-    from fedclust.pipelines.mlflow_io import cell_run_logger
 
     def run_cells_(plan: dict, cell_store) -> list[dict]:
         log = cell_run_logger(f"{name}/")
@@ -146,12 +146,14 @@ def grid_pipeline(
 
 
 def _fedsc_grid():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import fedsc
 
     return grid_pipeline("fedsc_grid", fedsc, fedsc.tables, "FedSC grid: ACC/NMI mean ± std over trials")
 
 
 def _dp_fedc_grid():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import dp_fedc
 
     return grid_pipeline(
@@ -164,6 +166,7 @@ def _dp_fedc_grid():
 
 
 def _fedc_mf_grid():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import fedc_mf
 
     return grid_pipeline(
@@ -176,6 +179,7 @@ def _fedc_mf_grid():
 
 
 def _benchmark():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import benchmark
 
     both = SimpleNamespace(cells=benchmark.all_cells, run_cell=benchmark.run_cell)  # data clustering + clustered FL
@@ -237,6 +241,7 @@ def _benchmark():
 def write_report(records: list[dict], config: dict):
     """The benchmark report (:mod:`fedclust.grids.report`): HTML and Markdown, and the parent run's
     best ACC per epsilon and counts."""
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import report
 
     built = report.build(
@@ -250,6 +255,7 @@ def write_report(records: list[dict], config: dict):
 def tour_benchmark() -> Pipeline:
     """The quick tour's private slice: the data-clustering cells of the benchmark on
     ``tour_benchmark.config`` (no figures), its report and its table at the end of the run."""
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import benchmark
 
     data_half = SimpleNamespace(cells=benchmark.cells, run_cell=benchmark.run_cell)
@@ -309,6 +315,7 @@ def report_notes(config: dict) -> list[str]:
 
 
 def _cfl_grid():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import cfl
 
     return grid_pipeline(
@@ -322,6 +329,7 @@ def _cfl_grid():
 
 
 def _rr_grid():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import rr
 
     def figures(records: list[dict], config: dict, data_paths: dict):
@@ -355,14 +363,13 @@ def _rr_grid():
 
 def _chance_of_classes(datasets: list[str], data_paths: dict | None) -> float | None:
     """1 / number of classes of the first data set: the test accuracy of guessing (clustered FL)."""
-    from fedclust.grids._data import load
-
     if not datasets:
         return None
-    return 1.0 / load(datasets[0], data_paths).n_classes
+    return 1.0 / load_grid_data(datasets[0], data_paths).n_classes
 
 
 def _privacy_audit():
+    # a grid's module (and every method it runs) loads when its node runs, not at every kedro start
     from fedclust.grids import privacy_audit
 
     def tabulate_audits(records: list[dict]):

@@ -17,6 +17,7 @@ from typing import Callable
 
 from kedro.pipeline import Pipeline, node
 
+from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
 from fedclust.pipelines.evaluation.nodes import evaluate_clustering, history_to_mlflow, to_mlflow_metrics
 from fedclust.pipelines.privacy.nodes import report_privacy
 from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history, summarize_run
@@ -156,7 +157,6 @@ def clustering_pipeline(method: str, calibrate: Callable, train: Callable) -> Pi
 
 def clustered_fl_pipeline(method: str, calibrate: Callable, train: Callable) -> Pipeline:
     """A clustered-FL method on the shared rotated clients."""
-    from fedclust.pipelines.clustered_fl.nodes import evaluate_clustered
 
     return method_pipeline(
         method,

@@ -26,10 +26,15 @@ parameters, final metrics, per-round histories and ``metrics.json``/``privacy.js
 from __future__ import annotations
 
 import math
+import shlex
+import time
 from typing import Any
 
+import mlflow
 from kedro.io import AbstractDataset, DatasetError
+from mlflow.entities import Metric
 
+from fedclust.executors import CellStore
 from fedclust.experiments import eps_label
 
 #: the shared final-metric names (single runs and grid cells); others are logged as they are
@@ -102,7 +107,6 @@ def loggable(v) -> bool:
 
 def _log_metrics(metrics: dict[str, float]) -> None:
     """Log final metrics (step 0) to the active run; values that are not :func:`loggable` are left out."""
-    import mlflow
 
     metrics = {k: float(v) for k, v in (metrics or {}).items() if loggable(v)}
     if metrics:
@@ -111,10 +115,6 @@ def _log_metrics(metrics: dict[str, float]) -> None:
 
 def _log_histories(history: dict) -> None:
     """Per-round histories of the active run, in batches (one SQL round trip per 1000 points)."""
-    import time
-
-    import mlflow
-    from mlflow.entities import Metric
 
     run_id = mlflow.active_run().info.run_id
     now = int(time.time() * 1000)
@@ -161,7 +161,6 @@ def cell_privacy(rec: dict) -> dict:
 
 
 def _parent_tags() -> dict[str, str]:
-    import mlflow
 
     parent = mlflow.active_run()
     if parent is None or not hasattr(parent, "data"):
@@ -173,7 +172,6 @@ def log_cell_run(rec: dict, prefix: str = "", parent_tags: dict | None = None, e
     """Log one record (a grid cell) as a run nested under the active run (a top-level run when none
     is active): its tags (``kind = cell``), params, final metrics in the shared schema, per-round
     histories and ``metrics.json``/``privacy.json`` artifacts."""
-    import mlflow
 
     nested = mlflow.active_run() is not None
     parent_tags = _parent_tags() if parent_tags is None else parent_tags
@@ -206,7 +204,6 @@ def cell_run_logger(prefix: str = ""):
     """``on_done(index, records, resumed)`` for :func:`fedclust.executors.run_cells`: every record of a
     finished cell becomes a nested MLflow run at once (so an interrupted grid keeps what finished in
     MLflow); a cell taken from the grid's store is tagged ``resumed = true``."""
-    import mlflow
 
     parent = _parent_tags()
     enabled = mlflow.active_run() is not None
@@ -249,7 +246,6 @@ class CellStoreDataset(AbstractDataset):
         self.metadata = metadata
 
     def _load(self):
-        from fedclust.executors import CellStore
 
         return CellStore(self._filepath)
 
@@ -277,7 +273,6 @@ class MlflowMethodRunDataset(AbstractDataset):
         self.metadata = metadata
 
     def _save(self, data: dict) -> None:
-        import mlflow
 
         if mlflow.active_run() is None:  # tracking disabled or no run: nothing to log
             return
@@ -302,7 +297,6 @@ class MlflowRunSummaryDataset(AbstractDataset):
         self.metadata = metadata
 
     def _save(self, data: dict) -> None:
-        import mlflow
 
         if mlflow.active_run() is None:  # tracking disabled: nothing to log
             return
@@ -330,7 +324,6 @@ def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
 def kedro_command(run_params: dict) -> str:
     """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
     nodes and ``--params``), for the ``kedro_command`` tag."""
-    import shlex
 
     def flat(d, prefix=""):
         for k, v in (d or {}).items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from fedclust.params_check import ParameterError
 from fedclust.registry import configs as C
@@ -48,6 +49,7 @@ def clustered_calibrate(method: str):
 
 def run_clustered(method: str, data, model, k: int | None, *, seed: int, **kw):
     """IFCA, CFL-MGD or FedAvg on ``data`` (:class:`~fedclust.clustered_fl.FederatedTensors`)."""
+    # the clustered-FL methods load when one runs: they import torch, which the registry's every kedro start must not pay
     from fedclust.clustered_fl import cfl_mgd, fedavg, ifca
 
     if method == "fedavg":
@@ -63,7 +65,6 @@ def run_clustered(method: str, data, model, k: int | None, *, seed: int, **kw):
 
 def clustered_run(method: str):
     def run(rotated, noise: dict, cfg, seed: int):
-        import time
 
         k = _check_k(method, cfg, rotated) if method != "fedavg" else None
         data, model = tensors_and_model(rotated, cfg.model)
@@ -101,6 +102,7 @@ def rr_base(method: str, base: str = "ifca") -> str | None:
 def rr_sigmas(method: str, eps, delta, q, T, M, *, rho_s=0.5, base="ifca", bound="accountant") -> dict:
     """The noise multipliers of an RR method for the target ``(eps, delta)`` (``eps=None``: no noise):
     ``{"sigma_s", "sigma_theta", "sigma_g"}`` for the clustered methods, ``{"sigma"}`` for the others."""
+    # the clustered-FL methods load when one runs: they import torch, which the registry's every kedro start must not pay
     from fedclust.clustered_fl import rr_cluster
 
     kind = rr_base(method, base)
@@ -134,6 +136,7 @@ def run_rr(
     dp_fedprox, dp_fedper) with the noise multipliers ``sigmas`` of :func:`rr_sigmas`; ``kw`` go to
     the engine (rounds, lr, local_steps, participation, eval_every, server_lr, seed, ...).
     ``dp_ifca_literal`` is DP-IFCA with the paper's literal noise (``noise_calibration=paper_literal``)."""
+    # the clustered-FL methods load when one runs: they import torch, which the registry's every kedro start must not pay
     from fedclust.clustered_fl import dp_baselines as dpb
     from fedclust.clustered_fl import rr_cluster
 
@@ -165,6 +168,7 @@ def run_rr(
 
 def _paper_epsilon(q, T, delta, sigmas) -> float:
     """The paper's epsilon (Thm 4.2 + eq. 9) for the Gaussians of one round (all sharing the sample)."""
+    # the clustered-FL methods load when one runs: they import torch, which the registry's every kedro start must not pay
     from fedclust.privacy.paper import rr_cluster as rr_privacy
 
     z = [v for v in sigmas if v is not None and not math.isinf(v)]
@@ -214,7 +218,6 @@ def rr_calibrate(privacy: dict, cfg: C.RRClusterConfig, rotated) -> dict:
 
 
 def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
-    import time
 
     method = cfg.method
     k = _check_k("rr_cluster", cfg, rotated)

@@ -11,9 +11,12 @@ import math
 
 import numpy as np
 
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.events import non_dp_release
 from fedclust.registry import configs as C
 from fedclust.registry.helpers import n_clients_of, n_clusters, refuse_absurd, require_all_assigned, run_timed
 from fedclust.registry.privacy import check_privacy_params, flag_non_dp, non_private_calibration, per_round_noise
+from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
 
 def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
     """Federated Lloyd on the partitioned data; k defaults to the number of classes."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fkm
 
     require_all_assigned(partition, "fkm")
@@ -135,6 +139,7 @@ def kmeans_calibrate(method: str):
 
 def kmeans_run(method: str):
     def run(dataset, partition, noise: dict, cfg, seed: int):
+        # a method's module loads when the method runs: the registry loads at every kedro start
         from fedclust.clustering import dk_pp, dkm, fzkm
 
         require_all_assigned(partition, method)
@@ -183,6 +188,7 @@ _DP_FEDC_RUN_KEYS = (
 def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) -> dict:
     """With ``budget: accountant`` ``privacy.epsilon`` is the accounted epsilon of the worst client and
     the paper's eps_bar (Theorem 3) is solved for; with ``paper`` ``privacy.epsilon`` *is* eps_bar."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import dp_fedc
 
     target, delta = check_privacy_params(privacy)
@@ -215,6 +221,7 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
 
 
 def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int):
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import dp_fedc
 
     require_all_assigned(partition, "dp_fedc")
@@ -243,6 +250,7 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
     """Noise multiplier of every release (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`):
     the stage shares of the run's Gaussian-DP budget, composed back to ``privacy.epsilon`` by the
     accountant (sample-level, add/remove, every client in every release)."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fed_dp_kmeans
 
     eps, delta = check_privacy_params(privacy)
@@ -280,6 +288,7 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
 def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig, seed: int):
     """FedDP-KMeans on the partitioned data; the server's sample is a held-out slice of the data set
     (taken out of the clients' data), or none (DP candidates)."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fed_dp_kmeans
 
     require_all_assigned(partition, "fed_dp_kmeans")
@@ -343,6 +352,7 @@ def fedc_mf_kwargs(method: str, cfg) -> dict:
 
 def fedc_mf_run(method: str):
     def run(dataset, partition, noise: dict, cfg, seed: int):
+        # a method's module loads when the method runs: the registry loads at every kedro start
         from fedclust.clustering import fedc_mf
 
         require_all_assigned(partition, method)
@@ -374,8 +384,8 @@ FACTOR_DEFAULTS = {"tau_c": 1.0, "z_lr": 0.5}
 
 
 def _kernel_rules(dataset, cfg: C.FedSCConfig, seed: int) -> tuple[float, int]:
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import spectral
-    from fedclust.rng import stream
 
     rng = stream(seed, "data")
     r = cfg.r or spectral.mean_pairwise_distance(dataset.X, rng=rng)
@@ -401,6 +411,7 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     Without a budget the paper's sweeps ``data_noise_beta``, ``z_noise_alpha``, ``c_noise_alpha`` are
     available (not DP; the report says so).
     """
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fedsc
     from fedclust.privacy.paper import fedsc as fedsc_privacy
 
@@ -427,8 +438,6 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     if cfg.privacy_variant == "data":
         mech = cfg.mechanism
         if mech == "accountant":
-            from fedclust.privacy.accountants import calibrate_noise_multiplier
-
             # the accountant's smallest noise multiplier for one Gaussian release of sensitivity 2 tau_X
             sigma = (
                 calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp"))
@@ -569,8 +578,8 @@ _FEDSC_RUN_KEYS = (
 
 
 def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
+    # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fedsc
-    from fedclust.privacy.events import non_dp_release
 
     require_all_assigned(partition, "fedsc")
     n = int(dataset.X.shape[0])

@@ -95,6 +95,7 @@ def log_work(method: str, rounds: int, clients: int, cost: float, unit: str) -> 
 
 
 def build_model(spec: dict, d_in: int, n_classes: int, image_shape=None):
+    # torch (through the clustered-FL package) loads only when a clustered-FL run needs it
     from fedclust.clustered_fl.models import MLP, LinearRegression, ifca_cnn
 
     kind = spec.get("type", "mlp")
@@ -111,6 +112,7 @@ def build_model(spec: dict, d_in: int, n_classes: int, image_shape=None):
 
 
 def tensors_and_model(rotated, model: dict | None):
+    # torch (through the clustered-FL package) loads only when a clustered-FL run needs it
     from fedclust.clustered_fl import FederatedTensors
 
     data = FederatedTensors.from_rotated(rotated)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import math
 
+from fedclust.privacy.accountants import calibrate_noise_multiplier
+
 logger = logging.getLogger("fedclust.registry")
 
 
@@ -63,7 +65,6 @@ def per_round_noise(privacy: dict, rounds: int, clip, *, mechanisms_per_round: i
     Used by FKM and the k-means-family baselines: the same budget gives every method of a
     comparison the same guarantee.
     """
-    from fedclust.privacy.accountants import calibrate_noise_multiplier
 
     eps, delta = check_privacy_params(privacy)
     base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "clip": clip, "epsilon_target": eps}

@@ -23,12 +23,14 @@ class Reference:
 
 
 def _kmeans(dataset, seed: int):
+    # a reference's method loads when it runs: the registry loads at every kedro start
     from fedclust.clustering import fedsc
 
     return run_timed(fedsc.centralized_kmeans, dataset.X, int(dataset.n_classes), seed=int(seed), n_init=10)
 
 
 def _spectral(dataset, seed: int):
+    # a reference's method loads when it runs: the registry loads at every kedro start
     from fedclust.clustering import spectral
 
     return run_timed(spectral.spectral_clustering, dataset.X, int(dataset.n_classes), seed=int(seed), n_init=10)

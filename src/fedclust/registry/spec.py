@@ -9,6 +9,7 @@ and what it releases. Adding a method: its library ``run``, an adapter + config 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -20,6 +21,7 @@ from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
 from fedclust.registry import configs as C
 from fedclust.registry.config import MethodConfig
+from fedclust.registry.helpers import log_work, n_clients_of
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,6 @@ class MethodSpec:
     @property
     def library_run(self) -> Callable:
         """The library ``run`` of the method (for grids that pass their own keyword arguments)."""
-        import importlib
 
         module, _, fn = self.library.partition(":")
         return getattr(importlib.import_module(module), fn)
@@ -283,7 +284,6 @@ def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
     client and round (sample-feature-cluster operations for data clustering, sample-gradient steps
     for clustered FL). First, a run whose big arrays (:func:`memory_parts`) cannot fit in the memory
     available is refused with the estimate (:func:`fedclust.memory.require_memory`)."""
-    from fedclust.registry.helpers import log_work, n_clients_of
 
     require_memory(
         f"{spec.name} with these settings",

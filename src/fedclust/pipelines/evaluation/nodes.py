@@ -12,6 +12,7 @@ from fedclust.metrics import (
     is_at_chance,
     time_to_90pct,
 )
+from fedclust.pipelines.mlflow_io import schema_metrics
 
 #: history keys reported under another name: FedCAvg/FedCGds's ``eps`` is the relative change of the
 #: objective (a convergence figure), not a privacy budget
@@ -49,7 +50,6 @@ def to_mlflow_metrics(metrics: dict, privacy: dict) -> dict:
     the final metrics in the schema shared with grid cells (``ACC``, ..., ``epsilon`` accounted,
     ``epsilon_paper``, ``private``, ``wall_time_s``: :func:`fedclust.pipelines.mlflow_io.schema_metrics`)
     and ``metrics.json``/``privacy.json`` as artifacts."""
-    from fedclust.pipelines.mlflow_io import schema_metrics
 
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     return {

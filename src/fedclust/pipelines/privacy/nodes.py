@@ -6,6 +6,8 @@ the report node is the same for all: it accounts the releases the run actually m
 
 from __future__ import annotations
 
+import re
+
 from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.privacy.report import privacy_report
 from fedclust.registry.privacy import check_privacy_params, non_private_calibration, per_round_noise  # noqa: F401
@@ -22,7 +24,6 @@ def calibrate_per_round_noise(
 
 def condense_notes(notes, limit: int = 8) -> list[str]:
     """Unique notes in order; notes that differ only in their numbers are kept once, with a count."""
-    import re
 
     seen: dict[str, list] = {}
     for note in notes:

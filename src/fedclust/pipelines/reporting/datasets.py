@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import mlflow
 from kedro.io.core import get_filepath_str
 from kedro_datasets.matplotlib import MatplotlibDataset
 from kedro_datasets.text import TextDataset
@@ -27,7 +28,6 @@ class MlflowFigureDataset(MatplotlibDataset):
     def save(self, data) -> None:
         path = self._get_save_path()
         super().save(data)
-        import mlflow
 
         if mlflow.active_run() is not None and not isinstance(data, (list, dict)):
             mlflow.log_artifact(get_filepath_str(path, self._protocol), self._artifact_path)
@@ -50,7 +50,6 @@ class MlflowTextDataset(TextDataset):
         path = get_filepath_str(self._get_save_path(), self._protocol)
         super().save(data)
         SAVED[str(self._filepath)] = path
-        import mlflow
 
         if mlflow.active_run() is not None:
             mlflow.log_artifact(path, self._artifact_path)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 
+import mlflow
 import numpy as np
 
 from fedclust import plots
+from fedclust.grids import report
+from fedclust.pipelines.mlflow_io import run_address
+from fedclust.pipelines.reporting.datasets import SAVED
 
 
 def describe_partition(partition) -> str:
@@ -86,7 +92,6 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     reports are. It reads every reporting output of the method (metrics, privacy, the MLflow
     datasets and the plots), so in Kedro-Viz they stay inside the method's modular pipeline
     instead of hanging off it as free outputs."""
-    import logging
 
     shown = [
         f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
@@ -108,11 +113,6 @@ def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> lis
     """What the terminal shows after a benchmark (or the tour's slice): its table, sorted by epsilon
     then ACC in 100 columns (:func:`fedclust.grids.report.terminal_lines`), the report's path and
     the MLflow address of its run."""
-    import os
-
-    from fedclust.grids import report
-    from fedclust.pipelines.mlflow_io import run_address
-    from fedclust.pipelines.reporting.datasets import SAVED
 
     lines = [
         "",
@@ -124,8 +124,6 @@ def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> lis
     )
     lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
     if run_id:
-        import mlflow
-
         exp = mlflow.get_run(run_id).info.experiment_id
         lines.append("MLflow run: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
     return lines
