@@ -226,7 +226,7 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
     mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").create_experiment(
         "fedclust", artifact_location=(project.root / "mlruns").as_uri()
     )
-    long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=3000"
+    long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=1500"
     proc = subprocess.Popen(
         [KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"],
         cwd=project.root,

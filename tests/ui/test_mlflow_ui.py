@@ -27,7 +27,6 @@ from browser import open_page, wait_for_text
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("mlflow_ui"),  # one worker builds the module's project and server once
     pytest.mark.allow_skip("needs chromium, installed with apt-get when missing and possible"),
 ]
 
