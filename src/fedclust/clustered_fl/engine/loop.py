@@ -91,8 +91,10 @@ class ClusteredFLEngine:
     * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
       local steps before the next (:func:`~fedclust.clustered_fl.engine.local_train`; None = the
       whole chunk at once, step by step). Same draws and same per-client arithmetic either way.
-    * ``device``: ``"auto"`` (default; CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
-      (:func:`resolve_device`). Same code on both; models and each chunk's data live on the device,
+    * ``device``: ``"cpu"`` (default), ``"auto"`` (CUDA when available, else CPU), ``"cuda"``...
+      (:func:`resolve_device`). The CPU is the default because it is bit-for-bit reproducible: on CUDA
+      the per-cluster sums use atomic adds, so the same seed gives the same numbers only up to float
+      rounding (on an H100, 18 of the clustered-FL tests that compare runs bit for bit fail there). Same code on both; models and each chunk's data live on the device,
       the data set and the round's bookkeeping in host memory; results come back on the CPU.
     * ``chunk_runner``: where the chunks of a chunked round train
       (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
@@ -135,7 +137,7 @@ class ClusteredFLEngine:
         method: str = "clustered_fl",
         progress: Callable[[int, dict], None] | None = None,
         client_block: int | None = None,
-        device: str | torch.device | None = "auto",
+        device: str | torch.device | None = "cpu",
         chunk_runner: ChunkRunner | None = None,
         defer_updates: bool = False,
     ):
