@@ -146,6 +146,21 @@ def with_canary(with_canary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return X, client, canary
 
 
+def canary_scores(one, noise_arg):
+    """The ``scores`` of a case whose ``one(X, client, seed, noise)`` returns ``(score, statistic)``: ``n``
+    runs on the audit data with or without the canary, their Gaussian statistic also serving the
+    measured-noise audit; ``noise_arg(noise)`` is what ``one`` gets for noise on or off."""
+
+    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        X, client, _ = with_canary(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        with quiet_rounds():
+            out = np.array([one(X, client, int(s), noise_arg(noise)) for s in seeds])
+        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+
+    return scores
+
+
 def _fkm_case(
     epsilon: float = 1.0,
     delta: float = 1e-5,
@@ -175,12 +190,7 @@ def _fkm_case(
         # FKM assigns every raw sample (canary included) to its nearest centre, then clips it
         return res.centroids[:, 0].max(), lloyd_statistic((W0, sums, counts), canary, X0, clip, 1.0)
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, client, _ = with_canary(canary_in)
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        with quiet_rounds():
-            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
-        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+    scores = canary_scores(one, lambda noise: z * noise_scale if noise else 0.0)
 
     return AuditCase(
         name="fkm",
@@ -363,12 +373,7 @@ def _dk_pp_case(
         l_stat = lloyd_statistic(seen[0], c_clipped, others, clip, 1.0) / (clip**2 + 1.0)
         return res.centroids[:, 0].max(), w_stat + l_stat
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, client, _ = with_canary(canary_in)
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        with quiet_rounds():
-            out = np.array([one(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
-        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+    scores = canary_scores(one, lambda noise: z * noise_scale if noise else 0.0)
 
     return AuditCase(
         name="dk_pp",
@@ -452,12 +457,7 @@ def _fed_dp_kmeans_case(
         w_stat = w_weight * (float(weights[0][j_w]) - n_w)
         return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count) + w_stat
 
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, client, _ = with_canary(canary_in)
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        with quiet_rounds():
-            out = np.array([one(X, client, int(s), mutated if noise else None) for s in seeds])
-        return {"score": out[:, 0], "gaussian": out[:, 1], "noise": out[:, 1]}
+    scores = canary_scores(one, lambda noise: mutated if noise else None)
 
     return AuditCase(
         name="fed_dp_kmeans",
