@@ -29,15 +29,17 @@ from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors
 D, N_TRAIN, N_TEST, K = 784, 30, 10, 4
 
 
-def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
+def synthetic(n_clients: int, seed: int = 0, n_test: int = N_TEST) -> FederatedTensors:
+    """MNIST-sized random clients: N_TRAIN training and ``n_test`` test samples of dimension D, 10
+    classes, K rotation groups (also the data of benchmarks/bench_ray_round.py)."""
     g = torch.Generator().manual_seed(seed)
     return FederatedTensors(
         X_train=torch.rand(n_clients, N_TRAIN, D, generator=g),
         y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
         n_train=torch.full((n_clients,), N_TRAIN),
-        X_test=torch.rand(n_clients, N_TEST, D, generator=g),
-        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g),
-        n_test=torch.full((n_clients,), N_TEST),
+        X_test=torch.rand(n_clients, n_test, D, generator=g),
+        y_test=torch.randint(0, 10, (n_clients, n_test), generator=g),
+        n_test=torch.full((n_clients,), n_test),
         group=np.arange(n_clients) % K,
     )
 

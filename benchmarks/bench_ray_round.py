@@ -29,6 +29,7 @@ import time
 import numpy as np
 import torch
 
+from bench_gpu import synthetic as gpu_data  # a sibling script: benchmarks/ is on sys.path
 from fedclust import bench
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors
 from fedclust.clustered_fl.engine import ProcessChunkRunner, RayChunkRunner
@@ -37,16 +38,8 @@ D, N_TRAIN, N_TEST, K = 784, 30, 2, 4
 
 
 def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
-    g = torch.Generator().manual_seed(seed)
-    return FederatedTensors(
-        X_train=torch.rand(n_clients, N_TRAIN, D, generator=g),
-        y_train=torch.randint(0, 10, (n_clients, N_TRAIN), generator=g),
-        n_train=torch.full((n_clients,), N_TRAIN),
-        X_test=torch.rand(n_clients, N_TEST, D, generator=g),
-        y_test=torch.randint(0, 10, (n_clients, N_TEST), generator=g),
-        n_test=torch.full((n_clients,), N_TEST),
-        group=np.arange(n_clients) % K,
-    )
+    """bench_gpu's MNIST-sized random clients, with N_TEST test samples each."""
+    return gpu_data(n_clients, seed, n_test=N_TEST)
 
 
 def one(data, S, rounds, chunk_mb, runner):
