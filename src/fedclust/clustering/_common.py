@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedclust.clustering.base import check_inputs
+from fedclust.clustering.common_options import INITS, MECHANISMS
 from fedclust.clustering.lloyd import lloyd_step, masked_means
 from fedclust.metrics import clustering_scores
 from fedclust.privacy import mechanisms as mech
@@ -23,8 +25,6 @@ from fedclust.privacy.mechanisms import clip_rows
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 from fedclust.threads import thread_limits
-
-MECHANISMS = ("classical", "analytic")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,12 +89,12 @@ class SegmentLayout:
         return start + within
 
 
-#: How the shared initial centroids W^0 are chosen.
+#: The ways of choosing W^0 (:data:`~fedclust.clustering.common_options.INITS`):
 #: ``"data"``: k distinct data rows (the papers' choice; not private); ``"uniform_box"``: uniform in
 #: the public data domain ``[low, high]^m`` (``domain``), then scaled into the clip ball when a clip
 #: is given; ``"uniform_ball"``: uniform in the L2 ball of radius ``clip`` (or ``radius``). The last
 #: two never look at the data, so they release nothing.
-INITS = ("data", "uniform_box", "uniform_ball")
+#:
 #: The public data domain assumed by ``"uniform_box"`` when none is given: the default min-max scaling.
 DEFAULT_DOMAIN = (0.0, 1.0)
 
@@ -323,6 +323,9 @@ def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
 
 
 class BaselineSetup(NamedTuple):
+    X: np.ndarray  # the checked data (float64)
+    n_clients: int  # N
+    K: int  # clients sampled per round
     z: float  # noise multiplier of a round's release (0 = not private)
     private: bool
     clip: float | None  # public L2 bound on every sample (None when not private and not given)
@@ -332,36 +335,25 @@ class BaselineSetup(NamedTuple):
     C0: np.ndarray  # (k, m) initial centres
 
 
-def baseline_setup(
-    X: np.ndarray,
-    client: np.ndarray,
-    n_clients: int,
-    k: int,
-    seed: int,
-    *,
-    noise_multiplier,
-    epsilon,
-    delta,
-    mechanism: str,
-    clip,
-    init_centroids,
-    init,
-    init_domain,
-) -> BaselineSetup:
-    """The common start of the sampled-client k-means baselines (DK++, DKM, FZKM): the noise
-    multiplier (:func:`baseline_noise_multiplier`), the public clip (:func:`data_clip`), the clipped
-    rows in client order (every client must have a sample) and the initial centres."""
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    z = baseline_noise_multiplier(noise_multiplier, epsilon, delta, mechanism)
+def baseline_setup(X, client, k: int, o) -> BaselineSetup:
+    """The common start of the sampled-client k-means baselines (DK++, DKM, FZKM), from their
+    options ``o`` (:class:`~fedclust.clustering.common_options.SampledRounds`,
+    :class:`~fedclust.clustering.common_options.BaselineNoiseOptions` and
+    :class:`~fedclust.clustering.common_options.InitOptions`): the checked inputs, the clients per
+    round, the noise multiplier (:func:`baseline_noise_multiplier`), the public clip
+    (:func:`data_clip`), the clipped rows in client order (every client must have a sample) and the
+    initial centres."""
+    X, client, n_clients = check_inputs(X, client, k)
+    K = check_clients_per_round(o.clients_per_round, n_clients)
+    z = baseline_noise_multiplier(o.noise_multiplier, o.epsilon, o.delta, o.mechanism)
     private = z > 0
-    clip = data_clip(X, clip, private)
+    clip = data_clip(X, o.clip, private)
     lay = SegmentLayout(client, n_clients)
     check_all_clients_nonempty(lay.sizes)
     Xc = clip_data(X, clip)[lay.order]
-    init = check_init(init, private)
-    C0 = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
-    return BaselineSetup(z, private, clip, lay, Xc, init, C0)
+    init = check_init(o.init, private)
+    C0 = initial_centroids(X, k, o.seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain)
+    return BaselineSetup(X, n_clients, K, z, private, clip, lay, Xc, init, C0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -48,15 +48,15 @@ Vectorized over clients: distances, selections and segment sums of all sampled c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from typing import ClassVar
 
 import numpy as np
 
 from fedclust.clustering._common import (
     baseline_setup,
-    check_clients_per_round,
-    check_int,
     init_is_private_release,
     init_release,
     lloyd_round,
@@ -68,8 +68,10 @@ from fedclust.clustering._common import (
     server_kmeans,
     with_blas_limit,
 )
-from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.base import ClusteringResult
+from fedclust.clustering.common_options import BaselineNoiseOptions, InitOptions, ReleaseOptions, SampledRounds
 from fedclust.clustering.lloyd import kmeans_release
+from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.privacy.release import release_sum
 from fedclust.rng import stream
@@ -77,79 +79,51 @@ from fedclust.rng import stream
 logger = logging.getLogger(__name__)
 
 
-@with_blas_limit
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    clients_per_round: int | None = 30,
-    seed: int = 0,
-    seeding_rounds: int = 5,
-    oversampling: float | None = None,
-    recluster_iters: int = 50,
-    noise_multiplier: float = 0.0,
-    epsilon: float | None = None,
-    delta: float = 1e-4,
-    mechanism: str = "classical",
-    clip: float | None = None,
-    init_centroids=None,
-    init: str | None = None,
-    init_domain=None,
-    trust_model: str = "secure_aggregation",
-    count_threshold: float = 3.0,
-    project: bool = True,
-    y=None,
-    progress=None,
-) -> ClusteringResult:
-    """Run DK++ for ``rounds`` communication rounds (seeding + 1 weighting round + Lloyd rounds).
+@dataclasses.dataclass(frozen=True)
+class DKPPOptions(ReleaseOptions, InitOptions, BaselineNoiseOptions, SampledRounds):
+    """DK++'s options: the shared groups of :mod:`fedclust.clustering.common_options` (a private
+    run is DP only with ``seeding_rounds = 0``; otherwise it reports epsilon = inf; ``init_centroids``
+    are the initial candidate set) and the k-means|| seeding."""
 
-    Parameters
-    ----------
-    X, client, k: data (n, m), client of every sample, number of clusters.
-    rounds: R >= seeding_rounds + 1. clients_per_round: K in [1, N] (None = all).
-    seeding_rounds: k-means|| rounds (>= 0; 5 in Bahmani et al.). oversampling: ell > 0 (default 2k).
-    recluster_iters: weighted Lloyd iterations on the candidates (>= 1).
-    noise_multiplier / epsilon, delta, mechanism, clip: DP as in :mod:`fedclust.clustering.fzkm`
-        (a private run is DP only with ``seeding_rounds = 0``; otherwise it reports epsilon = inf).
-    init_centroids: (k, m) shared W^0, the initial candidate set (taken as public); overrides ``init``.
-    init, init_domain: how W^0 is drawn, as in :mod:`fedclust.clustering.fzkm` (None: data rows when
-        not private, ``"uniform_box"`` when private).
-    y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
-    blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
+    GROUP: ClassVar[str] = "dk_pp"
+    seeding_rounds: int = param(5, "int", ge=0, doc="k-means|| rounds (5 in Bahmani et al.)")
+    oversampling: float | None = param(None, "float", gt=0, doc="ell > 0 points expected per seeding round (None: 2k)")
+    recluster_iters: int = param(50, "int", count=True, doc="weighted Lloyd iterations on the candidates")
+
+    def problems(self, where: str) -> list[str]:
+        if self.rounds < self.seeding_rounds + 1:
+            return [
+                f"{where}.rounds must be >= seeding_rounds + 1 = {self.seeding_rounds + 1} (the seeding and "
+                f"the weighting round), got {self.rounds}"
+            ]
+        return []
+
+
+@with_blas_limit
+def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progress=None, **settings):
+    """Run DK++ (:class:`DKPPOptions`; keyword ``settings`` override ``options``): ``seeding_rounds``
+    k-means|| rounds, one weighting round, then Lloyd rounds up to ``rounds``.
+
+    The arguments are every method's (:mod:`fedclust.clustering.common_options`); ``blas_threads``
+    (keyword, added by the decorator): BLAS threads during the run (default 1).
 
     ``history["objective"]`` is the mean squared distance to the current centres (during seeding:
     to the nearest candidate).
     """
-    X, client, N = check_inputs(X, client, k)
+    o = DKPPOptions.build(options, settings)
+    R, seed, seeding_rounds, trust_model = o.rounds, o.seed, o.seeding_rounds, o.trust_model
+    ell = float(2 * k if o.oversampling is None else o.oversampling)
+    X, N, K, z, private, clip, lay, Xc, init, C0 = baseline_setup(X, client, k, o)
     n, m = X.shape
-    seeding_rounds = check_int("seeding_rounds", seeding_rounds, 0)
-    R = check_int("rounds", rounds, seeding_rounds + 1)
-    K = check_clients_per_round(clients_per_round, N)
-    ell = float(2 * k if oversampling is None else oversampling)
-    if not ell > 0 or math.isinf(ell):
-        raise ValueError(f"oversampling must be a finite number > 0, got {oversampling!r}")
-    recluster_iters = check_int("recluster_iters", recluster_iters, 1)
-    z, private, clip, lay, Xc, init, C0 = baseline_setup(
-        X,
-        client,
-        N,
-        k,
-        seed,
-        noise_multiplier=noise_multiplier,
-        epsilon=epsilon,
-        delta=delta,
-        mechanism=mechanism,
-        clip=clip,
-        init_centroids=init_centroids,
-        init=init,
-        init_domain=init_domain,
-    )
     std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     # the Lloyd rounds' release (checked here, before any round: the weighting round uses its trust model)
     release = kmeans_release(
-        std_pair, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="dk_pp"
+        std_pair,
+        trust_model=trust_model,
+        count_threshold=o.count_threshold,
+        project=o.project,
+        clip=clip,
+        method="dk_pp",
     )
 
     rng_s = stream(seed, "sampling")
@@ -187,7 +161,7 @@ def run(
     counts = release_sum(counts.reshape(K, -1).sum(0), z if private else 0.0, K, trust_model, rng_noise)
     uploaded += K * cand.shape[0]
     w = np.maximum(counts, 0.0)
-    C = server_kmeans(cand, w, None, stream(seed, "server"), recluster_iters, n_init=3, k=k)
+    C = server_kmeans(cand, w, None, stream(seed, "server"), o.recluster_iters, n_init=3, k=k)
     log_round(t, C)
 
     # ---- 3. federated Lloyd ----
@@ -199,7 +173,7 @@ def run(
         log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = init_release(private, init, init_centroids, "dk_pp initial candidates")
+    events = init_release(private, init, o.init_centroids, "dk_pp initial candidates")
     if private:
         if seeding_rounds:
             events.append(
@@ -231,7 +205,7 @@ def run(
                     extra={"trust_model": trust_model},
                 )
             )
-    dp_exact = seeding_rounds == 0 and not init_is_private_release(init, init_centroids)
+    dp_exact = seeding_rounds == 0 and not init_is_private_release(init, o.init_centroids)
     info = {
         "noise_multiplier": z,
         "clip": clip,
@@ -244,7 +218,7 @@ def run(
         "oversampling": ell,
         "seeding_rounds": seeding_rounds,
         "dp_exact": bool(dp_exact) if private else None,
-        "init": "given" if init_centroids is not None else init,
+        "init": "given" if o.init_centroids is not None else init,
     }
     return ClusteringResult(
         labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info

@@ -40,26 +40,16 @@ and the importance sampling of all clients is one ``searchsorted`` on a global c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import ClassVar
 
 import numpy as np
 
-from fedclust.clustering._common import (
-    baseline_setup,
-    check_clients_per_round,
-    check_int,
-    init_release,
-    nearest,
-    new_history,
-    noisy,
-    padded_data,
-    round_logger,
-    sample_clients,
-    server_kmeans,
-    sq_dists,
-    with_blas_limit,
-)
-from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering import _common as common
+from fedclust.clustering.base import ClusteringResult
+from fedclust.clustering.common_options import BaselineNoiseOptions, InitOptions, SampledRounds
+from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
@@ -94,7 +84,7 @@ def local_kmeans(Xp: np.ndarray, mask: np.ndarray, k: int, iters: int, rng: np.r
         B[:, j] = Xp[ar, _pick(w, rng)]
         d2min = np.minimum(d2min, d2_to(B[:, j]))
     for it in range(iters + 1):
-        d2 = sq_dists(Xp, B, xsq)  # (K, n_max, k): every client's points to its own centres
+        d2 = common.sq_dists(Xp, B, xsq)  # (K, n_max, k): every client's points to its own centres
         lab = d2.argmin(-1)
         onehot = (lab[..., None] == np.arange(k)) * mask[..., None]  # (K, n_max, k)
         cnt = onehot.sum(1).astype(np.float64)
@@ -106,85 +96,47 @@ def local_kmeans(Xp: np.ndarray, mask: np.ndarray, k: int, iters: int, rng: np.r
     return B, dmin, cnt
 
 
-@with_blas_limit
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    clients_per_round: int | None = 30,
-    seed: int = 0,
-    coreset_size: int | None = None,
-    local_iters: int = 5,
-    server_iters: int = 10,
-    server_restarts: int = 1,
-    noise_multiplier: float = 0.0,
-    epsilon: float | None = None,
-    delta: float = 1e-4,
-    mechanism: str = "classical",
-    clip: float | None = None,
-    init_centroids=None,
-    init: str | None = None,
-    init_domain=None,
-    y=None,
-    progress=None,
-) -> ClusteringResult:
-    """Run DKM for ``rounds`` rounds (each round one distributed coreset from K sampled clients).
+@dataclasses.dataclass(frozen=True)
+class DKMOptions(InitOptions, BaselineNoiseOptions, SampledRounds):
+    """DKM's options: the shared groups of :mod:`fedclust.clustering.common_options` (the run is
+    not DP whatever the noise: epsilon = inf, see the module docstring) and the coreset settings."""
 
-    Parameters
-    ----------
-    X, client, k: data (n, m), client of every sample, number of clusters.
-    rounds: R >= 1. clients_per_round: K in [1, N] (None = all).
-    coreset_size: t_c, sampled points per round over all sampled clients (default 20 k).
-    local_iters: local Lloyd iterations (>= 1). server_iters: weighted Lloyd iterations (>= 1).
-    server_restarts: weighted k-means++ restarts on the server (>= 0).
-    noise_multiplier / epsilon, delta, mechanism, clip: noise as in :mod:`fedclust.clustering.fzkm`;
-        the run is not DP whatever the noise (epsilon = inf, see the module docstring).
-    init_centroids: (k, m) shared initial centres (taken as public); overrides ``init``.
-    init, init_domain: how W^0 is drawn, as in :mod:`fedclust.clustering.fzkm`.
-    y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
-    blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
+    GROUP: ClassVar[str] = "dkm"
+    coreset_size: int | None = param(None, "int", count=True, doc="t_c points sampled per round (None: 20 k)")
+    local_iters: int = param(5, "int", count=True, doc="local Lloyd iterations")
+    server_iters: int = param(10, "int", count=True, doc="weighted Lloyd iterations on the server")
+    server_restarts: int = param(1, "int", ge=0, doc="weighted k-means++ restarts on the server")
+
+
+@common.with_blas_limit
+def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progress=None, **settings):
+    """Run DKM (:class:`DKMOptions`; keyword ``settings`` override ``options``): every round one
+    distributed coreset from ``clients_per_round`` sampled clients.
+
+    The arguments are every method's (:mod:`fedclust.clustering.common_options`); ``blas_threads``
+    (keyword, added by the decorator): BLAS threads during the run (default 1).
     """
-    X, client, N = check_inputs(X, client, k)
+    o = DKMOptions.build(options, settings)
+    R, seed, local_iters = o.rounds, o.seed, o.local_iters
+    t_c = 20 * k if o.coreset_size is None else o.coreset_size
+    X, N, K, z, private, clip, lay, Xc, init, C = common.baseline_setup(X, client, k, o)
     n, m = X.shape
-    R = check_int("rounds", rounds, 1)
-    K = check_clients_per_round(clients_per_round, N)
-    t_c = check_int("coreset_size", 20 * k if coreset_size is None else coreset_size, 1)
-    local_iters = check_int("local_iters", local_iters, 1)
-    server_iters = check_int("server_iters", server_iters, 1)
-    server_restarts = check_int("server_restarts", server_restarts, 0)
-    z, private, clip, lay, Xc, init, C = baseline_setup(
-        X,
-        client,
-        N,
-        k,
-        seed,
-        noise_multiplier=noise_multiplier,
-        epsilon=epsilon,
-        delta=delta,
-        mechanism=mechanism,
-        clip=clip,
-        init_centroids=init_centroids,
-        init=init,
-        init_domain=init_domain,
-    )
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
     std_cost = z * 4.0 * clip**2 if private else 0.0
 
     rng_s, rng_mb, rng_server = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "server")
     rng_noise = stream(seed, "noise") if private else None
-    hist = new_history(y)
-    log_round = round_logger("dkm", hist, X, y, R, progress, logger)
+    hist = common.new_history(y)
+    log_round = common.round_logger("dkm", hist, X, y, R, progress, logger)
     uploaded = 0
     store_pts: dict[int, np.ndarray] = {}
     store_w: dict[int, np.ndarray] = {}
     for t in range(1, R + 1):
-        S = sample_clients(rng_s, N, K)
-        Xp, mask = padded_data(lay, Xc, S)
+        S = common.sample_clients(rng_s, N, K)
+        Xp, mask = common.padded_data(lay, Xc, S)
         B, dmin, sizes = local_kmeans(Xp, mask, k, local_iters, rng_mb)
-        cost = noisy(dmin.sum(1), std_cost, rng_noise)  # (K,) local costs (uploaded)
+        cost = common.noisy(dmin.sum(1), std_cost, rng_noise)  # (K,) local costs (uploaded)
         cost = np.maximum(cost, 1e-12)
         total = float(cost.sum())
         # coreset budget per client, proportional to the local costs (largest remainders)
@@ -198,9 +150,9 @@ def run(
         owner = np.repeat(np.arange(K), ti)
         u = rng_mb.random(owner.size) * cs[owner, -1]
         pos = np.minimum((cs[owner] <= u[:, None]).sum(1), lay.sizes[S][owner] - 1)
-        pts = noisy(Xp[owner, pos], std_pt, rng_noise)
-        Bn = noisy(B, std_pt, rng_noise)
-        szn = noisy(sizes, std_cnt, rng_noise)
+        pts = common.noisy(Xp[owner, pos], std_pt, rng_noise)
+        Bn = common.noisy(B, std_pt, rng_noise)
+        szn = common.noisy(sizes, std_cnt, rng_noise)
         uploaded += K + owner.size * m + K * k * (m + 1)
         # server side: weights from the uploaded (noisy) quantities only
         d2q = np.maximum(np.square(pts[:, None, :] - Bn[owner]).sum(-1), 0.0)  # (t_c, k)
@@ -215,12 +167,12 @@ def run(
             store_w[int(i)] = np.concatenate([wq[sel], wb[j]])
         P = np.vstack(list(store_pts.values()))
         w = np.concatenate(list(store_w.values()))
-        C = server_kmeans(P, w, C, rng_server, server_iters, server_restarts)
+        C = common.server_kmeans(P, w, C, rng_server, o.server_iters, o.server_restarts)
 
         log_round(t, C)
 
-    labels, _ = nearest(X, C)
-    events = init_release(private, init, init_centroids, "dkm initial centres")
+    labels, _ = common.nearest(X, C)
+    events = common.init_release(private, init, o.init_centroids, "dkm initial centres")
     if private:
         events.append(
             non_dp_release(
@@ -246,7 +198,7 @@ def run(
         "coreset_size": t_c,
         "local_iters": local_iters,
         "dp_exact": False if private else None,
-        "init": "given" if init_centroids is not None else init,
+        "init": "given" if o.init_centroids is not None else init,
     }
     return ClusteringResult(
         labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info

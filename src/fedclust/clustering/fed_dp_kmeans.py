@@ -51,14 +51,18 @@ the next) is left out: with all samples counted, the lift is one plain Lloyd ste
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedclust.clustering._common import clip_data, nearest, new_history, round_logger, server_kmeans
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.common_options import ReleaseOptions
 from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count
+from fedclust.options import param
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.release import check_trust_model, release_sum, sum_noise_std
@@ -196,58 +200,51 @@ def holdout_rows(n: int, fraction: float, seed: int) -> np.ndarray:
     return np.sort(stream(seed, "server_data").choice(n, size=size, replace=False))
 
 
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    server_rows=None,
-    server_data=None,
-    steps: int = 1,
-    projection: str = "none",
-    n_components: int | None = None,
-    clip: float | None = None,
-    noise: dict | None = None,
-    trust_model: str = "secure_aggregation",
-    count_threshold: float = 3.0,
-    n_candidates: int | None = None,
-    server_restarts: int = 10,
-    seed: int = 0,
-    y=None,
-    progress=None,
-) -> ClusteringResult:
-    """Run FedDP-KMeans.
+@dataclasses.dataclass(frozen=True)
+class FedDPKMeansOptions(ReleaseOptions):
+    """FedDP-KMeans's options: the server's public points, the stages, the noise of every release
+    and the trust model with its post-processing (:mod:`fedclust.clustering.common_options`)."""
 
-    Parameters
-    ----------
-    X, client, k: data (n, m), client of every sample, number of clusters.
-    server_rows: indices of rows of ``X`` the server holds (public); they are taken out of the
-        clients' data (``client`` is ignored for them). server_data: or a separate public (n_s, m)
-        array. Neither: the DP candidates of the module docstring (needs ``projection="dp_pca"``).
-    steps: private Lloyd steps after the initialisation (>= 0).
-    projection: ``"dp_pca"`` (the paper's stage 1) or ``"none"`` (work in the data space).
-    n_components: dimension of the projection (default k).
-    clip: L2 bound on every sample (required when private).
-    noise: noise multiplier per release (:func:`noise_multipliers`); None = not private.
-    trust_model: where the noise is added (:mod:`fedclust.privacy.release`).
-    count_threshold: released counts below ``max(1, count_threshold * sigma)`` are not trusted.
-    n_candidates: DP candidates drawn without server data (default 50 k).
-    server_restarts: k-means++ restarts of the server's weighted k-means.
-    y: true labels (only for per-step ACC/NMI). progress: ``progress(step, history)``.
-    """
+    GROUP: ClassVar[str] = "fed_dp_kmeans"
+    server_rows: Any = param(
+        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data"
+    )
+    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array; neither: DP candidates")
+    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
+    projection: str = param("none", "str", choices=PROJECTIONS, doc="dp_pca (the paper's stage 1) | none")
+    n_components: int | None = param(None, "int", count=True, doc="dimension of the projection (None: k)")
+    clip: float | None = param(None, "float", gt=0, doc="public L2 bound on every sample (required when private)")
+    noise: dict | None = param(None, "dict", doc="noise multiplier per release (noise_multipliers); None: not private")
+    n_candidates: int | None = param(None, "int", count=True, doc="DP candidates without server data (None: 50 k)")
+    server_restarts: int = param(10, "int", ge=0, doc="k-means++ restarts of the server's weighted k-means")
+    seed: int = param(0, "int", doc="seed of every random stream of the run")
+
+    def problems(self, where: str) -> list[str]:
+        found = []
+        if self.noise and self.clip is None:
+            found.append(f"{where}.clip must be a public L2 bound > 0 on every sample in a private run")
+        if self.server_rows is not None and self.server_data is not None:
+            found.append(f"{where}: give server_rows or server_data, not both")
+        if self.server_rows is None and self.server_data is None and self.projection != "dp_pca":
+            found.append(
+                "without server data the candidates come from the DP projection stage: "
+                "set projection='dp_pca' (or give server_rows / server_data)"
+            )
+        return found
+
+
+def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None, progress=None, **settings):
+    """Run FedDP-KMeans (:class:`FedDPKMeansOptions`; keyword ``settings`` override ``options``);
+    the arguments are every method's (:mod:`fedclust.clustering.common_options`; ``client`` is
+    ignored for the server's rows, ``progress`` is called after every step)."""
+    o = FedDPKMeansOptions.build(options, settings)
+    server_rows, server_data, steps, projection = o.server_rows, o.server_data, o.steps, o.projection
+    clip, trust_model, count_threshold, seed = o.clip, o.trust_model, o.count_threshold, o.seed
     X, client, _ = check_inputs(X, client, k)
     n, m = X.shape
-    if projection not in PROJECTIONS:
-        raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
-    if not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
     check_trust_model(trust_model, method="fed_dp_kmeans")
-    private = bool(noise)
-    if private and (clip is None or not clip > 0):
-        raise ValueError("clip must be a public L2 bound > 0 on every sample in a private run")
+    private = bool(o.noise)
     is_server = np.zeros(n, dtype=bool)
-    if server_rows is not None and server_data is not None:
-        raise ValueError("give server_rows or server_data, not both")
     if server_rows is not None:
         is_server[np.asarray(server_rows, dtype=np.int64)] = True
         Xs = X[is_server]
@@ -257,11 +254,6 @@ def run(
             raise ValueError(f"server_data must be (n_s, {m}), got shape {Xs.shape}")
     else:
         Xs = None
-        if projection != "dp_pca":
-            raise ValueError(
-                "without server data the candidates come from the DP projection stage: "
-                "set projection='dp_pca' (or give server_rows / server_data)"
-            )
     if Xs is not None and Xs.shape[0] < k:
         raise ValueError(f"the server holds {Xs.shape[0]} points, fewer than k={k}")
     priv = ~is_server
@@ -269,7 +261,7 @@ def run(
     _, cl = np.unique(cl, return_inverse=True)
     K = int(cl.max()) + 1  # clients taking part in every release
     Xc = clip_data(Xp_raw, clip)
-    z = dict(noise or {})
+    z = dict(o.noise or {})
     expected = release_names(projection, steps, Xs is not None)
     if private and sorted(z) != sorted(expected):
         raise ValueError(f"noise must give a multiplier for each of {expected}, got {sorted(z)}")
@@ -281,7 +273,7 @@ def run(
     rng_server = stream(seed, "server")
     hist = new_history(y)
     log_step = round_logger("fed_dp_kmeans", hist, X, y, steps + 1, progress, logger)
-    q = n_components or k
+    q = o.n_components or k
     uploaded = 0
 
     # 1. projection
@@ -298,7 +290,7 @@ def run(
             mu_p, cov_p = mean @ V, V.T @ second @ V
             vals, vecs = np.linalg.eigh((cov_p + cov_p.T) / 2)
             root = vecs * np.sqrt(np.maximum(vals, 0.0))
-            n_c = int(n_candidates or 50 * k)
+            n_c = int(o.n_candidates or 50 * k)
             Ps = mu_p + stream(seed, "server").standard_normal((n_c, V.shape[1])) @ root.T
             uploaded += K * (m + 1)
         else:
@@ -320,7 +312,7 @@ def run(
         keep = np.zeros_like(keep)
         keep[np.argsort(-w, kind="stable")[:k]] = True
     Cp = server_kmeans(
-        Ps[keep], np.maximum(w[keep], 0.0), None, rng_server, iters=50, n_init=max(1, server_restarts), k=k
+        Ps[keep], np.maximum(w[keep], 0.0), None, rng_server, iters=50, n_init=max(1, o.server_restarts), k=k
     )
 
     # 3. lift to the data space
@@ -332,7 +324,7 @@ def run(
             trust_model=trust_model,
             count_threshold=count_threshold,
             clip=clip,
-            project=True,
+            project=o.project,
         )
         labp, _ = nearest(Pc, Cp)
         C = lloyd_step(Xc, labp, start, lift, K, rng)
@@ -348,7 +340,7 @@ def run(
         trust_model=trust_model,
         count_threshold=count_threshold,
         clip=clip,
-        project=True,
+        project=o.project,
     )
     for t in range(steps):
         labs, _ = nearest(Xp_raw, C)

@@ -40,15 +40,26 @@ the sum of the uploads). There is no Python loop over clients.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from typing import ClassVar
 
 import numpy as np
 
-from fedclust.clustering._common import check_init, clip_data, init_release, initial_centroids, nearest
+from fedclust.clustering._common import (
+    check_clients_per_round,
+    check_init,
+    clip_data,
+    init_release,
+    initial_centroids,
+    nearest,
+)
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.common_options import InitOptions, NoiseOptions, ReleaseOptions, SampledRounds
 from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
 from fedclust.metrics import clustering_scores
+from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.release import sum_noise_std
 from fedclust.progress import report as report_round
@@ -75,70 +86,41 @@ def aggregate_round(Xc, client, labels, C, chosen, n_clients, release: LloydRele
     return lloyd_step(Xsel, lab, C, release, len(chosen), rng)
 
 
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 20,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    noise_multiplier: float = 0.0,
-    clip: float | None = None,
-    init_centroids=None,
-    init: str | None = None,
-    init_domain=None,
-    trust_model: str = "secure_aggregation",
-    count_threshold: float = 3.0,
-    project: bool = True,
-    y=None,
-    progress=None,
-) -> ClusteringResult:
-    """Run federated Lloyd for ``rounds`` rounds.
+@dataclasses.dataclass(frozen=True)
+class FKMOptions(ReleaseOptions, InitOptions, NoiseOptions, SampledRounds):
+    """FKM's options: rounds (default 20) of ``clients_per_round`` clients (default: all), the
+    noise (``noise_multiplier`` z: std ``z * sqrt(clip^2 + 1)`` on every uploaded entry; ``clip``
+    required when z > 0), W^0 and the trust model with its post-processing
+    (:mod:`fedclust.clustering.common_options`). ``count_threshold = 0`` and ``project = False``
+    give the paper's rule (count >= 1); both only matter in a private run."""
 
-    Parameters
-    ----------
-    X, client, k: data (n, m), client of every sample, number of clusters.
-    rounds: communication rounds R (>= 1).
-    clients_per_round: K, clients sampled per round without replacement (default: all).
-    noise_multiplier: z >= 0; noise std = z * sqrt(clip^2 + 1) on every uploaded entry. 0 = no DP.
-    clip: L2 bound on every sample (required when noise_multiplier > 0).
-    init_centroids: (k, m) shared initial centroids (taken as public); overrides ``init``.
-    init: how W^0 is drawn (:data:`fedclust.clustering._common.INITS`). None: k random data rows
-        (the paper's choice) when not private, ``"uniform_box"`` (data-independent) when private.
-        ``"data"`` in a private run releases private rows: the run then reports epsilon = inf.
-    init_domain: ``[low, high]`` public domain of every feature for ``"uniform_box"`` (default [0, 1]).
-    trust_model: where the noise is added (:mod:`fedclust.privacy.release`): ``"local"`` (every
-        client, the paper's per-client variant), ``"secure_aggregation"`` (once, on the sum the
-        server sees) or ``"central"`` (once, by a trusted server). Same epsilon for all three.
-    count_threshold, project: post-processing of the released totals
-        (:mod:`fedclust.clustering.lloyd`): a centre moves only when its noisy count is at least
-        ``max(1, count_threshold * count noise std)``, and lands inside the clip ball. ``0`` and
-        ``False`` give the paper's rule (count >= 1); both only matter in a private run.
-    y: true labels, only to log per-round ACC/NMI.
-    progress: optional callable ``progress(round, history)`` after every round.
-    """
+    GROUP: ClassVar[str] = "fkm"
+    rounds: int = param(20, "int", count=True, doc="communication rounds R")
+    clients_per_round: int | None = param(None, "int", count=True, doc="K clients sampled per round; None = all")
+
+    def problems(self, where: str) -> list[str]:
+        if self.noise_multiplier > 0 and self.clip is None:
+            return [f"{where}.clip must be > 0 when noise_multiplier > 0 (a public L2 bound on every sample)"]
+        return []
+
+
+def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progress=None, **settings):
+    """Run federated Lloyd (:class:`FKMOptions`; keyword ``settings`` override ``options``); the
+    arguments are every method's (:mod:`fedclust.clustering.common_options`)."""
+    o = FKMOptions.build(options, settings)
     X, client, n_clients = check_inputs(X, client, k)
     n, m = X.shape
-    if not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    K = n_clients if clients_per_round is None else int(clients_per_round)
-    if not 1 <= K <= n_clients:
-        raise ValueError(f"clients_per_round must be in [1, n_clients={n_clients}], got {clients_per_round}")
-    if noise_multiplier < 0 or not math.isfinite(noise_multiplier):
-        raise ValueError(f"noise_multiplier must be a finite number >= 0, got {noise_multiplier}")
-    private = noise_multiplier > 0
-    if private and (clip is None or clip <= 0):
-        raise ValueError(f"clip must be > 0 when noise_multiplier > 0, got {clip}")
-
-    init = check_init(init, private)
-    C = initial_centroids(X, k, seed, init_centroids, init=init, clip=clip, domain=init_domain)
+    rounds, seed, clip, trust_model = o.rounds, o.seed, o.clip, o.trust_model
+    K = check_clients_per_round(o.clients_per_round, n_clients)
+    private = o.noise_multiplier > 0
+    init = check_init(o.init, private)
+    C = initial_centroids(X, k, seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain)
 
     Xc = clip_data(X, clip)
     sens = math.sqrt(clip**2 + 1.0) if private else 0.0
-    std = noise_multiplier * sens
+    std = o.noise_multiplier * sens
     release = kmeans_release(
-        std, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="fkm"
+        std, trust_model=trust_model, count_threshold=o.count_threshold, project=o.project, clip=clip, method="fkm"
     )
 
     r_sampling = stream(seed, "sampling")
@@ -168,11 +150,11 @@ def run(
             progress(t, history)
 
     labels = lab_all
-    events = init_release(private, init, init_centroids, "initial centroids")
+    events = init_release(private, init, o.init_centroids, "initial centroids")
     if private:
         events.append(
             GaussianRelease(
-                noise_multipliers=(noise_multiplier,),
+                noise_multipliers=(o.noise_multiplier,),
                 count=rounds,
                 sampling="none",  # conservative: a sample may be uploaded in every round
                 neighbouring="add_remove",
@@ -194,6 +176,6 @@ def run(
             "clip": clip,
             "clients_per_round": K,
             "n_clients": n_clients,
-            "init": "given" if init_centroids is not None else init,
+            "init": "given" if o.init_centroids is not None else init,
         },
     )

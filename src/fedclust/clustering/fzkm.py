@@ -46,16 +46,15 @@ FCM iteration is two batched matmuls.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from typing import ClassVar
 
 import numpy as np
 
 from fedclust.clustering._common import (
     baseline_setup,
-    check_clients_per_round,
-    check_float,
-    check_int,
     init_is_private_release,
     init_release,
     nearest,
@@ -68,8 +67,10 @@ from fedclust.clustering._common import (
     sq_dists,
     with_blas_limit,
 )
-from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.base import ClusteringResult
+from fedclust.clustering.common_options import BaselineNoiseOptions, InitOptions, ReleaseOptions, SampledRounds
 from fedclust.clustering.lloyd import kmeans_release, release_totals, update_centres
+from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
 
@@ -102,82 +103,37 @@ def local_fcm_stats(Xp: np.ndarray, mask: np.ndarray, C: np.ndarray, fuzzifier: 
     return S, M
 
 
-@with_blas_limit
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    clients_per_round: int | None = 30,
-    seed: int = 0,
-    fuzzifier: float = 2.0,
-    local_iters: int = 1,
-    server_iters: int = 20,
-    server_restarts: int = 2,
-    noise_multiplier: float = 0.0,
-    epsilon: float | None = None,
-    delta: float = 1e-4,
-    mechanism: str = "classical",
-    clip: float | None = None,
-    init_centroids=None,
-    init: str | None = None,
-    init_domain=None,
-    trust_model: str = "secure_aggregation",
-    count_threshold: float = 3.0,
-    project: bool = True,
-    y=None,
-    progress=None,
-) -> ClusteringResult:
-    """Run FZKM for ``rounds`` rounds.
+@dataclasses.dataclass(frozen=True)
+class FZKMOptions(ReleaseOptions, InitOptions, BaselineNoiseOptions, SampledRounds):
+    """FZKM's options: the shared groups of :mod:`fedclust.clustering.common_options` (noise std
+    ``z * sqrt(clip^2 + 1)`` per uploaded entry, or ``epsilon`` per round) and the fuzzy c-means
+    settings. Under ``trust_model="local"`` (the paper's protocol: noisy uploads, server k-means on
+    the local centres) ``count_threshold`` and ``project`` are not used; under
+    ``secure_aggregation``/``central`` the server takes a fuzzy c-means step on the summed
+    statistics."""
 
-    Parameters
-    ----------
-    X, client, k: data (n, m), client of every sample, number of clusters.
-    rounds: R >= 1. clients_per_round: K in [1, N] (None = all).
-    fuzzifier: f > 1 (2 = standard FCM). local_iters, server_iters: >= 1. server_restarts: >= 0.
-    noise_multiplier: z >= 0, noise std = z * sqrt(clip^2 + 1) per uploaded entry; or give the
-        per-round ``epsilon`` (and ``delta``) to calibrate z with the ``mechanism`` ("classical" or
-        "analytic") Gaussian mechanism at unit sensitivity. 0 / None = no DP.
-    clip: public L2 bound on every sample, required for DP (never derived from the data).
-    init_centroids: (k, m) shared initial centres (taken as public); overrides ``init``.
-    init: how W^0 is drawn (:data:`fedclust.clustering._common.INITS`); None: ``"data"`` (k random
-        rows, the paper's choice) when not private, ``"uniform_box"`` when private. ``"data"`` in a
-        private run reports epsilon = inf. init_domain: ``[low, high]`` for ``"uniform_box"``.
-    trust_model: ``"local"`` (the paper's protocol: noisy uploads, server k-means on the local
-        centres) or ``"secure_aggregation"`` / ``"central"`` (one noise draw on the sums; fuzzy
-        c-means step on the server). count_threshold, project: the post-processing of the summed
-        statistics (:mod:`fedclust.clustering.lloyd`; not used under ``local``).
-    y: true labels (only for per-round ACC/NMI). progress: ``progress(round, history)``.
-    blas_threads (keyword, added by the decorator): BLAS threads during the run (default 1).
+    GROUP: ClassVar[str] = "fzkm"
+    fuzzifier: float = param(2.0, "float", gt=1, doc="f > 1 (2 = standard FCM)")
+    local_iters: int = param(1, "int", count=True, doc="local FCM iterations (> 1 is not DP)")
+    server_iters: int = param(20, "int", count=True, doc="weighted Lloyd iterations on the server")
+    server_restarts: int = param(2, "int", ge=0, doc="weighted k-means++ restarts on the server")
+
+
+@with_blas_limit
+def run(X, client, k: int, options: FZKMOptions | None = None, *, y=None, progress=None, **settings):
+    """Run FZKM (:class:`FZKMOptions`; keyword ``settings`` override ``options``).
+
+    The arguments are every method's (:mod:`fedclust.clustering.common_options`); ``blas_threads``
+    (keyword, added by the decorator): BLAS threads during the run (default 1).
     """
-    X, client, N = check_inputs(X, client, k)
+    o = FZKMOptions.build(options, settings)
+    R, seed, fuzzifier, local_iters, trust_model = o.rounds, o.seed, o.fuzzifier, o.local_iters, o.trust_model
+    X, N, K, z, private, clip, lay, Xc, init, C = baseline_setup(X, client, k, o)
     n, m = X.shape
-    R = check_int("rounds", rounds, 1)
-    K = check_clients_per_round(clients_per_round, N)
-    fuzzifier = check_float("fuzzifier", fuzzifier, 1.0)
-    local_iters = check_int("local_iters", local_iters, 1)
-    server_iters = check_int("server_iters", server_iters, 1)
-    server_restarts = check_int("server_restarts", server_restarts, 0)
-    z, private, clip, lay, Xc, init, C = baseline_setup(
-        X,
-        client,
-        N,
-        k,
-        seed,
-        noise_multiplier=noise_multiplier,
-        epsilon=epsilon,
-        delta=delta,
-        mechanism=mechanism,
-        clip=clip,
-        init_centroids=init_centroids,
-        init=init,
-        init_domain=init_domain,
-    )
     std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     floor = 1.0 if private else 1e-12
     release = kmeans_release(
-        std, trust_model=trust_model, count_threshold=count_threshold, project=project, clip=clip, method="fzkm"
+        std, trust_model=trust_model, count_threshold=o.count_threshold, project=o.project, clip=clip, method="fzkm"
     )
 
     rng_s = stream(seed, "sampling")
@@ -196,7 +152,7 @@ def run(
             M = noisy(M, std, rng_noise)
             V = (Ssum / np.maximum(M, floor)[..., None]).reshape(K * k, m)
             w = np.maximum(M, 0.0).ravel()
-            C = server_kmeans(V, w, C, rng_server, server_iters, server_restarts)
+            C = server_kmeans(V, w, C, rng_server, o.server_iters, o.server_restarts)
         else:
             tot, mass = release_totals(Ssum.sum(0), M.sum(0), release, K, rng_noise)
             C = update_centres(C, tot, mass, release, K)
@@ -204,7 +160,7 @@ def run(
         log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = init_release(private, init, init_centroids, "fzkm initial centres")
+    events = init_release(private, init, o.init_centroids, "fzkm initial centres")
     if private and local_iters > 1:
         events.append(
             non_dp_release(
@@ -233,8 +189,8 @@ def run(
         "n_clients": N,
         "fuzzifier": fuzzifier,
         "local_iters": local_iters,
-        "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, init_centroids)),
-        "init": "given" if init_centroids is not None else init,
+        "dp_exact": bool(private and local_iters == 1 and not init_is_private_release(init, o.init_centroids)),
+        "init": "given" if o.init_centroids is not None else init,
     }
     return ClusteringResult(
         labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info

@@ -5,8 +5,8 @@ group; ``spec.calibrate`` and ``spec.run`` are what the Kedro pipelines, the gri
 call. Plain Python (no Kedro).
 """
 
+from fedclust.options import MethodConfig, param
 from fedclust.registry.checks import method_problems
-from fedclust.registry.config import MethodConfig, param
 from fedclust.registry.references import REFERENCES, Reference
 from fedclust.registry.spec import (
     REGISTRY,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedclust.clustering._common import INITS, MECHANISMS
+from fedclust.clustering.common_options import INITS, MECHANISMS
 from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
+from fedclust.options import MethodConfig, param
 from fedclust.privacy.release import TRUST_MODELS
-from fedclust.registry.config import MethodConfig, param
 
 _frozen = dataclasses.dataclass(frozen=True)
 

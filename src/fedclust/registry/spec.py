@@ -16,11 +16,11 @@ from typing import Callable, Literal
 import numpy as np
 
 from fedclust.memory import require_memory
+from fedclust.options import MethodConfig
 from fedclust.params_check import _nearest
 from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
 from fedclust.registry import configs as C
-from fedclust.registry.config import MethodConfig
 from fedclust.registry.helpers import log_work, n_clients_of
 
 
