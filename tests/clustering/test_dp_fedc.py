@@ -444,7 +444,7 @@ def test_worst_client_search_matches_brute_force():
     brute = {
         int(n): epsilon(
             D._client_releases(
-                int(n), rounds=5, q2=2, Qhat=10, b=6, eps_round=info["eps_round"], delta=1e-5, q_cap=0.99, label=""
+                int(n), D.Schedule(rounds=5, clients_per_round=3, q2=2, Qhat=10, b=6), info["eps_round"], 1e-5
             ),
             1e-5,
         )
@@ -464,9 +464,7 @@ def test_eps_bar_for_budget_meets_the_budget_for_every_client():
     info = D.client_privacy(sizes, eps_bar=eb, delta=1e-4, **sched)
     every = [
         epsilon(
-            D._client_releases(
-                n, rounds=4, q2=1, Qhat=10, b=5, eps_round=info["eps_round"], delta=1e-4, q_cap=0.99, label=""
-            ),
+            D._client_releases(n, D.Schedule(**sched), info["eps_round"], 1e-4),
             1e-4,
         )
         for n in (20, 60)

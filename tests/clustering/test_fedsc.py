@@ -167,18 +167,7 @@ def test_run_is_the_composition_of_its_stages(iris):
     assert sigma == pytest.approx(0.1 * X.std()) and not is_dp and len(events) == 1
     info: dict = {}
     r, d = fedsc.kernel_constants(
-        Xt,
-        client,
-        r=None,
-        d=None,
-        r_rule="global",
-        d_tol=0.99,
-        d_max=None,
-        seed=2,
-        on_private_data=False,
-        perturbed=True,
-        info=info,
-        events=[],
+        Xt, client, fedsc.FedSCOptions(seed=2), on_private_data=False, perturbed=True, info=info, events=[]
     )
     assert (r, d) == (res.info["r"], res.info["d"])
     s1 = fedsc.stage1(

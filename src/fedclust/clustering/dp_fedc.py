@@ -92,9 +92,11 @@ benchmarks/bench_dp_fedc.py for measured times).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -104,9 +106,7 @@ from fedclust.clustering._common import (
     blas_limit,
     check_all_clients_nonempty,
     check_clients_per_round,
-    check_float,
     check_init,
-    check_int,
     clip_data,
     init_release,
     initial_centroids,
@@ -116,6 +116,8 @@ from fedclust.clustering._common import (
     sample_clients,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
+from fedclust.clustering.common_options import InitOptions
+from fedclust.options import MethodConfig, param
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
@@ -557,23 +559,60 @@ SCREEN_ORDERS = tuple(
 )
 
 
-def _round_epsilon(sizes, *, rounds, clients_per_round, q2, Qhat, b, eps_bar, c0, q_cap):
+@dataclasses.dataclass(frozen=True)
+class Schedule(MethodConfig):
+    """What a private run's releases depend on besides the client sizes: the rounds R, the clients
+    per round K, the local steps Q2^t (``q2``: ``"diminishing"``, Q2^t = floor(Qhat/t) + 1, or a
+    constant), the minibatch ``b``, the constant ``c0`` of eq. (32) and the cap on the sampling ratio
+    q_{i,t} = Q2^t b_i / n_i."""
+
+    GROUP: ClassVar[str] = "dp_fedc"
+    rounds: int = param(100, "int", count=True, doc="communication rounds R")
+    clients_per_round: int | None = param(30, "int", count=True, doc="K clients sampled per round; None = all")
+    q2: int | str = param("diminishing", ("str", "int"), doc="'diminishing' or a constant Q2 >= 1")
+    Qhat: int = param(10, "int", ge=0, doc="Qhat of the diminishing schedule")
+    b: int = param(50, "int", count=True, doc="minibatch size (a client with n_i < b uses n_i)")
+    c0: float = param(1.0, "float", gt=0, doc="constant of eq. (32)")
+    q_cap: float = param(0.99, "float", gt=0, lt=1, doc="cap on the data sampling ratio q_{i,t}")
+
+    def problems(self, where: str) -> list[str]:
+        if isinstance(self.q2, str) and self.q2 != "diminishing":
+            return [f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2!r}"]
+        if isinstance(self.q2, int) and self.q2 < 1:
+            return [f"{where}.q2 (constant Q2, or 'diminishing') must be >= 1, got {self.q2}"]
+        return []
+
+    def q2_max(self) -> int:
+        return max(q2_schedule(t, self.q2, self.Qhat) for t in range(1, int(self.rounds) + 1))
+
+
+def _schedule(schedule: Schedule | None, fields: dict) -> Schedule:
+    """A privacy function's :class:`Schedule`: given, or built from its keywords (where ``rounds``
+    and ``clients_per_round`` are required)."""
+    if schedule is not None:
+        return Schedule.build(schedule, fields)
+    missing = [key for key in ("rounds", "clients_per_round") if fields.get(key) is None]
+    if missing:
+        raise TypeError(f"missing schedule keyword(s): {', '.join(missing)}")
+    return Schedule.build(None, fields)
+
+
+def _round_epsilon(sizes, sched: Schedule, eps_bar: float):
     """(per-round eps of eq. (32) inverted, q = max_{i,t} q_{i,t})."""
     sizes = np.asarray(sizes)
-    bi_all = np.minimum(b, sizes)
-    q2_max = max(q2_schedule(t, q2, Qhat) for t in range(1, int(rounds) + 1))
-    q_acc = float(np.max(np.minimum(q2_max * bi_all / sizes, q_cap)))
-    eps = float(round_epsilon(eps_bar, q_acc, int(clients_per_round) / sizes.size, int(rounds), c0=c0))
+    q_acc = float(np.max(np.minimum(sched.q2_max() * np.minimum(sched.b, sizes) / sizes, sched.q_cap)))
+    p = int(sched.clients_per_round) / sizes.size
+    eps = float(round_epsilon(eps_bar, q_acc, p, int(sched.rounds), c0=sched.c0))
     return eps, q_acc
 
 
-def _client_releases(n_i: int, *, rounds, q2, Qhat, b, eps_round, delta, q_cap, label) -> list:
+def _client_releases(n_i: int, sched: Schedule, eps_round: float, delta: float, label: str = "") -> list:
     """The releases of one client of size n_i over all rounds (as if sampled every round)."""
-    bi = min(int(b), int(n_i))
+    bi = min(int(sched.b), int(n_i))
     counts: dict[tuple, int] = {}
-    for t in range(1, int(rounds) + 1):
-        Q2 = q2_schedule(t, q2, Qhat)
-        q = min(Q2 * bi / n_i, q_cap)
+    for t in range(1, int(sched.rounds) + 1):
+        Q2 = q2_schedule(t, sched.q2, sched.Qhat)
+        q = min(Q2 * bi / n_i, sched.q_cap)
         key = (
             sigma_round(1.0, Q2, 1.0, eps_round, delta, float(q))[0],
             sensitivity(1.0, Q2, 1.0),
@@ -596,33 +635,18 @@ def _signature(releases, n_i) -> tuple:
     )
 
 
-def _profiles(sizes, *, rounds, q2, Qhat, b, eps_round, delta, q_cap) -> list[tuple[int, int]]:
+def _profiles(sizes, sched: Schedule, eps_round: float, delta: float) -> list[tuple[int, int]]:
     """(first client, n_i) of every distinct accounting signature among the client sizes, sorted."""
     groups: dict[tuple, tuple[int, int]] = {}
     for n_i in np.unique(sizes):
-        rel = _client_releases(
-            int(n_i), rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=""
-        )
-        sig = _signature(rel, int(n_i))
+        sig = _signature(_client_releases(int(n_i), sched, eps_round, delta), int(n_i))
         first = int(np.flatnonzero(sizes == n_i)[0])
         if sig not in groups or first < groups[sig][0]:
             groups[sig] = (first, int(n_i))
     return sorted(groups.values())
 
 
-def client_privacy(
-    sizes,
-    *,
-    rounds: int,
-    clients_per_round: int,
-    q2="diminishing",
-    Qhat: int = 10,
-    b: int = 50,
-    eps_bar: float,
-    delta: float = 1e-4,
-    c0: float = 1.0,
-    q_cap: float = 0.99,
-) -> dict:
+def client_privacy(sizes, *, eps_bar: float, delta: float = 1e-4, schedule: Schedule | None = None, **fields) -> dict:
     """The DP releases of every client of a private run and the worst client.
 
     Sample-level DP of one client's data, replace-one neighbours (Definition 1). Per round a sampled
@@ -643,22 +667,14 @@ def client_privacy(
     Returns ``{"eps_round", "q_accounting", "client", "n_i", "releases", "epsilon", "profiles"}``:
     the worst client's index, size and releases, its accountant epsilon (None when not computed:
     a single signature), and ``profiles``: {n_i: exact epsilon or None} for the sizes examined.
+    ``schedule``: a :class:`Schedule`, or its fields as keywords (``rounds`` and
+    ``clients_per_round`` required).
     """
-
+    sched = _schedule(schedule, fields)
     sizes = np.asarray(sizes)
-    eps_round, q_acc = _round_epsilon(
-        sizes,
-        rounds=rounds,
-        clients_per_round=clients_per_round,
-        q2=q2,
-        Qhat=Qhat,
-        b=b,
-        eps_bar=eps_bar,
-        c0=c0,
-        q_cap=q_cap,
-    )
+    eps_round, q_acc = _round_epsilon(sizes, sched, eps_bar)
     N = sizes.size
-    cands = _profiles(sizes, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap)
+    cands = _profiles(sizes, sched, eps_round, delta)
     profiles: dict[int, float | None] = {}
     if len(cands) == 1:
         worst, eps_worst = cands[0], None
@@ -666,9 +682,7 @@ def client_privacy(
     else:
 
         def rel_of(n_i):
-            return _client_releases(
-                n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=""
-            )
+            return _client_releases(n_i, sched, eps_round, delta)
 
         screen = sorted(
             ((accounted(rel_of(n_i), delta, orders=SCREEN_ORDERS), c, n_i) for c, n_i in cands),
@@ -684,9 +698,7 @@ def client_privacy(
                 worst, eps_worst = (c, n_i), e
     c, n_i = worst
     label = f"dp_fedc noisy W upload, worst client (client {c}, n_i={n_i}) of {N}"
-    releases = _client_releases(
-        n_i, rounds=rounds, q2=q2, Qhat=Qhat, b=b, eps_round=eps_round, delta=delta, q_cap=q_cap, label=label
-    )
+    releases = _client_releases(n_i, sched, eps_round, delta, label)
     return {
         "eps_round": eps_round,
         "q_accounting": q_acc,
@@ -698,34 +710,11 @@ def client_privacy(
     }
 
 
-def planned_releases(
-    sizes,
-    *,
-    rounds: int,
-    clients_per_round: int,
-    q2="diminishing",
-    Qhat: int = 10,
-    b: int = 50,
-    eps_bar: float,
-    delta: float = 1e-4,
-    c0: float = 1.0,
-    q_cap: float = 0.99,
-) -> list:
+def planned_releases(sizes, *, eps_bar: float, delta: float = 1e-4, schedule: Schedule | None = None, **fields) -> list:
     """The DP releases a private run makes, known before it starts: those of the worst client
-    (:func:`client_privacy`). They depend only on the client sizes and the schedule: the noise
-    multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta."""
-    return client_privacy(
-        sizes,
-        rounds=rounds,
-        clients_per_round=clients_per_round,
-        q2=q2,
-        Qhat=Qhat,
-        b=b,
-        eps_bar=eps_bar,
-        delta=delta,
-        c0=c0,
-        q_cap=q_cap,
-    )["releases"]
+    (:func:`client_privacy`, same arguments). They depend only on the client sizes and the schedule:
+    the noise multiplier sigma/s of eqs. (28)-(29) does not depend on G or eta."""
+    return client_privacy(sizes, eps_bar=eps_bar, delta=delta, schedule=schedule, **fields)["releases"]
 
 
 def _log_root(g, x0: float, lo: float, hi: float, tol: float, step: float = math.log(4.0), g0: float | None = None):
@@ -791,19 +780,18 @@ def eps_bar_for_budget(
     at most the target, within ``rtol`` (relative, on eps_bar or on the accounted epsilon).
     """
 
-    target = check_float("target_epsilon", target_epsilon, 0.0)
-    rtol = check_float("rtol", rtol, 0.0)
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise ValueError(f"target_epsilon must be a finite number > 0, got {target_epsilon!r}")
+    if not rtol > 0:
+        raise ValueError(f"rtol must be > 0, got {rtol!r}")
+    target = float(target_epsilon)
+    sched = _schedule(None, schedule)
     sizes = np.asarray(sizes)
     lo, hi, tol = math.log(1e-6), math.log(1e6), math.log1p(rtol)
-    c0, q_cap = schedule.get("c0", 1.0), schedule.get("q_cap", 0.99)
-    sched = {key: schedule[key] for key in ("rounds", "clients_per_round", "q2", "Qhat", "b") if key in schedule}
-    sched.setdefault("q2", "diminishing")
-    sched.setdefault("Qhat", 10)
-    sched.setdefault("b", 50)
 
     def exact(x):
         e = accounted(
-            planned_releases(sizes, eps_bar=math.exp(x), delta=delta, **schedule), delta, accountant=accountant
+            planned_releases(sizes, eps_bar=math.exp(x), delta=delta, schedule=sched), delta, accountant=accountant
         )
         return math.log(max(e, 1e-300)) - math.log(target)
 
@@ -811,20 +799,10 @@ def eps_bar_for_budget(
     if accountant == "rdp":
 
         def screen(x):
-            eps_round, _ = _round_epsilon(sizes, eps_bar=math.exp(x), c0=c0, q_cap=q_cap, **sched)
-            kw = dict(
-                rounds=sched["rounds"],
-                q2=sched["q2"],
-                Qhat=sched["Qhat"],
-                b=sched["b"],
-                eps_round=eps_round,
-                delta=delta,
-                q_cap=q_cap,
-                label="",
-            )
+            eps_round, _ = _round_epsilon(sizes, sched, math.exp(x))
             e = max(
-                accounted(_client_releases(n_i, **kw), delta, orders=SCREEN_ORDERS)
-                for _, n_i in _profiles(sizes, **{k_: v for k_, v in kw.items() if k_ != "label"})
+                accounted(_client_releases(n_i, sched, eps_round, delta), delta, orders=SCREEN_ORDERS)
+                for _, n_i in _profiles(sizes, sched, eps_round, delta)
             )
             return math.log(max(e, 1e-300)) - math.log(target)
 
@@ -845,81 +823,59 @@ def eps_bar_for_budget(
 # ----------------------------------------------------------------------------------------------
 # the algorithm
 # ----------------------------------------------------------------------------------------------
-def run(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    clients_per_round: int | None = 30,
-    seed: int = 0,
-    Q1: int = 10,
-    q2="diminishing",
-    Qhat: int = 10,
-    b: int = 50,
-    rho_factor: float = 1e-2,
-    mu_h_factor: float = 1e-10,
-    mu_w: float = 0.0,
-    h_step: str = "stable",
-    alpha_1: float | None = None,
-    eta_rule: str = "per_client",
-    alpha_2: float | None = None,
-    eps_bar: float | None = None,
-    delta: float = 1e-4,
-    G: float | None = None,
-    c0: float = 1.0,
-    q_cap: float = 0.99,
-    all_clients_update_H: bool = True,
-    literal_2rho: bool = False,
-    h_init: str = "uniform",
-    init_centroids=None,
-    init: str | None = None,
-    init_domain=None,
-    constants: str | None = None,
-    clip: float | None = None,
-    y=None,
-    progress=None,
-    blas_threads: int | None = 1,
-) -> ClusteringResult:
-    """Run DP-FedC (Algorithm 1) for ``rounds`` rounds.
+@dataclasses.dataclass(frozen=True)
+class DPFedCOptions(InitOptions, Schedule):
+    """DP-FedC's options: the :class:`Schedule` (rounds, clients per round, local steps, minibatch),
+    W^0 (:class:`~fedclust.clustering.common_options.InitOptions`: None = data rows when not
+    private, ``uniform_box`` when private) and the fields below.
 
-    Parameters
-    ----------
-    X, client, k: data (n, m) rows = samples, client id of every sample (every id 0..N-1 must own at
-        least one sample), number of clusters.
-    rounds: R >= 1. clients_per_round: K in [1, N] (None = all clients).
-    seed: one seed; streams "init" (W^0), "init_h" (H^0), "sampling" (clients), "minibatch",
-        "noise" (DP): a DP and a non-DP run with the same seed and the same ``init``, ``constants``
-        and ``clip`` share every draw but the noise.
-    Q1: H steps per round (>= 1). q2: "diminishing" (Q2^t = floor(Qhat/t)+1) or a constant int >= 1.
-    b: minibatch size (>= 1); a client with n_i < b uses b_i = n_i.
-    rho_factor, mu_h_factor: rho = rho_factor E/N, mu_h = mu_h_factor E/N, E = ||X||_F^2
-        (``constants="data"``) or n clip^2 (``"public"``). rho_factor defaults to 1e-2; the paper's 1e-7 (:data:`PAPER_RHO_FACTOR`) is the literal setting.
-        mu_w >= 0.
-    h_step: "stable" | "fast" | "paper_literal"; alpha_1 defaults to 1.0 (stable) / 1.1 (fast).
-    eta_rule: "per_client" | "rms"; alpha_2 > 0; None = :data:`ALPHA_2` of ``constants`` (5, the
-        paper's, with the data's Lambda_i; 1.25 with the public n_i / k).
-    eps_bar: total privacy budget over R rounds (Theorem 3); None or inf = no DP: the run then records
-        a non-DP release (epsilon = inf) naming what it released without noise, including the
-        data-derived constants when ``constants`` is (or defaults to) ``"data"``.
-    delta: in (0, 1). G: clip bound on every minibatch W gradient (required with DP; with
-        no DP it is still applied when given, so DP/no-DP runs differ only by the noise).
-    c0: constant of eq. (32). q_cap: cap on the data sampling ratio q_{i,t} = Q2^t b_i / n_i.
-    all_clients_update_H: the paper's behaviour (True) or only the sampled clients (False).
-    literal_2rho: use the paper's 2 rho 1 1' H in the H gradient (eq. 80) instead of rho.
-    h_init: "uniform" (H^0 ~ U[0,1]) or "nearest" (one-hot nearest centroid of W^0).
-    init_centroids: (k, m) shared W^0 (transposed), taken as public; overrides ``init``.
-    init: how W^0 is drawn (stream "init"): None = "data" (k random data rows) when
-        not private, "uniform_box" (uniform in ``init_domain``, scaled into the clip ball) when
-        private. "data" in a private run releases private rows: epsilon = inf.
-    init_domain: [low, high], the public domain of every feature (default [0, 1]).
-    constants: "public" | "data" (module docstring); None = "public" when private, "data" (the
-        paper) otherwise. "data" in a private run: epsilon = inf (the noise depends on private data).
-    clip: public L2 bound on every sample (rows are clipped to it). None: no clipping unless the run
-        is private or ``constants="public"``, which use sqrt(m) max(|low|, |high|) of ``init_domain``.
-    y: true labels, only to log per-round ACC / NMI. progress: ``progress(round, history)``.
-    blas_threads: BLAS threads during the rounds (default 1: the round is many small products, which
-        multi-threaded OpenBLAS runs up to 10x slower on a busy CPU); None leaves the setting alone.
+    ``seed`` is one seed; streams "init" (W^0), "init_h" (H^0), "sampling" (clients), "minibatch",
+    "noise" (DP): a DP and a non-DP run with the same seed and the same ``init``, ``constants`` and
+    ``clip`` share every draw but the noise. rho = rho_factor E/N and mu_h = mu_h_factor E/N with
+    E = ||X||_F^2 (``constants="data"``) or n clip^2 (``"public"``); the paper's rho_factor is
+    1e-7 (:data:`PAPER_RHO_FACTOR`). ``eps_bar`` is the total budget over R rounds (Theorem 3);
+    None = no DP: the run then records a non-DP release (epsilon = inf) naming what it released
+    without noise, including the data-derived constants when ``constants`` is (or defaults to)
+    ``"data"``. ``G`` clips every minibatch W gradient (required with DP; without DP it is still
+    applied when given, so DP/no-DP runs differ only by the noise). ``clip`` None: no clipping
+    unless the run is private or ``constants="public"``, which use sqrt(m) max(|low|, |high|) of
+    ``init_domain``.
+    """
+
+    GROUP: ClassVar[str] = "dp_fedc"
+    seed: int = param(0, "int", doc="seed of every random stream of the run")
+    Q1: int = param(10, "int", count=True, doc="H steps per round")
+    rho_factor: float = param(1e-2, "float", ge=0, doc="rho = rho_factor E / N")
+    mu_h_factor: float = param(1e-10, "float", ge=0, doc="mu_h = mu_h_factor E / N")
+    mu_w: float = param(0.0, "float", ge=0, doc="W regulariser")
+    h_step: str = param("stable", "str", choices=H_STEPS, doc="the H step rule")
+    alpha_1: float | None = param(None, "float", gt=0, doc="H step factor (None: 1.0 stable, 1.1 fast)")
+    eta_rule: str = param("per_client", "str", choices=ETA_RULES, doc="the W step size rule")
+    alpha_2: float | None = param(None, "float", gt=0, doc="eta_i = alpha_2 Lambda_i (None: ALPHA_2 of constants)")
+    eps_bar: float | None = param(None, "float", gt=0, doc="total privacy budget of Theorem 3; None = no DP")
+    delta: float = param(1e-4, "float", gt=0, lt=1, doc="delta of the budget")
+    G: float | None = param(None, "float", gt=0, doc="clip bound on every minibatch W gradient")
+    all_clients_update_H: bool = param(True, "bool", doc="the paper's (True) or only the sampled clients")
+    literal_2rho: bool = param(False, "bool", doc="the paper's 2 rho 1 1' H in the H gradient (eq. 80)")
+    h_init: str = param("uniform", "str", choices=H_INITS, doc="H^0 ~ U[0, 1] or one-hot nearest centroid")
+    constants: str | None = param(
+        None, "str", choices=CONSTANTS, doc="public | data; None: public when private, data (the paper's) otherwise"
+    )
+    clip: float | None = param(None, "float", gt=0, doc="public L2 bound on every sample")
+    blas_threads: int | None = param(
+        1, "int", count=True, doc="BLAS threads during the rounds (1: many small products); None leaves them alone"
+    )
+
+    def problems(self, where: str) -> list[str]:
+        found = super().problems(where)
+        if self.eps_bar is not None and self.G is None:
+            found.append(f"{where}.G (gradient clip bound) must be given (> 0) when eps_bar is set")
+        return found
+
+
+def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, progress=None, **settings):
+    """Run DP-FedC (Algorithm 1) (:class:`DPFedCOptions`; keyword ``settings`` override
+    ``options``); the arguments are every method's (:mod:`fedclust.clustering.common_options`).
 
     Returns a :class:`ClusteringResult`; ``dp_events`` are the worst client's releases (plus a
     ``non_dp_release`` for each non-private step; a run without DP has one naming its steps);
@@ -931,38 +887,10 @@ def run(
     "sampled_clients", "round_sigma" and "round_eta" ((R, K): per round, the sampled clients (sorted),
     their noise std and step-size denominator), "H" and the privacy settings.
     """
+    o = DPFedCOptions.build(options, settings)
     X, client, N = check_inputs(X, client, k)
-    s = _settings(
-        X.shape[1],
-        N,
-        rounds=rounds,
-        clients_per_round=clients_per_round,
-        Q1=Q1,
-        q2=q2,
-        Qhat=Qhat,
-        b=b,
-        rho_factor=rho_factor,
-        mu_h_factor=mu_h_factor,
-        mu_w=mu_w,
-        h_step=h_step,
-        alpha_1=alpha_1,
-        eta_rule=eta_rule,
-        alpha_2=alpha_2,
-        eps_bar=eps_bar,
-        delta=delta,
-        G=G,
-        c0=c0,
-        q_cap=q_cap,
-        all_clients_update_H=all_clients_update_H,
-        literal_2rho=literal_2rho,
-        h_init=h_init,
-        init=init,
-        init_domain=init_domain,
-        constants=constants,
-        clip=clip,
-        blas_threads=blas_threads,
-    )
-    st = _initial_state(X, client, k, s, seed=seed, init_centroids=init_centroids, init_domain=init_domain)
+    s = _settings(X.shape[1], N, o)
+    st = _initial_state(X, client, k, s)
     eps_round, q_acc = _calibrate(st.sizes, s)
     hist = new_history(
         y,
@@ -979,7 +907,7 @@ def run(
         ),
     )
     logs = _RoundLogs(s.rounds, s.K)
-    rng_s, rng_mb, rng_noise = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "noise")
+    rng_s, rng_mb, rng_noise = (stream(s.seed, name) for name in ("sampling", "minibatch", "noise"))
     with blas_limit(s.blas_threads):
         for t in range(1, s.rounds + 1):
             _one_round(t, st, s, eps_round, rng_s, rng_mb, rng_noise, logs)
@@ -988,7 +916,7 @@ def run(
                 progress(t, hist)
 
     lab_sorted, n_zero_cols = labels_from_H(st.H, st.Xs, st.C)
-    events, worst = _releases(st.sizes, s, init_centroids)
+    events, worst = _releases(st.sizes, s)
     info = {
         "rho": st.rho,
         "mu_h": st.mu_h,
@@ -996,7 +924,7 @@ def run(
         "G": s.G,
         "clip": s.clip,
         "constants": s.constants,
-        "init": "given" if init_centroids is not None else s.init,
+        "init": "given" if s.init_centroids is not None else s.init,
         "eps_bar": s.eps_bar if s.private else math.inf,
         "eps_round": eps_round,
         "delta": s.delta,
@@ -1033,141 +961,41 @@ def run(
 # ----------------------------------------------------------------------------------------------
 # the steps of run(), in the order it calls them
 # ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Settings:
-    """The run's validated settings (defaults resolved); ``notes`` collects the privacy notes."""
+@dataclasses.dataclass(frozen=True)
+class _Settings(DPFedCOptions):
+    """The run's options with the defaults that depend on the data and on privacy resolved
+    (``clients_per_round`` = ``K``); ``notes`` collects the privacy notes."""
 
-    rounds: int
-    K: int
-    Q1: int
-    q2: int | str
-    Qhat: int
-    b: int
-    rho_factor: float
-    mu_h_factor: float
-    mu_w: float
-    h_step: str
-    alpha_1: float
-    eta_rule: str
-    alpha_2: float
-    private: bool
-    eps_bar: float | None
-    delta: float
-    G: float | None
-    c0: float
-    q_cap: float
-    all_clients_update_H: bool
-    literal_2rho: bool
-    h_init: str
-    init: str
-    constants: str
-    clip: float | None
-    blas_threads: int | None
-    notes: list
+    K: int = param(1, "int", count=True)
+    private: bool = param(False, "bool")
+    notes: list = param([], "list")
 
 
-def _settings(
-    m: int,
-    N: int,
-    *,
-    rounds,
-    clients_per_round,
-    Q1,
-    q2,
-    Qhat,
-    b,
-    rho_factor,
-    mu_h_factor,
-    mu_w,
-    h_step,
-    alpha_1,
-    eta_rule,
-    alpha_2,
-    eps_bar,
-    delta,
-    G,
-    c0,
-    q_cap,
-    all_clients_update_H,
-    literal_2rho,
-    h_init,
-    init,
-    init_domain,
-    constants,
-    clip,
-    blas_threads,
-) -> _Settings:
-    """Check every argument of :func:`run` and resolve the defaults that depend on privacy."""
-    if q2 != "diminishing":
-        q2 = check_int("q2 (constant Q2, or 'diminishing')", q2, 1)
-    if h_step not in H_STEPS:
-        raise ValueError(f"h_step must be one of {H_STEPS}, got {h_step!r}")
-    if alpha_1 is None:
-        alpha_1 = 1.1 if h_step == "fast" else 1.0
-    if eta_rule not in ETA_RULES:
-        raise ValueError(f"eta_rule must be one of {ETA_RULES}, got {eta_rule!r}")
-    if h_init not in H_INITS:
-        raise ValueError(f"h_init must be one of {H_INITS}, got {h_init!r}")
-    private = eps_bar is not None and not math.isinf(float(eps_bar))
-    if private:
-        eps_bar = check_float("eps_bar", eps_bar, 0.0)
-        if G is None:
-            raise ValueError("G (gradient clip bound) must be given (> 0) when eps_bar is finite")
-    if G is not None:
-        G = check_float("G", G, 0.0)
-    delta = check_float("delta", delta, 0.0)
-    if not delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    if blas_threads is not None:
-        blas_threads = check_int("blas_threads", blas_threads, 1)
-    q_cap = check_float("q_cap", q_cap, 0.0)
-    if q_cap >= 1:
-        raise ValueError(f"q_cap must be in (0, 1), got {q_cap}")
-    init = check_init(init, private)
-    if constants is None:
-        constants = "public" if private else "data"
-    if constants not in CONSTANTS:
-        raise ValueError(f"constants must be one of {CONSTANTS} (or null for the default), got {constants!r}")
+def _settings(m: int, N: int, o: DPFedCOptions) -> _Settings:
+    """Resolve the defaults of ``o`` that depend on privacy, the data dimension ``m`` and the
+    number of clients ``N``."""
+    private = o.eps_bar is not None
+    constants = o.constants or ("public" if private else "data")
     notes: list[str] = []
-    if clip is not None:
-        clip = check_float("clip", clip, 0.0)
-    elif private or constants == "public":
-        clip = domain_clip(m, init_domain)
+    clip = o.clip
+    if clip is None and (private or constants == "public"):
+        clip = domain_clip(m, o.init_domain)
         notes.append(
             f"sample clip not given: the largest row norm of the public domain, sqrt(m) max|domain| = "
             f"{clip:.4g}, is used"
         )
-    else:
-        domain_clip(m, init_domain)  # validates init_domain
-    return _Settings(
-        rounds=check_int("rounds", rounds, 1),
-        K=check_clients_per_round(clients_per_round, N),
-        Q1=check_int("Q1", Q1, 1),
-        q2=q2,
-        Qhat=check_int("Qhat", Qhat, 0),
-        b=check_int("b", b, 1),
-        rho_factor=check_float("rho_factor", rho_factor, 0.0, strict=False),
-        mu_h_factor=check_float("mu_h_factor", mu_h_factor, 0.0, strict=False),
-        mu_w=check_float("mu_w", mu_w, 0.0, strict=False),
-        h_step=h_step,
-        alpha_1=check_float("alpha_1", alpha_1, 0.0),
-        eta_rule=eta_rule,
-        alpha_2=check_float("alpha_2", ALPHA_2[constants] if alpha_2 is None else alpha_2, 0.0),
-        private=private,
-        eps_bar=eps_bar,
-        delta=delta,
-        G=G,
-        c0=check_float("c0", c0, 0.0),
-        q_cap=q_cap,
-        all_clients_update_H=all_clients_update_H,
-        literal_2rho=literal_2rho,
-        h_init=h_init,
-        init=init,
-        constants=constants,
-        clip=clip,
-        blas_threads=blas_threads,
-        notes=notes,
-    )
+    elif clip is None:
+        domain_clip(m, o.init_domain)  # validates init_domain
+    K = check_clients_per_round(o.clients_per_round, N)
+    resolved = {
+        "clients_per_round": K,
+        "alpha_1": o.alpha_1 if o.alpha_1 is not None else (1.1 if o.h_step == "fast" else 1.0),
+        "alpha_2": o.alpha_2 if o.alpha_2 is not None else ALPHA_2[constants],
+        "init": check_init(o.init, private),
+        "constants": constants,
+        "clip": clip,
+    }
+    return _Settings(**{**o.as_dict(), **resolved}, K=K, private=private, notes=notes)
 
 
 @dataclass
@@ -1193,7 +1021,7 @@ class _State:
         return self.lay.offsets
 
 
-def _initial_state(X, client, k, s: _Settings, *, seed, init_centroids, init_domain) -> _State:
+def _initial_state(X, client, k, s: _Settings) -> _State:
     """Clip the data, sort it by client, set rho and mu_h, and draw W^0 and H^0."""
     n, N = X.shape[0], int(client.max()) + 1
     lay = SegmentLayout(client, N)
@@ -1206,9 +1034,9 @@ def _initial_state(X, client, k, s: _Settings, *, seed, init_centroids, init_dom
     else:
         rho, mu_h = penalty_params(X, N, s.rho_factor, s.mu_h_factor)
         lam_public = None
-    C = initial_centroids(X, k, seed, init_centroids, init=s.init, clip=s.clip, domain=init_domain)
+    C = initial_centroids(X, k, s.seed, s.init_centroids, init=s.init, clip=s.clip, domain=s.init_domain)
     if s.h_init == "uniform":
-        H = stream(seed, "init_h").random((n, k))
+        H = stream(s.seed, "init_h").random((n, k))
     else:
         H = np.zeros((n, k))
         H[np.arange(n), nearest(Xs, C)[0]] = 1.0
@@ -1219,21 +1047,9 @@ def _initial_state(X, client, k, s: _Settings, *, seed, init_centroids, init_dom
 
 def _calibrate(sizes: np.ndarray, s: _Settings) -> tuple[float, float]:
     """The per-round epsilon of eq. (32) and the largest sampling ratio q the accountant uses."""
-    Q2_max = max(q2_schedule(t, s.q2, s.Qhat) for t in range(1, s.rounds + 1))
-    q_acc = float(np.max(np.minimum(Q2_max * np.minimum(s.b, sizes) / sizes, s.q_cap)))
     if not s.private:
-        return math.inf, q_acc
-    eps_round, q_acc = _round_epsilon(
-        sizes,
-        rounds=s.rounds,
-        clients_per_round=s.K,
-        q2=s.q2,
-        Qhat=s.Qhat,
-        b=s.b,
-        eps_bar=s.eps_bar,
-        c0=s.c0,
-        q_cap=s.q_cap,
-    )
+        return math.inf, float(np.max(np.minimum(s.q2_max() * np.minimum(s.b, sizes) / sizes, s.q_cap)))
+    eps_round, q_acc = _round_epsilon(sizes, s, s.eps_bar)
     logger.info(
         "dp_fedc: eps_bar=%g -> per-round eps=%.4g (q=%.3g, p=%.3g, R=%d, c0=%g)",
         s.eps_bar,
@@ -1337,7 +1153,7 @@ def _record_round(t: int, st: _State, s: _Settings, eps_round: float, logs: _Rou
     report_round("round", t, s.rounds)
 
 
-def _releases(sizes: np.ndarray, s: _Settings, init_centroids) -> tuple[list, dict]:
+def _releases(sizes: np.ndarray, s: _Settings) -> tuple[list, dict]:
     """The run's releases for the accountant (the worst client's) and that client's profile.
 
     A run without DP still names what it released without noise (epsilon = inf), never an empty
@@ -1352,19 +1168,8 @@ def _releases(sizes: np.ndarray, s: _Settings, init_centroids) -> tuple[list, di
             )
         s.notes.append(f"not a DP run: {what}")
         return [non_dp_release(f"dp_fedc without DP: {what}")], {}
-    worst = client_privacy(
-        sizes,
-        rounds=s.rounds,
-        clients_per_round=s.K,
-        q2=s.q2,
-        Qhat=s.Qhat,
-        b=s.b,
-        eps_bar=s.eps_bar,
-        delta=s.delta,
-        c0=s.c0,
-        q_cap=s.q_cap,
-    )
-    events = list(init_release(True, s.init, init_centroids, "dp_fedc initial centroids W^0"))
+    worst = client_privacy(sizes, eps_bar=s.eps_bar, delta=s.delta, schedule=s)
+    events = list(init_release(True, s.init, s.init_centroids, "dp_fedc initial centroids W^0"))
     if s.constants == "data":
         events.append(
             non_dp_release(

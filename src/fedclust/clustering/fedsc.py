@@ -54,10 +54,10 @@ Metrics: :func:`nmi_paper` is the paper-compatible NMI.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -67,6 +67,7 @@ from sklearn.cluster import KMeans
 from fedclust.clustering import spectral
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_scores
+from fedclust.options import MethodConfig, param
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.progress import report as report_round
@@ -474,77 +475,124 @@ def reconstruction_error(Z: np.ndarray, C: np.ndarray, X: np.ndarray, r: float) 
     return math.sqrt(num / den)
 
 
-# --------------------------------------------------------------------------- FedSC: argument checks
-def _nonneg(name, v):
-    if v is None:
-        return None
-    if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    return float(v)
+# --------------------------------------------------------------------------- FedSC: options
+@dataclasses.dataclass(frozen=True)
+class FedSCOptions(MethodConfig):
+    """FedSC's options (defaults: the paper's where it gives them, ours elsewhere).
 
+    * ``rounds`` S = 20; ``d``: dictionary size, None = eigenvalue rule with ``d_tol`` = 0.99 (eq. 43)
+      on the clustered (noisy) data; ``d_max`` caps the rule's d (not in the paper: the rule gives
+      d = 2703 on the MNIST test set (8000-sample subsample), where Stage I then costs
+      O(P d^3 + n d^2) per round, about 13 s per round on one core); ``r``: kernel width, None =
+      ``r_rule`` "global" (eq. 40, code) or "federated" (eq. 42); ``lam`` = 1e-3 (code; the paper
+      says 1e-2).
+    * ``z_step``: "official" (alias "fixed_point"; one preconditioned step) or "gradient"
+      (alias "gd"; ``local_steps`` gradient steps with step ``z_lr``, or 1/L by backtracking when None).
+    * ``participation``: fraction of clients that upload each round (P_bar = round(participation * P) >= 1).
+    * perturbed data: ``data_noise_std`` (sigma) or ``data_noise_beta`` (sigma = beta * std(X));
+      ``clip_tau``: clip every row to norm <= tau_X first (Prop. 3.7). Only ``clip_tau`` with an absolute
+      ``data_noise_std`` is DP (:func:`perturb_data`); r, d and everything else are then computed from
+      the perturbed data (post-processing). ``data_noise_beta`` (noise scale from the data) or no clip
+      is recorded as a non-DP release (epsilon = inf).
+    * perturbed factors: ``z_noise_std`` or ``z_noise_alpha`` (std = alpha * std(Z_p) per client and
+      round), ``c_noise_std`` or ``c_noise_alpha`` (std = alpha * std(C_p) per client, once).
+      ``tau_c`` clips every column of C to ``||c_i|| <= tau_c`` and ``tau_z`` every dictionary to
+      ``||Z||_F <= tau_z`` (:func:`clip_frobenius`, non-expansive; implies the Thm 3.9 bound on
+      ``||Z||_sp``). Absolute stds with ``tau_c`` ask for a DP run: the Z uploads then need
+      ``z_step="gradient"``, a fixed ``z_lr`` and ``local_steps=1`` (else an error) and are
+      accounted with :func:`factor_sensitivities`; ``r`` and ``d`` must then be given (public), the
+      data rules make the run report epsilon = inf. alpha-relative noise, no noise on one of the
+      factors, or no ``tau_c`` are recorded as non-DP releases (epsilon = inf, step named).
+    * ``return_uploads``: put the released arrays in ``info["uploads"]`` (``X_released``/``X_clipped``;
+      ``Z_released``/``Z_clean`` per data-dependent round, each (P_bar, d, m); ``Z_server`` per round;
+      ``C_released``/``C_clean``), for tests and audits. ``cluster=False`` stops after Stage I and the
+      releases (labels all -1).
+    * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``;
+      ``graph``: ``"min_connected_k"`` (default: the smallest k >= ``knn`` that leaves fewer
+      connected components than clusters; the paper's k whenever its graph is connected enough),
+      ``"paper"`` (the kNN graph of eq. 25 with k = ``knn``, as the paper) or ``"mst"`` (the
+      kNN graph joined by a spanning tree of its components); see
+      :func:`fedclust.clustering.spectral.build_graph`. A graph with more than ``k``
+      components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
+      ``graph_components_paper``.
+    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z).
+      ``"projection"`` (default): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
+      ``lam``, i.e. the least-squares projection of phi(X) on span phi(Z): ``lam`` = 1e-3 cuts the
+      directions of K_zz with eigenvalues below 1e-3 (about 50 of d = 287 on digits), which carry the
+      nearest-neighbour order that the kNN graph needs. ``"paper"``: the Stage I ridge with ``lam``
+      (the paper and code). The perturbed-factor variant (factor noise or ``tau_c``) and
+      ``code_compat_pairing`` always use ``"paper"`` (the released C and Theorem 3.9's bounds are defined
+      with ``lam``); ``info["final_c"]`` says which was used. Stage I itself always uses ``lam``.
+    * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
+      the final Z. ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
+      (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
+    * ``attack``: also run the "attack on C" and put its labels in ``info["attack_on_c_labels"]``;
+      ``return_factors``: put ``Z`` (d, m) and ``C`` (d, n) (as uploaded, noise included) in ``info``.
+    """
 
-def _pos(name, v, allow_none=True):
-    if v is None and allow_none:
-        return None
-    if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
+    GROUP: ClassVar[str] = "fedsc"
+    seed: int = param(0, "int", doc="seed of every random stream of the run")
+    rounds: int = param(20, "int", count=True, doc="Stage I rounds S")
+    d: int | None = param(None, "int", count=True, doc="dictionary size (None: the eigenvalue rule)")
+    d_tol: float = param(0.99, "float", gt=0, le=1, doc="energy kept by the eigenvalue rule of d")
+    d_max: int | None = param(None, "int", count=True, doc="cap on the rule's d")
+    r: float | None = param(None, "float", gt=0, doc="kernel width (None: r_rule)")
+    r_rule: str = param("global", "str", choices=("global", "federated"), doc="eq. 40 (global) or eq. 42")
+    lam: float = param(1e-3, "float", ge=0, doc="ridge weight of the C-step")
+    z_step: str = param("official", "str", choices=tuple(Z_STEPS), doc="official | gradient (aliases allowed)")
+    local_steps: int = param(1, "int", count=True, doc="gradient steps per round")
+    z_lr: float | None = param(None, "float", gt=0, doc="gradient step (None: 1/L by backtracking)")
+    participation: float = param(1.0, "float", gt=0, le=1, doc="fraction of clients uploading per round")
+    data_noise_std: float = param(0.0, "float", ge=0, doc="sigma of the perturbed data")
+    data_noise_beta: float = param(0.0, "float", ge=0, doc="sigma = beta std(X) (not DP)")
+    clip_tau: float | None = param(None, "float", gt=0, doc="row clip before the data noise")
+    z_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every Z_p upload")
+    z_noise_alpha: float = param(0.0, "float", ge=0, doc="std = alpha std(Z_p) (not DP)")
+    c_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every C_p upload")
+    c_noise_alpha: float = param(0.0, "float", ge=0, doc="std = alpha std(C_p) (not DP)")
+    tau_z: float | None = param(None, "float", gt=0, doc="Frobenius clip of every dictionary")
+    tau_c: float | None = param(None, "float", gt=0, doc="clip of every column of C")
+    knn: int | None = param(None, "int", count=True, doc="kNN k of the graph (None: ceil(ln n))")
+    include_self: bool = param(True, "bool", doc="a point is its own neighbour")
+    n_init: int = param(50, "int", count=True, doc="k-means restarts of the spectral embedding")
+    eigen_solver: str = param("arpack", "str", doc="eigen-solver of the spectral embedding")
+    graph: str = param("min_connected_k", "str", choices=spectral.GRAPHS, doc="the kNN graph rule")
+    final_c: str = param("projection", "str", choices=FINAL_C, doc="the C sent to Stage II")
+    code_compat_pairing: bool = param(False, "bool", doc="the code's (Z^S, C^{S-1}) pairing")
+    track_reconstruction: bool | None = param(None, "bool", doc="reconstruction error every round / at the end")
+    attack: bool = param(False, "bool", doc="also run the attack on C")
+    return_factors: bool = param(False, "bool", doc="put Z and C in info")
+    return_uploads: bool = param(False, "bool", doc="put the released arrays in info['uploads']")
+    cluster: bool = param(True, "bool", doc="run Stage II (False: labels all -1)")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "z_step", Z_STEPS[self.z_step])  # canonical name of an alias
 
-def _one_of(a_name, a, b_name, b):
-    if a and b:
-        raise ValueError(f"give at most one of {a_name} and {b_name} (both are > 0)")
-
-
-def _checked_options(o: dict) -> SimpleNamespace:
-    """The keyword arguments of :func:`run`, checked (ValueError naming the argument) and normalized
-    (floats, canonical ``z_step``)."""
-    o = SimpleNamespace(**o)
-    if not isinstance(o.rounds, (int, np.integer)) or o.rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {o.rounds!r}")
-    if o.d is not None and (not isinstance(o.d, (int, np.integer)) or o.d < 1):
-        raise ValueError(f"d (dictionary size) must be an int >= 1 or None, got {o.d!r}")
-    if o.d_max is not None and (not isinstance(o.d_max, (int, np.integer)) or o.d_max < 1):
-        raise ValueError(f"d_max must be an int >= 1 or None, got {o.d_max!r}")
-    spectral._check_graph(o.graph)
-    if o.z_step not in Z_STEPS:
-        raise ValueError(f"z_step must be one of {sorted(Z_STEPS)}, got {o.z_step!r}")
-    o.z_step = Z_STEPS[o.z_step]
-    if o.r_rule not in ("global", "federated"):
-        raise ValueError(f"r_rule must be 'global' or 'federated', got {o.r_rule!r}")
-    if not isinstance(o.local_steps, (int, np.integer)) or o.local_steps < 1:
-        raise ValueError(f"local_steps must be an int >= 1, got {o.local_steps!r}")
-    if o.z_step == "official" and o.local_steps != 1:
-        raise ValueError("local_steps must be 1 with z_step='official' (one fixed-point step per round)")
-    if not (isinstance(o.participation, (int, float)) and 0.0 < o.participation <= 1.0):
-        raise ValueError(f"participation must be in (0, 1], got {o.participation!r}")
-    if o.final_c not in FINAL_C:
-        raise ValueError(f"final_c must be one of {list(FINAL_C)}, got {o.final_c!r}")
-    o.lam = _nonneg("lam", o.lam)
-    o.r = _pos("r", o.r)
-    o.z_lr = _pos("z_lr", o.z_lr)
-    for name in ("clip_tau", "tau_z", "tau_c"):
-        setattr(o, name, _pos(name, getattr(o, name)))
-    for a, b in (
-        ("data_noise_std", "data_noise_beta"),
-        ("z_noise_std", "z_noise_alpha"),
-        ("c_noise_std", "c_noise_alpha"),
-    ):
-        setattr(o, a, _nonneg(a, getattr(o, a)))
-        setattr(o, b, _nonneg(b, getattr(o, b)))
-        _one_of(a, getattr(o, a), b, getattr(o, b))
-    # The perturbed-factor variant is asked for as DP by absolute noise stds with a column clip tau_c.
-    if (
-        o.z_noise_std > 0
-        and o.tau_c is not None
-        and not (o.z_step == "gradient" and o.z_lr is not None and o.local_steps == 1)
-    ):
-        raise ValueError(
-            "z_noise_std with tau_c asks for differentially private Z uploads, which needs z_step='gradient', a "
-            "fixed z_lr > 0 and local_steps=1 (the sensitivity bound covers one plain gradient step; the code's "
-            "matrix-preconditioned step has no bounded sensitivity)"
-        )
-    return o
+    def problems(self, where: str) -> list[str]:
+        found = []
+        step = Z_STEPS.get(self.z_step, self.z_step)
+        if step == "official" and self.local_steps != 1:
+            found.append(f"{where}.local_steps must be 1 with z_step='official' (one fixed-point step per round)")
+        for a, b in (
+            ("data_noise_std", "data_noise_beta"),
+            ("z_noise_std", "z_noise_alpha"),
+            ("c_noise_std", "c_noise_alpha"),
+        ):
+            if getattr(self, a) and getattr(self, b):
+                found.append(f"{where}: give at most one of {a} and {b} (both are > 0)")
+        # the perturbed-factor variant is asked for as DP by absolute noise stds with a column clip tau_c
+        if (
+            self.z_noise_std > 0
+            and self.tau_c is not None
+            and not (step == "gradient" and self.z_lr is not None and self.local_steps == 1)
+        ):
+            found.append(
+                "z_noise_std with tau_c asks for differentially private Z uploads, which needs z_step='gradient', a "
+                "fixed z_lr > 0 and local_steps=1 (the sensitivity bound covers one plain gradient step; the code's "
+                "matrix-preconditioned step has no bounded sensitivity)"
+            )
+        return found
 
 
 # --------------------------------------------------------------------------- FedSC: the stages of Algorithm 1
@@ -590,12 +638,13 @@ def privatize_data(X, *, clip_tau, data_noise_std, data_noise_beta, seed, upload
     return X, sigma_x, data_dp, events, notes
 
 
-def kernel_constants(X, client, *, r, d, r_rule, d_tol, d_max, seed, on_private_data, perturbed, info, events):
+def kernel_constants(X, client, o: FedSCOptions, *, on_private_data, perturbed, info, events):
     """The kernel width ``r`` (eq. 40 global / eq. 42 federated) and the dictionary size ``d`` (eq. 43,
-    capped at ``d_max``), each computed only when not given. They are computed centrally on the clustered
+    capped at ``d_max``), each computed only when not given in the options ``o``. They are computed centrally on the clustered
     data, as in the paper's experiments; ``on_private_data`` (factor releases of raw data) records each
     data rule as a non-DP release. Fills ``info`` (``r_source``, ``d_rule``, ``d_source``)."""
-    data_rng = stream(seed, "data")
+    r, d, r_rule = o.r, o.d, o.r_rule
+    data_rng = stream(o.seed, "data")
     src = "perturbed" if perturbed else "raw"
     if r is None:
         r = (
@@ -614,10 +663,10 @@ def kernel_constants(X, client, *, r, d, r_rule, d_tol, d_max, seed, on_private_
     else:
         info["r_source"] = "given"
     if d is None:
-        d = spectral.eigen_rank(X, r, tol=d_tol, rng=data_rng)
+        d = spectral.eigen_rank(X, r, tol=o.d_tol, rng=data_rng)
         info["d_rule"] = int(d)
-        if d_max is not None:
-            d = min(d, d_max)
+        if o.d_max is not None:
+            d = min(d, o.d_max)
         info["d_source"] = f"rule eq. 43 on the {src} data"
         if on_private_data:
             events.append(
@@ -846,7 +895,7 @@ def factor_release_events(o, *, d, r, events, notes):
         else None
     )
     if rounds > 1:  # uploads of rounds 2..S depend on the data (round 1 uploads the random init)
-        if o.z_noise_std > 0 and tau_c is not None:  # the DP request was checked in _checked_options
+        if o.z_noise_std > 0 and tau_c is not None:  # FedSCOptions checked the DP request
             events.append(
                 GaussianRelease(
                     noise_multipliers=(o.z_noise_std / sens["z"],),
@@ -922,42 +971,11 @@ def run(
     X,
     client,
     k: int,
+    options: FedSCOptions | None = None,
     *,
-    seed: int = 0,
-    rounds: int = 20,
-    d: int | None = None,
-    d_tol: float = 0.99,
-    d_max: int | None = None,
-    r: float | None = None,
-    r_rule: str = "global",
-    lam: float = 1e-3,
-    z_step: str = "official",
-    local_steps: int = 1,
-    z_lr: float | None = None,
-    participation: float = 1.0,
-    data_noise_std: float = 0.0,
-    data_noise_beta: float = 0.0,
-    clip_tau: float | None = None,
-    z_noise_std: float = 0.0,
-    z_noise_alpha: float = 0.0,
-    c_noise_std: float = 0.0,
-    c_noise_alpha: float = 0.0,
-    tau_z: float | None = None,
-    tau_c: float | None = None,
-    knn: int | None = None,
-    include_self: bool = True,
-    n_init: int = 50,
-    eigen_solver: str = "arpack",
-    graph: str = "min_connected_k",
-    final_c: str = "projection",
-    code_compat_pairing: bool = False,
-    track_reconstruction: bool | None = None,
-    attack: bool = False,
-    return_factors: bool = False,
-    return_uploads: bool = False,
-    cluster: bool = True,
     y=None,
     progress: Callable[[int, dict], None] | None = None,
+    **settings,
 ) -> ClusteringResult:
     """Run FedSC (Stage I + Stage II) on ``X`` (n, m) held by ``client`` (n,) and return the labels.
 
@@ -975,57 +993,8 @@ def run(
     4. :func:`reconstruct_and_cluster`, Stage II: ``K_hat = C^T K(Z,Z) C`` (eq. 23), kNN graph
        (eq. 25), NJW spectral clustering (eq. 12).
 
-    Parameters (defaults: the paper's where it gives them, ours elsewhere):
-
-    * ``rounds`` S = 20; ``d``: dictionary size, None = eigenvalue rule with ``d_tol`` = 0.99 (eq. 43)
-      on the clustered (noisy) data; ``d_max`` caps the rule's d (not in the paper: the rule gives
-      d = 2703 on the MNIST test set (8000-sample subsample), where Stage I then costs
-      O(P d^3 + n d^2) per round, about 13 s per round on one core); ``r``: kernel width, None =
-      ``r_rule`` "global" (eq. 40, code) or "federated" (eq. 42); ``lam`` = 1e-3 (code; the paper
-      says 1e-2).
-    * ``z_step``: "official" (alias "fixed_point"; one preconditioned step) or "gradient"
-      (alias "gd"; ``local_steps`` gradient steps with step ``z_lr``, or 1/L by backtracking when None).
-    * ``participation``: fraction of clients that upload each round (P_bar = round(participation * P) >= 1).
-    * perturbed data: ``data_noise_std`` (sigma) or ``data_noise_beta`` (sigma = beta * std(X));
-      ``clip_tau``: clip every row to norm <= tau_X first (Prop. 3.7). Only ``clip_tau`` with an absolute
-      ``data_noise_std`` is DP (:func:`perturb_data`); r, d and everything else are then computed from
-      the perturbed data (post-processing). ``data_noise_beta`` (noise scale from the data) or no clip
-      is recorded as a non-DP release (epsilon = inf).
-    * perturbed factors: ``z_noise_std`` or ``z_noise_alpha`` (std = alpha * std(Z_p) per client and
-      round), ``c_noise_std`` or ``c_noise_alpha`` (std = alpha * std(C_p) per client, once).
-      ``tau_c`` clips every column of C to ``||c_i|| <= tau_c`` and ``tau_z`` every dictionary to
-      ``||Z||_F <= tau_z`` (:func:`clip_frobenius`, non-expansive; implies the Thm 3.9 bound on
-      ``||Z||_sp``). Absolute stds with ``tau_c`` ask for a DP run: the Z uploads then need
-      ``z_step="gradient"``, a fixed ``z_lr`` and ``local_steps=1`` (else ValueError) and are
-      accounted with :func:`factor_sensitivities`; ``r`` and ``d`` must then be given (public), the
-      data rules make the run report epsilon = inf. alpha-relative noise, no noise on one of the
-      factors, or no ``tau_c`` are recorded as non-DP releases (epsilon = inf, step named).
-    * ``return_uploads``: put the released arrays in ``info["uploads"]`` (``X_released``/``X_clipped``;
-      ``Z_released``/``Z_clean`` per data-dependent round, each (P_bar, d, m); ``Z_server`` per round;
-      ``C_released``/``C_clean``),
-      for tests and audits. ``cluster=False`` stops after Stage I and the releases (labels all -1).
-    * Stage II: ``knn`` (None = ceil(ln n)), ``include_self``, ``n_init`` = 50, ``eigen_solver``;
-      ``graph``: ``"min_connected_k"`` (default: the smallest k >= ``knn`` that leaves fewer
-      connected components than clusters; the paper's k whenever its graph is connected enough),
-      ``"paper"`` (the kNN graph of eq. 25 with k = ``knn``, as the paper) or ``"mst"`` (the
-      kNN graph joined by a spanning tree of its components); see
-      :func:`fedclust.clustering.spectral.build_graph`. A graph with more than ``k``
-      components is warned about; ``info`` gets ``knn_k`` (used), ``graph_components`` and
-      ``graph_components_paper``.
-    * ``final_c``: the C-step that produces the C sent to Stage II (recomputed from the final Z).
-      ``"projection"`` (default): ridge weight :data:`PROJECTION_JITTER` = 1e-6 instead of
-      ``lam``, i.e. the least-squares projection of phi(X) on span phi(Z): ``lam`` = 1e-3 cuts the
-      directions of K_zz with eigenvalues below 1e-3 (about 50 of d = 287 on digits), which carry the
-      nearest-neighbour order that the kNN graph needs. ``"paper"``: the Stage I ridge with ``lam``
-      (the paper and code). The perturbed-factor variant (factor noise or ``tau_c``) and
-      ``code_compat_pairing`` always use ``"paper"`` (the released C and Theorem 3.9's bounds are defined
-      with ``lam``); ``info["final_c"]`` says which was used. Stage I itself always uses ``lam``.
-    * ``code_compat_pairing``: return the code's (Z^S, C^{S-1}) pairing instead of C recomputed from
-      the final Z. ``track_reconstruction``: log ``||K_hat - K||_F/||K||_F`` every round
-      (True), only once at the end (False), or every round when n <= 2000 (None). Needs no n x n memory.
-    * ``attack``: also run the "attack on C" and put its labels in ``info["attack_on_c_labels"]``;
-      ``return_factors``: put ``Z`` (d, m) and ``C`` (d, n) (as uploaded, noise included) in ``info``.
-    * ``y``: true labels, only used to put ACC/NMI/ARI/NMI_paper in ``info``. ``progress(round, values)``.
+    Options: :class:`FedSCOptions` (keyword ``settings`` override ``options``); ``y``: true labels,
+    only used to put ACC/NMI/ARI/NMI_paper in ``info``; ``progress(round, values)``.
 
     Returns a :class:`ClusteringResult`: ``labels`` (Stage II), ``history`` with per-round
     ``"objective"`` (sum_p f_p at the server Z after the C-step) and ``"reconstruction_error"``,
@@ -1037,9 +1006,8 @@ def run(
     ``info["reconstruction_error"]`` is that of the C used in Stage II (after any C noise), the history
     that of the noise-free C of each round.
     """
-    options = {key: v for key, v in locals().items() if key not in ("X", "client", "k", "y", "progress")}
+    o = FedSCOptions.build(options, settings)
     X, client, P = check_inputs(X, client, k)
-    o = _checked_options(options)
     n, m = X.shape
     sizes = np.bincount(client, minlength=P)
     if np.any(sizes == 0):
@@ -1047,7 +1015,7 @@ def run(
             f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}"
         )
     info: dict = {"n_clients": P}
-    uploads: dict | None = {} if return_uploads else None
+    uploads: dict | None = {} if o.return_uploads else None
 
     # 0. perturbed data (eq. 22), before anything else (r and d are estimated on X~)
     X, sigma_x, data_dp, events, notes = privatize_data(
@@ -1055,7 +1023,7 @@ def run(
         clip_tau=o.clip_tau,
         data_noise_std=o.data_noise_std,
         data_noise_beta=o.data_noise_beta,
-        seed=seed,
+        seed=o.seed,
         uploads=uploads,
     )
     info["data_noise_std"] = sigma_x
@@ -1066,21 +1034,10 @@ def run(
 
     # 1. kernel constants r (eq. 40/42) and d (eq. 43); kNN k (eq. 25)
     r, d = kernel_constants(
-        X,
-        client,
-        r=o.r,
-        d=o.d,
-        r_rule=o.r_rule,
-        d_tol=o.d_tol,
-        d_max=o.d_max,
-        seed=seed,
-        on_private_data=factor_releases and sigma_x == 0,
-        perturbed=sigma_x > 0,
-        info=info,
-        events=events,
+        X, client, o, on_private_data=factor_releases and sigma_x == 0, perturbed=sigma_x > 0, info=info, events=events
     )
     knn = spectral.knn_k(n) if o.knn is None else o.knn
-    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(rounds), "z_step": o.z_step})
+    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(o.rounds), "z_step": o.z_step})
     logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
 
     # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16); the final C-step
@@ -1088,26 +1045,26 @@ def run(
     factor_variant = o.tau_c is not None or any(
         v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)
     )
-    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or code_compat_pairing) else "projection"
-    track = (n <= TRACK_EVERY_ROUND_MAX_N) if track_reconstruction is None else bool(track_reconstruction)
+    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or o.code_compat_pairing) else "projection"
+    track = (n <= TRACK_EVERY_ROUND_MAX_N) if o.track_reconstruction is None else bool(o.track_reconstruction)
     s1 = stage1(
         X,
         ClientLayout(X, client, sizes),
         d=d,
         r=r,
         lam=o.lam,
-        rounds=rounds,
+        rounds=o.rounds,
         z_step=o.z_step,
-        local_steps=local_steps,
+        local_steps=o.local_steps,
         z_lr=o.z_lr,
-        participation=participation,
+        participation=o.participation,
         tau_z=o.tau_z,
         tau_c=o.tau_c,
         z_noise_std=o.z_noise_std,
         z_noise_alpha=o.z_noise_alpha,
-        seed=seed,
+        seed=o.seed,
         track=track,
-        code_compat_pairing=code_compat_pairing,
+        code_compat_pairing=o.code_compat_pairing,
         lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None,
         progress=progress,
         uploads=uploads,
@@ -1124,7 +1081,7 @@ def run(
         s1,
         d=d,
         r=r,
-        seed=seed,
+        seed=o.seed,
         factor_releases=factor_releases,
         data_dp=data_dp,
         events=events,
@@ -1134,35 +1091,19 @@ def run(
     )
 
     # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
-    labels = _stage2(
-        X,
-        Z,
-        C,
-        k,
-        r,
-        knn,
-        hist,
-        info,
-        seed=seed,
-        cluster=cluster,
-        include_self=include_self,
-        n_init=n_init,
-        eigen_solver=eigen_solver,
-        graph=graph,
-        attack=attack,
-    )
-    if return_factors:
+    labels = _stage2(X, Z, C, k, r, knn, hist, info, o)
+    if o.return_factors:
         info["Z"], info["C"] = Z, C
-    if return_uploads:
+    if o.return_uploads:
         info["uploads"] = uploads
-    if y is not None and cluster:
+    if y is not None and o.cluster:
         info.update(_scores(y, labels))
-        if attack:
+        if o.attack:
             info["attack_on_c_ACC"] = _scores(y, info["attack_on_c_labels"])["ACC"]
     if notes:
         info["privacy_notes"] = notes
         info["dp_note"] = "; ".join(notes)
-    uploaded = rounds * s1["n_part"] * d * m + d * n
+    uploaded = o.rounds * s1["n_part"] * d * m + d * n
     return ClusteringResult(
         labels=labels, centroids=None, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
     )
@@ -1190,15 +1131,14 @@ def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, da
     return C
 
 
-def _stage2(
-    X, Z, C, k, r, knn, hist, info, *, seed, cluster, include_self, n_init, eigen_solver, graph, attack
-) -> np.ndarray:
+def _stage2(X, Z, C, k, r, knn, hist, info, o: FedSCOptions) -> np.ndarray:
     """Step 4 of :func:`run` (Stage II): the labels from the spectral clustering of K_hat = C' K(Z,Z) C.
 
-    Also records the graph actually used, the reconstruction error and, with ``attack``, the labels an
-    attacker gets from C alone.
+    Also records the graph actually used, the reconstruction error and, with ``o.attack``, the labels
+    an attacker gets from C alone.
     """
-    if cluster:
+    seed, graph = o.seed, o.graph
+    if o.cluster:
         ginfo: dict = {}
         labels, err = reconstruct_and_cluster(
             Z,
@@ -1207,9 +1147,9 @@ def _stage2(
             r,
             seed=seed,
             knn=knn,
-            include_self=include_self,
-            n_init=n_init,
-            solver=eigen_solver,
+            include_self=o.include_self,
+            n_init=o.n_init,
+            solver=o.eigen_solver,
             X_ref=X,
             graph=graph,
             graph_info=ginfo,
@@ -1225,7 +1165,7 @@ def _stage2(
     info["reconstruction_error"] = err
     if not hist["reconstruction_error"] and err is not None:
         hist["reconstruction_error"].append(err)
-    if attack:
+    if o.attack:
         info["attack_on_c_labels"] = attack_on_c(C, k, seed=seed)
     return labels
 
