@@ -100,14 +100,16 @@ entry per round, and ``uploaded_reals`` = the last "comm_reals".
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 from sklearn.cluster import KMeans
 
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.metrics import clustering_accuracy, nmi
+from fedclust.options import MethodConfig, param
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 from fedclust.threads import current_threads, thread_limits
@@ -158,33 +160,6 @@ def _big(a, b):
         return a @ b
 
 
-# --------------------------------------------------------------------------- validation helpers
-def _check_int(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < low or (high is not None and value > high):
-        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {rng}, got {value}")
-    return int(value)
-
-
-def _check_float(name: str, value, low: float, *, strict: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not np.isfinite(v) or v < low or (strict and v == low):
-        op = ">" if strict else ">="
-        raise ValueError(f"{name} must be a finite number {op} {low}, got {value!r}")
-    return v
-
-
-def _check_choice(name: str, value, choices) -> Any:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
 # --------------------------------------------------------------------------- data and state
 class _Data:
     """Pooled data sorted by client (samples of a client are contiguous)."""
@@ -228,8 +203,10 @@ def make_init(X, k: int, seed: int, *, w_init: str = "samples", normalize_h: boo
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
     N, M = X.shape
-    k = _check_int("k", k, 1, N)
-    _check_choice("w_init", w_init, ("samples", "uniform"))
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= N:
+        raise ValueError(f"k must be an int in [1, {N}], got {k!r}")
+    if w_init not in ("samples", "uniform"):
+        raise ValueError(f"w_init must be 'samples' or 'uniform', got {w_init!r}")
     rng = stream(seed, "init")
     if w_init == "samples":
         W = X[rng.choice(N, size=k, replace=False)].T.copy()
@@ -558,36 +535,17 @@ class _PalmEngine(_Engine):
 
 
 # --------------------------------------------------------------------------- driver
-def _drive(
-    engine: _Engine,
-    *,
-    rounds: int,
-    continuation,
-    rho_growth: float,
-    rho_tol: float,
-    tol,
-    y,
-    progress: ProgressFn | None,
-    rho_trigger: str = "round",
-) -> tuple[dict, dict]:
+def _drive(engine: _Engine, o: _SolverOptions, y, progress: ProgressFn | None, rho_trigger: str = "round"):
     """Round loop shared by all solvers: history, eps, SNCP rho-continuation, stopping."""
     hist: dict[str, list] = {"objective": [], "eps": [], "comm_reals": [], "rho": []}
     if y is not None:
+        y = np.asarray(y)
+        if y.shape != (engine.data.N,):
+            raise ValueError(f"y must have one label per sample ({engine.data.N}), got shape {y.shape}")
         hist["ACC"], hist["NMI"] = [], []
-    tol = (1e-8 if continuation == "sncp" else 0.0) if tol is None else tol
+    tol = (1e-8 if o.continuation == "sncp" else 0.0) if o.tol is None else o.tol
     with _one_blas_thread():
-        return _drive_loop(
-            engine,
-            hist,
-            rounds=rounds,
-            continuation=continuation,
-            rho_growth=rho_growth,
-            rho_tol=rho_tol,
-            tol=tol,
-            y=y,
-            progress=progress,
-            rho_trigger=rho_trigger,
-        )
+        return _drive_loop(engine, hist, o, tol, y, progress, rho_trigger)
 
 
 def _epoch_rounds(engine: _Engine, rho_trigger: str) -> int:
@@ -598,8 +556,8 @@ def _epoch_rounds(engine: _Engine, rho_trigger: str) -> int:
     return -(-engine.data.P // m)
 
 
-def _drive_loop(engine, hist, *, rounds, continuation, rho_growth, rho_tol, tol, y, progress, rho_trigger):
-    data = engine.data
+def _drive_loop(engine, hist, o: _SolverOptions, tol: float, y, progress, rho_trigger: str):
+    data, rounds = engine.data, o.rounds
     F_prev = engine.objective()
     F0 = F_prev
     E = _epoch_rounds(engine, rho_trigger)
@@ -639,8 +597,8 @@ def _drive_loop(engine, hist, *, rounds, continuation, rho_growth, rho_tol, tol,
         if eps_test < tol:
             stop = "converged"
             break
-        if continuation == "sncp" and eps_test < rho_tol:
-            engine.set_rho(engine.rho * rho_growth, s)
+        if o.continuation == "sncp" and eps_test < o.rho_tol:
+            engine.set_rho(engine.rho * o.rho_growth, s)
             n_rho += 1
             F_prev = engine.objective()  # compare the next round with the re-evaluated iterate
             F_ref = F_prev
@@ -670,309 +628,166 @@ def _finish(engine: _Engine, hist: dict, info: dict, extra: dict) -> ClusteringR
     )
 
 
-def _common_checks(rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, n):
-    rounds = _check_int("rounds", rounds, 1)
-    gamma = _check_float("gamma", gamma, 1.0)
-    _check_choice("step_rule", step_rule, STEP_RULES)
-    rho = _check_float("rho", rho, 0.0)
-    nu = _check_float("nu", nu, 0.0)
-    _check_choice("continuation", continuation, CONTINUATIONS)
-    rho_growth = _check_float("rho_growth", rho_growth, 1.0, strict=True)
-    rho_tol = _check_float("rho_tol", rho_tol, 0.0)
-    if tol is not None:
-        tol = _check_float("tol", tol, 0.0)
-    if y is not None:
-        y = np.asarray(y)
-        if y.shape != (n,):
-            raise ValueError(f"y must have one label per sample ({n}), got shape {y.shape}")
-    return rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y
+# --------------------------------------------------------------------------- options
+@dataclasses.dataclass(frozen=True)
+class _SolverOptions(MethodConfig):
+    """What every solver of the objective takes: rounds, seed, the initial point (None: a random
+    one, :func:`make_init`; or ``{"W": (M, K), "H": (K, N)}``), the step factor ``gamma``, the
+    penalties rho and nu, and the rho-continuation of SNCP (``continuation="sncp"``: rho grows by
+    ``rho_growth`` when the relative change of F falls below ``rho_tol``; the run stops when it
+    falls below ``tol``, None: 1e-8 with continuation, else 0)."""
+
+    rounds: int = param(100, "int", count=True, doc="rounds (at most)")
+    seed: int = param(0, "int", doc="seed of every random stream of the run")
+    init: Any = param(None, "any", doc="initial point {'W', 'H'}; None: make_init")
+    gamma: float = param(1.1, "float", ge=1, doc="step factor (> 1 for a decreasing objective)")
+    rho: float = param(1e-8, "float", ge=0, doc="penalty rho")
+    nu: float = param(1e-10, "float", ge=0, doc="penalty nu")
+    continuation: str | None = param(None, "str", choices=("sncp",), doc="None | sncp")
+    rho_growth: float = param(1.5, "float", gt=1, doc="factor of rho at a continuation step")
+    rho_tol: float = param(2e-5, "float", ge=0, doc="relative change of F that triggers a continuation step")
+    tol: float | None = param(None, "float", ge=0, doc="relative change of F that stops the run")
 
 
-# --------------------------------------------------------------------------- public solvers
-def run_fedcgds(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    Q1: int = 10,
-    Q2: int = 100,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    init=None,
-    gamma: float = 1.1,
-    step_rule: str = "lipschitz",
-    rho: float = 1e-8,
-    nu: float = 1e-10,
-    continuation: str | None = None,
-    rho_growth: float = 1.5,
-    rho_tol: float = 2e-5,
-    tol: float | None = None,
-    recompute_stats: bool = False,
-    rho_trigger: str = "round",
-    y=None,
-    progress: ProgressFn | None = None,
-) -> ClusteringResult:
-    """FedCGds (Algorithm 2, eqs. 70-74): gradient sharing with differential uploads.
+@dataclasses.dataclass(frozen=True)
+class _StepOptions(_SolverOptions):
+    """Local steps per round: ``Q1`` H steps then ``Q2`` W steps, with the step rule."""
 
-    ``clients_per_round`` = m (default: all P non-empty clients), drawn uniformly without replacement
-    from stream "sampling". ``recompute_stats=True`` recomputes G1, G2 from the current H every round
-    instead of accumulating the uploaded differences (equal in exact arithmetic).
+    Q1: int = param(10, "int", ge=0, doc="H steps per round")
+    Q2: int = param(1, "int", ge=0, doc="W steps per round")
+    step_rule: str = param("lipschitz", "str", choices=STEP_RULES, doc="the step-size rule")
+
+
+@dataclasses.dataclass(frozen=True)
+class FedCGdsOptions(_StepOptions):
+    """FedCGds: ``clients_per_round`` = m (None: all P non-empty clients), drawn uniformly without
+    replacement from stream "sampling". ``recompute_stats=True`` recomputes G1, G2 from the current
+    H every round instead of accumulating the uploaded differences (equal in exact arithmetic).
     ``rho_trigger`` (with ``continuation="sncp"``): "round" (the paper) tests eps every round;
     "epoch" tests the relative change of F over windows of E = ceil(P/m) rounds (one expected
     participation per client; E = 1 and the same run as "round" when m = P). See the module
-    docstring ("Partial participation and the rho trigger") for why and when it matters.
+    docstring ("Partial participation and the rho trigger") for why and when it matters."""
+
+    GROUP: ClassVar[str] = "fedcgds"
+    Q2: int = param(100, "int", ge=0, doc="W steps per round")
+    clients_per_round: int | None = param(None, "int", count=True, doc="m clients per round; None = all")
+    recompute_stats: bool = param(False, "bool", doc="recompute G1, G2 every round")
+    rho_trigger: str = param("round", "str", choices=RHO_TRIGGERS, doc="when eps is tested")
+
+
+@dataclasses.dataclass(frozen=True)
+class FedCAvgOptions(_StepOptions):
+    """FedCAvg: ``q_hat``: if given, the diminishing schedule Q2^s = floor(q_hat / s) + 1 replaces
+    ``Q2``; s is the accumulated round index, or the index within the current rho stage when
+    ``q_hat_restart``. ``lw``: "clients" (L_W = sqrt(sum_p omega_p L_{W_p}^2), Theorems 1-2) or
+    "global" ((2/N) lmax(HH^T)). ``d_schedule``: "thm2" (d = gamma L_W) or "thm1" (d = (s+1) L_W)."""
+
+    GROUP: ClassVar[str] = "fedcavg"
+    q_hat: int | None = param(None, "int", ge=0, doc="diminishing Q2 schedule (None: constant Q2)")
+    lw: str = param("clients", "str", choices=LW_RULES, doc="the Lipschitz constant of the W step")
+    d_schedule: str = param("thm2", "str", choices=D_SCHEDULES, doc="the W step constant")
+    q_hat_restart: bool = param(False, "bool", doc="restart the schedule at every rho stage")
+
+
+@dataclasses.dataclass(frozen=True)
+class FedCPALMOptions(_SolverOptions):
+    """FedCPALM: ``local_steps`` (= Q/2) local PALM steps per client; ``max_block_elems`` bounds a
+    chunk's zero-padded X block."""
+
+    GROUP: ClassVar[str] = "fedcpalm"
+    local_steps: int = param(5, "int", count=True, doc="local PALM steps per client")
+    max_block_elems: int = param(10_000_000, "int", count=True, doc="entries of a chunk's padded X block")
+
+
+@dataclasses.dataclass(frozen=True)
+class SNCPOptions(_StepOptions):
+    """Centralized SNCP: one "round" = ``Q1`` projected H steps then ``Q2`` projected W steps
+    (Q1 = Q2 = 1 is PALM); ``continuation=None`` gives plain PALM at fixed rho."""
+
+    GROUP: ClassVar[str] = "sncp"
+    rounds: int = param(1000, "int", count=True, doc="rounds (at most)")
+    Q1: int = param(1, "int", ge=0, doc="H steps per round")
+    continuation: str | None = param("sncp", "str", choices=("sncp",), doc="None | sncp")
+
+
+# --------------------------------------------------------------------------- public solvers
+def run_fedcgds(X, client, k: int, options: FedCGdsOptions | None = None, *, y=None, progress=None, **settings):
+    """FedCGds (Algorithm 2, eqs. 70-74): gradient sharing with differential uploads
+    (:class:`FedCGdsOptions`; keyword ``settings`` override ``options``).
+
     Returns a :class:`ClusteringResult` (labels = argmax of H's columns, centroids = W^T (scaled);
     ``info`` has "init_upload_reals", rounds run and the stop reason).
     """
+    o = FedCGdsOptions.build(options, settings)
     data = _Data(X, client, k)
-    rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
-    )
-    Q1 = _check_int("Q1", Q1, 0)
-    Q2 = _check_int("Q2", Q2, 0)
-    m = data.P if clients_per_round is None else _check_int("clients_per_round", clients_per_round, 1, data.P)
-    _check_choice("rho_trigger", rho_trigger, RHO_TRIGGERS)
-    W, H = _resolve_init(init, X, data, seed)
+    m = data.P if o.clients_per_round is None else o.clients_per_round
+    if m > data.P:
+        raise ValueError(f"clients_per_round must be in [1, {data.P}] (the non-empty clients), got {m}")
+    W, H = _resolve_init(o.init, X, data, o.seed)
     eng = _GdsEngine(
-        data,
-        W,
-        H,
-        rho,
-        nu,
-        Q1=Q1,
-        Q2=Q2,
-        m=m,
-        gamma=gamma,
-        step_rule=step_rule,
-        rng=stream(seed, "sampling"),
-        recompute_stats=recompute_stats,
-        central=False,
-    )
-    hist, info = _drive(
-        eng,
-        rounds=rounds,
-        continuation=continuation,
-        rho_growth=rho_growth,
-        rho_tol=rho_tol,
-        tol=tol,
-        y=y,
-        progress=progress,
-        rho_trigger=rho_trigger,
-    )
-    return _finish(
-        eng,
-        hist,
-        info,
-        {
-            "method": "fedcgds",
-            "Q1": Q1,
-            "Q2": Q2,
-            "clients_per_round": m,
-            "gamma": gamma,
-            "step_rule": step_rule,
-            "init_upload_reals": eng.init_upload,
-        },
-    )
+        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, m=m, gamma=o.gamma, step_rule=o.step_rule,
+        rng=stream(o.seed, "sampling"), recompute_stats=o.recompute_stats, central=False,
+    )  # fmt: skip
+    hist, info = _drive(eng, o, y, progress, o.rho_trigger)
+    extra = {"method": "fedcgds", "clients_per_round": m, "init_upload_reals": eng.init_upload}
+    return _finish(eng, hist, info, {**extra, **o.pick("Q1", "Q2", "gamma", "step_rule")})
 
 
-def run_fedcavg(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    Q1: int = 10,
-    Q2: int = 1,
-    q_hat: int | None = None,
-    seed: int = 0,
-    init=None,
-    gamma: float = 1.1,
-    step_rule: str = "lipschitz",
-    lw: str = "clients",
-    d_schedule: str = "thm2",
-    rho: float = 1e-8,
-    nu: float = 1e-10,
-    continuation: str | None = None,
-    rho_growth: float = 1.5,
-    rho_tol: float = 2e-5,
-    tol: float | None = None,
-    q_hat_restart: bool = False,
-    y=None,
-    progress: ProgressFn | None = None,
-) -> ClusteringResult:
-    """FedCAvg (Algorithm 1, eqs. 9-13): model averaging, all clients every round.
+def run_fedcavg(X, client, k: int, options: FedCAvgOptions | None = None, *, y=None, progress=None, **settings):
+    """FedCAvg (Algorithm 1, eqs. 9-13): model averaging, all clients every round
+    (:class:`FedCAvgOptions`; keyword ``settings`` override ``options``).
 
-    ``q_hat``: if given, the diminishing schedule Q2^s = floor(q_hat / s) + 1 replaces ``Q2``; s is the
-    accumulated round index, or the index within the current rho stage when ``q_hat_restart``.
-    ``lw``: "clients" (L_W = sqrt(sum_p omega_p L_{W_p}^2), Theorems 1-2) or "global" ((2/N) lmax(HH^T)).
-    ``d_schedule``: "thm2" (d = gamma L_W) or "thm1" (d = (s+1) L_W).
     ``history["Q2"]`` is not kept; ``info["Q2_last"]`` is the last Q2 used.
     """
+    o = FedCAvgOptions.build(options, settings)
     data = _Data(X, client, k)
-    rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
-    )
-    Q1 = _check_int("Q1", Q1, 0)
-    Q2 = _check_int("Q2", Q2, 0)
-    if q_hat is not None:
-        q_hat = _check_int("q_hat", q_hat, 0)
-    _check_choice("lw", lw, LW_RULES)
-    _check_choice("d_schedule", d_schedule, D_SCHEDULES)
-    W, H = _resolve_init(init, X, data, seed)
+    W, H = _resolve_init(o.init, X, data, o.seed)
     eng = _AvgEngine(
-        data,
-        W,
-        H,
-        rho,
-        nu,
-        Q1=Q1,
-        Q2=Q2,
-        q_hat=q_hat,
-        q_hat_restart=q_hat_restart,
-        gamma=gamma,
-        step_rule=step_rule,
-        lw=lw,
-        d_schedule=d_schedule,
-    )
-    hist, info = _drive(
-        eng,
-        rounds=rounds,
-        continuation=continuation,
-        rho_growth=rho_growth,
-        rho_tol=rho_tol,
-        tol=tol,
-        y=y,
-        progress=progress,
-    )
-    return _finish(
-        eng,
-        hist,
-        info,
-        {
-            "method": "fedcavg",
-            "Q1": Q1,
-            "Q2": Q2,
-            "q_hat": q_hat,
-            "Q2_last": eng.last_q2,
-            "gamma": gamma,
-            "step_rule": step_rule,
-            "lw": lw,
-            "d_schedule": d_schedule,
-        },
-    )
+        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, q_hat=o.q_hat, q_hat_restart=o.q_hat_restart,
+        gamma=o.gamma, step_rule=o.step_rule, lw=o.lw, d_schedule=o.d_schedule,
+    )  # fmt: skip
+    hist, info = _drive(eng, o, y, progress)
+    extra = {"method": "fedcavg", "q_hat": o.q_hat, "Q2_last": eng.last_q2}
+    return _finish(eng, hist, info, {**extra, **o.pick("Q1", "Q2", "gamma", "step_rule", "lw", "d_schedule")})
 
 
-def run_fedcpalm(
-    X,
-    client,
-    k: int,
-    *,
-    rounds: int = 100,
-    local_steps: int = 5,
-    seed: int = 0,
-    init=None,
-    gamma: float = 1.1,
-    rho: float = 1e-8,
-    nu: float = 1e-10,
-    continuation: str | None = None,
-    rho_growth: float = 1.5,
-    rho_tol: float = 2e-5,
-    tol: float | None = None,
-    y=None,
-    progress: ProgressFn | None = None,
-    max_block_elems: int = 10_000_000,
-) -> ClusteringResult:
-    """FedCPALM, the naive baseline of Remark 1: ``local_steps`` (= Q/2) local PALM steps per client.
+def run_fedcpalm(X, client, k: int, options: FedCPALMOptions | None = None, *, y=None, progress=None, **settings):
+    """FedCPALM, the naive baseline of Remark 1 (:class:`FedCPALMOptions`; keyword ``settings``
+    override ``options``).
 
     Each local step is a projected H step (c_p = (gamma/2) L_{H_p} from the client's own W_p) followed by
     a projected W step with the client's own constant d_p = gamma L_{W_p} (the paper leaves FedCPALM's
     steps unspecified). The server averages with omega_p and projects. Per-client blocks are zero-padded
-    to the largest client of a chunk; ``max_block_elems`` bounds a chunk's padded X block.
+    to the largest client of a chunk.
     """
+    o = FedCPALMOptions.build(options, settings)
     data = _Data(X, client, k)
-    rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, "lipschitz", rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
+    W, H = _resolve_init(o.init, X, data, o.seed)
+    eng = _PalmEngine(
+        data, W, H, o.rho, o.nu, local_steps=o.local_steps, gamma=o.gamma, max_block_elems=o.max_block_elems
     )
-    local_steps = _check_int("local_steps", local_steps, 1)
-    max_block_elems = _check_int("max_block_elems", max_block_elems, 1)
-    W, H = _resolve_init(init, X, data, seed)
-    eng = _PalmEngine(data, W, H, rho, nu, local_steps=local_steps, gamma=gamma, max_block_elems=max_block_elems)
-    hist, info = _drive(
-        eng,
-        rounds=rounds,
-        continuation=continuation,
-        rho_growth=rho_growth,
-        rho_tol=rho_tol,
-        tol=tol,
-        y=y,
-        progress=progress,
-    )
-    return _finish(eng, hist, info, {"method": "fedcpalm", "local_steps": local_steps, "gamma": gamma})
+    hist, info = _drive(eng, o, y, progress)
+    return _finish(eng, hist, info, {"method": "fedcpalm", "local_steps": o.local_steps, "gamma": o.gamma})
 
 
-def run_sncp(
-    X,
-    k: int,
-    *,
-    seed: int = 0,
-    rounds: int = 1000,
-    Q1: int = 1,
-    Q2: int = 1,
-    init=None,
-    gamma: float = 1.1,
-    step_rule: str = "lipschitz",
-    rho: float = 1e-8,
-    nu: float = 1e-10,
-    continuation: str | None = "sncp",
-    rho_growth: float = 1.5,
-    rho_tol: float = 2e-5,
-    tol: float | None = None,
-    y=None,
-    progress: ProgressFn | None = None,
-) -> ClusteringResult:
-    """Centralized SNCP stand-in: PALM (3a)-(3b) on the pooled data with rho-continuation.
+def run_sncp(X, k: int, options: SNCPOptions | None = None, *, y=None, progress=None, **settings):
+    """Centralized SNCP stand-in: PALM (3a)-(3b) on the pooled data with rho-continuation
+    (:class:`SNCPOptions`; keyword ``settings`` override ``options``).
 
-    One "round" = ``Q1`` projected H steps then ``Q2`` projected W steps (Q1 = Q2 = 1 is PALM).
     It is FedCGds with a single client; nothing is uploaded (``uploaded_reals`` = 0).
-    ``continuation=None`` gives plain PALM at fixed rho (objective non-increasing for gamma > 1).
     """
+    o = SNCPOptions.build(options, settings)
     X = np.asarray(X)
     client = np.zeros(X.shape[0] if X.ndim == 2 else 0, dtype=np.int64)
     data = _Data(X, client, k)
-    rounds, gamma, rho, nu, rho_growth, rho_tol, tol, y = _common_checks(
-        rounds, gamma, step_rule, rho, nu, continuation, rho_growth, rho_tol, tol, y, data.N
-    )
-    Q1 = _check_int("Q1", Q1, 0)
-    Q2 = _check_int("Q2", Q2, 0)
-    W, H = _resolve_init(init, X, data, seed)
+    W, H = _resolve_init(o.init, X, data, o.seed)
     eng = _GdsEngine(
-        data,
-        W,
-        H,
-        rho,
-        nu,
-        Q1=Q1,
-        Q2=Q2,
-        m=1,
-        gamma=gamma,
-        step_rule=step_rule,
-        rng=stream(seed, "sampling"),
-        recompute_stats=True,
-        central=True,
-    )
+        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, m=1, gamma=o.gamma, step_rule=o.step_rule,
+        rng=stream(o.seed, "sampling"), recompute_stats=True, central=True,
+    )  # fmt: skip
     eng.name = "sncp"
-    hist, info = _drive(
-        eng,
-        rounds=rounds,
-        continuation=continuation,
-        rho_growth=rho_growth,
-        rho_tol=rho_tol,
-        tol=tol,
-        y=y,
-        progress=progress,
-    )
-    return _finish(eng, hist, info, {"method": "sncp", "Q1": Q1, "Q2": Q2, "gamma": gamma, "step_rule": step_rule})
+    hist, info = _drive(eng, o, y, progress)
+    return _finish(eng, hist, info, {"method": "sncp", **o.pick("Q1", "Q2", "gamma", "step_rule")})
 
 
 def run_kmeanspp(X, k: int, seed: int = 0, *, y=None, n_init: int = 1, max_iter: int = 300) -> ClusteringResult:
@@ -984,8 +799,6 @@ def run_kmeanspp(X, k: int, seed: int = 0, *, y=None, n_init: int = 1, max_iter:
 
     X = np.asarray(X, dtype=np.float64)
     X, _, _ = check_inputs(X, np.zeros(X.shape[0] if X.ndim == 2 else 0, dtype=np.int64), k)
-    n_init = _check_int("n_init", n_init, 1)
-    max_iter = _check_int("max_iter", max_iter, 1)
     random_state = int(stream(seed, "init").integers(0, 2**31 - 1))
     km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter, random_state=random_state)
     labels = km.fit_predict(X).astype(np.int64)
