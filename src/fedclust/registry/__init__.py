@@ -6,7 +6,7 @@ call. Plain Python (no Kedro).
 """
 
 from fedclust.registry.checks import method_problems
-from fedclust.registry.config import MethodConfig, param
+from fedclust.options import MethodConfig, param
 from fedclust.registry.references import REFERENCES, Reference
 from fedclust.registry.spec import (
     REGISTRY,

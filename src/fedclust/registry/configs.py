@@ -13,7 +13,7 @@ import dataclasses
 from fedclust.clustering._common import INITS, MECHANISMS
 from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
 from fedclust.privacy.release import TRUST_MODELS
-from fedclust.registry.config import MethodConfig, param
+from fedclust.options import MethodConfig, param
 
 _frozen = dataclasses.dataclass(frozen=True)
 

@@ -20,7 +20,7 @@ from fedclust.params_check import _nearest
 from fedclust.registry import clustered_fl as cfl
 from fedclust.registry import clustering as cl
 from fedclust.registry import configs as C
-from fedclust.registry.config import MethodConfig
+from fedclust.options import MethodConfig
 from fedclust.registry.helpers import log_work, n_clients_of
 
 

@@ -1,9 +1,11 @@
-"""Typed, frozen method configurations: the one source of defaults and validation.
+"""Typed, frozen option sets: the one way settings are declared, defaulted and validated.
 
-A method's config class is a frozen dataclass whose fields are the keys of ``<method>.train`` in
-``conf/base`` with the same defaults (a test checks that they agree). Each field is declared with
-:func:`param`: its default, its kind (``int``, ``float``, ``str``, ``bool``, ``list``, ``dict``
-or a tuple of kinds), and optional ``choices``, bounds and ``count`` (an integer >= 1).
+Two families use it. A method's *library options* (``fedclust.clustering.fkm.FKMOptions`` ...) are
+what its ``run`` takes; a method's *registry config* (``fedclust.registry.configs``) holds the keys
+of ``<method>.train`` in ``conf/base`` with the same defaults (a test checks that they agree). Each
+field is declared with :func:`param`: its default, its kind (``int``, ``float``, ``str``, ``bool``,
+``list``, ``dict``, ``any`` or a tuple of kinds), and optional ``choices``, bounds and ``count`` (an
+integer >= 1).
 
 :meth:`MethodConfig.from_params` builds a config from a parameter dict (the YAML group):
 
@@ -13,6 +15,9 @@ or a tuple of kinds), and optional ``choices``, bounds and ``count`` (an integer
   number of classes);
 * a value of the wrong kind, outside its bounds or not among its choices is an error naming it;
 * :meth:`MethodConfig.problems` adds the checks between fields (RR-Cluster's ``B`` and ``method``).
+
+:meth:`MethodConfig.build` is the library entry: an options object and/or keyword settings, where
+``None`` stays ``None`` (a library ``run`` resolves it by its documented rule).
 
 Every problem is reported at once, in one :class:`~fedclust.params_check.ParameterError`.
 Plain Python (no Kedro).
@@ -35,6 +40,7 @@ _KIND_NAMES = {
     "bool": "true or false",
     "list": "a list",
     "dict": "a group of parameters",
+    "any": "anything",
 }
 
 
@@ -68,6 +74,8 @@ def param(
 
 
 def _matches(value, kind: str) -> bool:
+    if kind == "any":
+        return True
     if kind == "bool":
         return isinstance(value, bool)
     if isinstance(value, bool):
@@ -204,6 +212,29 @@ class MethodConfig:
             return cls(**values)  # __post_init__ adds the checks between fields
         finally:
             _WHERE.reset(token)
+
+    @classmethod
+    def build(cls, options=None, settings: Mapping[str, Any] | None = None):
+        """The options of a library call: ``options`` (an instance, or ``None`` for the defaults) with
+        ``settings`` (keyword arguments) laid over it. Unlike :meth:`from_params`, an explicit ``None``
+        is kept (it asks for the method's documented rule). An unknown name is an error naming the
+        nearest valid one."""
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
+        if not settings:
+            return options if options is not None else cls()
+        fields = cls.fields()
+        unknown = [key for key in settings if key not in fields]
+        if unknown:
+            where = cls.GROUP
+            lines = []
+            for key in unknown:
+                near = _nearest(str(key), list(fields))
+                hint = f"; did you mean '{near}'?" if near else ""
+                lines.append(f"unknown option '{key}' of {where}{hint} (valid: {', '.join(sorted(fields))})")
+            _raise(lines)
+        base = options.as_dict() if options is not None else {}
+        return cls(**{**base, **settings})
 
     def problems(self, where: str) -> list[str]:
         """Checks between fields (override); one line per problem."""
