@@ -17,14 +17,38 @@ The projection for a cluster: the time of one round of ``--project`` clients on 
 CPUs = the driver's serial share (measured per client: gathering, aggregation, draws) x clients +
 the workers' share (measured CPU-seconds per client in the tasks) x clients / CPUs.
 
+**Streamed from disk** (``--mmap DIR``): a population of ``--population`` clients (default: the clients
+per round) is written to ``DIR`` as ``.npy`` files, block by block (``write_client_npy``; kept and
+reused by a later run with the same sizes), and opened memory-mapped (``FederatedTensors.from_npy``):
+every chunk reads only its clients' rows from the file. Per run the table then also gives the peak
+resident memory of the driver and of its workers (sampled every 0.2 s over the process tree: file
+pages mapped from the data set, which the kernel drops under memory pressure, and the process's own
+memory, ``anon``) and the CPU-seconds of the driver and of the workers during the timed rounds; the
+projection then uses these CPU-seconds per client (driver serial, workers divided by the CPUs)
+instead of the fit over worker counts.
+
     python benchmarks/bench_ray_round.py --clients 2000 --workers 1,2 --rounds 1
     python benchmarks/bench_ray_round.py --clients 20000 --workers 1,2,4,8,16   # a 16-core machine
+    python benchmarks/bench_ray_round.py --clients 100000 --population 200000 --mmap /tmp/clients \
+        --backend processes --workers 2 --warmup 0 --defer-updates   # 100k per round, about 20 min here
+
+Measured on the 2-core development machine (shared, load 6 to 9) with that last command (with the
+serial run, 200,000 clients = 18.8 GB of X on disk, half of them per round, 2,500 chunks): serial
+441 s, processes on 2 workers 617 s for the round (slower than serial: the 2 cores were shared with
+other jobs), aggregate bit-identical; peak RSS of the driver 17-18 GB, of which 1.3-1.4 GB its own
+(anonymous) memory and the rest the data file's pages mapped as they were read (the kernel maps
+file pages in folios of up to 2 MB, so half the clients at random touch nearly every page), workers
+1.4 GB anonymous together. CPU per client: driver 1.12 ms (serial), workers 3.21 ms; projected
+100,000 clients per round on 64 / 256 / 1,024 CPUs: 118 / 114 / 113 s, bound by the driver
+(gathering and shipping the chunks' rows, receiving the trained models and folding them in).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,8 +57,11 @@ from bench_gpu import synthetic as gpu_data  # a sibling script: benchmarks/ is 
 from fedclust import bench
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors
 from fedclust.clustered_fl.engine import ProcessChunkRunner, RayChunkRunner
+from fedclust.clustered_fl.engine.data import write_client_npy
 
 D, N_TRAIN, N_TEST, K = 784, 30, 2, 4
+BLOCK = 2000  # clients per block written to the .npy files
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
@@ -42,7 +69,103 @@ def synthetic(n_clients: int, seed: int = 0) -> FederatedTensors:
     return gpu_data(n_clients, seed, n_test=N_TEST)
 
 
-def one(data, S, rounds, chunk_mb, runner):
+def on_disk(directory: Path, n_clients: int, seed: int = 0) -> FederatedTensors:
+    """MNIST-sized random training clients (as :func:`synthetic`, without test data) in ``.npy`` files
+    under ``directory``, written block by block unless already there with these sizes; opened
+    memory-mapped. Block b draws from ``default_rng([seed, b])`` (other draws than :func:`synthetic`)."""
+    x = directory / "X_train.npy"
+    if not (x.exists() and np.load(x, mmap_mode="r").shape == (n_clients, N_TRAIN, D)):
+
+        def blocks():
+            for b, a in enumerate(range(0, n_clients, BLOCK)):
+                m, rng = min(BLOCK, n_clients - a), np.random.default_rng([seed, b])
+                yield {
+                    "X_train": rng.random((m, N_TRAIN, D), dtype=np.float32),
+                    "y_train": rng.integers(0, 10, (m, N_TRAIN)),
+                    "n_train": np.full(m, N_TRAIN),
+                    "group": np.arange(a, a + m) % K,
+                }
+
+        t0 = time.perf_counter()
+        write_client_npy(directory, n_clients, blocks())
+        gb = x.stat().st_size / 1e9
+        print(f"wrote {n_clients} clients to {directory} ({gb:.1f} GB of X) in {time.perf_counter() - t0:.0f} s")
+    return FederatedTensors.from_npy(directory)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for t in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (t / "children").read_text().split())
+            except OSError:
+                pass
+    return out
+
+
+def _status(pid: int) -> dict:
+    """RSS, its anonymous and file-backed parts (MB) and CPU-seconds of one process."""
+    out = {"rss": 0.0, "anon": 0.0, "file": 0.0, "cpu": 0.0}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}.get(line.split(":")[0] + ":")
+            if key:
+                out[key] = int(line.split()[1]) / 1024
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out["cpu"] = (int(f[11]) + int(f[12])) / TICK  # utime + stime
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
+class TreeMonitor:
+    """Peak resident memory of this process and of its descendants (the workers), sampled every
+    ``every`` seconds, and the CPU-seconds each side used between start and stop."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self._stop = every, threading.Event()
+        self.peak = {"driver": {}, "workers": {}}
+
+    def _sample(self) -> dict:
+        me = os.getpid()
+        st = {p: _status(p) for p in _tree(me)}
+        drv = st.pop(me)
+        wk = {k: sum(s[k] for s in st.values()) for k in ("rss", "anon", "file")}
+        return {"driver": drv, "workers": wk, "cpu": {p: s["cpu"] for p, s in st.items()}}
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self._fold(self._sample())
+
+    def _fold(self, s):
+        for side in ("driver", "workers"):
+            for k in ("rss", "anon", "file"):
+                self.peak[side][k] = max(self.peak[side].get(k, 0.0), s[side][k])
+        for p, c in s["cpu"].items():
+            self._wcpu_last[p] = c
+
+    def __enter__(self):
+        s = self._sample()
+        self._cpu0 = time.process_time()
+        self._wcpu0, self._wcpu_last = dict(s["cpu"]), {}
+        self._fold(s)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._fold(self._sample())
+        self._stop.set()
+        self._thread.join()
+        self.driver_cpu = time.process_time() - self._cpu0
+        self.worker_cpu = sum(c - self._wcpu0.get(p, 0.0) for p, c in self._wcpu_last.items())
+
+
+def one(data, S, rounds, chunk_mb, runner, warmup=1, defer=False):
     eng = ClusteredFLEngine(
         data,
         MLP(D, 200, 10),
@@ -58,22 +181,30 @@ def one(data, S, rounds, chunk_mb, runner):
         method="ifca",
         max_chunk_mb=chunk_mb,
         chunk_runner=runner,
+        defer_updates=defer,
     )
     st = eng.init_state()
-    st, _, _ = eng.step(st)  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(rounds):
+    for _ in range(warmup):
         st, _, _ = eng.step(st)
-    dt = (time.perf_counter() - t0) / rounds
-    return dt, st.params, -(-S // eng.chunk_clients)
+    with TreeMonitor() as mon:
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            st, _, _ = eng.step(st)
+        dt = (time.perf_counter() - t0) / rounds
+    return dt, st.params, -(-S // eng.chunk_clients), mon
 
 
 def main():
     ap = bench.parser(__doc__, threads=1)
-    ap.add_argument("--clients", type=int, default=2000, help="clients per round (and in the population)")
+    ap.add_argument("--clients", type=int, default=2000, help="clients per round")
+    ap.add_argument("--population", type=int, default=None, help="clients in the population (default: --clients)")
     ap.add_argument("--workers", default="1,2", help="Ray CPU counts to try, comma separated")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first (workers start, model shipped)")
     ap.add_argument("--chunk-mb", type=float, default=128.0)
+    ap.add_argument("--mmap", metavar="DIR", default=None, help="stream the clients from .npy files in DIR")
+    ap.add_argument("--no-serial", action="store_true", help="skip the serial reference run")
+    ap.add_argument("--defer-updates", action="store_true", help="the engine's defer_updates (every run)")
     ap.add_argument("--project", type=int, default=100_000, help="clients per round of the projection")
     ap.add_argument("--cluster-cpus", default="64,256,1024", help="CPU counts of the projection")
     ap.add_argument(
@@ -89,11 +220,37 @@ def main():
 
     with bench.session(a):
         S = a.clients
-        data = synthetic(S)
-        serial_s, ref, chunks = one(data, S, a.rounds, a.chunk_mb, None)
-        rows = [["serial (this process)", 1, chunks, f"{serial_s:.2f}", f"{S / serial_s:.0f}", "1.00", "reference"]]
-        print(f"serial: {serial_s:.2f} s/round, {S / serial_s:.0f} updates/s, {chunks} chunks", flush=True)
-        fits = []
+        P = a.population or S
+        data = on_disk(Path(a.mmap), P) if a.mmap else synthetic(P)
+        print(f"load before the runs: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs", flush=True)
+        kw = {"warmup": a.warmup, "defer": a.defer_updates}
+        rows, fits, ref = [], [], None
+
+        def row(name, W, chunks, dt, same, mon):
+            mb = lambda side: f"{mon.peak[side]['rss']:.0f} ({mon.peak[side]['anon']:.0f})"  # noqa: E731
+            rows.append(
+                [
+                    name,
+                    W,
+                    chunks,
+                    f"{dt:.2f}",
+                    f"{S / dt:.0f}",
+                    f"{serial_s / dt:.2f}" if serial_s else "-",
+                    same,
+                    mb("driver"),
+                    mb("workers") if name.startswith(a.backend) else "-",
+                    f"{mon.driver_cpu / a.rounds:.1f}",
+                    f"{mon.worker_cpu / a.rounds:.1f}",
+                    f"{os.getloadavg()[0]:.2f}",
+                ]
+            )
+
+        serial_s = None
+        if not a.no_serial:
+            serial_s, ref, chunks, mon = one(data, S, a.rounds, a.chunk_mb, None, **kw)
+            print(f"serial: {serial_s:.2f} s/round, {S / serial_s:.0f} updates/s, {chunks} chunks", flush=True)
+            row("serial (this process)", 1, chunks, serial_s, "reference", mon)
+        last = None
         for W in (int(w) for w in a.workers.split(",")):
             if a.backend == "ray":
                 ray.shutdown()
@@ -101,50 +258,64 @@ def main():
                 runner = RayChunkRunner(max_in_flight=2 * W)
             else:
                 runner = ProcessChunkRunner(W)
-            dt, params, _ = one(data, S, a.rounds, a.chunk_mb, runner)
+            dt, params, chunks, mon = one(data, S, a.rounds, a.chunk_mb, runner, **kw)
             if a.backend == "processes":
                 runner.close()
-            same = all(torch.equal(params[n], ref[n]) for n in ref)
-            rows.append(
-                [
-                    f"{a.backend}, {W} CPUs",
-                    W,
-                    chunks,
-                    f"{dt:.2f}",
-                    f"{S / dt:.0f}",
-                    f"{serial_s / dt:.2f}",
-                    "bit-identical" if same else "DIFFERENT",
-                ]
-            )
-            print(
-                f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {'bit-identical' if same else 'DIFFERENT'}",
-                flush=True,
-            )
+            same = "not compared" if ref is None else "bit-identical"
+            if ref is not None and not all(torch.equal(params[n], ref[n]) for n in ref):
+                same = "DIFFERENT"
+            row(f"{a.backend}, {W} CPUs", W, chunks, dt, same, mon)
+            print(f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {same}", flush=True)
             fits.append((W, dt))
+            last = (W, dt, mon)
         if a.backend == "ray":
             ray.shutdown()
+        src = f"streamed from {P} clients in .npy files" if a.mmap else f"in memory ({P} clients)"
         bench.table(
-            ["run", "CPUs", "chunks/round", "s/round", "updates/s", "speed-up vs serial", "final models"],
+            [
+                "run",
+                "CPUs",
+                "chunks/round",
+                "s/round",
+                "updates/s",
+                "speed-up vs serial",
+                "final models",
+                "driver peak MB (anon)",
+                "workers peak MB (anon)",
+                "driver CPU s/round",
+                "workers CPU s/round",
+                "load (1 min)",
+            ],
             rows,
-            title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, "
-            f"chunks of {a.chunk_mb:g} MB",
+            title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, {src}, "
+            f"chunks of {a.chunk_mb:g} MB, {a.warmup} warm-up round(s), defer_updates={a.defer_updates}",
         )
-        if len(fits) >= 2:
+        prow, how = [], None
+        if last is not None and last[2].worker_cpu > 0:
+            # CPU-seconds measured in the last parallel run: the driver's are serial, the workers' divide
+            W, dt, mon = last
+            drv, work = mon.driver_cpu / a.rounds, mon.worker_cpu / a.rounds
+            how = (
+                f"Projection from the CPU-seconds of the {a.backend} run with {W} workers: driver "
+                f"{1e3 * drv / S:.2f} ms/client (serial: gathering the chunks' rows, shipping them, "
+                f"draws, aggregation), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
+                f"workers / CPUs) x clients; same CPU per core as here, network not modelled"
+            )
+        elif len(fits) >= 2:
             # t(W) = a + b / W: driver (serial) seconds a, worker CPU-seconds b, least squares over the runs
             A = np.array([[1.0, 1.0 / w] for w, _ in fits])
             (drv, work), *_ = np.linalg.lstsq(A, np.array([t for _, t in fits]), rcond=None)
             drv, work = max(drv, 0.0), max(work, 0.0)
-            prow = []
+            how = (
+                f"Projection from t(W) = driver + work/W fitted to the {a.backend} runs: driver "
+                f"{1e3 * drv / S:.2f} ms/client (serial), work {1e3 * work / S:.2f} CPU-ms/client; "
+                f"same CPU per core as here, network not modelled"
+            )
+        if how:
             for c in (int(v) for v in a.cluster_cpus.split(",")):
                 t = (drv + work / c) * a.project / S
                 prow.append([a.project, c, f"{t:.1f}", f"{a.project / t:.0f}"])
-            bench.table(
-                ["clients/round", "cluster CPUs", "projected s/round", "projected updates/s"],
-                prow,
-                title=f"Projection from t(W) = driver + work/W fitted to the {a.backend} runs: driver "
-                f"{1e3 * drv / S:.2f} ms/client (serial), work {1e3 * work / S:.2f} CPU-ms/client; "
-                f"same CPU per core as here, network not modelled",
-            )
+            bench.table(["clients/round", "cluster CPUs", "projected s/round", "projected updates/s"], prow, title=how)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,75 @@
 """Engine data: :class:`FederatedTensors`, the padded per-client layout (rows grouped by client,
-padding masked out of every loss), and the padding mask."""
+padding masked out of every loss), the padding mask, and the same layout on disk
+(:func:`write_client_npy`, :meth:`FederatedTensors.from_npy`: one ``.npy`` file per field, opened
+memory-mapped, so a population larger than the memory is read chunk by chunk)."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 Params = dict[str, torch.Tensor]
+
+# the per-client fields of the training and of the test clients, as .npy files of the same name
+TRAIN_FIELDS = ("X_train", "y_train", "n_train", "group")
+TEST_FIELDS = ("X_test", "y_test", "n_test", "test_group")
+
+
+def write_client_npy(directory, n_clients: int, blocks: Iterable[Mapping[str, Any]]) -> Path:
+    """Write ``n_clients`` clients to ``directory`` as one ``.npy`` file per field, block by block.
+
+    Every block maps field names (``X_train``, ``y_train``, ``n_train``, ``group`` or the test fields
+    ``X_test``, ``y_test``, ``n_test``, ``test_group``) to arrays of the next consecutive clients
+    (first axis = clients, the same count in every field of a block). The files are created from the
+    first block's shapes and dtypes and filled with plain sequential writes (no mapping in this
+    process), so only one block is ever in memory. Fields of the training and of the test clients go
+    through separate calls when their client counts differ. Returns the directory."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files: dict[str, tuple[Any, int, tuple, np.dtype]] = {}
+    pos = 0
+    try:
+        for block in blocks:
+            arrs = {k: np.asarray(v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in block.items()}
+            unknown = set(arrs) - set(TRAIN_FIELDS) - set(TEST_FIELDS)
+            if unknown:
+                raise ValueError(f"unknown fields {sorted(unknown)}; expected some of {TRAIN_FIELDS + TEST_FIELDS}")
+            sizes = {len(a) for a in arrs.values()}
+            if len(sizes) != 1:
+                raise ValueError(f"a block's fields must have the same number of clients, got {sorted(sizes)}")
+            b = sizes.pop()
+            if not files:
+                for k, a in arrs.items():
+                    # open_memmap writes the header and sizes the file; the rows are written below
+                    mm = np.lib.format.open_memmap(
+                        directory / f"{k}.npy", mode="w+", dtype=a.dtype, shape=(n_clients, *a.shape[1:])
+                    )
+                    offset = mm.offset
+                    del mm
+                    files[k] = (open(directory / f"{k}.npy", "r+b"), offset, a.shape[1:], a.dtype)
+            if set(arrs) != set(files):
+                raise ValueError(f"every block needs the fields {sorted(files)}, got {sorted(arrs)}")
+            if pos + b > n_clients:
+                raise ValueError(f"the blocks hold more than n_clients={n_clients} clients")
+            for k, a in arrs.items():
+                f, offset, shape, dtype = files[k]
+                if a.shape[1:] != shape or a.dtype != dtype:
+                    raise ValueError(f"{k}: block of shape {a.shape[1:]} / {a.dtype}, the file has {shape} / {dtype}")
+                f.seek(offset + pos * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+                f.write(np.ascontiguousarray(a).tobytes())
+            pos += b
+    finally:
+        for f, *_ in files.values():
+            f.close()
+    if pos != n_clients:
+        raise ValueError(f"the blocks hold {pos} clients, expected n_clients={n_clients}")
+    return directory
 
 
 def _flat_rows(split: str, X, y, client, n_clients, group):
@@ -53,7 +113,10 @@ class FederatedTensors:
       regression), ``n_train`` (N,) true number of samples of each training client (rows past it are
       padding and never enter a loss);
     * ``X_test``/``y_test``/``n_test`` the same for the ``M`` test clients (optional);
-    * ``group`` (N,) true group of every training client; ``test_group`` (M,) of every test client.
+    * ``group`` (N,) true group of every training client; ``test_group`` (M,) of every test client;
+    * ``memory_mapped``: the data tensors are views of files (:meth:`from_npy`); nothing reads them
+      whole at construction, and the engine checks every gathered chunk for NaN or infinite values
+      instead (an in-memory data set is checked here, once).
     """
 
     X_train: torch.Tensor
@@ -64,6 +127,7 @@ class FederatedTensors:
     n_test: torch.Tensor | None = None
     group: np.ndarray | None = None
     test_group: np.ndarray | None = None
+    memory_mapped: bool = False
 
     def __post_init__(self):
         if self.X_train.ndim != 3:
@@ -91,7 +155,7 @@ class FederatedTensors:
                 self.test_group = self.group
             if self.test_group is not None:
                 self.test_group = np.asarray(self.test_group).astype(np.int64)
-        if not torch.isfinite(self.X_train).all():
+        if not self.memory_mapped and not torch.isfinite(self.X_train).all():
             raise ValueError("X_train contains NaN or infinite values")
 
     @property
@@ -161,6 +225,52 @@ class FederatedTensors:
             test_group=test_group,
             **kw,
         )
+
+    @classmethod
+    def from_npy(cls, directory, mmap_mode: str = "r") -> "FederatedTensors":
+        """Open a data set written by :func:`write_client_npy` (or :meth:`to_npy`) without reading it:
+        ``X_train``/``y_train`` (and the test fields when present) stay memory-mapped
+        (``np.load(mmap_mode=...)``), so a round reads only the rows of the clients it gathers and the
+        operating system keeps or drops those pages as memory allows. The small per-client vectors
+        (sample counts, groups) are read into memory."""
+        directory = Path(directory)
+
+        def tensor(name):
+            a = np.load(directory / f"{name}.npy", mmap_mode=mmap_mode)
+            with warnings.catch_warnings():
+                # a read-only mapping: torch warns that it cannot write to it, and nothing here writes
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                return torch.from_numpy(a)
+
+        def small(name):
+            p = directory / f"{name}.npy"
+            return np.load(p) if p.exists() else None
+
+        kw: dict[str, Any] = {}
+        if (directory / "X_test.npy").exists():
+            kw = {"X_test": tensor("X_test"), "y_test": tensor("y_test"), "n_test": small("n_test")}
+        return cls(
+            X_train=tensor("X_train"),
+            y_train=tensor("y_train"),
+            n_train=small("n_train"),
+            group=small("group"),
+            test_group=small("test_group"),
+            memory_mapped=True,
+            **kw,
+        )
+
+    def to_npy(self, directory, block_clients: int = 4096) -> Path:
+        """Write this data set to ``directory`` in the layout of :func:`write_client_npy` (blocks of
+        ``block_clients`` clients); :meth:`from_npy` opens it memory-mapped."""
+
+        def blocks(fields, n):
+            for a in range(0, n, block_clients):
+                yield {f: getattr(self, f)[a : a + block_clients] for f in fields if getattr(self, f) is not None}
+
+        write_client_npy(directory, self.n_clients, blocks(TRAIN_FIELDS, self.n_clients))
+        if self.X_test is not None:
+            write_client_npy(directory, self.n_test_clients, blocks(TEST_FIELDS, self.n_test_clients))
+        return Path(directory)
 
     @classmethod
     def from_rotated(cls, data, dtype=torch.float32) -> "FederatedTensors":

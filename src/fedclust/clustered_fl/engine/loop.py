@@ -363,7 +363,10 @@ class ClusteredFLEngine:
             X, y, n = self._device_train
             idx = idx.to(dev)
             return X[idx], y[idx], n[idx]
-        return d.X_train[idx].to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
+        X = d.X_train[idx]  # memory-mapped data: reads these clients' rows only
+        if d.memory_mapped and not torch.isfinite(X).all():
+            raise ValueError("X_train contains NaN or infinite values (in the rows of this chunk's clients)")
+        return X.to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
 
     def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
         """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
@@ -687,7 +690,10 @@ class ClusteredFLEngine:
 
 def _device_copy(data: FederatedTensors, dev: torch.device) -> tuple:
     """The training tensors on ``dev`` when they take at most a quarter of its free memory (the chunks
-    are then gathered on the GPU, with no host copy and transfer per chunk), else ``()``."""
+    are then gathered on the GPU, with no host copy and transfer per chunk) and are not memory-mapped,
+    else ``()``."""
+    if data.memory_mapped:  # streamed from its files chunk by chunk, never copied whole
+        return ()
     size = sum(t.numel() * t.element_size() for t in (data.X_train, data.y_train, data.n_train))
     free, _ = torch.cuda.mem_get_info(dev)
     if size > free // 4:
