@@ -78,7 +78,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     RoundContext,
     ServerState,
 )
-from fedclust.clustered_fl.engine.data import FederatedTensors, Params
+from fedclust.clustered_fl.engine.data import FederatedTensors, Params, write_client_npy
 from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
@@ -98,6 +98,7 @@ from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, resolve_device,
 
 __all__ = [
     "FederatedTensors",
+    "write_client_npy",
     "ServerState",
     "ClientUpdates",
     "RoundContext",
