@@ -115,7 +115,7 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
             want = "null (the default) or an integer >= 1"
         return value, [f"{path} must be {want}, got {show(value)}"]
     value = _convert(value, kind)
-    if kind == "float" and not math.isfinite(value):
+    if kind == "float" and not math.isfinite(value) and not (meta.get("allow_inf") and math.isinf(value)):
         return value, [f"{path} must be a finite number, got {show(value)}"]
     if meta["count"] and kind == "int" and value < 1:
         return value, [f"{path} must be null (the default) or an integer >= 1, got {show(value)}"]
@@ -134,6 +134,39 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
             if b is not None and not ok(value, b):
                 return value, [f"{path} must be {word} {b}, got {show(value)}"]
     return value, []
+
+
+def _bounds(kind: str, ge=None, gt=None, le=None, lt=None, allow_inf: bool = False) -> dict:
+    return {
+        "kind": (kind,),
+        "choices": None,
+        "count": False,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "lt": lt,
+        "allow_inf": allow_inf,
+    }
+
+
+def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]`` (either bound may be None); otherwise a
+    :class:`~fedclust.params_check.ParameterError` (a ``ValueError``) naming ``name``. The one check
+    of an integer argument of a library function (configs and options use :func:`param`)."""
+    value, problems = check_value(name, value, _bounds("int", ge=low, le=high))
+    if problems:
+        raise ParameterError(problems[0])
+    return value
+
+
+def check_number(name: str, value, *, ge=None, gt=None, le=None, lt=None, allow_inf: bool = False) -> float:
+    """``value`` as a float within the given bounds, finite unless ``allow_inf`` (NaN never);
+    otherwise a :class:`~fedclust.params_check.ParameterError` (a ``ValueError``) naming ``name``.
+    The one check of a numeric argument of a library function."""
+    value, problems = check_value(name, value, _bounds("float", ge=ge, gt=gt, le=le, lt=lt, allow_inf=allow_inf))
+    if problems:
+        raise ParameterError(problems[0])
+    return value
 
 
 #: the parameter group named in the messages of a config being built by ``from_params``

@@ -19,6 +19,7 @@ from fedclust.clustering.base import check_inputs
 from fedclust.clustering.common_options import INITS, MECHANISMS
 from fedclust.clustering.lloyd import lloyd_step, masked_means
 from fedclust.metrics import clustering_scores
+from fedclust.options import check_int, check_number
 from fedclust.privacy import mechanisms as mech
 from fedclust.privacy.events import non_dp_release
 from fedclust.privacy.mechanisms import clip_rows
@@ -30,24 +31,6 @@ from fedclust.threads import thread_limits
 # ----------------------------------------------------------------------------------------------
 # parameter checks
 # ----------------------------------------------------------------------------------------------
-def check_int(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int in [{low}, {high if high is not None else 'inf'}], got {value!r}")
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
-    return int(value)
-
-
-def check_float(name: str, value, low: float = 0.0, *, strict: bool = True, allow_inf: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number {'>' if strict else '>='} {low}, got {value!r}") from None
-    if math.isnan(v) or (math.isinf(v) and not allow_inf) or (v <= low if strict else v < low):
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
-    return v
-
-
 def check_clients_per_round(clients_per_round, n_clients: int) -> int:
     if clients_per_round is None:
         return n_clients
@@ -289,15 +272,15 @@ def baseline_noise_multiplier(noise_multiplier: float, epsilon, delta: float, me
     Either given directly (``noise_multiplier``) or calibrated from a per-round ``(epsilon, delta)``
     with the classical or the analytic Gaussian mechanism. 0 = no DP.
     """
-    z = check_float("noise_multiplier", noise_multiplier, 0.0, strict=False)
+    z = check_number("noise_multiplier", noise_multiplier, ge=0)
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
     if epsilon is None or (isinstance(epsilon, float) and math.isinf(epsilon)):
         return z
     if z > 0:
         raise ValueError("give either noise_multiplier or epsilon, not both")
-    eps = check_float("epsilon", epsilon, 0.0)
-    check_float("delta", delta, 0.0)
+    eps = check_number("epsilon", epsilon, gt=0)
+    check_number("delta", delta, gt=0)
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
@@ -313,7 +296,7 @@ def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
     it is refused with a ValueError rather than guessed. ``X`` is kept in the signature for callers.
     """
     if clip is not None:
-        return check_float("clip", clip, 0.0)
+        return check_number("clip", clip, gt=0)
     if not private:
         return None
     raise ValueError(

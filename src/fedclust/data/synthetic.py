@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fedclust.data.base import Dataset
+from fedclust.options import check_int, check_number
 from fedclust.rng import stream
 
 __all__ = [
@@ -35,23 +36,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- helpers
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_pos(name: str, value, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        rng_txt = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {rng_txt}, got {value!r}")
-    return v
-
-
 def _check_weights(weights, k: int, name: str = "weights") -> np.ndarray:
     if weights is None:
         return np.full(k, 1.0 / k)
@@ -127,13 +111,13 @@ def gaussian_mixture(
     Returns a :class:`Dataset` with ``meta["centers"]`` (k, n_features), ``meta["separation"]`` and
     ``meta["cluster_std"]``.
     """
-    n = _check_int("n_samples", n_samples, 1)
-    d = _check_int("n_features", n_features, 1)
-    k = _check_int("k", k, 1)
+    n = check_int("n_samples", n_samples, 1)
+    d = check_int("n_features", n_features, 1)
+    k = check_int("k", k, 1)
     if k > n:
         raise ValueError(f"k must be <= n_samples ({n}), got {k}")
-    sep = _check_pos("separation", separation, allow_zero=True)
-    std = _check_pos("cluster_std", cluster_std)
+    sep = check_number("separation", separation, ge=0)
+    std = check_number("cluster_std", cluster_std, gt=0)
     w = _check_weights(weights, k)
     rng = stream(seed, "data")
 
@@ -195,9 +179,9 @@ def linear_model(
     ``y`` = the cluster of each one-hot column of H. ``meta`` holds ``"W"`` (M x K, float64), ``"snr_db"``
     (asked), ``"snr_db_realized"``, ``"noise_std"`` and the signal/noise energies.
     """
-    n = _check_int("n_samples", n_samples, 1)
-    m = _check_int("n_features", n_features, 1)
-    k = _check_int("k", k, 1)
+    n = check_int("n_samples", n_samples, 1)
+    m = check_int("n_features", n_features, 1)
+    k = check_int("k", k, 1)
     try:
         snr = float(snr_db)
     except (TypeError, ValueError):
@@ -259,13 +243,13 @@ def concentric_circles(
     ``angles="random"`` draws t_i ~ U[0, 2 pi); ``angles="grid"`` puts them evenly spaced on [0, 2 pi)
     (the FedSC file ``Concentric_Circles.mat`` has radii 2 and 4 with 629 points each).
     """
-    n = _check_int("n_samples", n_samples, 1)
+    n = check_int("n_samples", n_samples, 1)
     r = np.asarray(radii, dtype=float).ravel()
     if r.size < 1 or not np.all(np.isfinite(r)) or np.any(r <= 0):
         raise ValueError(f"radii must be one or more positive numbers, got {radii!r}")
     if n < r.size:
         raise ValueError(f"n_samples must be >= the number of circles ({r.size}), got {n}")
-    sd = _check_pos("noise", noise, allow_zero=True)
+    sd = check_number("noise", noise, ge=0)
     if angles not in ("random", "grid"):
         raise ValueError(f"angles must be 'random' or 'grid', got {angles!r}")
     rng = stream(seed, "data")
@@ -366,10 +350,10 @@ def mixed_linear_regression(
     ``intercept=False``). Returns :class:`RegressionData` (``client`` is None: partition the samples
     with ``fedclust.partition`` or use :func:`mixed_regression_1d` for a per-client design).
     """
-    n = _check_int("n_samples", n_samples, 1)
-    d = _check_int("n_features", n_features, 1)
-    k = _check_int("k", k, 1)
-    sd = _check_pos("noise_std", noise_std, allow_zero=True)
+    n = check_int("n_samples", n_samples, 1)
+    d = check_int("n_features", n_features, 1)
+    k = check_int("k", k, 1)
+    sd = check_number("noise_std", noise_std, ge=0)
     lo, hi = (float(v) for v in x_range)
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise ValueError(f"x_range must be (low, high) with low < high, got {x_range!r}")
@@ -429,15 +413,15 @@ def mixed_regression_1d(
         raise ValueError(f"scenario must be one of {sorted(_SCENARIO_RATIOS)}, got {scenario!r}")
     if difficulty not in _DIFFICULTY_STD:
         raise ValueError(f"difficulty must be one of {sorted(_DIFFICULTY_STD)}, got {difficulty!r}")
-    nc = _check_int("n_clients", n_clients, 1)
-    npc = _check_int("n_per_client", n_per_client, 1)
+    nc = check_int("n_clients", n_clients, 1)
+    npc = check_int("n_per_client", n_per_client, 1)
     params = RR_CLUSTER_LINES if true_params is None else true_params
     params = _regression_params(params, np.shape(params)[0], 1, None)
     k = params.shape[0]
     w = _check_weights(
         ratios if ratios is not None else (_SCENARIO_RATIOS[scenario] if k == 4 else None), k, name="ratios"
     )
-    sd = _DIFFICULTY_STD[difficulty] if noise_std is None else _check_pos("noise_std", noise_std, True)
+    sd = _DIFFICULTY_STD[difficulty] if noise_std is None else check_number("noise_std", noise_std, ge=0)
     lo, hi = (float(v) for v in x_range)
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise ValueError(f"x_range must be (low, high) with low < high, got {x_range!r}")

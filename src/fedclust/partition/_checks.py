@@ -2,32 +2,9 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-
-def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high]``, else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value}")
-    return value
-
-
-def check_positive_float(name: str, value) -> float:
-    """``value`` as a finite float > 0, else ValueError naming ``name``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
-    if not np.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
+from fedclust.options import check_int
 
 
 def check_labels(y, name: str = "y") -> np.ndarray:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_labels, check_n_clients, check_positive_float
+from fedclust.options import check_int, check_number
+from fedclust.partition._checks import check_labels, check_n_clients
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
@@ -52,7 +53,7 @@ def dirichlet(
     y = check_labels(y)
     n = y.size
     n_clients = check_n_clients(n_clients, n)
-    alpha = check_positive_float("alpha", alpha)
+    alpha = check_number("alpha", alpha, gt=0)
     min_size = check_int("min_size", min_size, 0, n // n_clients)
     max_retries = check_int("max_retries", max_retries, 1)
     if method not in METHODS:

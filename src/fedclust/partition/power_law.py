@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_label_scheme, check_positive_float
+from fedclust.options import check_int, check_number
+from fedclust.partition._checks import check_label_scheme
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
@@ -41,7 +42,7 @@ def power_law(
     ``sigma <= 0``, ``labels_per_client`` outside 1..L, or ``n_clients`` > samples.
     """
     y, n, n_clients, labels, L, c = check_label_scheme(y, n_clients, labels_per_client)
-    sigma = check_positive_float("sigma", sigma)
+    sigma = check_number("sigma", sigma, gt=0)
     base = check_int("base", base, 1)
     rng = stream(seed, "partition")
 

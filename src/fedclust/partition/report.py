@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_labels
+from fedclust.options import check_int
+from fedclust.partition._checks import check_labels
 from fedclust.partition.base import Partition
 
 if TYPE_CHECKING:

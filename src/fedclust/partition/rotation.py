@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_labels
+from fedclust.options import check_int
+from fedclust.partition._checks import check_labels
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedclust.partition._checks import check_int, check_label_scheme
+from fedclust.options import check_int
+from fedclust.partition._checks import check_label_scheme
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
