@@ -101,6 +101,37 @@ def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None =
     return run_cells_
 
 
+def cell_nodes(
+    module,
+    name: str,
+    tags: tuple[str, ...] = ("grid",),
+    run_tags: tuple[str, ...] = ("training", "grid"),
+    *,
+    with_data_paths: bool = True,
+    settings: Callable[[dict], dict] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+) -> list:
+    """The two nodes every grid starts with: ``prepare_cells`` (its parameters -> the cells and the
+    executor) and ``run_cells`` (cells -> records, through the resumable ``cell_store``)."""
+    inputs = ["params:config", "params:data_paths"] if with_data_paths else "params:config"
+    return [
+        node(
+            prepare_cells_node(module, name, with_data_paths, settings),
+            inputs,
+            "cells",
+            name="prepare_cells",
+            tags=list(tags),
+        ),
+        node(
+            run_cells_node(module, name, on_record),
+            ["cells", "cell_store"],
+            "records",
+            name="run_cells",
+            tags=list(run_tags),
+        ),
+    ]
+
+
 def grid_pipeline(
     name: str, module, tables: Callable, title: str, metric: str = "ACC", curve_keys=("method",)
 ) -> Pipeline:
@@ -117,20 +148,7 @@ def grid_pipeline(
 
     return Pipeline(
         [
-            node(
-                prepare_cells_node(module, name),
-                ["params:config", "params:data_paths"],
-                "cells",
-                name="prepare_cells",
-                tags=["grid"],
-            ),
-            node(
-                run_cells_node(module, name),
-                ["cells", "cell_store"],
-                "records",
-                name="run_cells",
-                tags=["training", "grid"],
-            ),
+            *cell_nodes(module, name),
             node(
                 tabulate,
                 "records",
@@ -224,18 +242,23 @@ def _benchmark():
                 name="figures",
                 tags=["reporting", "grid"],
             ),
-            node(
-                write_report,
-                ["records", "params:config"],
-                ["report_html", "report_md", "run_summary"],
-                name="report",
-                tags=["reporting", "grid"],
-            ),
+            report_node(),
         ],
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
     return base + extra
+
+
+def report_node():
+    """``report``: the benchmark report of the records (:func:`write_report`)."""
+    return node(
+        write_report,
+        ["records", "params:config"],
+        ["report_html", "report_md", "run_summary"],
+        name="report",
+        tags=["reporting", "grid"],
+    )
 
 
 def write_report(records: list[dict], config: dict):
@@ -262,27 +285,8 @@ def tour_benchmark() -> Pipeline:
     name = "tour_benchmark"
     return Pipeline(
         [
-            node(
-                prepare_cells_node(data_half, name),
-                ["params:config", "params:data_paths"],
-                "cells",
-                name="prepare_cells",
-                tags=["grid"],
-            ),
-            node(
-                run_cells_node(data_half, name),
-                ["cells", "cell_store"],
-                "records",
-                name="run_cells",
-                tags=["training", "grid"],
-            ),
-            node(
-                write_report,
-                ["records", "params:config"],
-                ["report_html", "report_md", "run_summary"],
-                name="report",
-                tags=["reporting", "grid"],
-            ),
+            *cell_nodes(data_half, name),
+            report_node(),
         ],
         namespace=name,
         parameters={"params:data_paths"},
@@ -392,24 +396,14 @@ def _privacy_audit():
 
     return Pipeline(
         [
-            node(
-                prepare_cells_node(
-                    privacy_audit,
-                    "privacy_audit",
-                    with_data_paths=False,
-                    settings=lambda c: privacy_audit.execution_config(privacy_audit.check_config(c)),
-                ),
-                "params:config",
-                "cells",
-                name="prepare_cells",
-                tags=["privacy", "audit"],
-            ),
-            node(
-                run_cells_node(privacy_audit, "privacy_audit", on_record=privacy_audit.log_record),
-                ["cells", "cell_store"],
-                "records",
-                name="run_cells",
-                tags=["privacy", "audit"],
+            *cell_nodes(
+                privacy_audit,
+                "privacy_audit",
+                ("privacy", "audit"),
+                ("privacy", "audit"),
+                with_data_paths=False,
+                settings=lambda c: privacy_audit.execution_config(privacy_audit.check_config(c)),
+                on_record=privacy_audit.log_record,
             ),
             node(
                 tabulate_audits,
