@@ -94,20 +94,33 @@ class _Batcher:
         mb = _mask(nb, idx.shape[1]).to(self.X.dtype)
         return Xb, yb, mb, nb
 
-    def all_steps(self, steps: int) -> list:
-        """The batches of steps ``0..steps-1`` (in order, the same draws as calling the batcher per
-        step); minibatch rows of all steps are copied in ONE indexing into one (B, rows, d) tensor, of
-        which every step's batch is a view."""
+    def all_indices(self, steps: int) -> list:
+        """The minibatches of steps ``0..steps-1`` as indices, drawn in order (the same draws as calling
+        the batcher per step): per step ``(idx, y, mask, n)`` with ``idx`` (B, b) the rows of ``X`` in
+        the minibatch, or None (and ``y`` = all labels) for the full local batch. No sample rows are
+        copied."""
         if self.bs is None or self.bs >= self.n_max:
-            return [self(s) for s in range(steps)]
-        parts = [self.indices(s) for s in range(steps)]
-        idx = torch.cat([p[0] for p in parts], dim=1)
+            return [(None, self.y, self.full_mask, self.n) for _ in range(steps)]
+        rows = torch.arange(self.B, device=self.X.device).unsqueeze(1)
+        out = []
+        for s in range(steps):
+            idx, nb = self.indices(s)
+            out.append((idx, self.y[rows, idx], _mask(nb, idx.shape[1]).to(self.X.dtype), nb))
+        return out
+
+    def gather_steps(self, drawn: list) -> list:
+        """The batches ``(X, y, mask, n)`` of the steps drawn by :meth:`all_indices`: the minibatch rows
+        of all steps copied in ONE indexing into one (B, rows, d) tensor, of which every step's batch
+        is a view."""
+        if not drawn or drawn[0][0] is None:
+            return [(self.X, yb, mb, nb) for _, yb, mb, nb in drawn]
+        idx = torch.cat([d[0] for d in drawn], dim=1)
         rows = torch.arange(self.B, device=idx.device).unsqueeze(1)
-        Xall, yall = self.X[rows, idx], self.y[rows, idx]
+        Xall = self.X[rows, idx]
         out, lo = [], 0
-        for i, nb in parts:
+        for i, yb, mb, nb in drawn:
             hi = lo + i.shape[1]
-            out.append((Xall[:, lo:hi], yall[:, lo:hi], _mask(nb, i.shape[1]).to(self.X.dtype), nb))
+            out.append((Xall[:, lo:hi], yb, mb, nb))
             lo = hi
         return out
 
@@ -201,7 +214,7 @@ def local_train(
     local_epochs: int | None = None,
     gen: np.random.Generator | None = None,
     client_block: int | None = None,
-    defer_updates: bool = False,
+    defer_updates: bool = True,
 ) -> tuple[Params, Params | None]:
     """``steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's Algorithm 1):
 
@@ -216,9 +229,11 @@ def local_train(
     weights through memory at every step. Minibatch draws come from one :class:`_DrawTape` of the B
     clients, so every client gets the draws it would get with all B at once.
 
-    ``defer_updates`` (plain SGD only, models with :meth:`~BatchedModel.deferred_steps_`, i.e. the
-    MLP): the batches of all steps are drawn first and the model runs them with its first layer's
-    updates deferred to one product (same mathematics, float results differ in the last bits).
+    ``defer_updates`` (default; plain SGD only, models with :meth:`~BatchedModel.deferred_steps_`,
+    i.e. the MLP): the minibatches of all steps are drawn first and the model runs them with its first
+    layer's updates deferred to one product, when its cost model says that saves work
+    (:meth:`~fedclust.clustered_fl.models.MLP.deferred_plan`). Same mathematics; the float results
+    differ from the step-by-step path (``defer_updates=False``) in the last bits.
     """
     B = int(X.shape[0])
     blk = B if client_block is None or client_block >= B else max(1, int(client_block))
@@ -273,9 +288,10 @@ def _train_steps(
     batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
     batches = None
     if defer and u is None:
-        batches = batcher.all_steps(steps)
-        if not any(bool((b[3] == 0).any()) for b in batches) and model.deferred_steps_(w, batches, lr):
+        drawn = batcher.all_indices(steps)
+        if not any(bool((d[3] == 0).any()) for d in drawn) and model.deferred_steps_(w, X, drawn, lr):
             return
+        batches = batcher.gather_steps(drawn)  # the same draws, step by step
     for k in borrowed:
         w[k] = w[k].clone()
     for s in range(steps):
