@@ -596,7 +596,9 @@ def main(argv=None):
         print("\nround 1 (not in the rates): Flower's includes starting Ray and its client actors.")
     if "engine" in systems:
         print(
-            f"\nFLOP rates (GFLOP/s). Local training: {flops_local / 1e6:.0f} MFLOP per client update; IFCA's "
+            f"\nFLOP rates (GFLOP/s). Local training: {flops_local / 1e6:.0f} MFLOP per client update step by "
+            f"step (the nominal count of every rate here; the engine's deferred first layer does less "
+            f"arithmetic, see bench_local_rate.py); IFCA's "
             f"cluster estimate adds k x {N_TRAIN} forward passes ({flops_assign(4) / 1e6:.0f} MFLOP at k=4). "
             f"torch.mm: {S * BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]} (the first layer of one local step of all "
             f"{S} clients, one shared weight); torch.bmm: {S} x ({BATCH}x{SIZES[0]} @ {SIZES[0]}x{SIZES[1]}) "
