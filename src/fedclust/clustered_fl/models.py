@@ -360,32 +360,34 @@ class MLP(BatchedModel):
         h0 = int(W0.shape[1])
         with torch.no_grad():
             cl = torch.arange(B, device=X.device).unsqueeze(1)
+            full = torch.arange(n_max, device=X.device).expand(B, n_max)
+            idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
             if plan == "samples":
                 P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
                 G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
                 E = torch.zeros_like(P)  # the errors so far, summed per sample
-                flat = E.view(B * n_max, h0)
-                offs = cl * n_max
+                if all(s[0] is None for s in steps):  # the full batch at every step: no row gathers
+                    Prow = Grow = None
+                else:  # every step's rows of P and G, gathered at once
+                    Prow = P[cl, idx_all]
+                    Grow = G[cl, idx_all] if G is not None else None
+                    where = cl * n_max + idx_all  # rows of E (B * n_max, h0) flattened
             else:
-                idx_all = torch.cat(
-                    [torch.arange(n_max, device=X.device).expand(B, n_max) if s[0] is None else s[0] for s in steps], 1
-                )
                 Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
                 P = torch.bmm(Xall, W0.transpose(1, 2))
                 Dall = torch.empty_like(P)
+            scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
-                b = n_max if idx is None else int(idx.shape[1])
-                hi = lo + b
-                if plan == "samples":
-                    if idx is None:
-                        h = P + w[b0n].unsqueeze(1)
-                        if t > 0:
-                            h.baddbmm_(G, E, alpha=-lr)
-                    else:
-                        h = P[cl, idx].add_(w[b0n].unsqueeze(1))
-                        if t > 0:
-                            h.baddbmm_(G[cl, idx], E, alpha=-lr)
+                hi = lo + (n_max if idx is None else int(idx.shape[1]))
+                if plan == "samples" and Prow is None:
+                    h = P + w[b0n].unsqueeze(1)
+                    if t > 0:
+                        h.baddbmm_(G, E, alpha=-lr)
+                elif plan == "samples":
+                    h = Prow[:, lo:hi] + w[b0n].unsqueeze(1)
+                    if t > 0:
+                        h.baddbmm_(Grow[:, lo:hi], E, alpha=-lr)
                 else:
                     h = P[:, lo:hi] + w[b0n].unsqueeze(1)
                     if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
@@ -399,24 +401,28 @@ class MLP(BatchedModel):
                     if i < L - 1:
                         h = torch.relu_(h)
                         hs.append(h)
-                logp = torch.log_softmax(h, dim=-1)
-                scale = mb / nb.clamp(min=1).to(X.dtype).unsqueeze(1)
-                dA = logp.exp_()
-                dA.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(scale, -1.0).unsqueeze(-1))
-                dA.mul_(scale.unsqueeze(-1))
+                key = (id(mb), id(nb))
+                if key not in scales:
+                    sc = (mb / nb.clamp(min=1).to(X.dtype).unsqueeze(1)).unsqueeze(-1)
+                    scales[key] = (sc, torch.full_like(sc, -1.0))
+                scale, minus_one = scales[key]
+                dA = torch.log_softmax(h, dim=-1).exp_()  # softmax
+                dA.scatter_add_(-1, yb.unsqueeze(-1), minus_one)
+                dA.mul_(scale)
                 for i in range(L - 1, 0, -1):
                     Wn, bn = self._layers[i] + ".weight", self._layers[i] + ".bias"
-                    dA_prev = torch.bmm(dA, w[Wn]).mul_(hs[i] > 0)  # before W changes
+                    # the error below the ReLU, before W changes (one op: zero where the unit was off)
+                    dA_prev = torch.ops.aten.threshold_backward(torch.bmm(dA, w[Wn]), hs[i], 0.0)
                     w[Wn].baddbmm_(dA.transpose(1, 2), hs[i], beta=1.0, alpha=-lr)
                     w[bn].sub_(dA.sum(1), alpha=lr)
                     dA = dA_prev
                 w[b0n].sub_(dA.sum(1), alpha=lr)
                 if plan == "rows":
                     Dall[:, lo:hi] = dA
-                elif idx is None:
+                elif Prow is None:
                     E.add_(dA)
                 else:  # the step's rows of a client are distinct: one add per sample row
-                    flat.index_add_(0, (offs + idx).reshape(-1), dA.reshape(-1, h0))
+                    E.view(B * n_max, h0).index_add_(0, where[:, lo:hi].reshape(-1), dA.reshape(-1, h0))
                 lo = hi
             # out of place: the start weights may be the caller's (see deferred_keys)
             if plan == "samples":
