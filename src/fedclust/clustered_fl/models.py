@@ -406,7 +406,7 @@ class MLP(BatchedModel):
                     sc = (mb / nb.clamp(min=1).to(X.dtype).unsqueeze(1)).unsqueeze(-1)
                     scales[key] = (sc, torch.full_like(sc, -1.0))
                 scale, minus_one = scales[key]
-                dA = torch.log_softmax(h, dim=-1).exp_()  # softmax
+                dA = torch.softmax(h, dim=-1)
                 dA.scatter_add_(-1, yb.unsqueeze(-1), minus_one)
                 dA.mul_(scale)
                 for i in range(L - 1, 0, -1):
