@@ -186,8 +186,10 @@ def bytes_per_client(
     and its start, the aggregator's delta and a temporary: 7 copies of the P parameters of one model,
     5 without momentum), its padded data gathered twice (the client's rows and the step's batch), and
     the activations of the local step (MLP: the widths of its layers; other models: 16 x d per sample,
-    a generous guess for small CNNs) for the forward and backward pass. An estimate, not a bound: the
-    allocator, BLAS buffers and the model's own temporaries come on top.
+    a generous guess for small CNNs) for the forward and backward pass, and with plain SGD on a model
+    that defers its first layer's updates (the MLP) the deferred update's tables over the client's
+    samples (``X X^T`` and two (n_max, hidden) matrices). An estimate, not a bound: the allocator,
+    BLAS buffers and the model's own temporaries come on top.
     """
     itemsize = next(iter(params.values())).element_size()
     k = next(iter(params.values())).shape[0]
@@ -196,7 +198,9 @@ def bytes_per_client(
     rows = n_max if batch_size is None else min(batch_size, n_max)
     sizes = getattr(model, "sizes", None)
     width = int(sum(sizes[1:])) if sizes is not None else 16 * d
-    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width))
+    defers = beta == 0 and sizes is not None and bool(model.deferred_keys())
+    deferred = n_max * n_max + 2 * n_max * int(sizes[1]) if defers else 0
+    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width + deferred))
 
 
 def local_train(
