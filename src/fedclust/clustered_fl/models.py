@@ -360,19 +360,15 @@ class MLP(BatchedModel):
         h0 = int(W0.shape[1])
         with torch.no_grad():
             cl = torch.arange(B, device=X.device).unsqueeze(1)
-            full = torch.arange(n_max, device=X.device).expand(B, n_max)
-            idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
             if plan == "samples":
                 P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
                 G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
                 E = torch.zeros_like(P)  # the errors so far, summed per sample
-                if all(s[0] is None for s in steps):  # the full batch at every step: no row gathers
-                    Prow = Grow = None
-                else:  # every step's rows of P and G, gathered at once
-                    Prow = P[cl, idx_all]
-                    Grow = G[cl, idx_all] if G is not None else None
-                    where = cl * n_max + idx_all  # rows of E (B * n_max, h0) flattened
+                Pf, Ef = P.view(B * n_max, h0), E.view(B * n_max, h0)
+                Gf = G.view(B * n_max, n_max) if G is not None else None
             else:
+                full = torch.arange(n_max, device=X.device).expand(B, n_max)
+                idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
                 Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
                 P = torch.bmm(Xall, W0.transpose(1, 2))
                 Dall = torch.empty_like(P)
@@ -380,14 +376,16 @@ class MLP(BatchedModel):
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
                 hi = lo + (n_max if idx is None else int(idx.shape[1]))
-                if plan == "samples" and Prow is None:
+                if plan == "samples" and idx is None:  # the full batch: every sample, in order
                     h = P + w[b0n].unsqueeze(1)
                     if t > 0:
                         h.baddbmm_(G, E, alpha=-lr)
-                elif plan == "samples":
-                    h = Prow[:, lo:hi] + w[b0n].unsqueeze(1)
+                elif plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
+                    where = (cl * n_max + idx).reshape(-1)
+                    b = int(idx.shape[1])
+                    h = Pf.index_select(0, where).view(B, b, h0).add_(w[b0n].unsqueeze(1))
                     if t > 0:
-                        h.baddbmm_(Grow[:, lo:hi], E, alpha=-lr)
+                        h.baddbmm_(Gf.index_select(0, where).view(B, b, n_max), E, alpha=-lr)
                 else:
                     h = P[:, lo:hi] + w[b0n].unsqueeze(1)
                     if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
@@ -419,10 +417,10 @@ class MLP(BatchedModel):
                 w[b0n].sub_(dA.sum(1), alpha=lr)
                 if plan == "rows":
                     Dall[:, lo:hi] = dA
-                elif Prow is None:
+                elif idx is None:
                     E.add_(dA)
                 else:  # the step's rows of a client are distinct: one add per sample row
-                    E.view(B * n_max, h0).index_add_(0, where[:, lo:hi].reshape(-1), dA.reshape(-1, h0))
+                    Ef.index_add_(0, where, dA.reshape(-1, h0))
                 lo = hi
             # out of place: the start weights may be the caller's (see deferred_keys)
             if plan == "samples":
