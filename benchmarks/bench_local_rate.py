@@ -19,7 +19,9 @@ the backward it needs: ``MLP.flops_per_sample()["train_step"]`` x 10 samples x 1
 for every case alike: the rate at which the local update gets done. ``GFLOP/s (done)`` counts the
 arithmetic a case actually performs (the deferred ways do less: one product over a client's samples
 replaces one per step); its ratio to the reference says how close the kernels run to the machine's
-small-GEMM rate. Every case is compared with the per-client loop (largest difference of any
+small-GEMM rate. The deferred update of 32 distinct models also has to read every start model and
+write every trained one (20 MB each way): ``floor / time`` sets the time at the mm rate plus one
+copy of the first-layer weights (measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
 parameter: float rounding only).
 
     python benchmarks/bench_local_rate.py [--clients 32] [--blocks 1,4,8] [--repeats 5] [--threads 1]
@@ -102,7 +104,12 @@ def main():
                 defer_updates=defer,
             )[0]
 
-        cases = {"mm 10x784 @ 784x200": mm, "engine (default)": engine(None, True)}
+        W_all = params["0.weight"]
+        cases = {
+            "mm 10x784 @ 784x200": mm,
+            "copy of the first-layer weights": lambda: W_all.clone(),
+            "engine (default)": engine(None, True),
+        }
         blocks = [int(v) for v in a.blocks.split(",") if v]
         for b in blocks:
             cases[f"engine, deferred, blocks of {b}"] = engine(b, True)
@@ -117,14 +124,23 @@ def main():
         done = {True: S * deferred_flops(model, plan, N, STEPS, BATCH), False: flops}
         rows = []
         mm_rate = mm_flops / med["mm 10x784 @ 784x200"] / 1e9
+        copy_name = "copy of the first-layer weights"
         for name, sec in med.items():
             if name.startswith("mm"):
-                rows.append([name, bench.fmt(sec * 1e3, 4), f"{mm_rate:.1f}", "1.00", f"{mm_rate:.1f}", "1.00", "", ""])
+                rows.append(
+                    [name, bench.fmt(sec * 1e3, 4), f"{mm_rate:.1f}", "1.00", f"{mm_rate:.1f}", "1.00", "", "", ""]
+                )
+                continue
+            if name.startswith("copy"):
+                rows.append([name, bench.fmt(sec * 1e3, 4), "", "", "", "", "", "", ""])
                 continue
             rate = flops / sec / 1e9
             real = done[name != "loop" and "step by step" not in name] / sec / 1e9
             r = results[name]
             diff = max(float((r[k] - ref[k]).abs().max()) for k in ref)
+            # the machine's floor: the arithmetic done at the mm rate plus one read of every client's start
+            # weights and one write of its trained weights (the copy's traffic)
+            floor = done[name != "loop" and "step by step" not in name] / (mm_rate * 1e9) + med[copy_name]
             rows.append(
                 [
                     name,
@@ -133,6 +149,7 @@ def main():
                     f"{rate / mm_rate:.2f}",
                     f"{real:.1f}",
                     f"{real / mm_rate:.2f}",
+                    f"{floor / sec:.2f}",
                     f"{med['loop'] / sec:.1f}x",
                     f"{diff:.1e}",
                 ]
@@ -145,6 +162,7 @@ def main():
                 "nominal / mm",
                 "GFLOP/s (done)",
                 "done / mm",
+                "floor / time",
                 "speed-up vs loop",
                 "max diff vs loop",
             ],
@@ -155,7 +173,9 @@ def main():
         )
         print(
             f"nominal: {flops / S / 1e6:.1f} MFLOP per client update (step by step); done by the deferred plan: "
-            f"{done[True] / S / 1e6:.1f} MFLOP"
+            f"{done[True] / S / 1e6:.1f} MFLOP. floor / time: (FLOPs done at the mm rate + one copy of the "
+            f"{S} clients' first-layer weights, {W_all.numel() * W_all.element_size() / 2**20:.0f} MB) / time: "
+            f"1.00 = as fast as this machine's small GEMM and memory allow."
         )
 
 
