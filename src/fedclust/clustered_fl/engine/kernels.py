@@ -72,14 +72,17 @@ class _Batcher:
         self.B, self.n_max = X.shape[0], X.shape[1]
         self.bs, self.epochs, self.gen = batch_size, epochs, gen
         self.full_mask = _mask(n, self.n_max).to(X.dtype)
+        self._valid = None  # the mask as a numpy array, for the draws' keys (made at the first draw)
         self.perm = None
         if batch_size is not None:
             self.per_epoch = math.ceil(self.n_max / batch_size)
 
     def _perm(self):
         keys = self.gen.random((self.B, self.n_max))
+        if self._valid is None:
+            self._valid = _mask(self.n, self.n_max).cpu().numpy()
         # padding goes last; a new array, since the keys may be a read-only view of the round's draws
-        keys = np.where(_mask(self.n, self.n_max).cpu().numpy(), keys, np.inf)
+        keys = np.where(self._valid, keys, np.inf)
         return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
 
     def __call__(self, s: int):
@@ -101,11 +104,19 @@ class _Batcher:
         copied."""
         if self.bs is None or self.bs >= self.n_max:
             return [(None, self.y, self.full_mask, self.n) for _ in range(steps)]
-        rows = torch.arange(self.B, device=self.X.device).unsqueeze(1)
-        out = []
-        for s in range(steps):
-            idx, nb = self.indices(s)
-            out.append((idx, self.y[rows, idx], _mask(nb, idx.shape[1]).to(self.X.dtype), nb))
+        drawn = [self.indices(s) for s in range(steps)]
+        idx_all = torch.cat([i for i, _ in drawn], 1)
+        y_all = self.y[torch.arange(self.B, device=self.X.device).unsqueeze(1), idx_all]  # one gather
+        same = None
+        if self.epochs is None:  # every step has the same sizes: one (n, mask) pair for all of them
+            nb = drawn[0][1]
+            same = (nb, _mask(nb, drawn[0][0].shape[1]).to(self.X.dtype))
+        out, lo = [], 0
+        for idx, nb in drawn:
+            hi = lo + idx.shape[1]
+            nb, mb = same if same is not None else (nb, _mask(nb, idx.shape[1]).to(self.X.dtype))
+            out.append((idx, y_all[:, lo:hi], mb, nb))
+            lo = hi
         return out
 
     def gather_steps(self, drawn: list) -> list:
