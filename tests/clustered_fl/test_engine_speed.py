@@ -254,3 +254,24 @@ def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step(plan):
     for n in whole.params:
         assert torch.equal(whole.params[n], chunked.params[n])
         torch.testing.assert_close(whole.params[n], steps.params[n], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
+def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
+    """When the cost model declines, the steps run one by one on the draws already made: the models
+    equal those of ``defer_updates=False`` bit for bit, and the next draw of the stream agrees."""
+    g = torch.Generator().manual_seed(4)
+    B, n_max = 6, 9
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.tensor([9, 4, 9, 2, 9, 7])
+    out = {}
+    for defer in (True, False):
+        model = MLP(12, (16,), 4)
+        ran = _force_plan(model, None)
+        gen = np.random.default_rng(5)
+        kw = {"steps": 4, "lr": 0.3, "batch_size": batch_size, "gen": gen, "defer_updates": defer}
+        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, **kw)[0], gen.random())
+        assert ran == []
+    for k in out[True][0]:
+        assert torch.equal(out[True][0][k], out[False][0][k]), k
+    assert out[True][1] == out[False][1]

@@ -119,21 +119,13 @@ class _Batcher:
             lo = hi
         return out
 
-    def gather_steps(self, drawn: list) -> list:
-        """The batches ``(X, y, mask, n)`` of the steps drawn by :meth:`all_indices`: the minibatch rows
-        of all steps copied in ONE indexing into one (B, rows, d) tensor, of which every step's batch
-        is a view."""
-        if not drawn or drawn[0][0] is None:
-            return [(self.X, yb, mb, nb) for _, yb, mb, nb in drawn]
-        idx = torch.cat([d[0] for d in drawn], dim=1)
-        rows = torch.arange(self.B, device=idx.device).unsqueeze(1)
-        Xall = self.X[rows, idx]
-        out, lo = [], 0
-        for i, yb, mb, nb in drawn:
-            hi = lo + i.shape[1]
-            out.append((Xall[:, lo:hi], yb, mb, nb))
-            lo = hi
-        return out
+    def gather(self, drawn) -> tuple:
+        """The batch ``(X, y, mask, n)`` of one step drawn by :meth:`all_indices` (its sample rows copied
+        now, one step at a time, as :meth:`__call__` does)."""
+        idx, yb, mb, nb = drawn
+        if idx is None:
+            return self.X, yb, mb, nb
+        return self.X[torch.arange(self.B, device=idx.device).unsqueeze(1), idx], yb, mb, nb
 
     def indices(self, s: int):
         """Step ``s``'s minibatch: sample indices (B, b) into every client's rows and batch sizes (B,)."""
@@ -301,16 +293,15 @@ def _train_steps(
     (the deferred path replaces ``w``'s entries instead; ``borrowed`` entries are the caller's and are
     copied before any in-place step)."""
     batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
-    batches = None
-    if defer and u is None:
+    drawn = None
+    if defer and u is None and model.deferred_keys():
         drawn = batcher.all_indices(steps)
         if not any(bool((d[3] == 0).any()) for d in drawn) and model.deferred_steps_(w, X, drawn, lr):
             return
-        batches = batcher.gather_steps(drawn)  # the same draws, step by step
     for k in borrowed:
         w[k] = w[k].clone()
     for s in range(steps):
-        Xb, yb, mb, nb = batcher(s) if batches is None else batches[s]
+        Xb, yb, mb, nb = batcher(s) if drawn is None else batcher.gather(drawn[s])  # the same draws
         skip = nb == 0
         any_skip = bool(skip.any())
         if not any_skip and model.fused_step_(w, u, Xb, yb, mb, nb, lr, beta):
