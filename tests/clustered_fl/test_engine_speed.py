@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, local_train
-from fedclust.clustered_fl.engine import resolve_device
+from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
 def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
@@ -124,16 +124,37 @@ def _loop_sgd(model, params, X, y, batches, lr):
     return {k: torch.stack(v) for k, v in out.items()}
 
 
+def _force_plan(model, plan):
+    """Make ``model`` defer with ``plan`` whatever its cost model says; returns the list of the plans
+    its deferred path ran with (one entry per deferred block of clients)."""
+    ran = []
+    model.deferred_plan = lambda n_max, rows: plan
+    inner = model.deferred_steps_
+
+    def spy(w, X, steps, lr):
+        done = inner(w, X, steps, lr)
+        if done:
+            ran.append(plan)
+        return done
+
+    model.deferred_steps_ = spy
+    return ran
+
+
+@pytest.mark.parametrize("plan", ["samples", "rows"])
+@pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
 @pytest.mark.parametrize("hidden", [(16,), (7, 5), ()])
 @pytest.mark.parametrize("client_block", [None, 2])
-def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
-    """``defer_updates``: the first layer's updates folded into one product give the per-client SGD
-    loop's models (float rounding only), and the caller's parameters are left untouched."""
+def test_deferred_first_layer_equals_per_client_loop(hidden, client_block, batch_size, plan):
+    """``defer_updates``: the first layer's updates folded into one product (over the stacked rows of
+    the steps, or over each client's own samples) give the per-client SGD loop's models (float
+    rounding only), and the caller's parameters are left untouched."""
     model = MLP(12, hidden, 4)
+    ran = _force_plan(model, plan)
     g = torch.Generator().manual_seed(0)
-    B, n_max, bs, steps = 5, 9, 3, 4
+    B, n_max, steps = 5, 9, 4
     X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
-    n = torch.full((B,), n_max)
+    n = torch.tensor([9, 9, 5, 9, 2])  # unequal: padding rows must not leak into the sums
     params = model.init(B, 1)
     before = {k: v.clone() for k, v in params.items()}
     got, _ = local_train(
@@ -145,18 +166,56 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block):
         n,
         steps=steps,
         lr=0.3,
-        batch_size=bs,
+        batch_size=batch_size,
         gen=np.random.default_rng(2),
         client_block=client_block,
-        defer_updates=True,
     )
-    keys = np.random.default_rng(2)  # the engine's draws: per step, the first bs of a stable argsort
-    draws = [np.argsort(keys.random((B, n_max)), axis=1, kind="stable")[:, :bs] for _ in range(steps)]
-    ref = _loop_sgd(model, params, X, y, [[torch.as_tensor(d[b]) for d in draws] for b in range(B)], 0.3)
+    assert ran == [plan] * (1 if client_block is None else 3)
+    if batch_size is None:
+        draws = [[torch.arange(int(n[b]))] * steps for b in range(B)]
+    else:  # the engine's draws: per step, the first batch_size of a stable argsort (padding last)
+        keys = np.random.default_rng(2)
+        valid = np.arange(n_max)[None, :] < n.numpy()[:, None]
+        perms = [
+            np.argsort(np.where(valid, keys.random((B, n_max)), np.inf), axis=1, kind="stable") for _ in range(steps)
+        ]
+        draws = [[torch.as_tensor(p[b, : min(batch_size, int(n[b]))]) for p in perms] for b in range(B)]
+    ref = _loop_sgd(model, params, X, y, draws, 0.3)
     for k in params:
         assert torch.equal(params[k], before[k]), k
         torch.testing.assert_close(got[k], ref[k], atol=2e-6, rtol=1e-5)
         assert not torch.equal(got[k], before[k])
+
+
+def test_deferred_plan_follows_the_cost_of_each_way():
+    """The cost model defers over the clients' samples when the steps draw more rows than a client
+    holds, over the stacked rows when there are few of them next to the hidden width, and not at all
+    when either would cost more than the steps (narrow first layer, few rows per client)."""
+    wide, narrow = MLP(784, 200, 10), MLP(784, 32, 10)
+    assert wide.deferred_plan(30, 100) == "samples"  # 10 steps of 10 on 30 samples (bench_vs_frameworks)
+    assert narrow.deferred_plan(60, 600) == "samples"  # 10 full-batch steps on 60 samples
+    assert wide.deferred_plan(1000, 100) == "rows"  # 10 steps of 10 on 1000 samples
+    assert narrow.deferred_plan(1000, 100) is None
+    assert MLP(784, 200, 10, impl="vmap").deferred_plan(30, 100) is None
+
+
+def test_engine_defers_by_default_and_defer_updates_false_steps():
+    """The engine defers by default (same models as step by step up to float rounding); with
+    ``defer_updates=False`` it runs the steps one by one."""
+    data = _data(n_max=10, d=8)
+    kw = {"rounds": 2, "lr": 0.3, "local_steps": 4, "participation": 0.5, "seed": 2, "device": "cpu"}
+    runs = {}
+    for defer in (True, False, None):
+        model = MLP(8, 64, 3)
+        ran = _force_plan(model, "samples") if defer is not False else []
+        model_kw = {} if defer is None else {"defer_updates": defer}
+        eng = ClusteredFLEngine(data, model, 2, **model_kw, **kw)
+        runs[defer] = (eng.run(), ran, eng.defer_updates)
+    assert runs[None][2] is True and runs[False][2] is False
+    assert runs[None][1] == ["samples"] * 2 and runs[False][1] == []
+    for n in runs[True][0].params:
+        assert torch.equal(runs[None][0].params[n], runs[True][0].params[n])
+        torch.testing.assert_close(runs[True][0].params[n], runs[False][0].params[n], atol=1e-6, rtol=1e-5)
 
 
 def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
@@ -172,23 +231,47 @@ def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
         "local_epochs": 2,
         "device": "cpu",
     }
-    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, **kw).run()
-    b = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=True, **kw).run()
-    for n in a.params:
-        torch.testing.assert_close(a.params[n], b.params[n], atol=1e-6, rtol=1e-5)
-
-
-def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step():
-    data = _data(seed=3)
+    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=False, **kw).run()
     model = MLP(8, 6, 3)
-    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
-    from fedclust.clustered_fl.engine import bytes_per_client
+    ran = _force_plan(model, "samples")
+    b = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
+    assert ran == []
+    for n in a.params:
+        assert torch.equal(a.params[n], b.params[n])
 
+
+@pytest.mark.parametrize("plan", ["samples", "rows"])
+def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step(plan):
+    data = _data(seed=3)
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
+    model = MLP(8, 6, 3)
     mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20
-    steps = ClusteredFLEngine(data, model, 2, **kw).run()
-    whole = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
-    chunked = ClusteredFLEngine(data, model, 2, defer_updates=True, max_chunk_mb=mb, **kw).run()
+    steps = ClusteredFLEngine(data, model, 2, defer_updates=False, **kw).run()
+    _force_plan(model, plan)
+    whole = ClusteredFLEngine(data, model, 2, **kw).run()
+    chunked = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **kw).run()
     assert chunked.info["chunks_per_round"] > 1
     for n in whole.params:
         assert torch.equal(whole.params[n], chunked.params[n])
         torch.testing.assert_close(whole.params[n], steps.params[n], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
+def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
+    """When the cost model declines, the steps run one by one on the draws already made: the models
+    equal those of ``defer_updates=False`` bit for bit, and the next draw of the stream agrees."""
+    g = torch.Generator().manual_seed(4)
+    B, n_max = 6, 9
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.tensor([9, 4, 9, 2, 9, 7])
+    out = {}
+    for defer in (True, False):
+        model = MLP(12, (16,), 4)
+        ran = _force_plan(model, None)
+        gen = np.random.default_rng(5)
+        kw = {"steps": 4, "lr": 0.3, "batch_size": batch_size, "gen": gen, "defer_updates": defer}
+        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, **kw)[0], gen.random())
+        assert ran == []
+    for k in out[True][0]:
+        assert torch.equal(out[True][0][k], out[False][0][k]), k
+    assert out[True][1] == out[False][1]

@@ -131,9 +131,10 @@ class BatchedModel:
         pen = self.penalty(params)
         return loss if pen is None else loss + pen
 
-    def deferred_steps_(self, w: dict[str, torch.Tensor], batches: list, lr: float) -> bool:
-        """Optional fast path: all plain-SGD steps (one ``(X, y, mask, n)`` batch per step) in place,
-        with weight updates deferred where that saves memory passes. False when not implemented."""
+    def deferred_steps_(self, w: dict[str, torch.Tensor], X: torch.Tensor, steps: list, lr: float) -> bool:
+        """Optional fast path: all plain-SGD steps in place (``X`` every client's samples, one ``(idx, y,
+        mask, n)`` per step: ``idx`` the rows of the step's minibatch, None for all of them), with
+        weight updates deferred where that saves work. False (nothing done) when not implemented."""
         return False
 
     def deferred_keys(self) -> tuple[str, ...]:
@@ -320,68 +321,132 @@ class MLP(BatchedModel):
                 dA = dA_prev
         return True
 
-    def deferred_steps_(self, w, batches, lr: float) -> bool:
-        """All plain-SGD steps of ``batches`` [(X, y, mask, n) per step] IN PLACE, with the first layer's
-        weight updates deferred to one product at the end (impl="bmm"; returns False otherwise).
+    def deferred_steps_(self, w, X, steps, lr: float) -> bool:
+        """All plain-SGD steps IN PLACE with the first layer's weight updates deferred to one product at
+        the end (impl="bmm"; returns False, having changed nothing, otherwise or when deferring would
+        cost more arithmetic than it saves, see :meth:`deferred_plan`).
 
-        Step t's update of the first weight matrix is ``-lr * D_t^T X_t`` (rank = batch size), so the
-        first layer's pre-activations at step t are ``X_t W_0^T + b_t - lr * sum_{s<t} (X_t X_s^T) D_s``:
-        the products ``X W_0^T`` of every step are one matrix product with the batches stacked, the
-        corrections are small (batch x batch) products, and ``W <- W_0 - lr * D^T X`` with all steps'
-        errors ``D`` stacked is one product at the end. The big weight matrix is then read twice and
-        written once per local update instead of three passes per step. Same mathematics as
-        :meth:`fused_step_` step after step; floating-point results differ in the last bits.
+        ``X`` (B, n_max, d) holds every client's samples; ``steps`` has one ``(idx, y, mask, n)`` per
+        local step: ``idx`` (B, b) the rows of ``X`` in the step's minibatch (None: all n_max rows,
+        the full local batch), ``y``/``mask`` (B, b) its labels and mask, ``n`` (B,) its sizes.
+
+        Step t's update of the first weight matrix is ``-lr * D_t^T X_t`` (D_t the step's errors at
+        the first layer's outputs), so its pre-activations are ``X_t W_0^T + b_t - lr * sum_{s<t}
+        (X_t X_s^T) D_s``. Two ways to run that, the cheaper one chosen:
+
+        * ``"samples"``: the sums run over the client's own samples: ``X W_0^T`` and ``X X^T`` once per
+          client, step t reads its rows of both, and the errors of every step are added into one
+          (n_max, hidden) matrix ``E`` at their samples' rows; at the end ``W = W_0 - lr E^T X``. Pays
+          when the steps together draw more rows than the client holds (several passes over its data,
+          or the full batch at every step): the first layer then costs about two products over the
+          client's data instead of two per step.
+        * ``"rows"``: the steps' rows stacked (``sum of batch sizes`` rows): one product for all steps'
+          ``X_t W_0^T``, small (batch x batch) products for the corrections, one product at the end.
+
+        Same mathematics as :meth:`fused_step_` step after step; floating-point results differ in the
+        last bits. The big weight matrix is read twice and written once per local update instead of
+        three passes per step.
         """
-        if self.impl != "bmm" or not batches:
+        if self.impl != "bmm" or not steps:
+            return False
+        B, n_max, d = (int(s) for s in X.shape)
+        rows_total = sum(n_max if s[0] is None else int(s[0].shape[1]) for s in steps)
+        plan = self.deferred_plan(n_max, rows_total)
+        if plan is None:
             return False
         L = len(self._layers)
         W0n, b0n = self._layers[0] + ".weight", self._layers[0] + ".bias"
+        W0 = w[W0n]
+        h0 = int(W0.shape[1])
         with torch.no_grad():
-            Xs = [b[0] for b in batches]
-            base = Xs[0]._base if Xs[0]._base is not None else None
-            # the batches are usually views of one stacked tensor (_Batcher.all_steps): use it as is
-            if (
-                base is not None
-                and base.dim() == 3
-                and base.shape[1] == sum(x.shape[1] for x in Xs)
-                and all(x._base is base for x in Xs)
-            ):
-                Xall = base
+            cl = torch.arange(B, device=X.device).unsqueeze(1)
+            if plan == "samples":
+                P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
+                G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
+                E = torch.zeros_like(P)  # the errors so far, summed per sample
+                Pf, Ef = P.view(B * n_max, h0), E.view(B * n_max, h0)
+                Gf = G.view(B * n_max, n_max) if G is not None else None
             else:
-                Xall = torch.cat(Xs, dim=1)  # (B, sum of batch sizes, d)
-            P = torch.bmm(Xall, w[W0n].transpose(1, 2))  # first layer of every step at the start weights
-            Dall = torch.empty_like(P)
+                full = torch.arange(n_max, device=X.device).expand(B, n_max)
+                idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
+                Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
+                P = torch.bmm(Xall, W0.transpose(1, 2))
+                Dall = torch.empty_like(P)
+            scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
-            for Xb, yb, mb, nb in batches:
-                hi = lo + Xb.shape[1]
-                h = P[:, lo:hi] + w[b0n].unsqueeze(1)
-                if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
-                    h = h.baddbmm_(torch.bmm(Xb, Xall[:, :lo].transpose(1, 2)), Dall[:, :lo], alpha=-lr)
-                hs = [Xb]
+            for t, (idx, yb, mb, nb) in enumerate(steps):
+                hi = lo + (n_max if idx is None else int(idx.shape[1]))
+                if plan == "samples" and idx is None:  # the full batch: every sample, in order
+                    h = P + w[b0n].unsqueeze(1)
+                    if t > 0:
+                        h.baddbmm_(G, E, alpha=-lr)
+                elif plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
+                    where = (cl * n_max + idx).reshape(-1)
+                    b = int(idx.shape[1])
+                    h = Pf.index_select(0, where).view(B, b, h0).add_(w[b0n].unsqueeze(1))
+                    if t > 0:
+                        h.baddbmm_(Gf.index_select(0, where).view(B, b, n_max), E, alpha=-lr)
+                else:
+                    h = P[:, lo:hi] + w[b0n].unsqueeze(1)
+                    if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
+                        Xb = Xall[:, lo:hi]
+                        h.baddbmm_(torch.bmm(Xb, Xall[:, :lo].transpose(1, 2)), Dall[:, :lo], alpha=-lr)
+                hs = [None]
                 for i in range(L):
                     if i > 0:
                         name = self._layers[i]
                         h = torch.baddbmm(w[name + ".bias"].unsqueeze(1), h, w[name + ".weight"].transpose(1, 2))
                     if i < L - 1:
-                        h = torch.relu(h)
+                        h = torch.relu_(h)
                         hs.append(h)
-                logp = torch.log_softmax(h, dim=-1)
-                scale = mb / nb.clamp(min=1).to(Xb.dtype).unsqueeze(1)
-                dA = logp.exp_()
-                dA.scatter_add_(-1, yb.unsqueeze(-1), torch.full_like(scale, -1.0).unsqueeze(-1))
-                dA.mul_(scale.unsqueeze(-1))
+                key = (id(mb), id(nb))
+                if key not in scales:
+                    sc = (mb / nb.clamp(min=1).to(X.dtype).unsqueeze(1)).unsqueeze(-1)
+                    scales[key] = (sc, torch.full_like(sc, -1.0))
+                scale, minus_one = scales[key]
+                dA = torch.softmax(h, dim=-1)
+                dA.scatter_add_(-1, yb.unsqueeze(-1), minus_one)
+                dA.mul_(scale)
                 for i in range(L - 1, 0, -1):
                     Wn, bn = self._layers[i] + ".weight", self._layers[i] + ".bias"
-                    dA_prev = torch.bmm(dA, w[Wn]).mul_(hs[i] > 0)  # before W changes
+                    # the error below the ReLU, before W changes (one op: zero where the unit was off)
+                    dA_prev = torch.ops.aten.threshold_backward(torch.bmm(dA, w[Wn]), hs[i], 0.0)
                     w[Wn].baddbmm_(dA.transpose(1, 2), hs[i], beta=1.0, alpha=-lr)
                     w[bn].sub_(dA.sum(1), alpha=lr)
                     dA = dA_prev
-                Dall[:, lo:hi] = dA
                 w[b0n].sub_(dA.sum(1), alpha=lr)
+                if plan == "rows":
+                    Dall[:, lo:hi] = dA
+                elif idx is None:
+                    E.add_(dA)
+                else:  # the step's rows of a client are distinct: one add per sample row
+                    Ef.index_add_(0, where, dA.reshape(-1, h0))
                 lo = hi
             # out of place: the start weights may be the caller's (see deferred_keys)
-            w[W0n] = torch.baddbmm(w[W0n], Dall.transpose(1, 2), Xall, beta=1.0, alpha=-lr)
+            if plan == "samples":
+                w[W0n] = torch.baddbmm(W0, E.transpose(1, 2), X, beta=1.0, alpha=-lr)
+            else:
+                w[W0n] = torch.baddbmm(W0, Dall.transpose(1, 2), Xall, beta=1.0, alpha=-lr)
         return True
+
+    def deferred_plan(self, n_max: int, rows_total: int) -> str | None:
+        """How :meth:`deferred_steps_` runs a local update of ``rows_total`` minibatch rows (over all
+        steps) on clients of ``n_max`` samples: ``"samples"``, ``"rows"`` or None (step by step).
+
+        Multiply-adds per client of the first layer (d inputs, h outputs, R = rows_total): step by step
+        ``2 R d h`` (forward and weight gradient, and three passes over the weights per step);
+        ``"rows"`` ``2 R d h + R^2 (d + h) / 2``; ``"samples"`` ``2 n d h + n^2 d + R n h``. The cheaper
+        deferred way is taken when it needs at most 1.25 x the multiply-adds of the steps (the passes
+        over the weights it saves pay for the rest).
+        """
+        if self.impl != "bmm":
+            return None
+        d, h = self.sizes[0], self.sizes[1]
+        R, n = float(rows_total), float(n_max)
+        step = 2 * R * d * h
+        costs = {"samples": 2 * n * d * h + n * n * d + R * n * h, "rows": step + R * R * (d + h) / 2}
+        best = min(costs, key=costs.get)
+        return best if costs[best] <= 1.25 * step else None
 
     def deferred_keys(self) -> tuple[str, ...]:
         """Parameters that :meth:`deferred_steps_` only reads and then replaces (never modifies in place)."""

@@ -255,6 +255,7 @@ class _EngineConfig(MethodConfig):
     participation: float = param(0.25, "float", gt=0, le=1)
     eval_every: int = param(5, "int", ge=0)
     max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 512")
+    defer_updates: bool = param(True, "bool", doc="false = local steps one by one (last-bit differences)")
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
 
     def problems(self, where):

@@ -100,7 +100,7 @@ def train_chunk(
             local_epochs=cfg["local_epochs"],
             gen=gen,
             client_block=cfg.get("client_block"),
-            defer_updates=cfg.get("defer_updates", False),
+            defer_updates=cfg.get("defer_updates", True),
         )
     mom = local_gradient(model, start, mom0, X, y, n, beta=cfg["beta"], batch_size=cfg["batch_size"], gen=gen)
     return None, mom  # Option I: the model is the start model

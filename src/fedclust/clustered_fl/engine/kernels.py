@@ -72,14 +72,17 @@ class _Batcher:
         self.B, self.n_max = X.shape[0], X.shape[1]
         self.bs, self.epochs, self.gen = batch_size, epochs, gen
         self.full_mask = _mask(n, self.n_max).to(X.dtype)
+        self._valid = None  # the mask as a numpy array, for the draws' keys (made at the first draw)
         self.perm = None
         if batch_size is not None:
             self.per_epoch = math.ceil(self.n_max / batch_size)
 
     def _perm(self):
         keys = self.gen.random((self.B, self.n_max))
+        if self._valid is None:
+            self._valid = _mask(self.n, self.n_max).cpu().numpy()
         # padding goes last; a new array, since the keys may be a read-only view of the round's draws
-        keys = np.where(_mask(self.n, self.n_max).cpu().numpy(), keys, np.inf)
+        keys = np.where(self._valid, keys, np.inf)
         return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
 
     def __call__(self, s: int):
@@ -94,22 +97,35 @@ class _Batcher:
         mb = _mask(nb, idx.shape[1]).to(self.X.dtype)
         return Xb, yb, mb, nb
 
-    def all_steps(self, steps: int) -> list:
-        """The batches of steps ``0..steps-1`` (in order, the same draws as calling the batcher per
-        step); minibatch rows of all steps are copied in ONE indexing into one (B, rows, d) tensor, of
-        which every step's batch is a view."""
+    def all_indices(self, steps: int) -> list:
+        """The minibatches of steps ``0..steps-1`` as indices, drawn in order (the same draws as calling
+        the batcher per step): per step ``(idx, y, mask, n)`` with ``idx`` (B, b) the rows of ``X`` in
+        the minibatch, or None (and ``y`` = all labels) for the full local batch. No sample rows are
+        copied."""
         if self.bs is None or self.bs >= self.n_max:
-            return [self(s) for s in range(steps)]
-        parts = [self.indices(s) for s in range(steps)]
-        idx = torch.cat([p[0] for p in parts], dim=1)
-        rows = torch.arange(self.B, device=idx.device).unsqueeze(1)
-        Xall, yall = self.X[rows, idx], self.y[rows, idx]
+            return [(None, self.y, self.full_mask, self.n) for _ in range(steps)]
+        drawn = [self.indices(s) for s in range(steps)]
+        idx_all = torch.cat([i for i, _ in drawn], 1)
+        y_all = self.y[torch.arange(self.B, device=self.X.device).unsqueeze(1), idx_all]  # one gather
+        same = None
+        if self.epochs is None:  # every step has the same sizes: one (n, mask) pair for all of them
+            nb = drawn[0][1]
+            same = (nb, _mask(nb, drawn[0][0].shape[1]).to(self.X.dtype))
         out, lo = [], 0
-        for i, nb in parts:
-            hi = lo + i.shape[1]
-            out.append((Xall[:, lo:hi], yall[:, lo:hi], _mask(nb, i.shape[1]).to(self.X.dtype), nb))
+        for idx, nb in drawn:
+            hi = lo + idx.shape[1]
+            nb, mb = same if same is not None else (nb, _mask(nb, idx.shape[1]).to(self.X.dtype))
+            out.append((idx, y_all[:, lo:hi], mb, nb))
             lo = hi
         return out
+
+    def gather(self, drawn) -> tuple:
+        """The batch ``(X, y, mask, n)`` of one step drawn by :meth:`all_indices` (its sample rows copied
+        now, one step at a time, as :meth:`__call__` does)."""
+        idx, yb, mb, nb = drawn
+        if idx is None:
+            return self.X, yb, mb, nb
+        return self.X[torch.arange(self.B, device=idx.device).unsqueeze(1), idx], yb, mb, nb
 
     def indices(self, s: int):
         """Step ``s``'s minibatch: sample indices (B, b) into every client's rows and batch sizes (B,)."""
@@ -173,8 +189,10 @@ def bytes_per_client(
     and its start, the aggregator's delta and a temporary: 7 copies of the P parameters of one model,
     5 without momentum), its padded data gathered twice (the client's rows and the step's batch), and
     the activations of the local step (MLP: the widths of its layers; other models: 16 x d per sample,
-    a generous guess for small CNNs) for the forward and backward pass. An estimate, not a bound: the
-    allocator, BLAS buffers and the model's own temporaries come on top.
+    a generous guess for small CNNs) for the forward and backward pass, and with plain SGD on a model
+    that defers its first layer's updates (the MLP) the deferred update's tables over the client's
+    samples (``X X^T`` and two (n_max, hidden) matrices). An estimate, not a bound: the allocator,
+    BLAS buffers and the model's own temporaries come on top.
     """
     itemsize = next(iter(params.values())).element_size()
     k = next(iter(params.values())).shape[0]
@@ -183,7 +201,9 @@ def bytes_per_client(
     rows = n_max if batch_size is None else min(batch_size, n_max)
     sizes = getattr(model, "sizes", None)
     width = int(sum(sizes[1:])) if sizes is not None else 16 * d
-    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width))
+    defers = beta == 0 and sizes is not None and bool(model.deferred_keys())
+    deferred = n_max * n_max + 2 * n_max * int(sizes[1]) if defers else 0
+    return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width + deferred))
 
 
 def local_train(
@@ -201,7 +221,7 @@ def local_train(
     local_epochs: int | None = None,
     gen: np.random.Generator | None = None,
     client_block: int | None = None,
-    defer_updates: bool = False,
+    defer_updates: bool = True,
 ) -> tuple[Params, Params | None]:
     """``steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's Algorithm 1):
 
@@ -216,9 +236,11 @@ def local_train(
     weights through memory at every step. Minibatch draws come from one :class:`_DrawTape` of the B
     clients, so every client gets the draws it would get with all B at once.
 
-    ``defer_updates`` (plain SGD only, models with :meth:`~BatchedModel.deferred_steps_`, i.e. the
-    MLP): the batches of all steps are drawn first and the model runs them with its first layer's
-    updates deferred to one product (same mathematics, float results differ in the last bits).
+    ``defer_updates`` (default; plain SGD only, models with :meth:`~BatchedModel.deferred_steps_`,
+    i.e. the MLP): the minibatches of all steps are drawn first and the model runs them with its first
+    layer's updates deferred to one product, when its cost model says that saves work
+    (:meth:`~fedclust.clustered_fl.models.MLP.deferred_plan`). Same mathematics; the float results
+    differ from the step-by-step path (``defer_updates=False``) in the last bits.
     """
     B = int(X.shape[0])
     blk = B if client_block is None or client_block >= B else max(1, int(client_block))
@@ -271,15 +293,15 @@ def _train_steps(
     (the deferred path replaces ``w``'s entries instead; ``borrowed`` entries are the caller's and are
     copied before any in-place step)."""
     batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
-    batches = None
-    if defer and u is None:
-        batches = batcher.all_steps(steps)
-        if not any(bool((b[3] == 0).any()) for b in batches) and model.deferred_steps_(w, batches, lr):
+    drawn = None
+    if defer and u is None and model.deferred_keys():
+        drawn = batcher.all_indices(steps)
+        if not any(bool((d[3] == 0).any()) for d in drawn) and model.deferred_steps_(w, X, drawn, lr):
             return
     for k in borrowed:
         w[k] = w[k].clone()
     for s in range(steps):
-        Xb, yb, mb, nb = batcher(s) if batches is None else batches[s]
+        Xb, yb, mb, nb = batcher(s) if drawn is None else batcher.gather(drawn[s])  # the same draws
         skip = nb == 0
         any_skip = bool(skip.any())
         if not any_skip and model.fused_step_(w, u, Xb, yb, mb, nb, lr, beta):

@@ -101,9 +101,13 @@ class ClusteredFLEngine:
       :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
       equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
       their chunks here.
-    * ``defer_updates``: plain-SGD local training with the MLP's first-layer updates deferred to one
-      product per local update (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`; same
-      mathematics, last-bit differences, fewer passes over the big weight matrix).
+    * ``defer_updates`` (default True): plain-SGD local training with the MLP's first-layer updates
+      deferred to one product per local update where that saves work
+      (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`; same mathematics, fewer passes over
+      the big weight matrix, and over each client's data once instead of once per step when the steps
+      draw more rows than it holds). ``defer_updates=False`` runs the steps one after another: the
+      float results then differ in the last bits (the numbers of runs made before deferral was the
+      default come back bit for bit with it).
     """
 
     def __init__(
@@ -139,7 +143,7 @@ class ClusteredFLEngine:
         client_block: int | None = None,
         device: str | torch.device | None = "cpu",
         chunk_runner: ChunkRunner | None = None,
-        defer_updates: bool = False,
+        defer_updates: bool = True,
     ):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
