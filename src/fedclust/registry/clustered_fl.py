@@ -24,7 +24,7 @@ from fedclust.registry.privacy import check_privacy_params, non_private_calibrat
 
 logger = logging.getLogger(__name__)
 
-_ENGINE_KEYS = ("rounds", "lr", "local_steps", "participation", "eval_every", "max_chunk_mb", "defer_updates")
+_ENGINE_KEYS = ("rounds", "lr", "local_steps", "participation", "eval_every", "max_chunk_mb", "defer_updates", "device")
 _SPECIFIC = {"cfl_mgd": ("option", "beta", "lr_decay", "batch_size"), "ifca": ("aggregation",), "fedavg": ()}
 
 

@@ -256,6 +256,9 @@ class _EngineConfig(MethodConfig):
     eval_every: int = param(5, "int", ge=0)
     max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 512")
     defer_updates: bool = param(True, "bool", doc="false = local steps one by one (last-bit differences)")
+    device: str = param(
+        "cpu", "str", choices=("cpu", "cuda", "auto"), doc="where the engine trains; auto = CUDA when present"
+    )
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
 
     def problems(self, where):

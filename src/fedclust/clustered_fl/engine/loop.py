@@ -667,6 +667,7 @@ class ClusteredFLEngine:
             "participation": self.participation,
             "n_clients": self.data.n_clients,
             "aggregator": self.aggregator.name,
+            "device": self.device.type,
             "seed": self.seed,
             "init": "given"
             if self.init_params is not None
