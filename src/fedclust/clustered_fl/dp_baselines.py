@@ -45,7 +45,6 @@ from fedclust.clustered_fl.engine import (
     ClusteredFLResult,
     FederatedTensors,
     ServerState,
-    local_train,
 )
 from fedclust.clustered_fl.models import BatchedModel
 
@@ -137,20 +136,26 @@ def _single(
     model,
     kind,
     *,
-    sigma,
-    clip,
-    lr,
-    local_steps,
-    batch_size,
-    rounds,
-    participation,
-    clients_per_round,
-    seed,
-    server_lr,
-    engine_cls,
+    sigma: float = 0.0,
+    clip: float | None = None,
+    lr: float = 0.05,
+    local_steps: int = 5,
+    batch_size: int | None = None,
+    rounds: int = 100,
+    participation: float = 0.1,
+    clients_per_round: int | None = None,
+    seed: int = 0,
+    server_lr: float = 1.0,
+    engine_cls=None,
     aggregator_kwargs=None,
     **engine_kwargs,
 ):
+    """The one-model DP baselines on the engine: clip C_theta = ``clip``, noise
+    ``N(0, (2 C_theta sigma)^2)`` on the sum of the sampled clients' updates (the replace-one
+    sensitivity), divided by |M^t| (sigma = 0: no noise, optional clipping), a server step
+    ``server_lr``; the local training settings (``lr``, ``local_steps``, ``batch_size``) and the
+    sampling (``participation`` or ``clients_per_round``) as in
+    :func:`fedclust.clustered_fl.rr_cluster.build_engine`."""
     for bad in ("k", "B", "sigma_s", "base"):
         if bad in engine_kwargs:
             raise ValueError(f"{kind} does not take {bad!r} (one model, no identifier, no rebalancing)")
@@ -180,78 +185,18 @@ def _single(
     return rr_cluster.finalize(eng, eng.run())
 
 
-def dp_fedavg(
-    data: FederatedTensors,
-    model: BatchedModel,
-    *,
-    sigma: float = 0.0,
-    clip: float | None = None,
-    lr: float = 0.05,
-    local_steps: int = 5,
-    batch_size: int | None = None,
-    rounds: int = 100,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    server_lr: float = 1.0,
-    **engine_kwargs,
-) -> ClusteredFLResult:
+def dp_fedavg(data: FederatedTensors, model: BatchedModel, **settings) -> ClusteredFLResult:
     """DP-FedAvg: one model, clip C_theta = ``clip``, noise ``N(0, (2 C_theta sigma)^2)`` on the sum (the
-    replace-one sensitivity), divided by |M^t| (sigma = 0: FedAvg with optional clipping)."""
-    return _single(
-        data,
-        model,
-        "dp_fedavg",
-        sigma=sigma,
-        clip=clip,
-        lr=lr,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        rounds=rounds,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        seed=seed,
-        server_lr=server_lr,
-        engine_cls=None,
-        **engine_kwargs,
-    )
+    replace-one sensitivity), divided by |M^t| (sigma = 0: FedAvg with optional clipping). Settings and
+    defaults as in :func:`_single` (``sigma`` 0, ``lr`` 0.05, ``local_steps`` 5, ``rounds`` 100,
+    ``participation`` 0.1, ``server_lr`` 1), plus the engine's keywords."""
+    return _single(data, model, "dp_fedavg", **settings)
 
 
-def dp_fedprox(
-    data: FederatedTensors,
-    model: BatchedModel,
-    *,
-    mu: float = 0.01,
-    sigma: float = 0.0,
-    clip: float | None = None,
-    lr: float = 0.05,
-    local_steps: int = 5,
-    batch_size: int | None = None,
-    rounds: int = 100,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    server_lr: float = 1.0,
-    **engine_kwargs,
-) -> ClusteredFLResult:
-    """DP-FedProx: DP-FedAvg with the local objective ``F_i(w) + (mu/2)||w - w^t||^2`` (mu in {0.01, 0.1})."""
-    return _single(
-        data,
-        ProximalModel(model, mu),
-        "dp_fedprox",
-        sigma=sigma,
-        clip=clip,
-        lr=lr,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        rounds=rounds,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        seed=seed,
-        server_lr=server_lr,
-        engine_cls=_ProxEngine,
-        **engine_kwargs,
-    )
+def dp_fedprox(data: FederatedTensors, model: BatchedModel, *, mu: float = 0.01, **settings) -> ClusteredFLResult:
+    """DP-FedProx: DP-FedAvg (same settings) with the local objective ``F_i(w) + (mu/2)||w - w^t||^2``
+    (mu in {0.01, 0.1})."""
+    return _single(data, ProximalModel(model, mu), "dp_fedprox", engine_cls=_ProxEngine, **settings)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -299,21 +244,7 @@ class FedPerEngine(ClusteredFLEngine):
         start = {}
         for name, v in state.params.items():
             start[name] = self.heads[name][idx] if name in self.head_keys else v.expand(S, *v.shape[1:])
-        params, _ = local_train(
-            self.model,
-            start,
-            None,
-            X,
-            y,
-            n,
-            steps=self.local_steps,
-            lr=lr,
-            beta=0.0,
-            batch_size=self.batch_size,
-            local_epochs=self.local_epochs,
-            gen=gen,
-            client_block=self.client_block,
-        )
+        params, _ = self.train_models(start, None, X, y, n, lr, gen, beta=0.0)
         for name in self.head_keys:  # the head stays on the client
             self.heads[name][idx] = params[name]
             params[name] = start[name]
@@ -358,25 +289,9 @@ class FedPerEngine(ClusteredFLEngine):
         return res
 
 
-def dp_fedper(
-    data: FederatedTensors,
-    model: BatchedModel,
-    *,
-    head_keys=None,
-    sigma: float = 0.0,
-    clip: float | None = None,
-    lr: float = 0.05,
-    local_steps: int = 5,
-    batch_size: int | None = None,
-    rounds: int = 100,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    server_lr: float = 1.0,
-    **engine_kwargs,
-) -> ClusteredFLResult:
-    """DP-FedPer: DP-FedAvg on the base layers, personal last layer (``head_keys``; default the last
-    layer). Clipping and noise cover the base layers only (the head is never released)."""
+def dp_fedper(data: FederatedTensors, model: BatchedModel, *, head_keys=None, **settings) -> ClusteredFLResult:
+    """DP-FedPer: DP-FedAvg (same settings) on the base layers, personal last layer (``head_keys``;
+    default the last layer). Clipping and noise cover the base layers only (the head is never released)."""
     if head_keys is None:
         head_keys = last_layer_keys(model.init(1, 0))
 
@@ -384,21 +299,5 @@ def dp_fedper(
         def __init__(self, *a, **kw):
             super().__init__(*a, head_keys=tuple(head_keys), **kw)
 
-    return _single(
-        data,
-        model,
-        "dp_fedper",
-        sigma=sigma,
-        clip=clip,
-        lr=lr,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        rounds=rounds,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        seed=seed,
-        server_lr=server_lr,
-        engine_cls=_Eng,
-        aggregator_kwargs={"frozen_keys": tuple(head_keys)},
-        **engine_kwargs,
-    )
+    frozen = {"frozen_keys": tuple(head_keys)}
+    return _single(data, model, "dp_fedper", engine_cls=_Eng, aggregator_kwargs=frozen, **settings)

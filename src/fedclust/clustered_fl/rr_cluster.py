@@ -109,7 +109,6 @@ from fedclust.clustered_fl.engine import (
     assign_clusters,
     client_model_losses,
     client_norms,
-    local_train,
     segment_counts,
     segment_sum,
 )
@@ -575,20 +574,7 @@ class FeSEMEngine(ClusteredFLEngine):
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
         start = {k: v.index_select(0, start_j.to(v.device)) for k, v in state.params.items()}
         t1 = time.perf_counter()
-        params, _ = local_train(
-            self.model,
-            start,
-            None,
-            X,
-            y,
-            n,
-            steps=self.local_steps,
-            lr=lr,
-            beta=0.0,
-            batch_size=self.batch_size,
-            local_epochs=self.local_epochs,
-            gen=self.rngs["minibatch"],
-        )
+        params, _ = self.train_models(start, None, X, y, n, lr, self.rngs["minibatch"], beta=0.0)
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)

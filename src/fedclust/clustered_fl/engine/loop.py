@@ -333,28 +333,34 @@ class ClusteredFLEngine:
         start = {k: v.index_select(0, ch) for k, v in state.params.items()}
         mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
-            params, mom = local_train(
-                self.model,
-                start,
-                mom0,
-                X,
-                y,
-                n,
-                steps=self.local_steps,
-                lr=lr,
-                beta=self.beta,
-                batch_size=self.batch_size,
-                local_epochs=self.local_epochs,
-                gen=gen,
-                client_block=self.client_block,
-                defer_updates=self.defer_updates,
-            )
+            params, mom = self.train_models(start, mom0, X, y, n, lr, gen)
             steps = self.local_steps
         else:
             mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size, gen=gen)
             params, steps = start, 1
         self.count_local_samples(n, steps)
         return start, params, mom
+
+    def train_models(self, start: dict, mom0: dict | None, X, y, n, lr: float, gen, beta: float | None = None):
+        """Local training (Option II) of the gathered clients from ``start`` (and momenta ``mom0``) with
+        the engine's settings (steps, batch size, epochs, client blocks, deferred updates); ``beta``
+        overrides the engine's momentum. Returns (params, momentum) as :func:`local_train`."""
+        return local_train(
+            self.model,
+            start,
+            mom0,
+            X,
+            y,
+            n,
+            steps=self.local_steps,
+            lr=lr,
+            beta=self.beta if beta is None else beta,
+            batch_size=self.batch_size,
+            local_epochs=self.local_epochs,
+            gen=gen,
+            client_block=self.client_block,
+            defer_updates=self.defer_updates,
+        )
 
     def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The padded training data ``X, y, n`` of the given clients (a gathered copy, on the engine's
