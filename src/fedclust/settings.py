@@ -7,6 +7,7 @@ from fedclust.hooks import (
     EffectiveSettingsHook,
     InterruptHook,
     MethodRunsCloseHook,
+    NodeParamsBatchHook,
     ParamsCheckHook,
     RunTagsHook,
     SummaryHook,
@@ -18,13 +19,16 @@ from fedclust.hooks import (
 # partition scheme and privacy budget, so that the MLflow UI's search (for example
 # ``tags.dataset = 'digits'``) works without knowing our code, and opens one nested run per method of
 # the tour (MethodRunsCloseHook ends it before the next method's nodes); EffectiveSettingsHook logs
-# each method's settings as it ran; SummaryHook shows progress and the end-of-run table;
-# InterruptHook marks the MLflow run of an interrupted run as KILLED.
+# each method's settings as it ran; NodeParamsBatchHook writes the params that kedro-mlflow logs node
+# by node in one batch at the start of a one-method run (one SQLite write instead of one per key);
+# SummaryHook shows progress and the end-of-run table; InterruptHook marks the MLflow run of an
+# interrupted run as KILLED.
 HOOKS = (
     ParamsCheckHook(),
     RunTagsHook(),
     MethodRunsCloseHook(),
     EffectiveSettingsHook(),
+    NodeParamsBatchHook(),
     SummaryHook(),
     InterruptHook(),
 )

@@ -10,6 +10,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
 from fedclust.privacy import GaussianRelease
 from fedclust.privacy.accountants import (
+    RDP_ORDERS,
     accounting_notes,
     calibrate_noise_multiplier,
     effective_noise_multiplier,
@@ -24,6 +25,11 @@ def _direct_rdp(event, relation=NR.ADD_OR_REMOVE_ONE, delta=1e-5):
     acc = RdpAccountant(orders=DEFAULT_RDP_ORDERS, neighboring_relation=relation)
     acc.compose(event)
     return acc.get_epsilon(delta)
+
+
+def test_our_rdp_orders_are_dp_accountings_defaults():
+    # written out so that importing the accountants does not load dp-accounting; the same floats
+    assert RDP_ORDERS == tuple(float(o) for o in DEFAULT_RDP_ORDERS)
 
 
 def test_epsilon_matches_dp_accounting_abadi_setting():

@@ -6,6 +6,8 @@
   methods (:class:`RunTagsHook`, :class:`MethodRunsCloseHook`);
 * :mod:`.settings_log`: each method's effective settings logged as params of its run
   (:class:`EffectiveSettingsHook`);
+* :mod:`.params_log`: the params kedro-mlflow logs node by node written in one batch when a
+  one-method run starts (:class:`NodeParamsBatchHook`);
 * :mod:`.summary`: progress bars and the end-of-run summary table (:class:`SummaryHook`);
 * :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
   marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`).
@@ -17,6 +19,7 @@ line (:mod:`fedclust.cli`).
 
 from fedclust.hooks.interrupts import HOST_TAG, PID_TAG, InterruptHook, kill_dead_runs
 from fedclust.hooks.params import ParamsCheckHook
+from fedclust.hooks.params_log import NodeParamsBatchHook
 from fedclust.hooks.settings_log import EffectiveSettingsHook
 from fedclust.hooks.summary import SummaryHook
 from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
@@ -26,6 +29,7 @@ __all__ = [
     "HOST_TAG",
     "InterruptHook",
     "MethodRunsCloseHook",
+    "NodeParamsBatchHook",
     "PID_TAG",
     "ParamsCheckHook",
     "RunTagsHook",

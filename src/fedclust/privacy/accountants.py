@@ -49,18 +49,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Iterable
+import types
+from typing import TYPE_CHECKING, Iterable
 
-import dp_accounting as dpa
 import numpy as np
-from dp_accounting import NeighboringRelation
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant
-from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS, compute_epsilon
 
 from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_rate, check_steps
 from fedclust.privacy.events import NEIGHBOURING, SAMPLING, GaussianRelease
+
+if TYPE_CHECKING:
+    import dp_accounting as dpa
 
 __all__ = [
     "ACCOUNTANTS",
@@ -74,9 +73,31 @@ __all__ = [
 
 ACCOUNTANTS = ("rdp", "pld")
 WOR_ADD_REMOVE = ("poisson", "replace_one")
-_RELATION = {"add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE, "replace_one": NeighboringRelation.REPLACE_ONE}
-#: RDP orders: dp-accounting's defaults (1.1 .. 10.9 by 0.1, 11 .. 63, 128, 256, 512, 1024).
-RDP_ORDERS = tuple(float(o) for o in DEFAULT_RDP_ORDERS)
+#: RDP orders: dp-accounting's defaults (1.1 .. 10.9 by 0.1, 11 .. 63, 128, 256, 512, 1024), written
+#: out here (computed as dp-accounting computes them) so that importing this module does not load it
+RDP_ORDERS = tuple(
+    [1 + x / 10.0 for x in range(1, 100)] + [float(o) for o in range(11, 64)] + [128.0, 256.0, 512.0, 1024.0]
+)
+
+
+@functools.cache
+def _dp() -> types.SimpleNamespace:
+    """dp-accounting's names used here, imported on the first accounting or calibration."""
+    # heavy: dp_accounting (with the SciPy modules it loads) takes about a second to import; only
+    # accounting and calibration need it, not every `kedro` command that imports the method registry
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    relation = dp_accounting.NeighboringRelation
+    return types.SimpleNamespace(
+        events=dp_accounting,
+        PLDAccountant=PLDAccountant,
+        RdpAccountant=RdpAccountant,
+        compute_epsilon=compute_epsilon,
+        relation={"add_remove": relation.ADD_OR_REMOVE_ONE, "replace_one": relation.REPLACE_ONE},
+    )
 
 
 def effective_noise_multiplier(noise_multipliers) -> float:
@@ -152,17 +173,19 @@ def _accounting_key(r: GaussianRelease, wor_add_remove: str):
 
 def _key_event(key) -> dpa.DpEvent:
     _, kind, z, par, count = key
-    g = dpa.GaussianDpEvent(z)
+    events = _dp().events
+    g = events.GaussianDpEvent(z)
     if kind == "poisson":
-        g = dpa.PoissonSampledDpEvent(par, g)
+        g = events.PoissonSampledDpEvent(par, g)
     elif kind == "wor":
-        g = dpa.SampledWithoutReplacementDpEvent(par[0], par[1], g)
-    return dpa.SelfComposedDpEvent(g, count)
+        g = events.SampledWithoutReplacementDpEvent(par[0], par[1], g)
+    return events.SelfComposedDpEvent(g, count)
 
 
 @functools.lru_cache(maxsize=8192)
 def _rdp_curve(key, orders: tuple) -> np.ndarray:
-    acc = RdpAccountant(orders=list(orders), neighboring_relation=_RELATION[key[0]])
+    dp = _dp()
+    acc = dp.RdpAccountant(orders=list(orders), neighboring_relation=dp.relation[key[0]])
     acc.compose(_key_event(key))
     return acc.rdp
 
@@ -173,15 +196,14 @@ def _epsilon_cached(keys: tuple, delta: float, accountant: str, orders: tuple, p
         total = np.zeros(len(orders))
         for k in keys:
             total = total + _rdp_curve(k, orders)
-        return float(compute_epsilon(np.asarray(orders), total, delta)[0])
+        return float(_dp().compute_epsilon(np.asarray(orders), total, delta)[0])
     # Unsampled Gaussians have the same privacy loss under either relation (multiplier relative to
     # the release's own sensitivity), so only the sampled releases must agree on one relation.
     relations = {k[0] for k in keys if k[1] != "gauss"}
     if len(relations) > 1:
         raise ValueError("the PLD accountant needs one neighbouring relation for all sampled releases, got both")
-    acc = PLDAccountant(
-        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=pld_interval
-    )
+    dp = _dp()
+    acc = dp.PLDAccountant(neighboring_relation=dp.relation["add_remove"], value_discretization_interval=pld_interval)
     for k in keys:
         acc.compose(_pld_event(k))
     return float(acc.get_epsilon(delta))
@@ -199,7 +221,8 @@ def _pld_event(key) -> dpa.DpEvent:
     _, kind, z, par, count = key
     if kind == "wor":
         n, m = par
-        return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(m / n, dpa.GaussianDpEvent(z)), count)
+        events = _dp().events
+        return events.SelfComposedDpEvent(events.PoissonSampledDpEvent(m / n, events.GaussianDpEvent(z)), count)
     return _key_event(key)
 
 
