@@ -81,6 +81,10 @@ def tracked(tmp_path, monkeypatch):
     """A real SQLite MLflow store with an active run that kedro-mlflow's hook object says it opened."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
+    # an experiment chosen by an earlier test of this process names an id this fresh store lacks
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     run = mlflow.start_run()
     monkeypatch.setattr(mlflow_hook, "run_id", run.info.run_id)
     monkeypatch.setattr(mlflow_hook, "_is_mlflow_enabled", True)
