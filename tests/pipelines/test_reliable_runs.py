@@ -233,19 +233,25 @@ def test_interrupted_runs_are_marked_killed(tmp_path, project_copy):
         )
         for i, sig in enumerate((signal.SIGINT, signal.SIGTERM))
     }
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        _, runs = runs_of(project) if (project / "mlflow.db").exists() else (None, [])
-        if len([r for r in runs if r.info.status == "RUNNING"]) == 2:
-            break
-        assert all(p.poll() is None for p in procs.values()), [p.communicate()[0][-2000:] for p in procs.values()]
-        time.sleep(1)
-    time.sleep(3)  # well inside the training node
-    for sig, proc in procs.items():
-        proc.send_signal(sig)
-    for proc in procs.values():
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode != 0, out[-2000:]
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            _, runs = runs_of(project) if (project / "mlflow.db").exists() else (None, [])
+            if len([r for r in runs if r.info.status == "RUNNING"]) == 2:
+                break
+            assert all(p.poll() is None for p in procs.values()), [p.communicate()[0][-2000:] for p in procs.values()]
+            time.sleep(1)
+        time.sleep(3)  # well inside the training node
+        for sig, proc in procs.items():
+            proc.send_signal(sig)
+        for proc in procs.values():
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode != 0, out[-2000:]
+    finally:  # a failed test must not leave a million-round run behind
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     _, runs = runs_of(project)
     assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
 
