@@ -4,14 +4,13 @@ chunked round bit for bit; with Ray (slow: starts a local Ray instance) as well 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from cfl_synthetic import two_group_clients
 
 from fedclust.clustered_fl import (
     MLP,
     ClusteredFLEngine,
-    FederatedTensors,
     GradientAveraging,
     rr_cluster,
 )
@@ -21,17 +20,7 @@ N_CLIENTS, N_MAX, D, N_CLASSES = 36, 10, 8, 3
 
 
 def _data(seed=0):
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(3, N_MAX + 1, N_CLIENTS)
-    client = np.repeat(np.arange(N_CLIENTS), sizes)
-    group = rng.integers(0, 2, N_CLIENTS)
-    centers = rng.normal(size=(2, N_CLASSES, D)) * 2
-    y = rng.integers(0, N_CLASSES, client.size)
-    X = centers[group[client], y] + rng.normal(size=(client.size, D))
-    ct = np.repeat(np.arange(N_CLIENTS), 3)
-    yt = rng.integers(0, N_CLASSES, ct.size)
-    Xt = centers[group[ct], yt] + rng.normal(size=(ct.size, D))
-    return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
+    return two_group_clients(seed, N_CLIENTS, N_MAX, D, N_CLASSES, 3)
 
 
 def _mb(data, clients, **kw):
