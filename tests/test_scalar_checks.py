@@ -7,7 +7,7 @@ import pytest
 
 from fedclust.options import check_int, check_number
 from fedclust.params_check import ParameterError
-from fedclust.privacy._validate import check_delta, check_epsilon
+from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
 
 
 def test_check_int_bounds_and_kinds():
@@ -16,7 +16,7 @@ def test_check_int_bounds_and_kinds():
         check_int("n", 0, 1)
     with pytest.raises(ParameterError, match=r"^n must be <= 5, got 6$"):
         check_int("n", 6, 1, 5)
-    for bad in (2.5, "3", True, None):
+    for bad in (2.5, 3.0, "3", True, None):
         with pytest.raises(ValueError, match="n must be an integer"):
             check_int("n", bad, 1)
 
@@ -36,5 +36,8 @@ def test_check_number_bounds_and_infinity():
 
 def test_privacy_checks_use_it():
     assert check_epsilon(math.inf) == math.inf
+    assert check_steps(5.0, "T") == 5 and type(check_steps(5.0, "T")) is int
+    with pytest.raises(ParameterError, match="T must be an integer"):
+        check_steps(5.5, "T")
     with pytest.raises(ParameterError, match=r"delta must be < 1"):
         check_delta(1.0)

@@ -44,6 +44,14 @@ _KIND_NAMES = {
 }
 
 
+def _meta(kind, *, choices=None, ge=None, gt=None, le=None, lt=None, count=False, doc="", allow_inf=False) -> dict:
+    """What :func:`check_value` checks a value against: its kinds, choices, bounds, ``count``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    choices = tuple(choices) if choices else None
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
+    return {"kind": kinds, "choices": choices, **bounds, "count": count, "doc": doc, "allow_inf": allow_inf}
+
+
 def param(
     default: Any,
     kind: str | tuple[str, ...],
@@ -57,16 +65,7 @@ def param(
     doc: str = "",
 ) -> Any:
     """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits."""
-    meta = {
-        "kind": kind if isinstance(kind, tuple) else (kind,),
-        "choices": tuple(choices) if choices else None,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "lt": lt,
-        "count": count,
-        "doc": doc,
-    }
+    meta = _meta(kind, choices=choices, ge=ge, gt=gt, le=le, lt=lt, count=count, doc=doc)
     if isinstance(default, (dict, list)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
@@ -115,7 +114,7 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
             want = "null (the default) or an integer >= 1"
         return value, [f"{path} must be {want}, got {show(value)}"]
     value = _convert(value, kind)
-    if kind == "float" and not math.isfinite(value) and not (meta.get("allow_inf") and math.isinf(value)):
+    if kind == "float" and not math.isfinite(value) and not (meta["allow_inf"] and math.isinf(value)):
         return value, [f"{path} must be a finite number, got {show(value)}"]
     if meta["count"] and kind == "int" and value < 1:
         return value, [f"{path} must be null (the default) or an integer >= 1, got {show(value)}"]
@@ -136,24 +135,13 @@ def check_value(path: str, value, meta: dict) -> tuple[Any, list[str]]:
     return value, []
 
 
-def _bounds(kind: str, ge=None, gt=None, le=None, lt=None, allow_inf: bool = False) -> dict:
-    return {
-        "kind": (kind,),
-        "choices": None,
-        "count": False,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "lt": lt,
-        "allow_inf": allow_inf,
-    }
-
-
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
     """``value`` as an int in ``[low, high]`` (either bound may be None); otherwise a
     :class:`~fedclust.params_check.ParameterError` (a ``ValueError``) naming ``name``. The one check
     of an integer argument of a library function (configs and options use :func:`param`)."""
-    value, problems = check_value(name, value, _bounds("int", ge=low, le=high))
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # 3.0 is not an int argument
+        raise ParameterError(f"{name} must be an integer, got {show(value)}")
+    value, problems = check_value(name, value, _meta("int", ge=low, le=high))
     if problems:
         raise ParameterError(problems[0])
     return value
@@ -163,7 +151,7 @@ def check_number(name: str, value, *, ge=None, gt=None, le=None, lt=None, allow_
     """``value`` as a float within the given bounds, finite unless ``allow_inf`` (NaN never);
     otherwise a :class:`~fedclust.params_check.ParameterError` (a ``ValueError``) naming ``name``.
     The one check of a numeric argument of a library function."""
-    value, problems = check_value(name, value, _bounds("float", ge=ge, gt=gt, le=le, lt=lt, allow_inf=allow_inf))
+    value, problems = check_value(name, value, _meta("float", ge=ge, gt=gt, le=le, lt=lt, allow_inf=allow_inf))
     if problems:
         raise ParameterError(problems[0])
     return value

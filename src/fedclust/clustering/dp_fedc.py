@@ -117,7 +117,7 @@ from fedclust.clustering._common import (
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import InitOptions
-from fedclust.options import MethodConfig, param
+from fedclust.options import MethodConfig, check_number, param
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
@@ -780,11 +780,8 @@ def eps_bar_for_budget(
     at most the target, within ``rtol`` (relative, on eps_bar or on the accounted epsilon).
     """
 
-    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
-        raise ValueError(f"target_epsilon must be a finite number > 0, got {target_epsilon!r}")
-    if not rtol > 0:
-        raise ValueError(f"rtol must be > 0, got {rtol!r}")
-    target = float(target_epsilon)
+    target = check_number("target_epsilon", target_epsilon, gt=0)
+    rtol = check_number("rtol", rtol, gt=0)
     sched = _schedule(None, schedule)
     sizes = np.asarray(sizes)
     lo, hi, tol = math.log(1e-6), math.log(1e6), math.log1p(rtol)

@@ -21,6 +21,9 @@ def check_rate(q, name: str = "q") -> float:
 
 
 def check_steps(steps, name: str = "steps") -> int:
+    """An integer >= 1 (an integer-valued float such as 5.0 counts, as it always has here)."""
+    if isinstance(steps, float) and steps.is_integer():
+        steps = int(steps)
     return check_int(name, steps, 1)
 
 
