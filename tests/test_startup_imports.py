@@ -39,3 +39,34 @@ def test_accounting_still_loads_dp_accounting_when_it_accounts():
         "assert epsilon([GaussianRelease((1.0,), count=10)], 1e-5) > 0"
     )
     assert "dp_accounting" in loaded
+
+
+def mlflow_switches(env: dict[str, str], home: Path) -> list[str]:
+    """MLflow's telemetry and SGC-resumption switches, and whether its telemetry client exists, after
+    the project's settings are imported in a fresh interpreter with ``env``."""
+    code = (
+        "import os, fedclust.settings\n"
+        "from mlflow.telemetry import get_telemetry_client\n"
+        "print(os.environ.get('MLFLOW_DISABLE_TELEMETRY'), "
+        "os.environ.get('MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS'), "
+        "get_telemetry_client() is None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg", "HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path):
+    assert mlflow_switches({}, tmp_path) == ["true", "false", "True"]
+    # a user's choice stands
+    assert mlflow_switches({"MLFLOW_DISABLE_TELEMETRY": "false"}, tmp_path) == ["false", "false", "False"]
+    assert mlflow_switches({"MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS": "true"}, tmp_path)[1] == "true"
+
+
+def test_sgc_run_resumption_is_left_to_mlflow_on_databricks(tmp_path):
+    assert mlflow_switches({"DATABRICKS_RUNTIME_VERSION": "15.4"}, tmp_path)[1] == "None"

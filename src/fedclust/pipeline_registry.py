@@ -16,6 +16,8 @@ from typing import Callable
 
 from kedro.pipeline import Pipeline
 
+from fedclust.gc_pause import long_lived
+
 
 def _requested() -> set[str] | None:
     """The pipeline names of the current ``kedro run``, or None for all of them."""
@@ -88,6 +90,13 @@ def _factories(grids: bool = True) -> dict[str, Callable[[], Pipeline]]:
 
 
 def register_pipelines() -> dict[str, Pipeline]:
+    # building the pipelines imports their nodes (and matplotlib with the plots): objects kept until
+    # the process ends, which the garbage collector need not walk (fedclust.gc_pause)
+    with long_lived():
+        return _build()
+
+
+def _build() -> dict[str, Pipeline]:
     requested = _requested()
     if requested is not None:
         factories = _factories(grids=False)

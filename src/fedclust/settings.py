@@ -3,15 +3,29 @@
 import os
 import sys
 
-from fedclust.hooks import (
-    EffectiveSettingsHook,
-    InterruptHook,
-    MethodRunsCloseHook,
-    NodeParamsBatchHook,
-    ParamsCheckHook,
-    RunTagsHook,
-    SummaryHook,
-)
+from fedclust.gc_pause import long_lived
+
+# MLflow's usage telemetry is off in this project unless the user turns it on
+# (MLFLOW_DISABLE_TELEMETRY=false): a tool for private analyses does not report on its users by
+# default, and its threads cost a run about a second here (a config fetch and up to a second's wait
+# for its consumers). Set before MLflow is first imported, below.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow resumes the run of a Databricks serverless GPU job on its own; anywhere else its probe only
+# imports IPython (a quarter of a second). Left to MLflow on Databricks.
+if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
+    os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
+
+with long_lived():  # every command imports MLflow and the method registry here (fedclust.gc_pause)
+    from fedclust.hooks import (
+        EffectiveSettingsHook,
+        InterruptHook,
+        MethodRunsCloseHook,
+        NodeParamsBatchHook,
+        ParamsCheckHook,
+        RunTagsHook,
+        StartupGCHook,
+        SummaryHook,
+    )
 
 # kedro-mlflow registers its own hook through its entry point. Ours, one job each (fedclust.hooks):
 # ParamsCheckHook stops a run with an unknown or invalid parameter before anything runs (the command
@@ -22,8 +36,10 @@ from fedclust.hooks import (
 # each method's settings as it ran; NodeParamsBatchHook writes the params that kedro-mlflow logs node
 # by node in one batch at the start of a one-method run (one SQLite write instead of one per key);
 # SummaryHook shows progress and the end-of-run table; InterruptHook marks the MLflow run of an
-# interrupted run as KILLED.
+# interrupted run as KILLED; StartupGCHook keeps the collector off the objects that kedro-mlflow's
+# set-up and the run's start create for good (fedclust.gc_pause).
 HOOKS = (
+    StartupGCHook(),
     ParamsCheckHook(),
     RunTagsHook(),
     MethodRunsCloseHook(),

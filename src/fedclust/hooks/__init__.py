@@ -9,6 +9,8 @@
 * :mod:`.params_log`: the params kedro-mlflow logs node by node written in one batch when a
   one-method run starts (:class:`NodeParamsBatchHook`);
 * :mod:`.summary`: progress bars and the end-of-run summary table (:class:`SummaryHook`);
+* :mod:`.startup`: the garbage collector kept off the objects a run's set-up builds for good
+  (:class:`StartupGCHook`);
 * :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
   marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`).
 
@@ -21,6 +23,7 @@ from fedclust.hooks.interrupts import HOST_TAG, PID_TAG, InterruptHook, kill_dea
 from fedclust.hooks.params import ParamsCheckHook
 from fedclust.hooks.params_log import NodeParamsBatchHook
 from fedclust.hooks.settings_log import EffectiveSettingsHook
+from fedclust.hooks.startup import StartupGCHook
 from fedclust.hooks.summary import SummaryHook
 from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
 
@@ -33,6 +36,7 @@ __all__ = [
     "PID_TAG",
     "ParamsCheckHook",
     "RunTagsHook",
+    "StartupGCHook",
     "SummaryHook",
     "kill_dead_runs",
 ]
