@@ -8,6 +8,7 @@ say what their big arrays are; :func:`require_memory` compares their sum with th
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 from fedclust.errors import FedclustError
@@ -15,6 +16,50 @@ from fedclust.errors import FedclustError
 #: an estimate above this share of the available memory is refused (the estimate is rough, and the
 #: interpreter, the data set and the libraries need memory too)
 MAX_SHARE = 0.9
+
+
+def _malloc_trim():
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, Windows, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory in bytes (Linux ``/proc``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def release_free_memory(above: int | None = None) -> bool:
+    """Hand the memory that the C allocator holds free back to the operating system (glibc's
+    ``malloc_trim(0)``); with ``above``, only when the resident memory exceeds that many bytes. True
+    when memory was released; False when none was, when the resident memory is at most ``above``, or
+    where there is no ``malloc_trim``.
+
+    Why: torch allocates a tensor's storage with ``malloc``. glibc serves blocks above a threshold
+    from their own mappings, returned to the system when freed, but it raises that threshold to the
+    size of each such block freed (up to 32 MiB). From then on blocks of that size come from the
+    heap, and freed heap pages stay in the process, fragmented, counted in its resident memory. A
+    loop that allocates and frees a chunk's tensors many times (the clustered-FL engine's chunks of
+    clients) so grows its resident memory by hundreds of MB, by chance, from run to run. Trimming
+    costs page faults when the memory is used again, so the engine trims only once the held memory
+    passes a ceiling (``above``).
+    """
+    if _MALLOC_TRIM is None:
+        return False
+    if above is not None:
+        rss = resident_bytes()
+        if rss is None or rss <= above:
+            return False
+    return bool(_MALLOC_TRIM(0))
 
 
 class MemoryEstimateError(FedclustError, MemoryError):

@@ -152,3 +152,24 @@ def test_pipeline_node_passes_max_chunk_mb(method):
     assert default.info["chunks_per_round"] == 1
     for n in default.params:
         torch.testing.assert_close(small.params[n], default.params[n], atol=1e-5, rtol=1e-5)
+
+
+def test_every_chunk_hands_its_freed_memory_back(monkeypatch):
+    """The chunk loops offer the allocator's free memory back after each chunk
+    (fedclust.memory.release_free_memory, above a ceiling): once per loss chunk and once per
+    training chunk, every round; a one-chunk round does not."""
+    import fedclust.clustered_fl.engine.loop as loop  # the module whose name the engine calls
+
+    calls = []
+    monkeypatch.setattr(loop, "release_free_memory", lambda above=None: calls.append(above) or True)
+    data = _data()
+    model = MLP(D, 8, N_CLASSES)
+    eng, _ = _run(data, _budget(model, data, 3), rounds=2)
+    assert eng.chunk_clients == 3
+    # 2 rounds x (7 loss chunks + 7 training chunks) of the 20 sampled clients, each against a
+    # ceiling above the resident memory when its loop started
+    assert len(calls) == 2 * (7 + 7)
+    assert all(c is not None and c > 0 for c in calls)
+    calls.clear()
+    _run(data, None, rounds=2)
+    assert calls == []

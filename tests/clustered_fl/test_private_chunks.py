@@ -11,7 +11,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, rr_cluster
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
 from fedclust.clustered_fl.engine import bytes_per_client
 
@@ -23,7 +23,9 @@ def _data(seed=0):
 
 
 def _budget(model, data, clients, batch_size=None):
-    per = bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=batch_size)
+    per = bytes_per_client(
+        model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=batch_size, extra_copies=2
+    )
     return (clients + 0.5) * per / 2**20
 
 
@@ -123,3 +125,24 @@ def test_fesem_still_runs_whole_rounds_with_a_warning(caplog):
     assert "cannot aggregate in chunks" in caplog.text
     for n in ref.params:
         assert torch.equal(ref.params[n], small.params[n])
+
+
+def test_a_clipping_aggregator_sizes_smaller_chunks():
+    """PrivateClusterAggregator holds each client's delta and its clipped copy at once: two more
+    parameter-sized copies per client in the chunk estimate, so the same budget takes fewer clients."""
+    model = MLP(D, 8, N_CLASSES)
+    params = model.init(1, 0)
+    P = sum(int(v.numel()) for v in params.values())
+    base = bytes_per_client(model, params, N_MAX, D)
+    assert bytes_per_client(model, params, N_MAX, D, extra_copies=2) - base == 2 * P * 4  # float32
+    data = _data()
+    n_max = int(data.X_train.shape[1])
+    per = bytes_per_client(model, params, n_max, D, batch_size=COMMON["batch_size"])
+    mb = 200 * per / 2**20  # room for 200 clients by the engine's own estimate
+    ifca = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **COMMON)
+    private = rr_cluster.build_engine(data, model, 2, B=3, **PRIVATE, max_chunk_mb=mb, **COMMON)
+    ifca._set_chunk(params)
+    private._set_chunk(params)
+    assert ifca.chunk_clients == 200
+    assert private.aggregator.working_copies == 2
+    assert private.chunk_clients == int(mb * 2**20 // (per + 2 * P * 4)) < 200

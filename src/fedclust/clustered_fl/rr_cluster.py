@@ -322,6 +322,8 @@ class PrivateClusterAggregator(DeltaAveraging):
     raw data, outside the guarantee).
     """
 
+    working_copies = 2  # accumulate: the chunk's deltas and their clipped copies
+
     name = "rr_cluster"
 
     def __init__(

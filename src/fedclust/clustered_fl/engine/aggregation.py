@@ -104,6 +104,10 @@ class Aggregator:
     """
 
     name = "aggregator"
+    #: parameter-sized copies of each client's update that :meth:`accumulate` holds at once beyond the
+    #: engine's own (a clipping strategy: the deltas and their clipped copies); the engine sizes its
+    #: chunks with them (:func:`~fedclust.clustered_fl.engine.kernels.bytes_per_client`)
+    working_copies = 0
 
     def groups(self, updates: ClientUpdates, ctx: RoundContext) -> torch.Tensor:
         return updates.chosen

@@ -181,13 +181,21 @@ DEFAULT_CHUNK_MB = 512.0
 
 
 def bytes_per_client(
-    model: BatchedModel, params: Params, n_max: int, d: int, *, beta: float = 0.0, batch_size: int | None = None
+    model: BatchedModel,
+    params: Params,
+    n_max: int,
+    d: int,
+    *,
+    beta: float = 0.0,
+    batch_size: int | None = None,
+    extra_copies: int = 0,
 ) -> int:
     """Estimated working memory of ONE sampled client in a round (bytes), used to size the chunks.
 
     Per client: the parameter-sized stacks of a round (start model, trained model, gradient, momentum
     and its start, the aggregator's delta and a temporary: 7 copies of the P parameters of one model,
-    5 without momentum), its padded data gathered twice (the client's rows and the step's batch), and
+    5 without momentum, plus the aggregator's ``extra_copies``: a clipping aggregator's deltas and
+    their clipped copies), its padded data gathered twice (the client's rows and the step's batch), and
     the activations of the local step (MLP: the widths of its layers; other models: 16 x d per sample,
     a generous guess for small CNNs) for the forward and backward pass, and with plain SGD on a model
     that defers its first layer's updates (the MLP) the deferred update's tables over the client's
@@ -197,7 +205,7 @@ def bytes_per_client(
     itemsize = next(iter(params.values())).element_size()
     k = next(iter(params.values())).shape[0]
     P = sum(int(v.numel()) for v in params.values()) // max(k, 1)
-    copies = 7 if beta > 0 else 5
+    copies = (7 if beta > 0 else 5) + int(extra_copies)
     rows = n_max if batch_size is None else min(batch_size, n_max)
     sizes = getattr(model, "sizes", None)
     width = int(sum(sizes[1:])) if sizes is not None else 16 * d

@@ -35,6 +35,7 @@ from fedclust.clustered_fl.engine.kernels import (
     segment_counts,
 )
 from fedclust.clustered_fl.models import BatchedModel
+from fedclust.memory import release_free_memory, resident_bytes
 from fedclust.metrics import client_clustering_scores
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
@@ -282,10 +283,24 @@ class ClusteredFLEngine:
 
     def _set_chunk(self, params: Params) -> None:
         per = bytes_per_client(
-            self.model, params, int(self.data.X_train.shape[1]), self.data.d, beta=self.beta, batch_size=self.batch_size
+            self.model,
+            params,
+            int(self.data.X_train.shape[1]),
+            self.data.d,
+            beta=self.beta,
+            batch_size=self.batch_size,
+            extra_copies=getattr(self.aggregator, "working_copies", 0),
         )
         self.bytes_per_client = per
         self.chunk_clients = max(1, int(self.max_chunk_mb * 2**20 // per))
+
+    def _memory_ceiling(self) -> int | None:
+        """Resident bytes past which a chunk loop hands freed memory back: the resident memory when the
+        loop starts plus half a chunk budget (None where it cannot be read). Below it, freed memory
+        stays for the next chunk to reuse without page faults; above it, the allocator holds more
+        than the chunks need (:func:`fedclust.memory.release_free_memory`)."""
+        rss = resident_bytes()
+        return None if rss is None else rss + int(self.max_chunk_mb * 2**20 / 2)
 
     def _losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
         """(len(clients), k) losses of every model on the given clients, gathering their data one chunk
@@ -293,6 +308,7 @@ class ClusteredFLEngine:
         if self.chunk_clients is None:
             self._set_chunk(params)
         d, step = self.data, self.chunk_clients
+        ceiling = self._memory_ceiling()
         out = []
         for a in range(0, len(clients), step):
             out.append(
@@ -300,6 +316,8 @@ class ClusteredFLEngine:
                     self.model, params, *self.client_data(clients[a : a + step]), max_rows=self.max_rows
                 )[0]
             )
+            if len(clients) > step:  # freed tensors held past the ceiling go back (fedclust.memory)
+                release_free_memory(above=ceiling)
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=d.X_train.dtype)
 
     def lr_at(self, t: int) -> float:
@@ -440,6 +458,7 @@ class ClusteredFLEngine:
             self.timing["aggregate"] += time.perf_counter() - t2
             return updates, agg
         tape = _DrawTape(self.rngs["minibatch"], S)
+        ceiling = self._memory_ceiling()
         for a in range(0, S, self.chunk_clients):
             rows = slice(a, min(S, a + self.chunk_clients))
             t1 = time.perf_counter()
@@ -458,6 +477,7 @@ class ClusteredFLEngine:
             )
             self.aggregator.accumulate(acc, chunk, rows, ctx)
             del chunk, params, mom, start, X, y
+            release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
             self.timing["local"] += t2 - t1
             self.timing["aggregate"] += time.perf_counter() - t2
         t2 = time.perf_counter()
@@ -506,6 +526,7 @@ class ClusteredFLEngine:
                 yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
 
         shared = (self.model, state.params, state.momentum if self.beta > 0 else None)
+        ceiling = self._memory_ceiling()
         t_agg = 0.0
         for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
             t1 = time.perf_counter()
@@ -523,6 +544,8 @@ class ClusteredFLEngine:
                 n_samples=n,
             )
             self.aggregator.accumulate(acc, chunk, rows, ctx)
+            del chunk, params, mom, start
+            release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
             t_agg += time.perf_counter() - t1
         self.timing["aggregate"] += t_agg
         self.timing["local"] += time.perf_counter() - t0 - t_agg
