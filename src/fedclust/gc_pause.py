@@ -9,8 +9,9 @@ exit. None of them is garbage.
 :func:`long_lived` pauses the collector while a block runs (an import, a hook that imports). In a
 ``kedro`` command it then moves every object alive at that point out of the collector's reach
 (:func:`gc.freeze`), so that later passes, while the nodes run and at exit, walk only the objects
-made after it. On the benchmark machine this takes a tiny FKM run from 7.8 to 6.1 s and
-``kedro --version`` from 3.8 to 3.1 s (``benchmarks/bench_startup.py``); pausing alone gains nothing.
+made after it. On our 2-core benchmark machine this took a tiny FKM run from 7.8 to 6.1 s and
+``kedro --version`` from 3.8 to 3.1 s (medians of five interleaved runs each); pausing alone gained
+nothing.
 
 What freezing costs: a frozen object that later becomes part of unreachable cycles is never freed
 (reference counting still frees everything else). The cyclic garbage the imports themselves leave
