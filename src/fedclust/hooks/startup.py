@@ -15,7 +15,8 @@ from fedclust.gc_pause import long_lived
 
 
 class StartupGCHook:
-    """Pauses the cyclic collector around the set-up hooks of a run and freezes what they built."""
+    """Pauses the cyclic collector around the set-up hooks of a run and, in a ``kedro`` command,
+    freezes what they built."""
 
     @hook_impl(wrapper=True)
     def after_context_created(self, context):

@@ -254,7 +254,7 @@ class _EngineConfig(MethodConfig):
     local_steps: int = param(10, **K)
     participation: float = param(0.25, "float", gt=0, le=1)
     eval_every: int = param(5, "int", ge=0)
-    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 512")
+    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 256")
     defer_updates: bool = param(True, "bool", doc="false = local steps one by one (last-bit differences)")
     device: str = param(
         "cpu", "str", choices=("cpu", "cuda", "auto"), doc="where the engine trains; auto = CUDA when present"

@@ -81,6 +81,10 @@ class ClusteredFLEngine:
     * ``eval_every`` evaluate every this many rounds (0 = only after the last round; the last round is
       always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
       ``"train"``; ``progress(round, record)`` optional callback;
+    * ``max_rows`` rows (clients x padded samples) of one block of the loss tables and evaluations
+      (default 16,384): an MLP 784-200-10 with k = 4 holds about 3 x k x 200 floats per row while a
+      block runs (40 MB per 16,384 rows at k = 1, 160 MB at k = 4), on top of the chunk budget, and the
+      evaluation of every client runs in such blocks;
     * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
       512): the round's clients are evaluated, trained and folded into the aggregation
       ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
@@ -137,7 +141,7 @@ class ClusteredFLEngine:
         eval_every: int = 1,
         train_eval: str = "sampled",
         test_select: str = "test",
-        max_rows: int = 1 << 16,
+        max_rows: int = 1 << 14,
         max_chunk_mb: float | None = None,
         method: str = "clustered_fl",
         progress: Callable[[int, dict], None] | None = None,
@@ -296,11 +300,12 @@ class ClusteredFLEngine:
 
     def _memory_ceiling(self) -> int | None:
         """Resident bytes past which a chunk loop hands freed memory back: the resident memory when the
-        loop starts plus half a chunk budget (None where it cannot be read). Below it, freed memory
-        stays for the next chunk to reuse without page faults; above it, the allocator holds more
-        than the chunks need (:func:`fedclust.memory.release_free_memory`)."""
+        loop starts plus a quarter of a chunk budget (None where it cannot be read). Below it, freed
+        memory stays for the next chunk to reuse without page faults; above it, the allocator holds
+        more than the chunks need (:func:`fedclust.memory.release_free_memory`). A round's peak is
+        then about its start, one chunk's working set and this quarter budget."""
         rss = resident_bytes()
-        return None if rss is None else rss + int(self.max_chunk_mb * 2**20 / 2)
+        return None if rss is None else rss + int(self.max_chunk_mb * 2**20 / 4)
 
     def _losses(self, params: Params, clients: np.ndarray) -> torch.Tensor:
         """(len(clients), k) losses of every model on the given clients, gathering their data one chunk
