@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, DeltaAveraging, FederatedTensors, GradientAveraging
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, DeltaAveraging, GradientAveraging
 from fedclust.clustered_fl.engine import bytes_per_client
 from fedclust.privacy.mechanisms import add_gaussian_noise
 
@@ -16,17 +17,8 @@ N_CLIENTS, N_MAX, D, N_CLASSES = 40, 12, 10, 4
 
 
 def _data(seed=0):
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(3, N_MAX + 1, N_CLIENTS)  # unequal sizes: padding and empty epoch batches occur
-    client = np.repeat(np.arange(N_CLIENTS), sizes)
-    group = rng.integers(0, 2, N_CLIENTS)
-    centers = rng.normal(size=(2, N_CLASSES, D)) * 2
-    y = rng.integers(0, N_CLASSES, client.size)
-    X = centers[group[client], y] + rng.normal(size=(client.size, D))
-    ct = np.repeat(np.arange(N_CLIENTS), 4)
-    yt = rng.integers(0, N_CLASSES, ct.size)
-    Xt = centers[group[ct], yt] + rng.normal(size=(ct.size, D))
-    return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
+    # unequal sizes (3..N_MAX): padding and empty epoch batches occur
+    return two_group_clients(seed, N_CLIENTS, N_MAX, D, N_CLASSES, 4)
 
 
 def _budget(model, data, clients, **kw):

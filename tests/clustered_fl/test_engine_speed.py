@@ -6,23 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, local_train
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, local_train
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
 def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(2, n_max + 1, n_clients)
-    client = np.repeat(np.arange(n_clients), sizes)
-    group = rng.integers(0, 2, n_clients)
-    centers = rng.normal(size=(2, n_classes, d)) * 2
-    y = rng.integers(0, n_classes, client.size)
-    X = centers[group[client], y] + rng.normal(size=(client.size, d))
-    ct = np.repeat(np.arange(n_clients), 3)
-    yt = rng.integers(0, n_classes, ct.size)
-    Xt = centers[group[ct], yt] + rng.normal(size=(ct.size, d))
-    return FederatedTensors.from_arrays(X, y, client, Xt, yt, ct, group=group)
+    return two_group_clients(seed, n_clients, n_max, d, n_classes, 3, min_size=2)
 
 
 @pytest.mark.parametrize(

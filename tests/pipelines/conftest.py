@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import mlflow
 import pytest
 
 
@@ -61,3 +62,19 @@ def read_versioned_json(kedro_project):
         return json.loads((versions[-1] / folder.name).read_text())
 
     return _read
+
+
+@pytest.fixture()
+def fresh_mlflow_store(tmp_path, monkeypatch):
+    """The URI of an empty SQLite MLflow store in ``tmp_path``, set as the tracking URI with no
+    experiment chosen; afterwards every run left open is ended and the tracking URI reset."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    # an experiment chosen by an earlier test of this process names an id this fresh store lacks
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    yield uri
+    while mlflow.active_run() is not None:
+        mlflow.end_run()
+    mlflow.set_tracking_uri(None)

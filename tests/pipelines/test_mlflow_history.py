@@ -18,17 +18,8 @@ HISTORY = {
 
 
 @pytest.fixture
-def client(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    # an experiment chosen by an earlier test of this process names an id this fresh store lacks
-    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    yield MlflowClient(uri)
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    mlflow.set_tracking_uri(None)
+def client(fresh_mlflow_store):
+    return MlflowClient(fresh_mlflow_store)
 
 
 def _points(client, run_id) -> dict:

@@ -77,24 +77,15 @@ def test_node_params_are_the_params_kedro_mlflow_logs(monkeypatch):
 
 
 @pytest.fixture
-def tracked(tmp_path, monkeypatch):
+def tracked(fresh_mlflow_store, monkeypatch):
     """A real SQLite MLflow store with an active run that kedro-mlflow's hook object says it opened."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    # an experiment chosen by an earlier test of this process names an id this fresh store lacks
-    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     run = mlflow.start_run()
     monkeypatch.setattr(mlflow_hook, "run_id", run.info.run_id)
     monkeypatch.setattr(mlflow_hook, "_is_mlflow_enabled", True)
     monkeypatch.setattr(mlflow_hook, "flatten", True)
     RUN.reset()
-    yield MlflowClient(uri), run.info.run_id
+    yield MlflowClient(fresh_mlflow_store), run.info.run_id
     RUN.reset()
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-    mlflow.set_tracking_uri(None)
 
 
 def test_a_one_method_run_gets_its_node_params_before_the_first_node(tracked, monkeypatch):
