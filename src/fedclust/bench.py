@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from fedclust.memory import resident_bytes
+
 #: The project root when the package runs from its source tree (``src/fedclust/bench.py``).
 ROOT = Path(__file__).resolve().parents[2]
 #: The shared data folder, a sibling of the project (see the README).
@@ -207,11 +209,8 @@ def interleaved(
 
 def rss_mb() -> float:
     """Current resident set size of this process in MB (Linux ``/proc``; else the peak)."""
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:
-        return peak_rss_mb()
+    rss = resident_bytes()
+    return peak_rss_mb() if rss is None else rss / 2**20
 
 
 def reset_peak_rss() -> bool:

@@ -7,8 +7,8 @@ from fedclust.gc_pause import long_lived
 
 # MLflow's usage telemetry is off in this project unless the user turns it on
 # (MLFLOW_DISABLE_TELEMETRY=false): a tool for private analyses does not report on its users by
-# default, and its threads cost a run about a second here (a config fetch and up to a second's wait
-# for its consumers). Set before MLflow is first imported, below.
+# default, and its background threads cost a tiny run about a second on our benchmark machine. Set
+# before MLflow is first imported, below.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # MLflow resumes the run of a Databricks serverless GPU job on its own; anywhere else its probe only
 # imports IPython (a quarter of a second). Left to MLflow on Databricks.
