@@ -413,9 +413,9 @@ def _fed_dp_kmeans_case(
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
     split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
-    method is). The Gaussian statistic adds the weighting count of the server point nearest the
-    (clipped) canary, others' count removed, and the first Lloyd step's released totals
-    (:func:`lloyd_statistic`; the steps assign raw samples), each term weighted by its shift over its
+    method is). The Gaussian statistic adds the weighting count of the (clipped) server point nearest
+    the clipped canary, others' count removed, and the first Lloyd step's released totals
+    (:func:`lloyd_statistic`; every stage assigns clipped samples), each term weighted by its shift over its
     claimed noise variance: its mu is the composition of the three releases the canary touches."""
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS : N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
@@ -426,8 +426,10 @@ def _fed_dp_kmeans_case(
     w_sum, w_count = 1.0 / (z["step_sums"] ** 2 * clip), 1.0 / z["step_counts"] ** 2
     w_weight = 1.0 / z["weighting"] ** 2
     c_clipped = clip_rows(canary[None], clip)[0][0]
-    j_w = int(nearest(c_clipped[None], server)[0][0])  # the server point the canary weighs (clipped)
-    n_w = float(np.sum(nearest(clip_rows(X0, clip)[0], server)[0] == j_w))
+    others = clip_rows(X0, clip)[0]
+    server_c = clip_rows(server, clip)[0]  # the method matches clipped rows to clipped server points
+    j_w = int(nearest(c_clipped[None], server_c)[0][0])  # the server point the canary weighs
+    n_w = float(np.sum(nearest(others, server_c)[0] == j_w))
 
     def run(X, client, seed, zz):
         return fed_dp_kmeans.run(
@@ -455,7 +457,7 @@ def _fed_dp_kmeans_case(
         with observed_updates() as seen, observed_weights(fed_dp_kmeans) as weights:
             res = run(X, client, s, zz)
         w_stat = w_weight * (float(weights[0][j_w]) - n_w)
-        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], canary, X0, w_sum, w_count) + w_stat
+        return res.centroids[:, 0].max(), lloyd_statistic(seen[0], c_clipped, others, w_sum, w_count) + w_stat
 
     scores = canary_scores(one, lambda noise: mutated if noise else None)
 

@@ -61,6 +61,7 @@ import numpy as np
 from fedclust.clustering._common import clip_data, nearest, new_history, round_logger, server_kmeans
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import ReleaseOptions
+from fedclust.clustering.defaults import projection_rule, resolve_clip, weight_threshold
 from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count
 from fedclust.options import param
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
@@ -70,14 +71,23 @@ from fedclust.rng import stream
 
 logger = logging.getLogger(__name__)
 
-PROJECTIONS = ("dp_pca", "none")
+PROJECTIONS = ("dp_pca", "server_pca", "none")
 #: Default split of the run's Gaussian-DP budget (mu^2) between the stages.
 DEFAULT_SHARES = {"projection": 0.1, "weighting": 0.1, "lift": 0.3, "steps": 0.5}
 DEFAULT_COUNT_SHARE = 0.3
 
 
+def release_projection(projection: str | None, has_server_data: bool) -> str:
+    """The projection as far as the releases go: ``dp_pca`` when chosen or when there is no server
+    data (the default then), ``none`` otherwise (``server_pca`` releases nothing)."""
+    if projection == "dp_pca" or (projection is None and not has_server_data):
+        return "dp_pca"
+    return "none"
+
+
 def release_names(projection: str, steps: int, has_server_data: bool) -> list[str]:
     """The releases of a run, in order (``steps`` Lloyd steps count as one name)."""
+    projection = release_projection(projection, has_server_data)
     names = []
     if projection == "dp_pca":
         names.append("projection")
@@ -100,6 +110,7 @@ def budget_weights(
 ) -> dict[str, float]:
     """The share of the run's mu^2 of every release (one Lloyd step's share for ``step_*``),
     from the stage ``shares`` renormalised over the stages the run has."""
+    projection = release_projection(projection, has_server_data)
     sh = dict(DEFAULT_SHARES if shares is None else shares)
     unknown = set(sh) - set(DEFAULT_SHARES)
     if unknown:
@@ -211,9 +222,31 @@ class FedDPKMeansOptions(ReleaseOptions):
     )
     server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array; neither: DP candidates")
     steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
-    projection: str = param("none", "str", choices=PROJECTIONS, doc="dp_pca (the paper's stage 1) | none")
+    projection: str | None = param(
+        None,
+        "str",
+        choices=PROJECTIONS,
+        doc="dp_pca (the paper's stage 1) | server_pca (the server's public points; no release) | none; "
+        "None: server_pca when the server holds >= 4m points and k < m, none with fewer, dp_pca without any",
+    )
     n_components: int | None = param(None, "int", count=True, doc="dimension of the projection (None: k)")
-    clip: float | None = param(None, "float", gt=0, doc="public L2 bound on every sample (required when private)")
+    clip: float | None = param(
+        None,
+        "float",
+        gt=0,
+        doc="public L2 bound on every sample; None: the median row norm of the server's points "
+        "(fedclust.clustering.defaults), or sqrt(m) under data_scale without server points",
+    )
+    data_scale: str | None = param(
+        None, "str", doc="the scaling of X (minmax | standardize | ...): declares the clip without server points"
+    )
+    weight_threshold: float | None = param(
+        None,
+        "float",
+        ge=0,
+        doc="server points kept when their noisy weight >= max(1, this x its noise std); "
+        "None: the normal quantile at 1 - 1/(server points), at most one empty point kept on average",
+    )
     noise: dict | None = param(None, "dict", doc="noise multiplier per release (noise_multipliers); None: not private")
     n_candidates: int | None = param(None, "int", count=True, doc="DP candidates without server data (None: 50 k)")
     server_restarts: int = param(10, "int", ge=0, doc="k-means++ restarts of the server's weighted k-means")
@@ -221,11 +254,11 @@ class FedDPKMeansOptions(ReleaseOptions):
 
     def problems(self, where: str) -> list[str]:
         found = []
-        if self.noise and self.clip is None:
-            found.append(f"{where}.clip must be a public L2 bound > 0 on every sample in a private run")
         if self.server_rows is not None and self.server_data is not None:
             found.append(f"{where}: give server_rows or server_data, not both")
-        if self.server_rows is None and self.server_data is None and self.projection != "dp_pca":
+        if self.server_rows is None and self.server_data is None and self.projection == "server_pca":
+            found.append("projection='server_pca' needs server points (server_rows / server_data)")
+        if self.server_rows is None and self.server_data is None and self.projection not in ("dp_pca", None):
             found.append(
                 "without server data the candidates come from the DP projection stage: "
                 "set projection='dp_pca' (or give server_rows / server_data)"
@@ -260,7 +293,13 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
     Xp_raw, cl = X[priv], client[priv]
     _, cl = np.unique(cl, return_inverse=True)
     K = int(cl.max()) + 1  # clients taking part in every release
+    clip, clip_rule = resolve_clip(clip, Xs, m, o.data_scale)
+    if projection is None:
+        projection = "dp_pca" if Xs is None else projection_rule(Xs.shape[0], m, k)
+    # Every stage matches and sums the clipped rows, the server's points clipped alike: matching clipped
+    # client rows to unclipped server points piles the samples onto the server's short rows.
     Xc = clip_data(Xp_raw, clip)
+    Xs_c = clip_data(Xs, clip) if Xs is not None else None
     z = dict(o.noise or {})
     expected = release_names(projection, steps, Xs is not None)
     if private and sorted(z) != sorted(expected):
@@ -278,11 +317,11 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
 
     # 1. projection
     if projection == "dp_pca":
-        M = Xc.T @ Xc + _symmetric_noise(m, std("projection", clip**2 if clip else 0.0), K, trust_model, rng)
+        M = Xc.T @ Xc + _symmetric_noise(m, std("projection", clip**2), K, trust_model, rng)
         V = _top_components(M, min(q, m))
         uploaded += K * m * (m + 1) // 2
         if Xs is None:
-            total = release_sum(Xc.sum(0), std("mean", clip or 0.0), K, trust_model, rng)
+            total = release_sum(Xc.sum(0), std("mean", clip), K, trust_model, rng)
             size = release_sum(np.array([float(Xc.shape[0])]), std("size", 1.0), K, trust_model, rng)[0]
             size = max(size, 1.0)
             mean = total / size
@@ -294,19 +333,24 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
             Ps = mu_p + stream(seed, "server").standard_normal((n_c, V.shape[1])) @ root.T
             uploaded += K * (m + 1)
         else:
-            Ps = Xs @ V
+            Ps = Xs_c @ V
+    elif projection == "server_pca":  # the server's own public points: no release, no budget
+        V = _top_components(Xs_c.T @ Xs_c, min(q, m))
+        Ps = Xs_c @ V
     else:
         V = None
-        Ps = Xs
+        Ps = Xs_c
     Pc = Xc @ V if V is not None else Xc
 
     # 2. weighting of the server points, weighted k-means on the server
+    sigma_w = sum_noise_std(std("weighting", 1.0), K, trust_model)
     lab, _ = nearest(Pc, Ps)
     w = release_sum(
         np.bincount(lab, minlength=Ps.shape[0]).astype(np.float64), std("weighting", 1.0), K, trust_model, rng
     )
     uploaded += K * Ps.shape[0]
-    threshold = max(1.0, count_threshold * sum_noise_std(std("weighting", 1.0), K, trust_model))
+    w_thr = weight_threshold(Ps.shape[0]) if o.weight_threshold is None else float(o.weight_threshold)
+    threshold = max(1.0, w_thr * sigma_w)
     keep = w >= threshold
     if keep.sum() < k:  # too few trusted points: keep the k heaviest
         keep = np.zeros_like(keep)
@@ -316,10 +360,12 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
     )
 
     # 3. lift to the data space
-    if V is not None:
+    if projection == "server_pca":  # back along the public projection; the Lloyd steps leave the subspace
+        C = clip_data(Cp @ V.T, clip)
+    elif V is not None:
         start = clip_data(Cp @ V.T, clip)
         lift = LloydRelease(
-            sum_std=std("lift_sums", clip or 0.0),
+            sum_std=std("lift_sums", clip),
             count_std=std("lift_counts", 1.0),
             trust_model=trust_model,
             count_threshold=count_threshold,
@@ -335,7 +381,7 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
 
     # 4. private Lloyd steps
     step = LloydRelease(
-        sum_std=std("step_sums", clip or 0.0) if steps else 0.0,
+        sum_std=std("step_sums", clip) if steps else 0.0,
         count_std=std("step_counts", 1.0) if steps else 0.0,
         trust_model=trust_model,
         count_threshold=count_threshold,
@@ -343,17 +389,19 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
         project=o.project,
     )
     for t in range(steps):
-        labs, _ = nearest(Xp_raw, C)
+        labs, _ = nearest(Xc, C)
         C = lloyd_step(Xc, labs, C, step, K, rng)
         uploaded += K * k * (m + 1)
         log_step(t + 2, C)
 
-    labels, _ = nearest(X, C)
+    labels, _ = nearest(clip_data(X, clip), C)
     info = {
         "trust_model": trust_model,
         "projection": projection,
         "steps": int(steps),
         "clip": clip,
+        "clip_rule": clip_rule,
+        "weight_threshold": w_thr,
         "n_server_points": int(Ps.shape[0]),
         "server_points_kept": int(keep.sum()),
         "server_data": "rows" if server_rows is not None else ("array" if server_data is not None else "dp_candidates"),

@@ -1,4 +1,4 @@
-"""scikit-learn's bundled data sets (no download needed): digits, iris and wine.
+"""scikit-learn's bundled data sets (no download needed): digits, iris, wine and breast_cancer.
 
 Each loader returns a :class:`~fedclust.data.base.Dataset` with ``X`` float32 (rows = samples) in the
 raw units of the source. ``digits`` also carries its 8x8 images (pixel values 0..16, as shipped).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fedclust.data.base import Dataset
 
-__all__ = ["load_digits", "load_iris", "load_wine", "BUILTIN_LOADERS"]
+__all__ = ["load_digits", "load_iris", "load_wine", "load_breast_cancer", "BUILTIN_LOADERS"]
 
 
 def load_digits() -> Dataset:
@@ -56,5 +56,23 @@ def load_wine() -> Dataset:
     )
 
 
+def load_breast_cancer() -> Dataset:
+    """scikit-learn's Breast Cancer Wisconsin (diagnostic): 569 samples, 30 features, 2 classes (212/357)."""
+    from sklearn.datasets import load_breast_cancer  # on first use: sklearn costs a second at every kedro start
+
+    b = load_breast_cancer()
+    return Dataset(
+        X=b.data,
+        y=b.target,
+        name="breast_cancer",
+        meta={"source": "sklearn.datasets.load_breast_cancer", "feature_names": list(b.feature_names)},
+    )
+
+
 #: name -> zero-argument loader
-BUILTIN_LOADERS = {"digits": load_digits, "iris": load_iris, "wine": load_wine}
+BUILTIN_LOADERS = {
+    "digits": load_digits,
+    "iris": load_iris,
+    "wine": load_wine,
+    "breast_cancer": load_breast_cancer,
+}

@@ -6,7 +6,8 @@ Names (``DATASET_NAMES``):
 name                   source, ``path`` and ``options``
 =====================  =========================================================================
 ``digits``             scikit-learn digits (8x8 images, pixel_max 16); no path, no options
-``iris``, ``wine``     scikit-learn built-ins; no path, no options
+``iris``, ``wine``,    scikit-learn built-ins; no path, no options
+``breast_cancer``
 ``gaussian_mixture``   :func:`fedclust.data.synthetic.gaussian_mixture` (n_samples, n_features, k,
                        separation, cluster_std, weights)
 ``linear_model``       :func:`fedclust.data.synthetic.linear_model` (n_samples, n_features, k,
@@ -138,6 +139,7 @@ _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
     "digits": _builtin("digits"),
     "iris": _builtin("iris"),
     "wine": _builtin("wine"),
+    "breast_cancer": _builtin("breast_cancer"),
     "gaussian_mixture": _synthetic(synthetic.gaussian_mixture),
     "linear_model": _synthetic(synthetic.linear_model),
     "concentric_circles": _synthetic(synthetic.concentric_circles),
@@ -158,6 +160,7 @@ NO_FILE_NAMES = (
     "digits",
     "iris",
     "wine",
+    "breast_cancer",
     "gaussian_mixture",
     "linear_model",
     "concentric_circles",

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 
+from fedclust.data.registry import prepare_dataset
+from fedclust.errors import DataError
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import non_dp_release
 from fedclust.registry import configs as C
@@ -254,14 +257,15 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
     from fedclust.clustering import fed_dp_kmeans
 
     eps, delta = check_privacy_params(privacy)
-    has_server = cfg.server_data == "holdout"
+    has_server = cfg.server_data != "none"
     base = {
         "mechanism": "gaussian",
         "unit": "sample",
         "delta": delta,
         "epsilon_target": eps,
         "trust_model": cfg.trust_model,
-        "clip": cfg.clip,
+        "clip": cfg.clip if cfg.clip is not None else "median row norm of the server's public sample",
+        "server_data": describe_server_data(cfg),
     }
     if eps is None:
         return {**base, "private": False, "noise_multipliers": None}
@@ -277,12 +281,49 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
     )
     logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
     notes = []
-    if has_server:
+    if cfg.server_data == "holdout":
         notes.append(
             f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is "
-            "not client data, and the clients' samples are protected by epsilon"
+            "not client data, and the clients' samples are protected by epsilon; a holdout of the same "
+            "data is the most favourable server sample"
         )
+    elif has_server:
+        notes.append(f"the server's sample is {base['server_data']}, public by declaration")
     return {**base, "private": True, "noise_multipliers": z, "notes": notes}
+
+
+def describe_server_data(cfg) -> str:
+    """Which server data a run uses, in words (privacy report, MLflow tag, benchmark report)."""
+    sd = cfg.server_data
+    if sd == "holdout":
+        return f"holdout: {cfg.server_fraction:.0%} of the same data set"
+    if sd == "none":
+        return "none: DP candidates"
+    label = sd.get("label") or (Path(str(sd["path"])).stem if sd.get("path") else sd["name"])
+    return f"public file: {label}"
+
+
+def server_points(cfg, dataset, seed: int):
+    """The server's public sample of a run: ``(rows held out of the data set, None)`` for
+    ``holdout``, ``(None, array)`` for a public file (read with the data sets' loaders, its ``scale``
+    defaulting to none: the file must be on the clients' scale), ``(None, None)`` for none."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering.fed_dp_kmeans import holdout_rows
+
+    sd = cfg.server_data
+    if sd == "holdout":
+        return holdout_rows(int(dataset.X.shape[0]), cfg.server_fraction, int(seed)), None
+    if sd == "none":
+        return None, None
+    ds = prepare_dataset(
+        sd["name"], path=sd.get("path"), seed=int(seed), scale=sd.get("scale", "none"), options=sd.get("options")
+    )
+    if ds.n_features != dataset.n_features:
+        raise DataError(
+            f"the server's file {describe_server_data(cfg)} has {ds.n_features} features, the clients' data "
+            f"{dataset.n_features}: a server sample must live in the clients' feature space"
+        )
+    return None, ds.X
 
 
 def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig, seed: int):
@@ -293,22 +334,37 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
 
     require_all_assigned(partition, "fed_dp_kmeans")
     check_sizes("fed_dp_kmeans", cfg, dataset, partition)
-    n = int(dataset.X.shape[0])
-    rows = fed_dp_kmeans.holdout_rows(n, cfg.server_fraction, int(seed)) if cfg.server_data == "holdout" else None
+    rows, array = server_points(cfg, dataset, seed)
     result = run_timed(
         fed_dp_kmeans.run,
         dataset.X,
         partition.client,
         n_clusters(cfg.k, dataset),
         server_rows=rows,
+        server_data=array,
         noise=noise.get("noise_multipliers") if noise["private"] else None,
-        clip=float(cfg.clip),
+        clip=cfg.clip,
+        data_scale=dataset_scale(dataset),
         seed=int(seed),
         y=dataset.y,
-        **cfg.pick("steps", "projection", "n_components", "trust_model", "count_threshold", "server_restarts"),
+        **cfg.pick(
+            "steps",
+            "projection",
+            "n_components",
+            "trust_model",
+            "count_threshold",
+            "weight_threshold",
+            "server_restarts",
+        ),
     )
-    result.info["rounds"] = result.info["steps"] + 1 + (cfg.projection == "dp_pca")
+    result.info["rounds"] = result.info["steps"] + 1 + (result.info["projection"] == "dp_pca")
+    result.info["server_data"] = describe_server_data(cfg)
     return result
+
+
+def dataset_scale(dataset) -> str | None:
+    """The scaling the data set went through (``minmax``, ``standardize``, ``none``; None unknown)."""
+    return ((getattr(dataset, "meta", None) or {}).get("preprocess") or {}).get("scale")
 
 
 # ---- FedCAvg, FedCGds ------------------------------------------------------------------------------

@@ -27,6 +27,23 @@ _TM = dict(
 _PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over them)")
 _THRESH = dict(doc="a centre moves only when its noisy count >= max(1, this x the count noise std)")
 
+#: The named kinds of server data; a mapping instead names a public file (:func:`server_file_problems`).
+SERVER_DATA_CHOICES = ("holdout", "none")
+#: The keys of a server-data file spec (those of a data set spec).
+SERVER_FILE_KEYS = ("name", "path", "options", "scale", "label")
+
+
+def server_file_problems(spec, where: str) -> list[str]:
+    """What is wrong with a server-data file spec (none for the named kinds)."""
+    if not isinstance(spec, dict):
+        return []
+    unknown = sorted(set(spec) - set(SERVER_FILE_KEYS))
+    if unknown:
+        return [f"{where}: unknown key(s) {unknown} of a server-data file (valid: {list(SERVER_FILE_KEYS)})"]
+    if not spec.get("name"):
+        return [f"{where}: a server-data file needs a data set name (e.g. name: csv, path: ...)"]
+    return []
+
 
 # ---- federated data clustering -------------------------------------------------------------------
 
@@ -103,18 +120,30 @@ class FedDPKMeansConfig(MethodConfig):
         lt=1,
         doc="share of the data set held out as the server's public sample (never also client data)",
     )
-    server_data: str = param(
+    server_data: str | dict = param(
         "holdout",
-        "str",
-        choices=("holdout", "none"),
-        doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca)",
+        ("str", "dict"),
+        choices=SERVER_DATA_CHOICES,
+        doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca); "
+        "or a public file {name, path, options, scale, label}",
     )
     steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
-    projection: str = param("none", "str", choices=PROJECTIONS, doc="dp_pca (the paper's) | none (data space)")
+    projection: str | None = param(
+        None,
+        "str",
+        choices=PROJECTIONS,
+        doc="dp_pca (the paper's) | server_pca (no release) | none (data space); "
+        "null = server_pca when the server holds >= 4m points and k < m, else none (dp_pca without server data)",
+    )
     n_components: int | None = param(None, **K, doc="projection dimension; null = k")
-    clip: float = param(3.0, "float", gt=0)
+    clip: float | None = param(
+        None, "float", gt=0, doc="null = median row norm of the server's public sample (sqrt(m) bound without one)"
+    )
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
+    weight_threshold: float | None = param(
+        None, "float", ge=0, doc="server points kept at noisy weight >= this x sigma; null = z_{1-1/n_s}"
+    )
     shares: dict | None = param(
         None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
     )
@@ -122,9 +151,9 @@ class FedDPKMeansConfig(MethodConfig):
     server_restarts: int = param(10, **K)
 
     def problems(self, where):
-        if self.server_data == "none" and self.projection != "dp_pca":
+        if self.server_data == "none" and self.projection not in ("dp_pca", None):
             return [f"{where}.server_data=none needs {where}.projection=dp_pca (the candidates come from it)"]
-        return []
+        return server_file_problems(self.server_data, f"{where}.server_data")
 
 
 @_frozen

@@ -1,0 +1,102 @@
+"""The public rules behind the k-means family's data-dependent defaults (one home for each).
+
+A default that a private run applies to the data must not be read off the data's results: a clip
+or a threshold chosen because it scored well on one data set is a release about that data set that
+no epsilon accounts for, and it does not carry over to the next data set. Each rule here reads only
+public inputs: the dimension ``m``, the declared bound of the features after scaling, the number of
+the server's points, a noise scale, or the server's own sample, which the server holds in the clear
+and is public by declaration (it never also serves as client data).
+
+* :func:`server_clip`: the clip is the median L2 norm of the server's public points. Half of the
+  samples keep their norm, and the noise, which grows with the clip, is sized by a typical sample
+  rather than by the largest one. Clipping then only shrinks the long rows: every stage matches and
+  sums the clipped rows (the method clusters ``clip(X)``), so a clip below the data's norms scales
+  rows, it does not mismatch them.
+* :func:`bound_clip`: without server data, the bound that the scaling declares: features in
+  ``[0, 1]`` (min-max scaling) give rows of norm at most ``sqrt(m)``; standardized features have
+  mean square 1, so ``sqrt(m)`` is the root-mean-square row norm.
+* :func:`weight_threshold`: the server keeps a point whose noisy weight is at least
+  ``z_{1 - 1/n_s}`` noise standard deviations (the standard normal quantile at ``1 - 1/n_s``, ``n_s``
+  the server's points): an empty point passes with probability ``1 / n_s``, so on average at most one
+  empty point survives, whatever the number of points. A fixed multiple (3 sigma) drops most points of
+  a small server sample, whose true weights are small too.
+* The projection: ``server_pca`` (the top-k principal directions of the server's public points; no
+  release) when the server's points outnumber the dimension four times and ``k < m``, else ``none``.
+  A sample covariance of ``n_s`` points in ``m`` dimensions resolves a principal direction only when
+  its strength exceeds ``sqrt(m / n_s)`` times the noise level (the random-matrix detection limit),
+  so at ``n_s >= 4m`` every direction at least half as strong as the noise is found; below that the
+  projection throws away directions it cannot tell from noise.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+from fedclust.options import check_number
+
+#: The share of the server's points whose norm the clip keeps (the median).
+SERVER_CLIP_QUANTILE = 0.5
+#: Scalings whose declared feature bound gives a clip without server data.
+BOUND_SCALES = ("minmax", "standardize")
+
+
+def server_clip(points: np.ndarray, quantile: float = SERVER_CLIP_QUANTILE) -> float:
+    """The clip read off the server's public points: the ``quantile`` of their L2 row norms (> 0)."""
+    P = np.asarray(points, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] == 0:
+        raise ValueError(f"server_clip needs a non-empty (n_s, m) array of the server's points, got shape {P.shape}")
+    check_number("quantile", quantile, gt=0, le=1)
+    c = float(np.quantile(np.linalg.norm(P, axis=1), quantile))
+    if not (c > 0 and math.isfinite(c)):
+        raise ValueError(
+            f"the server's points have a {quantile:g}-quantile row norm of {c}: no clip can be read off them; "
+            "give the clip explicitly"
+        )
+    return c
+
+
+def bound_clip(m: int, scale: str | None) -> float:
+    """The clip that the scaling declares for ``m`` features: ``sqrt(m)`` for ``minmax`` (features in
+    [0, 1]) and ``standardize`` (mean square 1); any other scaling declares no bound (ValueError)."""
+    if scale not in BOUND_SCALES:
+        raise ValueError(
+            f"data scaled with {scale!r} declare no bound on their rows: give the clip explicitly "
+            f"(or a server sample, or scale with one of {list(BOUND_SCALES)})"
+        )
+    return math.sqrt(int(m))
+
+
+def resolve_clip(clip, server_points=None, m: int | None = None, scale: str | None = None) -> tuple[float, str]:
+    """The clip of a run and the rule that gave it: ``clip`` when given, else :func:`server_clip` of
+    the server's points when there are any, else :func:`bound_clip`."""
+    if clip is not None:
+        return check_number("clip", clip, gt=0), "given"
+    if server_points is not None and len(server_points):
+        return server_clip(server_points), "median row norm of the server's public sample"
+    if m is None:
+        raise ValueError("no clip, no server sample and no dimension: give the clip explicitly")
+    return bound_clip(m, scale), f"sqrt(m) bound of {scale} scaling"
+
+
+def weight_threshold(n_points: int) -> float:
+    """The multiple of the noise std above which a server point's noisy weight is trusted:
+    ``z_{1 - 1/n_points}`` (0 for a single point)."""
+    n = int(n_points)
+    if n < 2:
+        return 0.0
+    return NormalDist().inv_cdf(1.0 - 1.0 / n)
+
+
+#: The server's points per dimension from which its own principal directions are trusted.
+SERVER_PCA_POINTS_PER_DIM = 4
+
+
+def projection_rule(n_points: int | None, m: int, k: int) -> str:
+    """The projection of a run without a chosen one: ``server_pca`` when the server holds at least
+    ``4 m`` points and ``k < m``, else ``none``."""
+    if n_points is not None and k < m and n_points >= SERVER_PCA_POINTS_PER_DIM * m:
+        return "server_pca"
+    return "none"
