@@ -241,3 +241,18 @@ def test_the_benchmark_summary_table_carries_the_majority_baseline_and_the_flag(
     assert row["fkm"].ACC_majority_mean == pytest.approx(0.6)
     hi = [r["metrics"]["NMI_chance_hi"] for r in records if r["tags"]["method"] == "kmeans"]
     assert row["kmeans"].NMI_chance_hi_mean == pytest.approx(np.mean(hi))
+
+
+def test_a_row_whose_means_escape_the_rule_counts_its_collapsed_runs(y):
+    # one collapsed run and one good run of the same method: the means (ACC about 0.75) clear every
+    # line, so the row is not COLLAPSED, but it says that 1 of its 2 runs was
+    recs = [
+        _record("fkm", 0, metrics.scores_with_chance(y, collapsed_labels(y, 0), seed=0)),
+        _record("fkm", 1, metrics.scores_with_chance(y, good_labels(y, 1), seed=1)),
+    ]
+    table = report.method_table(recs)
+    assert not table["collapsed"].iloc[0] and table["collapsed_seeds"].iloc[0] == 1
+    assert "| 1/2 seeds |" in report.to_markdown(table, {}, title="t")
+    lines = report.terminal_lines(table)
+    assert "1/2 seeds" in next(line for line in lines if "fkm" in line)
+    assert any(line.startswith(f"{report.COLLAPSED}: ACC above") for line in lines)

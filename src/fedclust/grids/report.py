@@ -50,7 +50,8 @@ COLLAPSED = "COLLAPSED"
 COLLAPSED_RULE = (
     "ACC above its chance line while NMI is within noise of its own (NMI not above the 99th percentile "
     "of the same random splits), or ACC not above the majority baseline (every sample in one cluster, "
-    "the largest class share): the ACC reflects the class sizes more than any structure found."
+    "the largest class share): the ACC reflects the class sizes more than any structure found. "
+    "k/n seeds: the rule holds for k of the row's n runs, not for their means."
 )
 
 
@@ -86,9 +87,11 @@ def method_table(
     """One row per (dataset, partition, epsilon, method) of the records of ``family`` (module
     docstring; ``"clustered_fl"`` with ``metric="test_accuracy"`` for the clustered-FL half, whose
     score then fills the ``ACC`` columns and has no chance line here). Columns: ``dataset, partition, epsilon, method, trust_model, status, n, ACC, ACC_ci``
-    (half width), ``ACC_chance, ACC_majority, NMI, NMI_chance, at_chance, collapsed, best`` and the
-    :data:`COST` keys (means over seeds). ``collapsed`` applies :func:`fedclust.metrics.is_collapsed`
-    to the means over seeds (ACC, NMI, ``ACC_chance_hi``, ``NMI_chance_hi``, ``ACC_majority``).
+    (half width), ``ACC_chance, ACC_majority, NMI, NMI_chance, at_chance, collapsed, collapsed_seeds,
+    best`` and the :data:`COST` keys (means over seeds). ``collapsed`` applies
+    :func:`fedclust.metrics.is_collapsed` to the means over seeds (ACC, NMI, ``ACC_chance_hi``,
+    ``NMI_chance_hi``, ``ACC_majority``); ``collapsed_seeds`` counts the runs flagged one by one (their
+    ``collapsed`` metric), which can be nonzero for a row whose means escape the rule.
     ``best`` is True for the highest mean ACC among the runs that ran in each (dataset, partition,
     epsilon). Rows are sorted by dataset, partition, epsilon (no privacy last) and ACC, highest first,
     not-applicable rows last."""
@@ -109,6 +112,7 @@ def method_table(
         "NMI_chance",
         "at_chance",
         "collapsed",
+        "collapsed_seeds",
         "best",
         *COST,
     ]
@@ -117,6 +121,7 @@ def method_table(
     frame = records_frame(recs)
     if metric != "ACC":  # the score of this family in the ACC columns; no chance line of its own here
         theirs = ("ACC", "ACC_chance", "ACC_chance_hi", "ACC_majority", "NMI", "NMI_chance", "NMI_chance_hi")
+        theirs += ("collapsed",)
         frame = frame.drop(columns=[c for c in theirs if c in frame.columns])
         frame = frame.rename(columns={metric: "ACC"})
     if "partition" not in frame.columns:
@@ -146,6 +151,8 @@ def method_table(
         row.update({key: line[key] for key in ("ACC_chance", "ACC_majority", "NMI", "NMI_chance")})
         row["at_chance"] = bool(status == "ok" and is_at_chance({"ACC": row["ACC"]}, line))
         row["collapsed"] = bool(status == "ok" and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line))
+        flags = pd.to_numeric(ok["collapsed"], errors="coerce").fillna(0.0) if "collapsed" in ok.columns else []
+        row["collapsed_seeds"] = int(sum(bool(f) for f in flags))
         for key in COST:
             row[key] = (
                 float(pd.to_numeric(ok[key], errors="coerce").mean()) if key in ok.columns and len(ok) else math.nan
@@ -372,7 +379,9 @@ def display_rows(table: pd.DataFrame) -> list[dict[str, str]]:
                 "NMI": _num(r.NMI, ".3f"),
                 "NMI chance": _num(r.NMI_chance, ".3f"),
                 "at chance": "AT CHANCE" if r.at_chance else "",
-                "collapsed": COLLAPSED if r.collapsed else "",
+                "collapsed": COLLAPSED
+                if r.collapsed
+                else (f"{r.collapsed_seeds}/{r.n} seeds" if r.collapsed_seeds else ""),
                 "trust model": str(r.trust_model),
                 "n": str(r.n),
                 "rounds": _num(r.rounds, ".0f"),
@@ -539,8 +548,8 @@ _SHORT_MODELS = {"secure_aggregation": "sec-agg", "none": "-", "n/a": "-"}
 def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
     """The table for the terminal, at most ``width`` columns: per data set and partition, rows sorted
     by epsilon then ACC (the table's order), without the cost columns that do not fit. The flags
-    (``AT CHANCE``, ``COLLAPSED``) share one column, explained in a legend line under the tables
-    where a row carries ``COLLAPSED``."""
+    (``AT CHANCE``, ``COLLAPSED`` or ``k/n seeds``) share one column, explained in a legend line
+    under the tables where a row carries a collapse mark."""
     cols = ["ε", "method", "ACC (95% CI)", "chance", "majority", "NMI", "flag", "trust", "rounds", "up/client"]
     cols += ["compute s", "cell s"]
     lines = []
@@ -566,7 +575,7 @@ def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
         lines.append("  ".join(c.ljust(w[c]) for c in keep).rstrip()[:width])
         lines += ["  ".join(r[c].ljust(w[c]) for c in keep).rstrip()[:width] for r in rows]
         lines.append("")
-    if table["collapsed"].astype(bool).any():
+    if table["collapsed"].astype(bool).any() or (pd.to_numeric(table["collapsed_seeds"]) > 0).any():
         lines += textwrap.wrap(f"{COLLAPSED}: {COLLAPSED_RULE}", width) + [""]
     return lines
 
