@@ -9,6 +9,10 @@
   flag for being within noise of that level (:func:`is_at_chance`). ACC is never zero for a random
   clustering (a single cluster already scores the largest class share), so every reported ACC needs
   this line next to it.
+* The majority baseline (:func:`majority_accuracy`): the ACC of putting every sample in one cluster,
+  the share of the largest class. On imbalanced classes a clustering that puts nearly everything in
+  one cluster can sit above its chance line and still score no better than this; :func:`is_collapsed`
+  flags such a result (ACC above chance with NMI at chance, or ACC not above the majority baseline).
 """
 
 from __future__ import annotations
@@ -153,6 +157,47 @@ def is_at_chance(scores: dict, chance: dict) -> bool:
     return bool(acc <= hi + _CHANCE_TOL)
 
 
+def majority_accuracy(y_true) -> float:
+    """ACC of the one-cluster labelling: the share of the largest class of ``y_true`` (NaN when empty).
+
+    A clustering whose ACC does not exceed it has done no better than calling every sample the
+    majority class."""
+    y_true = _as_labels(y_true, "y_true")
+    if y_true.size == 0:
+        return float("nan")
+    _, counts = np.unique(y_true, return_counts=True)
+    return float(counts.max() / y_true.size)
+
+
+def _finite(d: dict, key: str) -> float | None:
+    try:
+        x = float(d[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def is_collapsed(scores: dict, chance: dict) -> bool:
+    """True when a result's ACC says more than its NMI supports, the mark of a collapsed clustering
+    (nearly every sample in one cluster) on imbalanced classes. Either of:
+
+    * ``scores["ACC"]`` above ``chance["ACC_chance_hi"]`` (not at chance by ACC) while
+      ``scores["NMI"]`` does not exceed ``chance["NMI_chance_hi"]`` (at chance by NMI);
+    * ``scores["ACC"]`` not above ``chance["ACC_majority"]`` (no better than one cluster).
+
+    Each test needs its numbers: a missing or NaN one leaves that test False.
+    """
+    acc = _finite(scores, "ACC")
+    if acc is None:
+        return False
+    nmi_, acc_hi, nmi_hi = _finite(scores, "NMI"), _finite(chance, "ACC_chance_hi"), _finite(chance, "NMI_chance_hi")
+    if nmi_ is not None and acc_hi is not None and nmi_hi is not None:
+        if acc > acc_hi + _CHANCE_TOL and nmi_ <= nmi_hi + _CHANCE_TOL:
+            return True
+    majority = _finite(chance, "ACC_majority")
+    return majority is not None and acc <= majority + _CHANCE_TOL
+
+
 def client_clustering_scores(true_group, assigned_cluster) -> dict[str, float]:
     """ACC and NMI of a client-to-cluster assignment against the true client groups."""
     return {
@@ -187,11 +232,15 @@ def pooled_accuracy(losses, correct, counts) -> float:
 
 
 def scores_with_chance(y_true, y_pred, seed: int = 0) -> dict[str, float]:
-    """:func:`clustering_scores` with the result's chance line (:func:`chance_scores`) and
-    ``at_chance`` (1.0 or 0.0, :func:`is_at_chance`): what every grid record carries."""
+    """:func:`clustering_scores` with the result's chance line (:func:`chance_scores`), the majority
+    baseline ``ACC_majority`` (:func:`majority_accuracy`), ``at_chance`` (1.0 or 0.0,
+    :func:`is_at_chance`) and ``collapsed`` (1.0 or 0.0, :func:`is_collapsed`): what every grid
+    record and every single run's evaluation carries."""
     out = clustering_scores(y_true, y_pred)
     out.update(chance_scores(y_true, y_pred, seed=seed))
+    out["ACC_majority"] = majority_accuracy(y_true)
     out["at_chance"] = float(is_at_chance(out, out))
+    out["collapsed"] = float(is_collapsed(out, out))
     return out
 
 

@@ -29,7 +29,19 @@ from matplotlib.ticker import MaxNLocator
 #: the footnote of every figure of values measured on raw data
 OUTSIDE_GUARANTEE = "experimenter-side evaluation on raw data: outside the DP guarantee"
 #: table columns that are results or bookkeeping, never a swept setting
-_NOT_KEYS = {"method", "label", "n", "dataset", "table", "status", "name", "family", "at_chance", "trust_model"}
+_NOT_KEYS = {
+    "method",
+    "label",
+    "n",
+    "dataset",
+    "table",
+    "status",
+    "name",
+    "family",
+    "at_chance",
+    "collapsed",
+    "trust_model",
+}
 _METRIC_NAMES = {
     "ACC",
     "NMI",

@@ -48,6 +48,7 @@ from fedclust.grids._data import load, load_cached, memo, stamp
 from fedclust.metrics import (
     data_chance_line,
     is_at_chance,
+    is_collapsed,
     scores_with_chance,
     time_to_90pct,
 )
@@ -527,14 +528,17 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     ``NMI_chance`` of each run, :func:`fedclust.metrics.chance_scores`): ``ACC_chance_mean``,
     ``ACC_chance_hi_mean``, ``NMI_chance_mean`` and ``at_chance``, True where the group's mean ACC
     does not exceed its mean ``ACC_chance_hi`` (within noise of a random split of the same sizes).
-    ``at_chance`` is False for not-applicable groups and for groups whose records have no chance line."""
+    ``at_chance`` is False for not-applicable groups and for groups whose records have no chance line.
+    Likewise ``NMI_chance_hi_mean``, ``ACC_majority_mean`` (the largest class share) and
+    ``collapsed``: :func:`fedclust.metrics.is_collapsed` of the group's means."""
     frame = records_frame(records)
     frame["status"] = frame["status"].fillna("ok")
     if "trust_model" not in frame.columns:  # records stored before trust models were recorded
         frame["trust_model"] = "n/a"
     frame["trust_model"] = frame["trust_model"].fillna("n/a")
     by = ["dataset", "partition", "epsilon", "method", "trust_model"]
-    chance_keys = [m for m in ("ACC_chance", "ACC_chance_hi", "NMI_chance") if m in frame.columns]
+    lines = ("ACC_chance", "ACC_chance_hi", "NMI_chance", "NMI_chance_hi", "ACC_majority")
+    chance_keys = [m for m in lines if m in frame.columns]
     summary = summarize(frame, by, METRICS + chance_keys)
     summary = summary.drop(columns=chance_keys)  # the chance line as numbers only (``<m>_mean``/``<m>_std``)
     na = frame["status"] == "not applicable"
@@ -546,13 +550,26 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
         else "ok"
         for d, p, e, m in zip(summary["dataset"], summary["partition"], summary["epsilon"], summary["method"])
     ]
-    for m in ("ACC_chance", "ACC_chance_hi", "NMI_chance"):
+    for m in lines:
         if f"{m}_mean" not in summary.columns:
             summary[f"{m}_mean"] = math.nan
     acc = summary["ACC_mean"] if "ACC_mean" in summary.columns else pd.Series(math.nan, index=summary.index)
     summary["at_chance"] = [
         status == "ok" and is_at_chance({"ACC": a}, {"ACC_chance_hi": hi})
         for status, a, hi in zip(summary["status"], acc, summary["ACC_chance_hi_mean"])
+    ]
+    nmi = summary["NMI_mean"] if "NMI_mean" in summary.columns else pd.Series(math.nan, index=summary.index)
+    summary["collapsed"] = [
+        status == "ok"
+        and is_collapsed({"ACC": a, "NMI": n}, {"ACC_chance_hi": hi, "NMI_chance_hi": nhi, "ACC_majority": maj})
+        for status, a, n, hi, nhi, maj in zip(
+            summary["status"],
+            acc,
+            nmi,
+            summary["ACC_chance_hi_mean"],
+            summary["NMI_chance_hi_mean"],
+            summary["ACC_majority_mean"],
+        )
     ]
     return {"summary": summary}
 

@@ -4,13 +4,15 @@ Plain library code (no Kedro), from a benchmark's records (:mod:`fedclust.grids.
 
 * :func:`method_table`: one row per (data set, partition, epsilon, method): ACC as mean and 95 %
   confidence interval over seeds (Student t), the chance line and whether the result is at chance,
-  the trust model, the cost (rounds, bytes up and down per client, compute time, wall time of the
+  the majority baseline (every sample in one cluster), NMI with its chance line and whether the
+  result looks collapsed (:func:`fedclust.metrics.is_collapsed`), the trust model, the cost (rounds, bytes up and down per client, compute time, wall time of the
   cell) and the best method per (data set, partition, epsilon) marked; sorted by epsilon (no privacy
   last), then by ACC;
 * :func:`privacy_statements`: one plain sentence per method: what is protected (one sample or one
   client), under which trust model, at which (epsilon, delta);
 * :func:`parent_run_summary`: the metrics and tags of the benchmark's parent MLflow run
-  (``best_ACC_eps_<e>``, ``best_method_eps_<e>``, the counts of runs done, failed and at chance);
+  (``best_ACC_eps_<e>``, ``best_method_eps_<e>``, the counts of runs done, failed, at chance and
+  collapsed);
 * :func:`privacy_utility_figure`: ACC against epsilon with CI bands, no privacy as its own point;
 * :func:`to_markdown`, :func:`to_html` (self-contained: the plot inline as a base64 PNG) and
   :func:`terminal_lines` (at most 100 columns).
@@ -22,13 +24,14 @@ import base64
 import html
 import io
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from fedclust.experiments import records_frame
-from fedclust.metrics import is_at_chance
+from fedclust.metrics import is_at_chance, is_collapsed
 from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.registry import REFERENCES, REGISTRY
 
@@ -41,6 +44,15 @@ COST = {
     "cell_wall_time_s": "cell s",
 }
 BEST = "*"
+#: the mark of a row that looks like a collapsed clustering (:func:`fedclust.metrics.is_collapsed`)
+COLLAPSED = "COLLAPSED"
+#: what the mark means (the legend line of every table that can carry it)
+COLLAPSED_RULE = (
+    "ACC above its chance line while NMI is within noise of its own (NMI not above the 99th percentile "
+    "of the same random splits), or ACC not above the majority baseline (every sample in one cluster, "
+    "the largest class share): the ACC reflects the class sizes more than any structure found. "
+    "k/n seeds: the rule holds for k of the row's n runs, not for their means."
+)
 
 
 def t_interval(values, level: float = 0.95) -> tuple[float, float]:
@@ -75,7 +87,11 @@ def method_table(
     """One row per (dataset, partition, epsilon, method) of the records of ``family`` (module
     docstring; ``"clustered_fl"`` with ``metric="test_accuracy"`` for the clustered-FL half, whose
     score then fills the ``ACC`` columns and has no chance line here). Columns: ``dataset, partition, epsilon, method, trust_model, status, n, ACC, ACC_ci``
-    (half width), ``ACC_chance, at_chance, best`` and the :data:`COST` keys (means over seeds).
+    (half width), ``ACC_chance, ACC_majority, NMI, NMI_chance, at_chance, collapsed, collapsed_seeds,
+    best`` and the :data:`COST` keys (means over seeds). ``collapsed`` applies
+    :func:`fedclust.metrics.is_collapsed` to the means over seeds (ACC, NMI, ``ACC_chance_hi``,
+    ``NMI_chance_hi``, ``ACC_majority``); ``collapsed_seeds`` counts the runs flagged one by one (their
+    ``collapsed`` metric), which can be nonzero for a row whose means escape the rule.
     ``best`` is True for the highest mean ACC among the runs that ran in each (dataset, partition,
     epsilon). Rows are sorted by dataset, partition, epsilon (no privacy last) and ACC, highest first,
     not-applicable rows last."""
@@ -91,7 +107,12 @@ def method_table(
         "ACC",
         "ACC_ci",
         "ACC_chance",
+        "ACC_majority",
+        "NMI",
+        "NMI_chance",
         "at_chance",
+        "collapsed",
+        "collapsed_seeds",
         "best",
         *COST,
     ]
@@ -99,7 +120,9 @@ def method_table(
         return pd.DataFrame(columns=cols)
     frame = records_frame(recs)
     if metric != "ACC":  # the score of this family in the ACC columns; no chance line of its own here
-        frame = frame.drop(columns=[c for c in ("ACC", "ACC_chance", "ACC_chance_hi") if c in frame.columns])
+        theirs = ("ACC", "ACC_chance", "ACC_chance_hi", "ACC_majority", "NMI", "NMI_chance", "NMI_chance_hi")
+        theirs += ("collapsed",)
+        frame = frame.drop(columns=[c for c in theirs if c in frame.columns])
         frame = frame.rename(columns={metric: "ACC"})
     if "partition" not in frame.columns:
         frame["partition"] = "-"
@@ -121,9 +144,15 @@ def method_table(
         }
         acc = ok["ACC"] if "ACC" in ok.columns else pd.Series(dtype=float)
         row["ACC"], row["ACC_ci"] = t_interval(acc, level)
-        hi = float(ok["ACC_chance_hi"].mean()) if "ACC_chance_hi" in ok.columns and len(ok) else math.nan
-        row["ACC_chance"] = float(ok["ACC_chance"].mean()) if "ACC_chance" in ok.columns and len(ok) else math.nan
-        row["at_chance"] = bool(status == "ok" and is_at_chance({"ACC": row["ACC"]}, {"ACC_chance_hi": hi}))
+        line = {
+            key: float(pd.to_numeric(ok[key], errors="coerce").mean()) if key in ok.columns and len(ok) else math.nan
+            for key in ("ACC_chance", "ACC_chance_hi", "ACC_majority", "NMI", "NMI_chance", "NMI_chance_hi")
+        }
+        row.update({key: line[key] for key in ("ACC_chance", "ACC_majority", "NMI", "NMI_chance")})
+        row["at_chance"] = bool(status == "ok" and is_at_chance({"ACC": row["ACC"]}, line))
+        row["collapsed"] = bool(status == "ok" and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line))
+        flags = pd.to_numeric(ok["collapsed"], errors="coerce").fillna(0.0) if "collapsed" in ok.columns else []
+        row["collapsed_seeds"] = int(sum(bool(f) for f in flags))
         for key in COST:
             row[key] = (
                 float(pd.to_numeric(ok[key], errors="coerce").mean()) if key in ok.columns and len(ok) else math.nan
@@ -162,7 +191,7 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
     epsilon, ``<e>`` as in the tags: ``4``, ``0.5``, ``inf``; over every data set when there is one,
     else ``best_ACC_<dataset>_eps_<e>``), ``best_method_eps_<e>`` (a tag), and the number of runs
     (one method in one cell) ``runs_done``, ``runs_failed``, ``runs_not_applicable``,
-    ``runs_at_chance``. Every value is finite."""
+    ``runs_at_chance``, ``runs_collapsed``. Every value is finite."""
     table = method_table(records) if table is None else table
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
@@ -177,6 +206,7 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
     metrics["runs_not_applicable"] = float(sum(s == "not applicable" for s in statuses))
     metrics["runs_failed"] = float(sum(s not in ("ok", "not applicable") for s in statuses))
     metrics["runs_at_chance"] = float(sum(bool((r.get("metrics") or {}).get("at_chance")) for r in records))
+    metrics["runs_collapsed"] = float(sum(bool((r.get("metrics") or {}).get("collapsed")) for r in records))
     return {k: v for k, v in metrics.items() if math.isfinite(v)}, tags
 
 
@@ -345,7 +375,13 @@ def display_rows(table: pd.DataFrame) -> list[dict[str, str]]:
                 "method": (BEST + " " if r.best else "") + str(r.method),
                 "ACC (95% CI)": acc,
                 "chance": _num(r.ACC_chance, ".3f"),
+                "majority": _num(r.ACC_majority, ".3f"),
+                "NMI": _num(r.NMI, ".3f"),
+                "NMI chance": _num(r.NMI_chance, ".3f"),
                 "at chance": "AT CHANCE" if r.at_chance else "",
+                "collapsed": COLLAPSED
+                if r.collapsed
+                else (f"{r.collapsed_seeds}/{r.n} seeds" if r.collapsed_seeds else ""),
                 "trust model": str(r.trust_model),
                 "n": str(r.n),
                 "rounds": _num(r.rounds, ".0f"),
@@ -364,7 +400,11 @@ _HEAD = [
     "method",
     "ACC (95% CI)",
     "chance",
+    "majority",
+    "NMI",
+    "NMI chance",
     "at chance",
+    "collapsed",
     "trust model",
     "n",
     "rounds",
@@ -405,8 +445,9 @@ def to_markdown(
     statements. ``plots``: data set -> file name of its plot, linked where given."""
     legend = (
         f"`{BEST}` best mean ACC at that ε (data set and partition). ACC: mean ± half width "
-        "of the 95 % t-interval over seeds. `AT CHANCE`: within noise of a random split of the same sizes. "
-        "Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
+        "of the 95 % t-interval over seeds. chance: mean ACC (NMI chance: mean NMI) of random splits of the "
+        "same sizes; `AT CHANCE`: within noise of them. majority: ACC of one cluster for every sample. "
+        f"`{COLLAPSED}`: {COLLAPSED_RULE} Bytes per client: up = what a client sends in the whole run, down = the centroids the server sends "
         "(estimated). compute s = the method's calibration and run; cell s = the whole cell (data, partition, "
         "every method)."
     )
@@ -432,7 +473,7 @@ img{max-width:100%;border:1px solid #eee}li{margin:.3em 0}"""
 
 def _html_table(g: pd.DataFrame, label: str) -> str:
     esc = html.escape
-    left = ("method", "trust model", "at chance")
+    left = ("method", "trust model", "at chance", "collapsed")
     parts = [
         "<table class='methods'><thead><tr>"
         + "".join(f"<th class='{'l' if h in left else ''}'>{esc(_header(h, label))}</th>" for h in _HEAD)
@@ -443,7 +484,7 @@ def _html_table(g: pd.DataFrame, label: str) -> str:
         cells = []
         for h in _HEAD:
             v = esc(r[h])
-            if h == "at chance" and v:
+            if h in ("at chance", "collapsed") and v:
                 v = f"<span class='chance'>{v}</span>"
             cells.append(f"<td class='{'l' if h in left else ''}'>{v}</td>")
         parts.append(f"<tr class='{cls}'>" + "".join(cells) + "</tr>")
@@ -471,8 +512,10 @@ def to_html(
         head,
         (
             f"<p><b>{BEST}</b> (green row) best mean ACC at that ε for the data set and partition. ACC: mean ± "
-            "half width of the 95 % t-interval over seeds. <span class='chance'>AT CHANCE</span>: within noise "
-            "of a random split with the same sizes. Bytes per client: up = sent by a client in the whole run, "
+            "half width of the 95 % t-interval over seeds. chance: mean ACC (NMI chance: mean NMI) of random "
+            "splits with the same sizes; <span class='chance'>AT CHANCE</span>: within noise of them. majority: "
+            f"ACC of one cluster for every sample. <span class='chance'>{COLLAPSED}</span>: "
+            f"{esc(COLLAPSED_RULE)} Bytes per client: up = sent by a client in the whole run, "
             "down = the centroids the server sends (estimated). compute s = the method's calibration and run; "
             "cell s = the whole cell (data, partition, every method).</p>"
         ),
@@ -504,14 +547,17 @@ _SHORT_MODELS = {"secure_aggregation": "sec-agg", "none": "-", "n/a": "-"}
 
 def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
     """The table for the terminal, at most ``width`` columns: per data set and partition, rows sorted
-    by epsilon then ACC (the table's order), without the cost columns that do not fit."""
-    cols = ["ε", "method", "ACC (95% CI)", "chance", "trust", "rounds", "up/client", "compute s", "cell s"]
+    by epsilon then ACC (the table's order), without the cost columns that do not fit. The flags
+    (``AT CHANCE``, ``COLLAPSED`` or ``k/n seeds``) share one column, explained in a legend line
+    under the tables where a row carries a collapse mark."""
+    cols = ["ε", "method", "ACC (95% CI)", "chance", "majority", "NMI", "flag", "trust", "rounds", "up/client"]
+    cols += ["compute s", "cell s"]
     lines = []
     for ds, part, g in _groups(table):
         rows = [
             {
                 **r,
-                "chance": (r["chance"] + (" AT CHANCE" if r["at chance"] else "")).strip(),
+                "flag": " ".join(f for f in (r["at chance"], r["collapsed"]) if f),
                 "trust": _SHORT_MODELS.get(r["trust model"], r["trust model"]),
             }
             for r in display_rows(g)
@@ -529,6 +575,8 @@ def terminal_lines(table: pd.DataFrame, width: int = 100) -> list[str]:
         lines.append("  ".join(c.ljust(w[c]) for c in keep).rstrip()[:width])
         lines += ["  ".join(r[c].ljust(w[c]) for c in keep).rstrip()[:width] for r in rows]
         lines.append("")
+    if table["collapsed"].astype(bool).any() or (pd.to_numeric(table["collapsed_seeds"]) > 0).any():
+        lines += textwrap.wrap(f"{COLLAPSED}: {COLLAPSED_RULE}", width) + [""]
     return lines
 
 

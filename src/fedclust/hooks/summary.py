@@ -1,6 +1,6 @@
 """What a ``kedro run`` shows on the terminal: progress bars over nodes and rounds (on a terminal
-only), and at the end a summary table: method, ACC/NMI or test accuracy with its chance line,
-epsilon with its trust model, wall time and MLflow run id."""
+only), and at the end a summary table: method, ACC/NMI or test accuracy with their chance line,
+the majority baseline and the ``AT CHANCE`` / ``COLLAPSED`` flags, epsilon with its trust model, wall time and MLflow run id."""
 
 from __future__ import annotations
 
@@ -28,9 +28,16 @@ def _eps_of(privacy: dict):
 def _utility(met: dict) -> str | None:
     if "ACC" in met:
         util = f"ACC {met['ACC']:.3f} · NMI {met.get('NMI', float('nan')):.3f}"
+        lines = []
         if "ACC_chance" in met:
-            util += f" (chance {met['ACC_chance']:.3f}{', AT CHANCE' if met.get('at_chance') else ''})"
-        return util
+            chance = f"chance: ACC {met['ACC_chance']:.3f}"
+            if "NMI_chance" in met:
+                chance += f", NMI {met['NMI_chance']:.3f}"
+            lines.append(chance)
+        if "ACC_majority" in met:
+            lines.append(f"majority ACC {met['ACC_majority']:.3f}")
+        lines += [flag for key, flag in (("at_chance", "AT CHANCE"), ("collapsed", "COLLAPSED")) if met.get(key)]
+        return util + (f" ({'; '.join(lines)})" if lines else "")
     if "test_accuracy" in met:
         return f"test acc {met['test_accuracy']:.3f}"
     return None

@@ -6,12 +6,7 @@ import math
 
 from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
-from fedclust.metrics import (
-    chance_scores,
-    clustering_scores,
-    is_at_chance,
-    time_to_90pct,
-)
+from fedclust.metrics import scores_with_chance, time_to_90pct
 from fedclust.pipelines.mlflow_io import schema_metrics
 
 #: history keys reported under another name: FedCAvg/FedCGds's ``eps`` is the relative change of the
@@ -24,23 +19,20 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
 
     Next to ACC/NMI/ARI: the chance line of this result (``ACC_chance``, ``ACC_chance_hi``,
     ``NMI_chance``, ``NMI_chance_hi``: a random assignment with the same cluster sizes,
-    :func:`fedclust.metrics.chance_scores`) and ``at_chance`` (1.0 when ACC is within noise of it,
-    else 0.0; a number so that MLflow logs it)."""
-    scores = clustering_scores(dataset.y, result.labels)
-    chance = chance_scores(dataset.y, result.labels)
-    out = {
-        **scores,
-        **chance,
-        "at_chance": float(is_at_chance(scores, chance)),
-        "uploaded_reals": int(result.uploaded_reals),
-    }
+    :func:`fedclust.metrics.chance_scores`, NMI's from the same shuffles as ACC's), the majority
+    baseline ``ACC_majority`` (the largest class share), ``at_chance`` (1.0 when ACC is within noise
+    of its chance line, else 0.0; a number so that MLflow logs it) and ``collapsed`` (1.0 when ACC is
+    above chance but NMI is not, or ACC does not beat the majority baseline:
+    :func:`fedclust.metrics.is_collapsed`)."""
+    out = scores_with_chance(dataset.y, result.labels)
+    out["uploaded_reals"] = int(result.uploaded_reals)
     for key in ("wall_time_s", "rounds"):
         if key in result.info:
             out[key] = float(result.info[key])
     out.update(time_to_90pct(result.history, float(result.info.get("wall_time_s", 0.0))))
     out.update({k: float(v) for k, v in (result.info.get("metrics") or {}).items()})  # method-specific extras
     for key, hist in result.history.items():
-        if hist and key not in scores and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
+        if hist and key not in ("ACC", "NMI", "ARI") and isinstance(hist[-1], (int, float)) and math.isfinite(hist[-1]):
             out[f"final_{_RENAMED.get(key, key)}"] = float(hist[-1])
     return out
 

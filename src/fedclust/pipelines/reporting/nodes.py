@@ -88,7 +88,8 @@ def _chance_text(metrics: dict, key: str) -> str:
 
 def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     """The last node of a method pipeline: one log line with the headline numbers (ACC and NMI with
-    their chance line, and ``AT CHANCE`` when the result is within noise of it) and where the
+    their chance line, the majority baseline, ``AT CHANCE`` when the result is within noise of its
+    chance line and ``COLLAPSED`` when :func:`fedclust.metrics.is_collapsed` holds) and where the
     reports are. It reads every reporting output of the method (metrics, privacy, the MLflow
     datasets and the plots), so in Kedro-Viz they stay inside the method's modular pipeline
     instead of hanging off it as free outputs."""
@@ -98,8 +99,13 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
         for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
         if isinstance(metrics.get(key), (int, float))
     ]
+    majority = metrics.get("ACC_majority")
+    if isinstance(majority, (int, float)) and math.isfinite(majority):
+        shown.append(f"majority ACC {float(majority):.3f}")
     if metrics.get("at_chance") or metrics.get("client_at_chance"):
         shown.append("AT CHANCE")
+    if metrics.get("collapsed"):
+        shown.append("COLLAPSED (ACC above chance with NMI at chance, or ACC not above the majority baseline)")
     eps = _accounted_epsilon(privacy)
     budget = (
         f"ε {plots.eps_text(eps)} (accounted, {privacy.get('trust_model', 'none')})" if math.isfinite(eps) else "no DP"
