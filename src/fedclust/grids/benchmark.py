@@ -56,6 +56,7 @@ from fedclust.partition import make_partition
 from fedclust.partition.report import label_matrix
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
+from fedclust.registry.clustering import describe_server_data
 
 ALL_METHODS = (
     "fkm",
@@ -167,8 +168,9 @@ def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np
     the ball of radius ``config["clip"]``), so W^0 releases nothing.
     """
     init = default_init(eps is not None)
+    clip = config.get("clip")
     W0 = initial_centroids(
-        X, k, seed, init=init, clip=float(config.get("clip") or 3.0), domain=config.get("init_domain")
+        X, k, seed, init=init, clip=None if clip is None else float(clip), domain=config.get("init_domain")
     )
     return W0, init
 
@@ -252,7 +254,7 @@ def run_cell(cell: dict) -> list[dict]:
         ),
     )
     setup_s = time.perf_counter() - t_cell
-    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=k, images=data.images)
+    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=k, images=data.images, meta=data.meta)
     partition = SimpleNamespace(client=client)
     _, init = shared_init(X, k, seed, eps, config)  # every method derives the same W^0 from (seed, init, clip)
     out = []
@@ -269,6 +271,15 @@ def run_cell(cell: dict) -> list[dict]:
             "n_clients": n_clients,
             "method": method,
             "init": "server_sample" if method == "fed_dp_kmeans" else init,
+            **(
+                {
+                    "server_data": describe_server_data(
+                        REGISTRY[method].config_from(method_settings(method, eps, config))
+                    )
+                }
+                if method == "fed_dp_kmeans"
+                else {}
+            ),
             "trust_model": tm,
             "accountant": config.get("accountant", "rdp"),
         }

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -23,7 +24,8 @@ from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
 from fedclust.pipelines.mlflow_io import kedro_command
 from fedclust.privacy.report import SCOPE_TAG
-from fedclust.registry import trust_model_of
+from fedclust.registry import REGISTRY, trust_model_of
+from fedclust.registry.clustering import describe_server_data
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,18 @@ def tag_value(v) -> str:
     if text.startswith("<") and " object at 0x" in text:  # "<kedro.runner.X object at 0x...>" -> "X"
         return text[1:].split(" object at ", 1)[0].rsplit(".", 1)[-1]
     return text
+
+
+def _server_data(method: str, params: dict) -> str | None:
+    """Which server data a method with a server sample uses, in words (None for the others)."""
+    spec = REGISTRY.get(method)
+    if spec is None or "server_data" not in {f.name for f in dataclasses.fields(spec.config)}:
+        return None
+    try:
+        cfg = spec.config_from((params.get(method) or {}).get("train") or {})
+    except ValueError:  # a bad setting stops the run at its own check, with its own message
+        return None
+    return describe_server_data(cfg)
 
 
 def _trust_model(method: str, params: dict, privacy: dict) -> str:
@@ -120,6 +134,9 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         RUN.tags["dp_scope"] = SCOPE_TAG
     if len(methods) == 1:
         RUN.tags["trust_model"] = _trust_model(methods[0], params, priv)
+        server = _server_data(methods[0], params)
+        if server:
+            RUN.tags["server_data"] = server
     RUN.name = run_name(RUN.tags["method"], RUN.tags["dataset"], RUN.tags["partition"], eps, seed)
     if len(methods) > 1:
         # one nested run per method: the split of a method is the one its pipeline reads
