@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedclust.clustering.base import check_inputs
-from fedclust.clustering.common_options import INITS, MECHANISMS
+from fedclust.clustering.common_options import KMEANS_INITS, MECHANISMS
 from fedclust.clustering.lloyd import lloyd_step, masked_means
 from fedclust.metrics import clustering_scores
 from fedclust.options import check_int, check_number
@@ -72,27 +72,35 @@ class SegmentLayout:
         return start + within
 
 
-#: The ways of choosing W^0 (:data:`~fedclust.clustering.common_options.INITS`):
+#: The ways of choosing W^0 (:data:`~fedclust.clustering.common_options.KMEANS_INITS`):
 #: ``"data"``: k distinct data rows (the papers' choice; not private); ``"uniform_box"``: uniform in
 #: the public data domain ``[low, high]^m`` (``domain``), then scaled into the clip ball when a clip
-#: is given; ``"uniform_ball"``: uniform in the L2 ball of radius ``clip`` (or ``radius``). The last
-#: two never look at the data, so they release nothing.
+#: is given; ``"uniform_ball"``: uniform in the L2 ball of radius ``clip`` (or ``radius``);
+#: ``"server"`` (the k-means family only): k-means on the server's public points. The last three
+#: never look at the clients' data, so they release nothing.
 #:
 #: The public data domain assumed by ``"uniform_box"`` when none is given: the default min-max scaling.
 DEFAULT_DOMAIN = (0.0, 1.0)
+#: k-means++ restarts and the most Lloyd iterations of the server's k-means behind ``init="server"``
+SERVER_INIT_RESTARTS, SERVER_INIT_ITERS = 10, 100
 
 
-def default_init(private: bool) -> str:
-    """The initialisation a run uses when none is named: data rows only when it is not private."""
+def default_init(private: bool, has_server: bool = False) -> str:
+    """The initialisation a run uses when none is named: the server's points when it holds some,
+    else data rows only when the run is not private."""
+    if has_server:
+        return "server"
     return "uniform_box" if private else "data"
 
 
-def check_init(init, private: bool) -> str:
-    """``init`` validated (None = :func:`default_init`)."""
+def check_init(init, private: bool, has_server: bool = False) -> str:
+    """``init`` validated (None = :func:`default_init`); ``"server"`` needs the server's points."""
     if init is None:
-        return default_init(private)
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS} (or null for the default), got {init!r}")
+        return default_init(private, has_server)
+    if init not in KMEANS_INITS:
+        raise ValueError(f"init must be one of {KMEANS_INITS} (or null for the default), got {init!r}")
+    if init == "server" and not has_server:
+        raise ValueError("init='server' needs the server's public points (server_rows or server_data)")
     return init
 
 
@@ -130,21 +138,46 @@ def public_centroids(
     raise ValueError(f"public_centroids takes 'uniform_box' or 'uniform_ball', got {init!r}")
 
 
+def server_centroids(points: np.ndarray, k: int, seed: int, clip: float | None = None) -> np.ndarray:
+    """W^0 of ``init="server"``: k-means on the server's public ``points``, the lowest-cost of
+    ``SERVER_INIT_RESTARTS`` k-means++ seedings each refined by Lloyd (at most ``SERVER_INIT_ITERS``
+    iterations, until it stops moving), all drawn from stream ``"init"``. With a ``clip`` the points
+    are first clipped as the clients clip their samples, so W^0 lives where the released means do.
+    The points are public: this reads no client data and costs no privacy."""
+    P = clip_data(np.asarray(points, dtype=np.float64), clip)
+    return server_kmeans(
+        P, np.ones(P.shape[0]), None, stream(seed, "init"), SERVER_INIT_ITERS, n_init=SERVER_INIT_RESTARTS, k=k
+    )
+
+
 def initial_centroids(
-    X: np.ndarray, k: int, seed: int, init_centroids=None, *, init: str = "data", clip: float | None = None, domain=None
+    X: np.ndarray,
+    k: int,
+    seed: int,
+    init_centroids=None,
+    *,
+    init: str = "data",
+    clip: float | None = None,
+    domain=None,
+    server_points: np.ndarray | None = None,
 ) -> np.ndarray:
     """The shared W^0.
 
     ``init_centroids`` if given (the caller vouches that they are public); else by ``init``:
-    ``"data"``: k distinct random data rows drawn from stream ``"init"`` (not private: a private
-    run that uses it must report epsilon = inf, see :func:`init_is_private_release`); ``"uniform_box"`` /
-    ``"uniform_ball"``: :func:`public_centroids`.
+    ``"data"``: k distinct random rows of ``X`` (the clients' data) drawn from stream ``"init"`` (not
+    private: a private run that uses it must report epsilon = inf, see
+    :func:`init_is_private_release`); ``"uniform_box"`` / ``"uniform_ball"``: :func:`public_centroids`;
+    ``"server"``: :func:`server_centroids` on ``server_points``.
     """
     m = X.shape[1]
     if init_centroids is None:
         if init == "data":
             idx = stream(seed, "init").choice(X.shape[0], size=k, replace=False)
             return X[idx].astype(np.float64, copy=True)
+        if init == "server":
+            if server_points is None:
+                raise ValueError("init='server' needs the server's public points (server_rows or server_data)")
+            return server_centroids(server_points, k, seed, clip)
         return public_centroids(k, m, seed, check_init(init, True), clip=clip, domain=domain)
     C = np.array(init_centroids, dtype=np.float64)
     if C.shape != (k, m):
@@ -152,6 +185,63 @@ def initial_centroids(
     if not np.isfinite(C).all():
         raise ValueError("init_centroids contains NaN or infinite values")
     return C
+
+
+class ServerSplit(NamedTuple):
+    """The server's public points and what is left to the clients.
+
+    ``points``: the server's (n_s, m) points, or None; ``clients``: the boolean mask of the rows of
+    ``X`` that are client data (None: all of them); ``source``: ``"holdout"`` (rows of ``X`` held out
+    of the clients), ``"array"`` (a separate public array) or None."""
+
+    points: np.ndarray | None
+    clients: np.ndarray | None
+    source: str | None
+
+    def info(self) -> dict:
+        """The run info's account of the server's data."""
+        return {"server_data": self.source, "n_server_points": 0 if self.points is None else int(self.points.shape[0])}
+
+
+def server_split(X: np.ndarray, k: int, server_rows=None, server_data=None) -> ServerSplit:
+    """The server's points from ``server_rows`` (indices of rows of ``X``, which then are no client
+    data) or ``server_data`` (a separate (n_s, m) array); at least k of them."""
+    n, m = X.shape
+    if server_rows is not None and server_data is not None:
+        raise ValueError("give server_rows or server_data, not both")
+    if server_rows is not None:
+        rows = np.asarray(server_rows)
+        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer):
+            raise ValueError("server_rows must be a non-empty 1-D array of row indices")
+        if rows.min() < 0 or rows.max() >= n:
+            raise ValueError(f"server_rows must index rows 0..{n - 1} of X")
+        clients = np.ones(n, dtype=bool)
+        clients[rows] = False
+        if not clients.any():
+            raise ValueError("server_rows hold every row of X: no client data is left")
+        split = ServerSplit(X[~clients], clients, "holdout")
+    elif server_data is not None:
+        P = np.asarray(server_data, dtype=np.float64)
+        if P.ndim != 2 or P.shape[1] != m:
+            raise ValueError(f"server_data must be (n_s, {m}), got shape {P.shape}")
+        if not np.isfinite(P).all():
+            raise ValueError("server_data contains NaN or infinite values")
+        split = ServerSplit(P, None, "array")
+    else:
+        return ServerSplit(None, None, None)
+    if split.points.shape[0] < k:
+        raise ValueError(f"the server holds {split.points.shape[0]} points, fewer than k={k}")
+    return split
+
+
+def client_rows(X: np.ndarray, client: np.ndarray, split: ServerSplit) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(X, client, n_clients)`` of the clients' data: without held-out rows the inputs themselves;
+    with them the other rows, the clients renumbered 0..N-1 in order (a client left without a sample
+    is dropped)."""
+    if split.clients is None:
+        return X, client, int(client.max()) + 1 if client.size else 0
+    _, renumbered = np.unique(client[split.clients], return_inverse=True)
+    return X[split.clients], renumbered, int(renumbered.max()) + 1
 
 
 def sample_clients(rng: np.random.Generator, n_clients: int, K: int) -> np.ndarray:
@@ -306,37 +396,42 @@ def data_clip(X: np.ndarray, clip, private: bool) -> float | None:
 
 
 class BaselineSetup(NamedTuple):
-    X: np.ndarray  # the checked data (float64)
+    X: np.ndarray  # the checked data (float64), every row (the server's too): what the run is scored on
     n_clients: int  # N
     K: int  # clients sampled per round
     z: float  # noise multiplier of a round's release (0 = not private)
     private: bool
     clip: float | None  # public L2 bound on every sample (None when not private and not given)
-    lay: SegmentLayout  # rows sorted by client
-    Xc: np.ndarray  # clipped rows in client order
+    lay: SegmentLayout  # the clients' rows sorted by client
+    Xc: np.ndarray  # the clients' clipped rows in client order
     init: str  # how W^0 was drawn
     C0: np.ndarray  # (k, m) initial centres
+    server: ServerSplit  # the server's public points, if any
 
 
 def baseline_setup(X, client, k: int, o) -> BaselineSetup:
     """The common start of the sampled-client k-means baselines (DK++, DKM, FZKM), from their
     options ``o`` (:class:`~fedclust.clustering.common_options.SampledRounds`,
     :class:`~fedclust.clustering.common_options.BaselineNoiseOptions` and
-    :class:`~fedclust.clustering.common_options.InitOptions`): the checked inputs, the clients per
-    round, the noise multiplier (:func:`baseline_noise_multiplier`), the public clip
-    (:func:`data_clip`), the clipped rows in client order (every client must have a sample) and the
-    initial centres."""
-    X, client, n_clients = check_inputs(X, client, k)
+    :class:`~fedclust.clustering.common_options.KMeansInitOptions`): the checked inputs, the server's
+    points (:func:`server_split`; held-out rows are no client data), the clients per round, the
+    noise multiplier (:func:`baseline_noise_multiplier`), the public clip (:func:`data_clip`), the
+    clients' clipped rows in client order (every client must have a sample) and the initial centres."""
+    X, client, _ = check_inputs(X, client, k)
+    server = server_split(X, k, o.server_rows, o.server_data)
+    Xcl, ccl, n_clients = client_rows(X, client, server)
     K = check_clients_per_round(o.clients_per_round, n_clients)
     z = baseline_noise_multiplier(o.noise_multiplier, o.epsilon, o.delta, o.mechanism)
     private = z > 0
-    clip = data_clip(X, o.clip, private)
-    lay = SegmentLayout(client, n_clients)
+    clip = data_clip(Xcl, o.clip, private)
+    lay = SegmentLayout(ccl, n_clients)
     check_all_clients_nonempty(lay.sizes)
-    Xc = clip_data(X, clip)[lay.order]
-    init = check_init(o.init, private)
-    C0 = initial_centroids(X, k, o.seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain)
-    return BaselineSetup(X, n_clients, K, z, private, clip, lay, Xc, init, C0)
+    Xc = clip_data(Xcl, clip)[lay.order]
+    init = check_init(o.init, private, server.points is not None)
+    C0 = initial_centroids(
+        Xcl, k, o.seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain, server_points=server.points
+    )
+    return BaselineSetup(X, n_clients, K, z, private, clip, lay, Xc, init, C0, server)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ _frozen = dataclasses.dataclass(frozen=True)
 
 #: how W^0 is drawn when no ``init_centroids`` are given
 INITS = ("data", "uniform_box", "uniform_ball")
+#: the k-means family (FKM, FZKM, DK++, DKM) may also start from the server's public points
+KMEANS_INITS = INITS + ("server",)
 #: how a per-round (epsilon, delta) becomes a noise multiplier in the baselines
 MECHANISMS = ("classical", "analytic")
 
@@ -72,6 +74,34 @@ class InitOptions(MethodConfig):
         "data in a private run releases private rows (epsilon = inf)",
     )
     init_domain: Any = param(None, "any", doc="[low, high] public feature domain of uniform_box (None: [0, 1])")
+
+
+@_frozen
+class KMeansInitOptions(InitOptions):
+    """:class:`InitOptions` of the k-means family, plus the server's public points: held-out rows of
+    ``X`` (``server_rows``, taken out of the clients' data) or a separate array (``server_data``).
+    ``init="server"`` starts from k-means on them (k-means++ restarts, then Lloyd; seeded by the run's
+    seed); it is the default when server points are given."""
+
+    init: str | None = param(
+        None,
+        "str",
+        choices=KMEANS_INITS,
+        doc="None: server when server points are given, else k data rows when not private (the papers' "
+        "choice) and uniform_box when private; data in a private run releases private rows (epsilon = inf)",
+    )
+    server_rows: Any = param(
+        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data"
+    )
+    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array the server holds")
+
+    def problems(self, where: str) -> list[str]:
+        found = list(super().problems(where))
+        if self.server_rows is not None and self.server_data is not None:
+            found.append(f"{where}: give server_rows or server_data, not both")
+        if self.init == "server" and self.server_rows is None and self.server_data is None:
+            found.append(f"{where}.init='server' needs the server's points: server_rows or server_data")
+        return found
 
 
 @_frozen

@@ -39,7 +39,9 @@ in ``dp_events``.
 
 Initialisation: W^0 is k random data rows only in non-private runs (``init="data"``); a private
 run starts from public centres (``init="uniform_box"`` in ``init_domain``, pulled into the clip
-ball), and ``init="data"`` in a private run reports epsilon = inf. The server's reclustering only
+ball), and ``init="data"`` in a private run reports epsilon = inf; with server points
+(``server_rows`` held out of the clients, or ``server_data``) ``init="server"``, the default then,
+starts from k-means on them (public, no privacy cost). The server's reclustering only
 sees the candidates (public or noisy) and the noisy counts; a Lloyd cluster with no (noisy) mass
 keeps its previous, already released centre, so no raw row reaches the output of a DP run.
 
@@ -69,7 +71,7 @@ from fedclust.clustering._common import (
     with_blas_limit,
 )
 from fedclust.clustering.base import ClusteringResult
-from fedclust.clustering.common_options import BaselineNoiseOptions, InitOptions, ReleaseOptions, SampledRounds
+from fedclust.clustering.common_options import BaselineNoiseOptions, KMeansInitOptions, ReleaseOptions, SampledRounds
 from fedclust.clustering.lloyd import kmeans_release
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
@@ -80,7 +82,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class DKPPOptions(ReleaseOptions, InitOptions, BaselineNoiseOptions, SampledRounds):
+class DKPPOptions(ReleaseOptions, KMeansInitOptions, BaselineNoiseOptions, SampledRounds):
     """DK++'s options: the shared groups of :mod:`fedclust.clustering.common_options` (a private
     run is DP only with ``seeding_rounds = 0``; otherwise it reports epsilon = inf; ``init_centroids``
     are the initial candidate set) and the k-means|| seeding."""
@@ -91,12 +93,13 @@ class DKPPOptions(ReleaseOptions, InitOptions, BaselineNoiseOptions, SampledRoun
     recluster_iters: int = param(50, "int", count=True, doc="weighted Lloyd iterations on the candidates")
 
     def problems(self, where: str) -> list[str]:
+        found = super().problems(where)
         if self.rounds < self.seeding_rounds + 1:
-            return [
+            found.append(
                 f"{where}.rounds must be >= seeding_rounds + 1 = {self.seeding_rounds + 1} (the seeding and "
                 f"the weighting round), got {self.rounds}"
-            ]
-        return []
+            )
+        return found
 
 
 @with_blas_limit
@@ -113,7 +116,7 @@ def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progre
     o = DKPPOptions.build(options, settings)
     R, seed, seeding_rounds, trust_model = o.rounds, o.seed, o.seeding_rounds, o.trust_model
     ell = float(2 * k if o.oversampling is None else o.oversampling)
-    X, N, K, z, private, clip, lay, Xc, init, C0 = baseline_setup(X, client, k, o)
+    X, N, K, z, private, clip, lay, Xc, init, C0, server = baseline_setup(X, client, k, o)
     n, m = X.shape
     std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
     # the Lloyd rounds' release (checked here, before any round: the weighting round uses its trust model)
@@ -219,6 +222,7 @@ def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progre
         "seeding_rounds": seeding_rounds,
         "dp_exact": bool(dp_exact) if private else None,
         "init": "given" if o.init_centroids is not None else init,
+        **server.info(),
     }
     return ClusteringResult(
         labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info

@@ -32,7 +32,9 @@ epsilon = inf; the noise multiplier stays available to reproduce the paper's pro
 (``info["dp_exact"] = False``).
 
 Initialisation: W^0 is k random data rows only in non-private runs (``init="data"``); with noise it
-defaults to public centres (``init="uniform_box"`` in ``init_domain``, pulled into the clip ball).
+defaults to public centres (``init="uniform_box"`` in ``init_domain``, pulled into the clip ball);
+with server points (``server_rows`` held out of the clients, or ``server_data``) ``init="server"``,
+the default then, starts from k-means on them (public).
 
 Vectorized over clients: local k-means++ and Lloyd run on the padded (K, n_max, m) data with batched matmuls,
 and the importance sampling of all clients is one ``searchsorted`` on a global cumulative sum.
@@ -48,7 +50,7 @@ import numpy as np
 
 from fedclust.clustering import _common as common
 from fedclust.clustering.base import ClusteringResult
-from fedclust.clustering.common_options import BaselineNoiseOptions, InitOptions, SampledRounds
+from fedclust.clustering.common_options import BaselineNoiseOptions, KMeansInitOptions, SampledRounds
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
@@ -97,7 +99,7 @@ def local_kmeans(Xp: np.ndarray, mask: np.ndarray, k: int, iters: int, rng: np.r
 
 
 @dataclasses.dataclass(frozen=True)
-class DKMOptions(InitOptions, BaselineNoiseOptions, SampledRounds):
+class DKMOptions(KMeansInitOptions, BaselineNoiseOptions, SampledRounds):
     """DKM's options: the shared groups of :mod:`fedclust.clustering.common_options` (the run is
     not DP whatever the noise: epsilon = inf, see the module docstring) and the coreset settings."""
 
@@ -119,7 +121,7 @@ def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progres
     o = DKMOptions.build(options, settings)
     R, seed, local_iters = o.rounds, o.seed, o.local_iters
     t_c = 20 * k if o.coreset_size is None else o.coreset_size
-    X, N, K, z, private, clip, lay, Xc, init, C = common.baseline_setup(X, client, k, o)
+    X, N, K, z, private, clip, lay, Xc, init, C, server = common.baseline_setup(X, client, k, o)
     n, m = X.shape
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
@@ -199,6 +201,7 @@ def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progres
         "local_iters": local_iters,
         "dp_exact": False if private else None,
         "init": "given" if o.init_centroids is not None else init,
+        **server.info(),
     }
     return ClusteringResult(
         labels=labels, centroids=C, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info

@@ -32,6 +32,13 @@ data; after round 1 the old centroid is itself a released (noisy) value. A priva
 ``init="data"`` is kept as the labelled paper-literal variant: it records a ``non_dp_release`` and
 reports epsilon = inf.
 
+Server data. When the server holds public points (``server_rows``: rows of X held out of the
+clients' data; ``server_data``: a separate array), ``init="server"`` (the default then) starts from
+k-means on them (:func:`fedclust.clustering._common.server_centroids`). The points are public by
+declaration, so W^0 costs no privacy, and held-out rows take no part in any client's upload; the
+run is still scored on every row of X. ``info["server_data"]`` says which: ``"holdout"``,
+``"array"`` or None.
+
 All clients of a round are processed together: assignments for every sample in one distance
 computation (reused by the next round), and the sum of the clients' per-cluster sums as one sparse
 segment sum; the sum of the clients' independent noises is drawn in one go (the server only uses
@@ -50,13 +57,15 @@ import numpy as np
 from fedclust.clustering._common import (
     check_clients_per_round,
     check_init,
+    client_rows,
     clip_data,
     init_release,
     initial_centroids,
     nearest,
+    server_split,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.clustering.common_options import InitOptions, NoiseOptions, ReleaseOptions, SampledRounds
+from fedclust.clustering.common_options import KMeansInitOptions, NoiseOptions, ReleaseOptions, SampledRounds
 from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
 from fedclust.metrics import clustering_scores
 from fedclust.options import param
@@ -87,7 +96,7 @@ def aggregate_round(Xc, client, labels, C, chosen, n_clients, release: LloydRele
 
 
 @dataclasses.dataclass(frozen=True)
-class FKMOptions(ReleaseOptions, InitOptions, NoiseOptions, SampledRounds):
+class FKMOptions(ReleaseOptions, KMeansInitOptions, NoiseOptions, SampledRounds):
     """FKM's options: rounds (default 20) of ``clients_per_round`` clients (default: all), the
     noise (``noise_multiplier`` z: std ``z * sqrt(clip^2 + 1)`` on every uploaded entry; ``clip``
     required when z > 0), W^0 and the trust model with its post-processing
@@ -99,24 +108,30 @@ class FKMOptions(ReleaseOptions, InitOptions, NoiseOptions, SampledRounds):
     clients_per_round: int | None = param(None, "int", count=True, doc="K clients sampled per round; None = all")
 
     def problems(self, where: str) -> list[str]:
+        found = super().problems(where)
         if self.noise_multiplier > 0 and self.clip is None:
-            return [f"{where}.clip must be > 0 when noise_multiplier > 0 (a public L2 bound on every sample)"]
-        return []
+            found.append(f"{where}.clip must be > 0 when noise_multiplier > 0 (a public L2 bound on every sample)")
+        return found
 
 
 def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progress=None, **settings):
     """Run federated Lloyd (:class:`FKMOptions`; keyword ``settings`` override ``options``); the
     arguments are every method's (:mod:`fedclust.clustering.common_options`)."""
     o = FKMOptions.build(options, settings)
-    X, client, n_clients = check_inputs(X, client, k)
+    X, client, _ = check_inputs(X, client, k)
     n, m = X.shape
     rounds, seed, clip, trust_model = o.rounds, o.seed, o.clip, o.trust_model
+    # the server's public points; rows held out for it are no client data (X stays whole for scoring)
+    server = server_split(X, k, o.server_rows, o.server_data)
+    Xcl, ccl, n_clients = client_rows(X, client, server)
     K = check_clients_per_round(o.clients_per_round, n_clients)
     private = o.noise_multiplier > 0
-    init = check_init(o.init, private)
-    C = initial_centroids(X, k, seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain)
+    init = check_init(o.init, private, server.points is not None)
+    C = initial_centroids(
+        Xcl, k, seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain, server_points=server.points
+    )
 
-    Xc = clip_data(X, clip)
+    Xc = clip_data(Xcl, clip)
     sens = math.sqrt(clip**2 + 1.0) if private else 0.0
     std = o.noise_multiplier * sens
     release = kmeans_release(
@@ -131,12 +146,13 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
     uploaded = 0
     # Clients assign their raw samples to the nearest broadcast centroid (eq. 9); the assignment of
     # every sample under the current C is computed once per round and serves both the evaluation of
-    # round t and the local step of round t+1.
+    # round t (every row, the server's too) and the local step of round t+1 (the clients' rows).
     x_sq = np.einsum("ij,ij->i", X, X)
     lab_all, _ = nearest(X, C, x_sq)
     for t in range(1, rounds + 1):
         chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
-        C = aggregate_round(Xc, client, lab_all, C, chosen, n_clients, release, r_noise)
+        lab_cl = lab_all if server.clients is None else lab_all[server.clients]
+        C = aggregate_round(Xc, ccl, lab_cl, C, chosen, n_clients, release, r_noise)
         uploaded += K * k * (m + 1)
         lab_all, d2 = nearest(X, C, x_sq)
         history["objective"].append(float(d2.sum() / n))
@@ -177,5 +193,6 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
             "clients_per_round": K,
             "n_clients": n_clients,
             "init": "given" if o.init_centroids is not None else init,
+            **server.info(),
         },
     )

@@ -28,6 +28,33 @@ def _init_kwargs(cfg) -> dict:
     return cfg.pick("init", "init_domain")
 
 
+def server_rows_of(cfg, dataset, seed: int):
+    """The rows of the data set the server holds (``server_data: holdout``; the same draw as
+    FedDP-KMeans's for the seed), or None (``none``)."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fed_dp_kmeans
+
+    if getattr(cfg, "server_data", "none") != "holdout":
+        return None
+    return fed_dp_kmeans.holdout_rows(int(dataset.X.shape[0]), cfg.server_fraction, int(seed))
+
+
+def server_notes(cfg) -> list[str]:
+    """The calibration's note on the server's sample (none without one)."""
+    if getattr(cfg, "server_data", "none") != "holdout":
+        return []
+    return [
+        f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is not "
+        "client data, and the clients' samples are protected by epsilon"
+    ]
+
+
+def with_notes(noise: dict, notes: list[str]) -> dict:
+    if notes and noise.get("private"):
+        noise["notes"] = list(noise.get("notes") or []) + notes
+    return noise
+
+
 def check_sizes(method: str, cfg, dataset, partition, **extra) -> None:
     """Refuse counts larger than what they count (``k > n``, ``clients_per_round > clients``, ...)."""
     n = int(dataset.X.shape[0])
@@ -82,7 +109,7 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
             noise["noise_multiplier"],
             noise["noise_std"],
         )
-    return flag_non_dp(noise, "fkm", non_dp_steps("fkm", cfg))
+    return with_notes(flag_non_dp(noise, "fkm", non_dp_steps("fkm", cfg)), server_notes(cfg))
 
 
 def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
@@ -104,6 +131,7 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         clip=float(noise["clip"]) if noise["private"] else None,
         init=cfg.init,
         init_domain=cfg.init_domain,
+        server_rows=server_rows_of(cfg, dataset, seed),
         y=dataset.y,
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
@@ -134,7 +162,7 @@ def kmeans_calibrate(method: str):
         rounds = cfg.rounds_for(_is_private(privacy))
         noise = per_round_noise(privacy, rounds, cfg.clip, mechanisms_per_round=KMEANS_MECHANISMS[method])
         noise.update(rounds=rounds, trust_model=getattr(cfg, "trust_model", "local"))
-        return flag_non_dp(noise, method, non_dp_steps(method, cfg))
+        return with_notes(flag_non_dp(noise, method, non_dp_steps(method, cfg)), server_notes(cfg))
 
     calibrate.__name__ = f"{method}_calibrate"
     return calibrate
@@ -154,6 +182,7 @@ def kmeans_run(method: str):
             kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
+        kw["server_rows"] = server_rows_of(cfg, dataset, seed)
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
         return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
 

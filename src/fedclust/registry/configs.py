@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedclust.clustering.common_options import INITS, MECHANISMS
+from fedclust.clustering.common_options import INITS, KMEANS_INITS, MECHANISMS
 from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
 from fedclust.options import MethodConfig, param
 from fedclust.privacy.release import TRUST_MODELS
@@ -18,7 +18,16 @@ from fedclust.privacy.release import TRUST_MODELS
 _frozen = dataclasses.dataclass(frozen=True)
 
 K = dict(kind="int", count=True)
-_INIT_DOC = "W^0: null = data rows when not private, uniform_box when private"
+_KMEANS_INIT_DOC = (
+    "W^0: null = server with server_data: holdout, else data rows when not private and uniform_box when "
+    "private; server = k-means on the server's public sample"
+)
+_SERVER_DATA = dict(
+    choices=("holdout", "none"),
+    doc="holdout: a held-out slice of the data set is the server's public sample (never also client data); "
+    "none: the server holds no data",
+)
+_SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
 _TM = dict(
     choices=TRUST_MODELS,
     doc="where the noise is added: local (every client, the paper's baseline) | "
@@ -54,14 +63,23 @@ class _RoundsMixin:
         return int(self.private_rounds) if private and self.private_rounds else int(self.rounds)
 
 
+class _ServerDataMixin:
+    def problems(self, where):
+        if self.init == "server" and self.server_data == "none":
+            return [f"{where}.init=server needs {where}.server_data=holdout (the server's public sample)"]
+        return []
+
+
 @_frozen
-class FKMConfig(_RoundsMixin, MethodConfig):
+class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     k: int | None = param(None, **K, doc="null = number of classes")
     rounds: int = param(20, **K)
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
     clip: float = param(3.0, "float", gt=0, doc="L2 bound on every sample when private")
-    init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
+    init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
+    server_data: str = param("none", "str", **_SERVER_DATA)
+    server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
     init_domain: list | None = param(None, "list", doc="[low, high] public feature domain (null = [0, 1])")
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
@@ -69,20 +87,24 @@ class FKMConfig(_RoundsMixin, MethodConfig):
 
 
 @_frozen
-class _KMeansBaselineConfig(_RoundsMixin, MethodConfig):
+class _KMeansBaselineConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     k: int | None = param(None, **K)
     rounds: int = param(20, **K)
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K)
     mechanism: str = param("classical", "str", choices=MECHANISMS)
     clip: float = param(3.0, "float", gt=0)
-    init: str | None = param(None, "str", choices=INITS, doc=_INIT_DOC)
+    init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
+    server_data: str = param("none", "str", **_SERVER_DATA)
+    server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
     init_domain: list | None = param(None, "list")
 
 
 @_frozen
 class FZKMConfig(_KMeansBaselineConfig):
-    fuzzifier: float = param(2.0, "float", gt=1)
+    fuzzifier: float | None = param(
+        None, "float", gt=1, doc="null = 1 + 1/sqrt(m) (a rule on the dimension); 2 = the usual FCM"
+    )
     local_iters: int = param(1, **K, doc="> 1 is not DP")
     server_iters: int = param(20, **K)
     server_restarts: int = param(2, **K)
