@@ -154,6 +154,17 @@ def run_method(method: str, dataset, partition, seed: int, eps, delta: float, co
     return spec.run(dataset, partition, noise, cfg, int(seed)), noise
 
 
+def server_data_param(method: str, eps, config: dict) -> dict:
+    """``{"server_data": what the server holds}`` for a method with a server sample that uses one
+    (every private result says which: a holdout of the same data is the most favourable case)."""
+    if method in REFERENCES:
+        return {}
+    cfg = REGISTRY[method].config_from(method_settings(method, eps, config))
+    if getattr(cfg, "server_data", "none") == "none" and method != "fed_dp_kmeans":
+        return {}
+    return {"server_data": describe_server_data(cfg)}
+
+
 def dk_pp_seeding_rounds(rounds: int, eps, default: int = 5) -> int:
     """DK++'s k-means|| rounds in a cell: ``default`` (at most R - 2) without DP, 0 (its DP variant)
     under a finite budget."""
@@ -271,15 +282,7 @@ def run_cell(cell: dict) -> list[dict]:
             "n_clients": n_clients,
             "method": method,
             "init": "server_sample" if method == "fed_dp_kmeans" else init,
-            **(
-                {
-                    "server_data": describe_server_data(
-                        REGISTRY[method].config_from(method_settings(method, eps, config))
-                    )
-                }
-                if method == "fed_dp_kmeans"
-                else {}
-            ),
+            **server_data_param(method, eps, config),
             "trust_model": tm,
             "accountant": config.get("accountant", "rdp"),
         }

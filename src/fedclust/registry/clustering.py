@@ -28,25 +28,18 @@ def _init_kwargs(cfg) -> dict:
     return cfg.pick("init", "init_domain")
 
 
-def server_rows_of(cfg, dataset, seed: int):
-    """The rows of the data set the server holds (``server_data: holdout``; the same draw as
-    FedDP-KMeans's for the seed), or None (``none``)."""
-    # a method's module loads when the method runs: the registry loads at every kedro start
-    from fedclust.clustering import fed_dp_kmeans
-
-    if getattr(cfg, "server_data", "none") != "holdout":
-        return None
-    return fed_dp_kmeans.holdout_rows(int(dataset.X.shape[0]), cfg.server_fraction, int(seed))
-
-
 def server_notes(cfg) -> list[str]:
     """The calibration's note on the server's sample (none without one)."""
-    if getattr(cfg, "server_data", "none") != "holdout":
+    sd = getattr(cfg, "server_data", "none")
+    if sd == "none":
         return []
-    return [
-        f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is not "
-        "client data, and the clients' samples are protected by epsilon"
-    ]
+    if sd == "holdout":
+        return [
+            f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is not "
+            "client data, and the clients' samples are protected by epsilon; a holdout of the same data is the "
+            "most favourable server sample"
+        ]
+    return [f"the server's sample is {describe_server_data(cfg)}, public by declaration"]
 
 
 def with_notes(noise: dict, notes: list[str]) -> dict:
@@ -131,7 +124,7 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         clip=float(noise["clip"]) if noise["private"] else None,
         init=cfg.init,
         init_domain=cfg.init_domain,
-        server_rows=server_rows_of(cfg, dataset, seed),
+        **server_kwargs(cfg, dataset, seed),
         y=dataset.y,
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
@@ -182,7 +175,7 @@ def kmeans_run(method: str):
             kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
-        kw["server_rows"] = server_rows_of(cfg, dataset, seed)
+        kw.update(server_kwargs(cfg, dataset, seed))
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
         return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
 
@@ -309,21 +302,18 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         accountant=privacy.get("accountant", "rdp"),
     )
     logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
-    notes = []
-    if cfg.server_data == "holdout":
-        notes.append(
-            f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: it is "
-            "not client data, and the clients' samples are protected by epsilon; a holdout of the same "
-            "data is the most favourable server sample"
-        )
-    elif has_server:
-        notes.append(f"the server's sample is {base['server_data']}, public by declaration")
-    return {**base, "private": True, "noise_multipliers": z, "notes": notes}
+    return {**base, "private": True, "noise_multipliers": z, "notes": server_notes(cfg)}
+
+
+def server_kwargs(cfg, dataset, seed: int) -> dict:
+    """``server_rows`` / ``server_data`` of a library run from the config's ``server_data``."""
+    rows, array = server_points(cfg, dataset, seed)
+    return {"server_rows": rows, "server_data": array}
 
 
 def describe_server_data(cfg) -> str:
     """Which server data a run uses, in words (privacy report, MLflow tag, benchmark report)."""
-    sd = cfg.server_data
+    sd = getattr(cfg, "server_data", "none")
     if sd == "holdout":
         return f"holdout: {cfg.server_fraction:.0%} of the same data set"
     if sd == "none":

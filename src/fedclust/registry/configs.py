@@ -25,7 +25,7 @@ _KMEANS_INIT_DOC = (
 _SERVER_DATA = dict(
     choices=("holdout", "none"),
     doc="holdout: a held-out slice of the data set is the server's public sample (never also client data); "
-    "none: the server holds no data",
+    "none: the server holds no data; or a public file {name, path, options, scale, label}",
 )
 _SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
 _TM = dict(
@@ -67,7 +67,7 @@ class _ServerDataMixin:
     def problems(self, where):
         if self.init == "server" and self.server_data == "none":
             return [f"{where}.init=server needs {where}.server_data=holdout (the server's public sample)"]
-        return []
+        return server_file_problems(self.server_data, f"{where}.server_data")
 
 
 @_frozen
@@ -78,7 +78,7 @@ class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
     clip: float = param(3.0, "float", gt=0, doc="L2 bound on every sample when private")
     init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
-    server_data: str = param("none", "str", **_SERVER_DATA)
+    server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
     init_domain: list | None = param(None, "list", doc="[low, high] public feature domain (null = [0, 1])")
     trust_model: str = param("secure_aggregation", "str", **_TM)
@@ -95,7 +95,7 @@ class _KMeansBaselineConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     mechanism: str = param("classical", "str", choices=MECHANISMS)
     clip: float = param(3.0, "float", gt=0)
     init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
-    server_data: str = param("none", "str", **_SERVER_DATA)
+    server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
     init_domain: list | None = param(None, "list")
 
