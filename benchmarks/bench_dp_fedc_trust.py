@@ -94,7 +94,9 @@ def main():
             f"registry defaults (ACC_chance_hi {line:.3f}, bar {line + 0.10:.3f})",
         )
         refs = {
-            "public start alone (nearest centre of W^0)": [clustering_accuracy(y, _public_start_alone(ds, s)) for s in seeds],
+            "public start alone (nearest centre of W^0)": [
+                clustering_accuracy(y, _public_start_alone(ds, s)) for s in seeds
+            ],
             "private path, noise off (ε = 4 calibration, σ = 0)": [
                 clustering_accuracy(y, _run(ds, s, 4.0, noise_off=True)) for s in seeds
             ],

@@ -61,9 +61,20 @@ the noise-relevant constants are set:
   client's step depend on private data outside the minibatch, neither eq. (28) nor the amplification
   holds, and a private run reports epsilon = inf (``non_dp_release``).
 
-Initialisation: W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
-(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``; a private run
-that uses it reports epsilon = inf) or data-independent (``"uniform_box"``, the private default).
+Initialisation: W^0 is ``init_centroids`` (taken as public), or, when the server holds a public
+sample (``server_rows``: rows of X that are no client's data) and no ``init`` is named, the k-means
+of that sample (:func:`public_start`), with H^0 the one-hot nearest-centre code of W^0 and the public
+energy of rho and mu_h taken from the sample (:func:`sample_energy`) instead of the worst case
+n clip^2; else W^0 is drawn by ``init`` (:data:`fedclust.clustering._common.INITS`): k data rows
+(``"data"``; a private run that uses it reports epsilon = inf) or data-independent
+(``"uniform_box"``, the private default without a public sample). The server's rows are labelled
+by the nearest final centroid. Without a public sample a data-independent start collapses
+(``docs/methods/dp_fedc.md``).
+
+Trust model (``trust_model``): ``"local"`` (the paper's) adds each sampled client's noise to its own
+upload; ``"secure_aggregation"`` adds one draw of std max_i sigma_{i,t} to the sum of the uploads
+(:func:`aggregate_sigma`), which gives every client at least its calibrated noise multiplier, so
+the accounted releases are the same.
 
 Heterogeneous clients: every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
 sample belongs to one client and the other clients' uploads depend on it only through the released
