@@ -131,3 +131,47 @@ def test_paper_literal_constants_leak_more_than_their_gaussian_claims():
     rep = audit_case(AuditCase("literal", "dp_fedc", scores, claimed, 1e-5, n_runs=200), power_check=False)
     assert claimed == pytest.approx(1.0, abs=0.01)
     assert rep.noisy.epsilon_lower > 2.0 * claimed
+
+
+@pytest.fixture(scope="module")
+def report_sa():
+    case = get("dp_fedc_secure_aggregation")  # epsilon = 1 accounted, delta = 1e-5
+    return audit_case(case, n_runs=400, seed=0)
+
+
+def test_secure_aggregation_audit_is_sound_powerful_and_sees_one_draw_on_the_sum(report_sa):
+    case = report_sa.case
+    assert case.info["trust_model"] == "secure_aggregation"
+    assert case.epsilon == pytest.approx(1.0, abs=0.01) and case.epsilon <= 1.0
+    assert 0.3 < case.info["shift_over_sensitivity"] <= 1.0
+    assert report_sa.sound, (report_sa.noisy.epsilon_lower, case.epsilon)
+    assert report_sa.powerful and report_sa.noise_off.tpr == 1.0 and report_sa.noise_off.fpr == 0.0
+    # one draw of client 0's std (the larger) on the sum: the mean carries sigma_0 / K, less than the
+    # local model's sqrt(sigma_0^2 + sigma_1^2) / K, and the measured noise agrees with it
+    local = get("dp_fedc")
+    assert case.noise_std == pytest.approx(case.info["sigma"] / 2, rel=1e-12)
+    assert case.noise_std < local.noise_std
+    assert 0.8 < report_sa.noisy.noise_measured["ratio"] < 1.25
+
+
+def test_secure_aggregation_noise_std_equals_the_largest_client_sigma_over_K():
+    """Under secure aggregation the released mean's noise has std max_i sigma_i / K per entry, with
+    sigma_i the paper's per-client std (eq. 29 with the public eta_i = alpha_2 n_i / k), and the run
+    reports the same accounted releases as the local model (each client's multiplier is at least its
+    calibrated one)."""
+    xi, res, sizes = _noise_of_mean(0.05, range(20), trust_model="secure_aggregation")
+    _, res_local, _ = _noise_of_mean(0.05, range(1))
+    eps_round = res.info["eps_round"]
+    G, Q2, K, k = 0.5, 2, 3, 4
+    eta = D.ALPHA_2["public"] * sizes / k
+    sig = np.array(
+        [paper.sigma_round(G, Q2, e, eps_round, 1e-5, min(Q2 * min(8, n) / n, 0.99))[0] for e, n in zip(eta, sizes)]
+    )
+    np.testing.assert_allclose(res.info["round_sigma"][0], sig, rtol=1e-9)
+    assert res.info["round_sigma_sum"][0] == pytest.approx(sig.max(), rel=1e-12)
+    assert res.info["trust_model"] == "secure_aggregation"
+    claimed = sig.max() / K
+    assert xi.std() == pytest.approx(claimed, rel=0.06)  # 20 runs x 4 x 16 entries: 2 % standard error
+    assert abs(xi.mean()) < 4 * claimed / math.sqrt(xi.size)
+    assert claimed < math.sqrt(np.sum(sig**2)) / K  # less noise than the local model's mean
+    assert accounted(res.dp_events, 1e-5) == pytest.approx(accounted(res_local.dp_events, 1e-5), rel=1e-12)

@@ -32,6 +32,14 @@ case is audited tightly as well (``gaussian=True``).
 Measured noise: the released mean minus A (or B) is the noise itself, ``sqrt(sum_i sigma_i^2) / K``
 per entry as claimed (sigma_i: each client's std of eq. (28) in the calibrated run).
 
+Secure aggregation (case ``dp_fedc_secure_aggregation``): the same setting with
+``trust_model="secure_aggregation"``. The server sees only the sum of the two uploads plus one
+Gaussian whose std is the larger of the two clients' calibrated stds; client 0 (the smaller client,
+so the smaller public eta_0 and the larger sensitivity and std) sets it, so the canary's client gets
+exactly its calibrated noise multiplier and the same accounted epsilon. The released mean carries
+``max_i sigma_i / K`` per entry (instead of ``sqrt(sum_i sigma_i^2) / K``), which is the claimed noise
+the measured-noise audit checks.
+
 Mutant: DP-FedC sets its noise from eps_bar, not from a multiplier, so ``noise_scale`` picks the
 eps_bar at which client 0's noise std is ``noise_scale`` times the calibrated one (found by
 bisection on the run's own reported std); the accounted epsilon stays that of the calibrated run.
@@ -97,6 +105,7 @@ def _dp_fedc_case(
     rounds: int = 1,
     n_runs: int = 1000,
     noise_scale: float = 1.0,
+    trust_model: str = "local",
 ) -> AuditCase:
 
     d = audit_data()
@@ -105,7 +114,15 @@ def _dp_fedc_case(
     sched = dict(rounds=rounds, clients_per_round=len(SIZES), q2="diminishing", Qhat=10, b=50)
     eps_bar = dp_fedc.eps_bar_for_budget(epsilon, delta, sizes, **sched)
     kw = dict(
-        sched, G=G, delta=delta, clip=clip, constants="public", init_centroids=W0, h_init="nearest", blas_threads=None
+        sched,
+        G=G,
+        delta=delta,
+        clip=clip,
+        constants="public",
+        init_centroids=W0,
+        h_init="nearest",
+        trust_model=trust_model,
+        blas_threads=None,
     )
 
     def run(X, client, seed, noise, eb=eps_bar):
@@ -142,10 +159,16 @@ def _dp_fedc_case(
     eta0 = float(probe.info["alpha_2"]) * dp_fedc.public_lambda(sizes, K_CLUSTERS)[0]  # client 0's eta
     sens = 2.0 * G * Q2 / eta0  # eq. (28)
     sigma = float(probe.info["round_sigma"][0][0])  # client 0's noise std
-    # the released mean of the K uploads carries sqrt(sum_i sigma_i^2) / K per entry (claimed noise)
-    mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
+    # the released mean of the K uploads carries sqrt(sum_i sigma_i^2) / K per entry (local) or
+    # max_i sigma_i / K (secure aggregation: one draw on the sum): the claimed noise
+    if trust_model == "secure_aggregation":
+        mean_std = float(probe.info["round_sigma_sum"][0]) / len(SIZES)
+        assert mean_std == float(np.max(probe.info["round_sigma"][0])) / len(SIZES)
+    else:
+        mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
+    name = "dp_fedc" if trust_model == "local" else f"dp_fedc_{trust_model}"
     return AuditCase(
-        name="dp_fedc",
+        name=name,
         method="dp_fedc",
         scores=scores,
         epsilon=eps,
@@ -158,7 +181,7 @@ def _dp_fedc_case(
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(
             f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
-            f"clip={clip:g}, G={G}; replace-one canary in client 0 (opposite gradient residuals); "
+            f"clip={clip:g}, G={G}, trust model {trust_model}; replace-one canary in client 0 (opposite gradient residuals); "
             "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"
         ),
         info={
@@ -172,6 +195,8 @@ def _dp_fedc_case(
             "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens,
             "mutant_noise_scale": noise_scale,
             "eps_bar_run": eb_run,
+            "trust_model": trust_model,
+            "noise_std_of_mean": mean_std,
         },
     )
 
@@ -193,4 +218,16 @@ def _eps_bar_for_sigma(sigma_of, eps_bar: float, target: float) -> float:
     return hi
 
 
-CASES = {"dp_fedc": _dp_fedc_case}
+def _dp_fedc_secure_aggregation_case(
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    G: float = 0.03,
+    rounds: int = 1,
+    n_runs: int = 1000,
+    noise_scale: float = 1.0,
+) -> AuditCase:
+    """The DP-FedC case under secure aggregation (module docstring)."""
+    return _dp_fedc_case(epsilon, delta, G, rounds, n_runs, noise_scale, trust_model="secure_aggregation")
+
+
+CASES = {"dp_fedc": _dp_fedc_case, "dp_fedc_secure_aggregation": _dp_fedc_secure_aggregation_case}

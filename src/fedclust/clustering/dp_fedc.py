@@ -61,9 +61,20 @@ the noise-relevant constants are set:
   client's step depend on private data outside the minibatch, neither eq. (28) nor the amplification
   holds, and a private run reports epsilon = inf (``non_dp_release``).
 
-Initialisation: W^0 is ``init_centroids`` (taken as public) or drawn by ``init``
-(:data:`fedclust.clustering._common.INITS`): k data rows (``"data"``; a private run
-that uses it reports epsilon = inf) or data-independent (``"uniform_box"``, the private default).
+Initialisation: W^0 is ``init_centroids`` (taken as public), or, when the server holds a public
+sample (``server_rows``: rows of X that are no client's data) and no ``init`` is named, the k-means
+of that sample (:func:`public_start`), with H^0 the one-hot nearest-centre code of W^0 and the public
+energy of rho and mu_h taken from the sample (:func:`sample_energy`) instead of the worst case
+n clip^2; else W^0 is drawn by ``init`` (:data:`fedclust.clustering._common.INITS`): k data rows
+(``"data"``; a private run that uses it reports epsilon = inf) or data-independent
+(``"uniform_box"``, the private default without a public sample). The server's rows are labelled
+by the nearest final centroid. Without a public sample a data-independent start collapses
+(``docs/methods/dp_fedc.md``).
+
+Trust model (``trust_model``): ``"local"`` (the paper's) adds each sampled client's noise to its own
+upload; ``"secure_aggregation"`` adds one draw of std max_i sigma_{i,t} to the sum of the uploads
+(:func:`aggregate_sigma`), which gives every client at least its calibrated noise multiplier, so
+the accounted releases are the same.
 
 Heterogeneous clients: every client has its own q_{i,t} = Q2^t b_i / n_i and sigma_{i,t}; a
 sample belongs to one client and the other clients' uploads depend on it only through the released
@@ -96,7 +107,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -114,6 +125,7 @@ from fedclust.clustering._common import (
     nearest,
     new_history,
     sample_clients,
+    server_kmeans,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import InitOptions
@@ -123,6 +135,7 @@ from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
 from fedclust.privacy.mechanisms import clip_by_norm
 from fedclust.privacy.paper.dp_fedc import release, round_epsilon, sensitivity, sigma_round
+from fedclust.privacy.release import check_trust_model
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
 
@@ -131,6 +144,11 @@ logger = logging.getLogger(__name__)
 H_STEPS = ("stable", "fast", "paper_literal")
 ETA_RULES = ("per_client", "rms")
 H_INITS = ("uniform", "nearest")
+#: Who adds the noise of a round (:mod:`fedclust.privacy.release`): every sampled client to its own
+#: upload (``local``, the paper's), or once to the sum of the uploads (``secure_aggregation``).
+DP_FEDC_TRUST_MODELS = ("local", "secure_aggregation")
+#: k-means++ restarts of the server's k-means on its public sample (the start ``public_sample``)
+PUBLIC_START_RESTARTS = 10
 #: How the noise-relevant constants (rho, mu_h, eta) are set (module docstring): from public
 #: quantities only, or from the data as the paper does (not private).
 CONSTANTS = ("public", "data")
@@ -166,6 +184,21 @@ def penalty_params(
 def public_energy(n_samples: int, clip: float) -> float:
     """The public worst case of ||X||_F^2 when every one of the n samples has L2 norm <= clip: n clip^2."""
     return float(n_samples) * float(clip) ** 2
+
+
+def sample_energy(n_samples: int, X_public: np.ndarray) -> float:
+    """The stand-in for ||X||_F^2 from the server's public sample: n times the mean squared row norm
+    of the (clipped) public rows. Public: it reads no client row."""
+    return float(n_samples) * float(np.mean(np.square(X_public).sum(1)))
+
+
+def public_start(X_public: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """W^0 from the server's public sample: the best of :data:`PUBLIC_START_RESTARTS` k-means++ +
+    Lloyd runs on its rows (stream ``"init"``). Reads no client row, so it releases nothing."""
+    if X_public.shape[0] < k:
+        raise ValueError(f"the server's public sample holds {X_public.shape[0]} rows, fewer than k={k}")
+    w = np.ones(X_public.shape[0])
+    return server_kmeans(X_public, w, None, stream(seed, "init"), n_init=PUBLIC_START_RESTARTS, k=k)
 
 
 def public_lambda(sizes: np.ndarray, k: int) -> np.ndarray:
@@ -322,8 +355,22 @@ class RoundInput:
     mb_mask: np.ndarray  # (K, b_max) valid minibatch slots
     b_i: np.ndarray  # (K,) minibatch size per sampled client
     Q2: int
-    noise: np.ndarray | None  # (K, k, m) standard normal draws, or None (no DP)
+    noise: np.ndarray | None  # standard normal draws, (K, k, m) (local) or (k, m) (secure_aggregation); None: no DP
     sigma_fn: object = None  # callable (eta (K,), Q2) -> sigma (K,), when noise is not None
+    trust_model: str = "local"  # local: one draw per upload; secure_aggregation: one draw on their sum
+
+
+def aggregate_sigma(sigma: np.ndarray) -> float:
+    """The std of the one Gaussian drawn on the sum of the uploads under secure aggregation: the
+    largest of the sampled clients' own stds sigma_{i,t} (eq. 29).
+
+    A sample of client i moves the sum by at most client i's sensitivity 2 G Q2 / eta_i (it sits in
+    one upload), so a draw of std max_j sigma_j gives every client at least the noise multiplier
+    sigma_i / s_i that its local release would have: each client's accounting (the same releases
+    as ``local``) still holds, and the mean carries max_j sigma_j / K per entry instead of
+    sqrt(sum_j sigma_j^2) / K.
+    """
+    return float(np.max(sigma)) if np.size(sigma) else 0.0
 
 
 #: reals per chunk of the (K, k, m) client stack in :func:`round_vectorized` (256 Ki doubles = 2 MiB)
@@ -391,6 +438,7 @@ def round_vectorized(
     sigma = np.zeros(K)
     if rin.noise is not None:
         sigma = np.asarray(rin.sigma_fn(eta, rin.Q2), dtype=np.float64)
+    local_noise = rin.noise is not None and check_trust_model(rin.trust_model, DP_FEDC_TRUST_MODELS) == "local"
     chunk = max(1, _CHUNK_REALS // (k * C.shape[1]))
     C_sum = np.zeros_like(C)
     xi_sum = np.zeros_like(C) if rin.noise is not None else None
@@ -416,11 +464,16 @@ def round_vectorized(
                 f = f * np.minimum(1.0, G / np.maximum(nrm, np.finfo(np.float64).tiny))
             D *= f[:, None, None]
             W -= D
-        if rin.noise is not None:  # (c) Gaussian noise on the uploads (eq. 19)
+        if local_noise:  # (c) Gaussian noise on the uploads (eq. 19)
             xi = sigma[sl, None, None] * rin.noise[sl]
             W += xi
             xi_sum += xi.sum(0)
         C_sum += W.sum(0)
+    sigma_sum = 0.0
+    if rin.noise is not None and not local_noise:  # secure aggregation: one draw on the sum
+        sigma_sum = aggregate_sigma(sigma)
+        xi_sum += sigma_sum * rin.noise
+        C_sum += sigma_sum * rin.noise
     C_new = C_sum / K  # the plain mean of the uploads (eq. 20)
     nts = 0.0
     if rin.noise is not None:
@@ -429,6 +482,7 @@ def round_vectorized(
         "gamma": gamma,
         "eta": eta,
         "sigma": sigma,
+        "sigma_sum": sigma_sum,
         "clipped_fraction": n_clipped / (K * rin.Q2),
         "noise_to_signal": nts,
         "grad_norm_median": float(np.median(gnorm)),
@@ -527,10 +581,14 @@ def round_loop(
         etas.append(eta)
         if rin.noise is not None:
             sig = float(rin.sigma_fn(np.array([eta]), rin.Q2)[0])
-            W = W + sig * rin.noise[s]
+            if rin.trust_model == "local":
+                W = W + sig * rin.noise[s]
             sigmas.append(sig)
         uploads.append(W)
-    C_new = sum(uploads) / len(uploads)
+    total = sum(uploads)
+    if rin.noise is not None and rin.trust_model != "local":
+        total = total + aggregate_sigma(np.array(sigmas)) * rin.noise
+    C_new = total / len(uploads)
     return H, C_new, {"eta": np.array(etas), "sigma": np.array(sigmas), "n_clipped": n_clipped}
 
 
@@ -854,7 +912,21 @@ class DPFedCOptions(InitOptions, Schedule):
     G: float | None = param(None, "float", gt=0, doc="clip bound on every minibatch W gradient")
     all_clients_update_H: bool = param(True, "bool", doc="the paper's (True) or only the sampled clients")
     literal_2rho: bool = param(False, "bool", doc="the paper's 2 rho 1 1' H in the H gradient (eq. 80)")
-    h_init: str = param("uniform", "str", choices=H_INITS, doc="H^0 ~ U[0, 1] or one-hot nearest centroid")
+    h_init: str | None = param(
+        None,
+        "str",
+        choices=H_INITS,
+        doc="H^0 ~ U[0, 1] or one-hot nearest centroid; None: nearest when W^0 is the public sample's, else uniform",
+    )
+    server_rows: Any = param(
+        None,
+        "any",
+        doc="indices of rows of X the server holds as a public sample (out of the clients' data); "
+        "None: no public sample",
+    )
+    trust_model: str = param(
+        "local", "str", choices=DP_FEDC_TRUST_MODELS, doc="local (the paper: noise per upload) | secure_aggregation"
+    )
     constants: str | None = param(
         None, "str", choices=CONSTANTS, doc="public | data; None: public when private, data (the paper's) otherwise"
     )
@@ -886,8 +958,15 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
     """
     o = DPFedCOptions.build(options, settings)
     X, client, N = check_inputs(X, client, k)
-    s = _settings(X.shape[1], N, o)
-    st = _initial_state(X, client, k, s)
+    is_server = _server_mask(X.shape[0], o.server_rows)
+    X_all = X
+    if is_server.any():  # the clients keep the other rows (a client left without rows drops out)
+        X = X[~is_server]
+        _, client = np.unique(client[~is_server], return_inverse=True)
+        N = int(client.max()) + 1
+    y = None if y is None else np.asarray(y)[~is_server]  # the histories score the clients' rows
+    s = _settings(X.shape[1], N, o, public_sample=bool(is_server.any()))
+    st = _initial_state(X, client, k, s, X_public=X_all[is_server] if is_server.any() else None)
     eps_round, q_acc = _calibrate(st.sizes, s)
     hist = new_history(
         y,
@@ -913,6 +992,9 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
                 progress(t, hist)
 
     lab_sorted, n_zero_cols = labels_from_H(st.H, st.Xs, st.C)
+    labels = np.empty(X_all.shape[0], dtype=np.int64)
+    labels[~is_server] = lab_sorted[st.lay.inverse]
+    labels[is_server] = nearest(X_all[is_server], st.C)[0]  # the server's rows: nearest final centroid
     events, worst = _releases(st.sizes, s)
     info = {
         "rho": st.rho,
@@ -921,7 +1003,10 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         "G": s.G,
         "clip": s.clip,
         "constants": s.constants,
-        "init": "given" if s.init_centroids is not None else s.init,
+        "init": "given" if s.init_centroids is not None else ("public_sample" if s.public_sample else s.init),
+        "h_init": s.h_init,
+        "server_rows": int(is_server.sum()),
+        "trust_model": s.trust_model,
         "eps_bar": s.eps_bar if s.private else math.inf,
         "eps_round": eps_round,
         "delta": s.delta,
@@ -944,9 +1029,10 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         "sampled_clients": logs.sampled,
         "round_sigma": logs.sigma,
         "round_eta": logs.eta,
+        "round_sigma_sum": logs.sigma_sum,
     }
     return ClusteringResult(
-        labels=lab_sorted[st.lay.inverse],
+        labels=labels,
         centroids=st.C,
         history=hist,
         dp_events=events,
@@ -965,13 +1051,29 @@ class _Settings(DPFedCOptions):
 
     K: int = param(1, "int", count=True)
     private: bool = param(False, "bool")
+    public_sample: bool = param(False, "bool")
     notes: list = param([], "list")
 
 
-def _settings(m: int, N: int, o: DPFedCOptions) -> _Settings:
-    """Resolve the defaults of ``o`` that depend on privacy, the data dimension ``m`` and the
-    number of clients ``N``."""
+def _server_mask(n: int, server_rows) -> np.ndarray:
+    """(n,) bool: the rows the server holds as its public sample."""
+    mask = np.zeros(n, dtype=bool)
+    if server_rows is not None:
+        idx = np.asarray(server_rows, dtype=np.int64).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"server_rows must be row indices in [0, {n}), got values from {idx.min()} to {idx.max()}")
+        mask[idx] = True
+        if mask.all():
+            raise ValueError("server_rows takes every row: no client data is left")
+    return mask
+
+
+def _settings(m: int, N: int, o: DPFedCOptions, public_sample: bool = False) -> _Settings:
+    """Resolve the defaults of ``o`` that depend on privacy, the data dimension ``m``, the
+    number of clients ``N`` and whether the server holds a public sample."""
     private = o.eps_bar is not None
+    # W^0 from the public sample unless the caller names another start
+    public_sample = public_sample and o.init_centroids is None and o.init is None
     constants = o.constants or ("public" if private else "data")
     notes: list[str] = []
     clip = o.clip
@@ -991,8 +1093,10 @@ def _settings(m: int, N: int, o: DPFedCOptions) -> _Settings:
         "init": check_init(o.init, private),
         "constants": constants,
         "clip": clip,
+        # a good start is worth keeping: one-hot H^0 at the public W^0; the paper's U[0, 1] otherwise
+        "h_init": o.h_init or ("nearest" if public_sample else "uniform"),
     }
-    return _Settings(**{**o.as_dict(), **resolved}, K=K, private=private, notes=notes)
+    return _Settings(**{**o.as_dict(), **resolved}, K=K, private=private, public_sample=public_sample, notes=notes)
 
 
 @dataclass
@@ -1018,20 +1122,27 @@ class _State:
         return self.lay.offsets
 
 
-def _initial_state(X, client, k, s: _Settings) -> _State:
-    """Clip the data, sort it by client, set rho and mu_h, and draw W^0 and H^0."""
+def _initial_state(X, client, k, s: _Settings, X_public: np.ndarray | None = None) -> _State:
+    """Clip the data, sort it by client, set rho and mu_h, and draw W^0 and H^0. ``X_public``: the
+    server's public sample (clipped like the data), for W^0 (``s.public_sample``) and for the public
+    energy in rho and mu_h (instead of the worst case n clip^2)."""
     n, N = X.shape[0], int(client.max()) + 1
     lay = SegmentLayout(client, N)
     check_all_clients_nonempty(lay.sizes)
     X = clip_data(X, s.clip)  # every sample within the public bound (a no-op without a clip)
+    Xp = None if X_public is None else clip_data(np.asarray(X_public, dtype=np.float64), s.clip)
     Xs = np.ascontiguousarray(X[lay.order])
     if s.constants == "public":
-        rho, mu_h = penalty_params(None, N, s.rho_factor, s.mu_h_factor, energy=public_energy(n, s.clip))
+        energy = public_energy(n, s.clip) if Xp is None else sample_energy(n, Xp)
+        rho, mu_h = penalty_params(None, N, s.rho_factor, s.mu_h_factor, energy=energy)
         lam_public = public_lambda(lay.sizes, k)
     else:
         rho, mu_h = penalty_params(X, N, s.rho_factor, s.mu_h_factor)
         lam_public = None
-    C = initial_centroids(X, k, s.seed, s.init_centroids, init=s.init, clip=s.clip, domain=s.init_domain)
+    if s.public_sample:
+        C = public_start(Xp, k, s.seed)
+    else:
+        C = initial_centroids(X, k, s.seed, s.init_centroids, init=s.init, clip=s.clip, domain=s.init_domain)
     if s.h_init == "uniform":
         H = stream(s.seed, "init_h").random((n, k))
     else:
@@ -1066,6 +1177,7 @@ class _RoundLogs:
         self.sampled = np.empty((rounds, K), dtype=np.int64)
         self.sigma = np.zeros((rounds, K))
         self.eta = np.zeros((rounds, K))
+        self.sigma_sum = np.zeros(rounds)  # the std of the one draw on the sum (secure aggregation)
         self.uploaded = 0
         self.last: dict = {}
 
@@ -1093,9 +1205,10 @@ def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb
     q_it = np.minimum(Q2 * b_i / st.sizes[S], s.q_cap)
     noise = sigma_fn = None
     if s.private:
-        noise = rng_noise.standard_normal((s.K, st.C.shape[0], st.C.shape[1]))
+        shape = st.C.shape if s.trust_model == "secure_aggregation" else (s.K,) + st.C.shape
+        noise = rng_noise.standard_normal(shape)
         sigma_fn = _sigma_fn(s, eps_round, q_it)
-    rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn)
+    rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn, s.trust_model)
     st.H, st.C, out = round_vectorized(
         st.Xs,
         st.sizes,
@@ -1120,6 +1233,7 @@ def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb
     st.XC = st.Xs @ st.C.T  # shared by this round's objective and the next round's H step
     logs.uploaded += s.K * st.C.size
     logs.sampled[t - 1], logs.sigma[t - 1], logs.eta[t - 1] = S, out["sigma"], out["eta"]
+    logs.sigma_sum[t - 1] = out["sigma_sum"]
     logs.last = {**out, "Q2": Q2, "q_eff": float(np.mean(q_it))}
 
 

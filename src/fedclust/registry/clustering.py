@@ -203,11 +203,33 @@ _DP_FEDC_RUN_KEYS = (
     "all_clients_update_H",
     "literal_2rho",
     "h_init",
+    "trust_model",
     "init",
     "init_domain",
     "constants",
     "clip",
 )
+
+
+def dp_fedc_server_rows(cfg: C.DPFedCConfig, n: int):
+    """The rows the server holds as its public sample (``server_data: holdout``), or None.
+
+    A fixed slice of the data set (stream ``"server_data"`` of seed 0, the same for every run seed),
+    so that the budget calibration knows the clients' sizes before a run starts."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fed_dp_kmeans
+
+    return fed_dp_kmeans.holdout_rows(n, cfg.server_fraction, 0) if cfg.server_data == "holdout" else None
+
+
+def _dp_fedc_client_sizes(cfg: C.DPFedCConfig, dataset, partition) -> np.ndarray:
+    """The clients' sizes in a run: the partition's, less the server's rows (clients left empty drop out)."""
+    keep = np.asarray(partition.client) >= 0
+    rows = dp_fedc_server_rows(cfg, int(dataset.X.shape[0]))
+    if rows is not None:
+        keep[rows] = False
+    sizes = np.bincount(np.asarray(partition.client)[keep], minlength=n_clients_of(partition))
+    return sizes[sizes > 0]
 
 
 def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) -> dict:
@@ -217,15 +239,20 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
     from fedclust.clustering import dp_fedc
 
     target, delta = check_privacy_params(privacy)
-    base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "epsilon_target": target, "trust_model": "local"}
+    base = {
+        "mechanism": "gaussian",
+        "unit": "sample",
+        "delta": delta,
+        "epsilon_target": target,
+        "trust_model": cfg.trust_model,
+    }
     if target is None:
         return {**base, "private": False}
     eps_bar = target
     if cfg.budget == "accountant":
-        n_clients = n_clients_of(partition)
+        sizes = _dp_fedc_client_sizes(cfg, dataset, partition)
         sched = cfg.pick("rounds", "Qhat", "b", "c0", "q_cap", "q2")
-        sched["clients_per_round"] = cfg.clients_per_round or n_clients
-        sizes = np.bincount(partition.client[partition.client >= 0], minlength=n_clients)
+        sched["clients_per_round"] = min(cfg.clients_per_round or sizes.size, sizes.size)
         eps_bar = dp_fedc.eps_bar_for_budget(target, delta, sizes, accountant=privacy.get("accountant", "rdp"), **sched)
     return {
         **base,
@@ -241,7 +268,23 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
             f"{float(cfg.c0)}) and assumes eps <= 1 per round; the accountant's epsilon is the figure that holds",
             "the accountant's epsilon is the worst client's (clients differ in n_i, hence in q_i and sigma_i; "
             "sample-level DP composes in parallel over clients)",
-        ],
+        ]
+        + (
+            [
+                f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: W^0 and "
+                "the public constants come from it; it is not client data"
+            ]
+            if cfg.server_data == "holdout"
+            else []
+        )
+        + (
+            [
+                "secure aggregation: the server sees only the sum of the K uploads, which carries one Gaussian "
+                "of the largest sampled client's std (each client's own calibrated multiplier or more)"
+            ]
+            if cfg.trust_model == "secure_aggregation"
+            else []
+        ),
     }
 
 
@@ -252,7 +295,9 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
     require_all_assigned(partition, "dp_fedc")
     check_sizes("dp_fedc", cfg, dataset, partition)
     kw = cfg.pick(*_DP_FEDC_RUN_KEYS)
-    kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all clients
+    kw["server_rows"] = dp_fedc_server_rows(cfg, int(dataset.X.shape[0]))
+    n_clients = _dp_fedc_client_sizes(cfg, dataset, partition).size
+    kw["clients_per_round"] = min(cfg.clients_per_round or n_clients, n_clients)  # null = all clients
     if noise["private"]:
         kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
     result = run_timed(

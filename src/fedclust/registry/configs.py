@@ -208,7 +208,19 @@ class DPFedCConfig(MethodConfig):
     q_cap: float = param(0.99, "float", gt=0, lt=1)
     all_clients_update_H: bool = param(True, "bool")
     literal_2rho: bool = param(False, "bool")
-    h_init: str = param("uniform", "str", choices=("uniform", "nearest"))
+    h_init: str | None = param(
+        None, "str", choices=("uniform", "nearest"), doc="null = nearest from the public sample's W^0, else uniform"
+    )
+    server_data: str = param(
+        "holdout",
+        "str",
+        choices=("holdout", "none"),
+        doc="holdout: the server holds a public slice of the data set and starts W^0 from it; none: no public sample",
+    )
+    server_fraction: float = param(
+        0.05, "float", gt=0, lt=1, doc="share of the data set held out as the server's sample"
+    )
+    trust_model: str = param("local", "str", choices=("local", "secure_aggregation"))
     constants: str | None = param(None, "str", choices=("public", "data"))
     clip: float | None = param(None, "float", gt=0)
     init: str | None = param(None, "str", choices=INITS)

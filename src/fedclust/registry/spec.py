@@ -149,7 +149,7 @@ _SPECS = [
         releases="noisy W gradients of the sampled clients, per-round sigma from eq. (29)",
         in_tour=True,
         library="fedclust.clustering.dp_fedc:run",
-        trust_models=("local",),
+        trust_models=("local", "secure_aggregation"),
     ),
     _clustering(
         "fed_dp_kmeans",
