@@ -44,7 +44,7 @@ def test_cases_are_registered_for_both_variants():
     from fedclust import audits
 
     assert "fedsc" in audits.FAMILIES
-    assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_factors"}
+    assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_data_domain", "fedsc_factors"}
     assert fedsc_audits.CASES["fedsc_factors"]().info["variant"] == "factors"
 
 
