@@ -44,7 +44,7 @@ def test_cases_are_registered_for_both_variants():
     from fedclust import audits
 
     assert "fedsc" in audits.FAMILIES
-    assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_factors"}
+    assert set(fedsc_audits.CASES) == {"fedsc_data", "fedsc_data_domain", "fedsc_factors"}
     assert fedsc_audits.CASES["fedsc_factors"]().info["variant"] == "factors"
 
 
@@ -118,3 +118,45 @@ def test_perturbed_factor_noise_stds_equal_accounted_stds():
     assert np.linalg.norm(up["C_clean"], axis=0).max() <= tau_c + 1e-12
     spent = epsilon(res.dp_events, 1e-5)
     assert 0.97 * eps <= spent <= eps * 1.0001
+
+
+def test_perturbed_data_noise_std_with_a_declared_domain_equals_multiplier_times_sqrt2_tau():
+    """With the declared domain [0, 1]^5 the rows are projected onto the box then clipped to tau_X,
+    and the event's sensitivity is sqrt(2) tau_X (non-negative rows): the empirical noise std equals
+    the event's multiplier times sqrt(2) tau_X, which equals the std passed in."""
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-0.5, 1.5, size=(2000, 5))  # outside the domain on purpose: projected first
+    client = np.arange(2000) % 4
+    tau, z = 1.2, 40.0
+    res = fedsc.run(
+        X,
+        client,
+        2,
+        seed=3,
+        rounds=1,
+        d=2,
+        r=1.0,
+        clip_tau=tau,
+        data_domain=[0.0, 1.0],
+        data_noise_std=z * math.sqrt(2) * tau,
+        return_uploads=True,
+        cluster=False,
+    )
+    (ev,) = res.dp_events
+    up = res.info["uploads"]
+    assert np.allclose(up["X_clipped"], fedsc.clip_rows(np.clip(X, 0.0, 1.0), tau))
+    assert up["X_clipped"].min() >= 0.0 and np.linalg.norm(up["X_clipped"], axis=1).max() <= tau + 1e-12
+    assert ev.extra["sensitivity"] == pytest.approx(math.sqrt(2) * tau)
+    assert ev.noise_multipliers[0] == pytest.approx(z)
+    emp = float((up["X_released"] - up["X_clipped"]).std())
+    assert emp == pytest.approx(ev.noise_multipliers[0] * math.sqrt(2) * tau, rel=0.03)
+
+
+def test_data_sensitivity_takes_the_smallest_bound_of_the_declared_domain():
+    assert fedsc.data_sensitivity(2.0, 64) == pytest.approx(4.0)  # the paper: 2 tau
+    assert fedsc.data_sensitivity(2.0, 64, [0, 1]) == pytest.approx(2.0 * math.sqrt(2))  # orthant
+    assert fedsc.data_sensitivity(4.0, 4, [0, 1]) == pytest.approx(2.0)  # box diameter sqrt(m)
+    assert fedsc.data_sensitivity(2.0, 64, [-1, 1]) == pytest.approx(4.0)  # neither helps
+    assert fedsc.data_sensitivity(2.0, 64, [0.5, 1]) == pytest.approx(2.0 * math.sqrt(2))
+    with pytest.raises(ValueError, match="data_domain"):
+        fedsc.data_sensitivity(1.0, 3, [1, 0])

@@ -159,8 +159,10 @@ def test_factor_paper_calibration_is_reported_by_the_accountant():
 
 
 def test_data_variant_calibration_meets_the_budget():
-    """mechanism=accountant (the pipeline default): one Gaussian release of sensitivity 2 tau_X whose
-    accounted epsilon meets the target; Prop. 3.7's own claim for that sigma is reported beside it."""
+    """mechanism=accountant (the pipeline default): one Gaussian release whose accounted epsilon meets
+    the target. Its sensitivity is the smallest bound of the declared domain [0, 1]^4 (the box's
+    diameter sqrt(4) = 2 here, below sqrt(2) tau_X and 2 tau_X) and the paper's 2 tau_X with
+    data_sensitivity=paper; Prop. 3.7's own claim for that sigma and sensitivity is reported beside it."""
     from types import SimpleNamespace
 
     from fedclust.pipelines.methods import node_functions
@@ -171,10 +173,15 @@ def test_data_variant_calibration_meets_the_budget():
     ds = _dataset(0)
     part = SimpleNamespace(client=np.arange(120) % 6)
     tr = {"rounds": 3, "n_init": 2, "privacy_variant": "data", "clip_tau": 2.0, "mechanism": "accountant"}
-    for eps in (1.0, 8.0):
-        noise = calibrate({"epsilon": eps, "delta": 1e-5}, tr, ds, part)
-        rep = report_privacy(train(ds, part, noise, tr, 0), noise, {"epsilon": eps, "delta": 1e-5}, "fedsc")
+    for eps, rule, sens in ((1.0, "domain", 2.0), (8.0, "domain", 2.0), (1.0, "paper", 4.0)):
+        t = dict(tr, data_sensitivity=rule)
+        noise = calibrate({"epsilon": eps, "delta": 1e-5}, t, ds, part)
+        assert noise["data_sensitivity"] == pytest.approx(sens)
+        assert noise["data_domain"] == ([0.0, 1.0] if rule == "domain" else None)
+        rep = report_privacy(train(ds, part, noise, t, 0), noise, {"epsilon": eps, "delta": 1e-5}, "fedsc")
         assert 0.97 * eps <= rep["epsilon"] <= eps * 1.0001
-        assert rep["epsilon_paper"] == pytest.approx(fedsc.perturbed_data_epsilon(noise["data_noise_std"], 1e-5, 2.0))
+        assert rep["epsilon_paper"] == pytest.approx(
+            fedsc.perturbed_data_epsilon(noise["data_noise_std"], 1e-5, sens / 2.0)
+        )
     with pytest.raises(ValueError, match="mechanism"):
         calibrate({"epsilon": 1.0, "delta": 1e-5}, dict(tr, mechanism="laplace"), ds, part)

@@ -8,6 +8,10 @@ paper's relation): ``a = (-1, 0)`` without the canary, ``b = (8, 0)`` with it.
 * ``fedsc_data`` (perturbed data, eq. 22 / Prop. 3.7): rows clipped to ``tau_X = 1``, so the canary
   becomes ``(1, 0)`` and the released row moves by exactly the sensitivity ``2 tau_X``. Distinguisher:
   the first coordinate of released row 0 (the likelihood-ratio test of the two Gaussians).
+* ``fedsc_data_domain``: the same release with the declared domain [0, 1]^2 (coordinates projected
+  onto it, then rows clipped to ``tau_X = 1``), whose sensitivity is ``sqrt(2) tau_X``: sample 0 is
+  ``(0, 1)`` and the canary becomes ``(1, 0)``, exactly that far. Distinguisher: released row 0
+  along the direction from one to the other.
 * ``fedsc_factors`` (perturbed factors, eq. 32): two rounds, so one data-dependent upload of every
   ``Z_p`` and one of ``C``, with public ``r``, ``d`` and the column clip ``tau_c``. The distinguisher
   knows everything but sample 0 (the DP threat model) and the released server dictionaries: it
@@ -17,7 +21,7 @@ paper's relation): ``a = (-1, 0)`` without the canary, ``b = (8, 0)`` with it.
 The accounted ε is the accountant's on the run's own ``dp_events``; noise-off runs use the same
 configuration (clip, steps, seeds) with the noise stds set to zero.
 
-Tight audit: ``fedsc_data``'s score is the released coordinate itself, the clipped row plus one
+Tight audit: the data cases' score is the released row along one direction, the clipped row plus one
 Gaussian draw: a Gaussian statistic (``gaussian=True``). ``fedsc_factors`` has no tight audit of
 what the canary reveals: its likelihood ratio is computed around dictionaries that are themselves
 noisy releases, so its shift changes from run to run and it is not one Gaussian. Both measure their
@@ -53,20 +57,37 @@ def audit_data() -> tuple[np.ndarray, np.ndarray]:
     return X, np.repeat(np.arange(N_CLIENTS), N_PER_CLIENT)
 
 
-def neighbour(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The audit data, with sample 0 (client 0) replaced by the canary when asked."""
+#: ``fedsc_data_domain``: the declared domain [0, 1]^2, sample 0 at (0, 1); the canary (8, 0) is
+#: projected onto the box and the ball to (1, 0): the two rows are sqrt(2) tau_X apart, the sensitivity.
+DOMAIN, DOMAIN_SAMPLE = (0.0, 1.0), np.array([0.0, 1.0])
+
+
+def neighbour(with_canary: bool, sample: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The audit data (sample 0 set to ``sample`` when given), with sample 0 (client 0) replaced by
+    the canary when asked."""
     X, client = audit_data()
-    if with_canary:
+    if with_canary or sample is not None:
         X = X.copy()
-        X[0] = CANARY
+        X[0] = CANARY if with_canary else sample
     return X, client
 
 
-def _fedsc_data_case(
-    epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0, n_runs: int = 1000, noise_scale: float = 1.0
+def _data_case(
+    name: str,
+    *,
+    epsilon: float,
+    delta: float,
+    clip_tau: float,
+    n_runs: int,
+    noise_scale: float,
+    domain=None,
+    sample: np.ndarray | None = None,
 ) -> AuditCase:
-
-    sigma = calibrate_noise_multiplier(epsilon, delta, steps=1) * 2.0 * clip_tau
+    """The perturbed-data audit: noise calibrated to the sensitivity the method claims for
+    ``clip_tau`` and ``domain``; score = released row 0 along the direction from the sample's bounded
+    row to the canary's (a Gaussian statistic)."""
+    sens = fedsc.data_sensitivity(clip_tau, 2, domain)
+    sigma = calibrate_noise_multiplier(epsilon, delta, steps=1) * sens
 
     def run(X, client, seed, noise, scale=noise_scale):
         return fedsc.run(
@@ -78,29 +99,30 @@ def _fedsc_data_case(
             d=2,
             r=1.0,
             clip_tau=clip_tau,
+            data_domain=domain,
             data_noise_std=sigma * scale if noise else 0.0,
             cluster=False,
             return_uploads=True,
         )
 
-    probe = run(*neighbour(True), 0, True, 1.0)  # the claim of the calibrated run
+    probe = run(*neighbour(True, sample), 0, True, 1.0)  # the claim of the calibrated run
     eps = account(probe.dp_events, delta)
 
-    clean = {c: fedsc.clip_rows(neighbour(c)[0], clip_tau) for c in (False, True)}
+    clean = {c: fedsc.bound_rows(neighbour(c, sample)[0], clip_tau, domain) for c in (False, True)}
+    shift = clean[True][0] - clean[False][0]
+    u = shift / np.linalg.norm(shift)  # the canary's direction
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, client = neighbour(canary_in)
+        X, client = neighbour(canary_in, sample)
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
         rel = np.array([run(X, client, int(s), noise).info["uploads"]["X_released"] for s in seeds])
-        # every released row minus its clipped value: the noise itself
-        return {
-            "score": rel[:, 0, 0],
-            "gaussian": rel[:, 0, 0],
-            "noise": (rel - clean[canary_in]).reshape(len(seeds), -1),
-        }
+        along = rel[:, 0] @ u
+        # every released row minus its bounded value: the noise itself
+        return {"score": along, "gaussian": along, "noise": (rel - clean[canary_in]).reshape(len(seeds), -1)}
 
+    where = f"coordinates projected onto {list(domain)}, " if domain else ""
     return AuditCase(
-        name="fedsc_data",
+        name=name,
         method="fedsc",
         scores=scores,
         epsilon=eps,
@@ -111,9 +133,44 @@ def _fedsc_data_case(
         gaussian=True,
         noise_std=sigma,
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
-        description=f"FedSC perturbed data: 20 points on 2 clients, rows clipped to {clip_tau}; sample "
-        "(-1, 0) replaced by the canary (8, 0); score = released row 0, coordinate 0",
-        info={"data_noise_std": sigma, "clip_tau": clip_tau, "variant": "data", "mutant_noise_scale": noise_scale},
+        description=f"FedSC perturbed data: 20 points on 2 clients, {where}rows clipped to {clip_tau}; sample "
+        f"{tuple(neighbour(False, sample)[0][0])} replaced by the canary (8, 0), bounded rows "
+        f"{float(np.linalg.norm(shift)):.4g} apart (the sensitivity {sens:.4g}); score = released row 0 along "
+        "the canary's direction",
+        info={
+            "data_noise_std": sigma,
+            "clip_tau": clip_tau,
+            "data_domain": list(domain) if domain else None,
+            "sensitivity": sens,
+            "variant": "data",
+            "mutant_noise_scale": noise_scale,
+        },
+    )
+
+
+def _fedsc_data_case(
+    epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0, n_runs: int = 1000, noise_scale: float = 1.0
+) -> AuditCase:
+    """The paper's release (Prop. 3.7): no declared domain, sensitivity 2 tau_X."""
+    return _data_case(
+        "fedsc_data", epsilon=epsilon, delta=delta, clip_tau=clip_tau, n_runs=n_runs, noise_scale=noise_scale
+    )
+
+
+def _fedsc_data_domain_case(
+    epsilon: float = 1.0, delta: float = 1e-5, clip_tau: float = 1.0, n_runs: int = 1000, noise_scale: float = 1.0
+) -> AuditCase:
+    """The release with the declared non-negative domain [0, 1]^2: sensitivity sqrt(2) tau_X, which the
+    sample (0, 1) and the canary's bounded row (1, 0) attain."""
+    return _data_case(
+        "fedsc_data_domain",
+        epsilon=epsilon,
+        delta=delta,
+        clip_tau=clip_tau,
+        n_runs=n_runs,
+        noise_scale=noise_scale,
+        domain=DOMAIN,
+        sample=DOMAIN_SAMPLE,
     )
 
 
@@ -233,4 +290,8 @@ def _fedsc_factors_case(
     )
 
 
-CASES = {"fedsc_data": _fedsc_data_case, "fedsc_factors": _fedsc_factors_case}
+CASES = {
+    "fedsc_data": _fedsc_data_case,
+    "fedsc_data_domain": _fedsc_data_domain_case,
+    "fedsc_factors": _fedsc_factors_case,
+}

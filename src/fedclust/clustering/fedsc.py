@@ -33,7 +33,8 @@ Privacy variants (section 3 of the paper):
 * perturbed data (eq. 22, Prop. 3.7): ``X~ = clip_tau(X) + N(0, sigma^2)`` with ``sigma = data_noise_std``
   or ``data_noise_beta * std(X)``; with ``clip_tau`` (rows clipped to ``||x|| <= tau_X``) and an absolute
   ``sigma`` the release is a :class:`~fedclust.privacy.events.GaussianRelease` with L2 sensitivity
-  ``2 tau_X`` (replace-one), and everything after it (r, d, Stage I and II) is post-processing;
+  ``2 tau_X`` (replace-one; ``sqrt(2) tau_X`` when a non-negative feature domain is declared,
+  :func:`data_sensitivity`), and everything after it (r, d, Stage I and II) is post-processing;
 * perturbed factors (eq. 32, Thm 3.9): noise on every uploaded ``Z_p`` every round and on every ``C_p``
   once at the end (std absolute, or ``alpha * std(Z_p)`` / ``alpha * std(C_p)`` per client as the code
   does). With ``tau_c`` (column clip of C), ``z_step="gradient"``, a fixed ``z_lr`` and absolute stds
@@ -57,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -85,6 +86,8 @@ CHUNK_BYTES = 256 * 2**20
 FINAL_C = ("projection", "paper")
 #: Ridge jitter of ``final_c="projection"`` (K_zz has unit diagonal, so it is relative to K_zz's scale).
 PROJECTION_JITTER = 1e-6
+#: Who adds FedSC's noise: every client perturbs its own data or factors before they leave it.
+TRUST_MODEL = "local"
 
 
 # --------------------------------------------------------------------------- math of one client
@@ -242,13 +245,75 @@ def clip_rows(X: np.ndarray, tau: float) -> np.ndarray:
     return X * np.minimum(1.0, tau / np.maximum(norms, 1e-300))[:, None]
 
 
-def perturb_data(X: np.ndarray, clip_tau: float | None, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """The perturbed-data release (eq. 22): ``clip_tau(X) + N(0, sigma^2)`` entrywise.
+def check_domain(domain) -> tuple[float, float] | None:
+    """A declared feature domain ``[low, high]`` (``low < high``, finite) as a pair of floats; None stays None."""
+    if domain is None:
+        return None
+    try:
+        low, high = (float(v) for v in domain)
+    except (TypeError, ValueError):
+        raise ValueError(f"data_domain must be [low, high], got {domain!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"data_domain must be [low, high] with finite low < high, got {domain!r}")
+    return low, high
 
-    With rows clipped to ``||x|| <= tau_X``, replacing one sample moves the release by at most
-    ``2 tau_X`` in L2 (Prop. 3.7), so it is a Gaussian mechanism with noise multiplier ``sigma/(2 tau_X)``."""
+
+def bound_rows(X: np.ndarray, clip_tau: float | None, domain=None) -> np.ndarray:
+    """What the perturbed-data release adds its noise to: every coordinate projected onto the declared
+    ``domain`` [low, high] (when given; the identity on data that respect it), then every row scaled
+    down to ``||x|| <= clip_tau`` (when given)."""
+    dom = check_domain(domain)
+    if dom is not None:
+        X = np.clip(X, dom[0], dom[1])
     if clip_tau is not None:
         X = clip_rows(X, clip_tau)
+    return X
+
+
+def data_sensitivity(clip_tau: float, m: int, domain=None) -> float:
+    """L2 sensitivity (replace-one) of the rows :func:`bound_rows` returns: the largest distance of
+    two of them.
+
+    * No declared domain (the paper, Prop. 3.7): ``2 tau_X``, two opposite points of the ball.
+    * A domain with ``low >= 0``: both rows lie in the non-negative orthant (scaling towards the
+      origin keeps them there), so ``x . x' >= 0`` and ``||x - x'||^2 = ||x||^2 + ||x'||^2 - 2 x . x'
+      <= 2 tau_X^2``: ``sqrt(2) tau_X``.
+    * A domain with ``low <= 0 <= high``: the row clip keeps the rows in the box, whose diameter is
+      ``sqrt(m) (high - low)``.
+
+    The smallest bound that applies is returned; all read public inputs only (the clip, the
+    dimension and the declared domain)."""
+    tau = float(clip_tau)
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"clip_tau must be a finite number > 0, got {clip_tau!r}")
+    bound = 2.0 * tau
+    dom = check_domain(domain)
+    if dom is not None:
+        low, high = dom
+        if low >= 0.0:
+            bound = min(bound, math.sqrt(2.0) * tau)
+        if low <= 0.0 <= high:
+            bound = min(bound, math.sqrt(m) * (high - low))
+    return bound
+
+
+def public_clip(m: int, domain) -> float:
+    """A row clip that reads no data: half the largest norm of a point of the declared domain,
+    ``sqrt(m) max(|low|, |high|) / 2`` (``sqrt(m) / 2`` on [0, 1]^m)."""
+    low, high = check_domain(domain)
+    return 0.5 * math.sqrt(m) * max(abs(low), abs(high))
+
+
+def perturb_data(
+    X: np.ndarray, clip_tau: float | None, sigma: float, rng: np.random.Generator, domain=None
+) -> np.ndarray:
+    """The perturbed-data release (eq. 22): ``bound(X) + N(0, sigma^2)`` entrywise, where ``bound``
+    (:func:`bound_rows`) projects onto the declared ``domain`` (when given) and clips rows to ``clip_tau``.
+
+    Replacing one sample moves the release by at most :func:`data_sensitivity` in L2 (``2 tau_X``
+    without a domain, Prop. 3.7), so it is a Gaussian mechanism with noise multiplier
+    ``sigma / sensitivity``."""
+    X = bound_rows(X, clip_tau, domain)
     if sigma > 0:
         X = X + sigma * rng.standard_normal(X.shape)
     return X
@@ -493,7 +558,10 @@ class FedSCOptions(MethodConfig):
       ``clip_tau``: clip every row to norm <= tau_X first (Prop. 3.7). Only ``clip_tau`` with an absolute
       ``data_noise_std`` is DP (:func:`perturb_data`); r, d and everything else are then computed from
       the perturbed data (post-processing). ``data_noise_beta`` (noise scale from the data) or no clip
-      is recorded as a non-DP release (epsilon = inf).
+      is recorded as a non-DP release (epsilon = inf). ``data_domain`` [low, high] declares the feature
+      domain: coordinates are projected onto it before the row clip (the identity on data that respect
+      it) and the sensitivity shrinks from the paper's ``2 tau_X`` to the bound of
+      :func:`data_sensitivity` (``sqrt(2) tau_X`` when ``low >= 0``).
     * perturbed factors: ``z_noise_std`` or ``z_noise_alpha`` (std = alpha * std(Z_p) per client and
       round), ``c_noise_std`` or ``c_noise_alpha`` (std = alpha * std(C_p) per client, once).
       ``tau_c`` clips every column of C to ``||c_i|| <= tau_c`` and ``tau_z`` every dictionary to
@@ -546,6 +614,9 @@ class FedSCOptions(MethodConfig):
     data_noise_std: float = param(0.0, "float", ge=0, doc="sigma of the perturbed data")
     data_noise_beta: float = param(0.0, "float", ge=0, doc="sigma = beta std(X) (not DP)")
     clip_tau: float | None = param(None, "float", gt=0, doc="row clip before the data noise")
+    data_domain: Any = param(
+        None, "any", doc="declared feature domain [low, high] (None: none declared, the paper's 2 tau_X sensitivity)"
+    )
     z_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every Z_p upload")
     z_noise_alpha: float = param(0.0, "float", ge=0, doc="std = alpha std(Z_p) (not DP)")
     c_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every C_p upload")
@@ -571,6 +642,10 @@ class FedSCOptions(MethodConfig):
 
     def problems(self, where: str) -> list[str]:
         found = []
+        try:
+            check_domain(self.data_domain)
+        except ValueError as e:
+            found.append(f"{where}.{e}")
         step = Z_STEPS.get(self.z_step, self.z_step)
         if step == "official" and self.local_steps != 1:
             found.append(f"{where}.local_steps must be 1 with z_step='official' (one fixed-point step per round)")
@@ -596,35 +671,49 @@ class FedSCOptions(MethodConfig):
 
 
 # --------------------------------------------------------------------------- FedSC: the stages of Algorithm 1
-def privatize_data(X, *, clip_tau, data_noise_std, data_noise_beta, seed, uploads=None):
+def privatize_data(X, *, clip_tau, data_noise_std, data_noise_beta, seed, uploads=None, domain=None):
     """Privacy variant "perturbed data" (eq. 22, Prop. 3.7), applied before anything else.
 
-    Returns ``(X~, sigma, is_dp, events, notes)``: ``X~ = clip_tau(X) + N(0, sigma^2)`` with
-    ``sigma = data_noise_std`` or ``data_noise_beta * std(X)``. Only rows clipped to ``clip_tau`` with an
-    absolute std are a Gaussian mechanism (sensitivity ``2 tau_X``, replace-one); a data-dependent std or
-    unclipped rows are recorded as a non-DP release. ``uploads`` (a dict) receives ``X_clipped`` and
-    ``X_released``."""
+    Returns ``(X~, sigma, is_dp, events, notes)``: ``X~ = bound(X) + N(0, sigma^2)`` with
+    ``sigma = data_noise_std`` or ``data_noise_beta * std(X)``, ``bound`` = :func:`bound_rows` (the
+    declared ``domain``, then rows clipped to ``clip_tau``). Only rows clipped to ``clip_tau`` with an
+    absolute std are a Gaussian mechanism (sensitivity :func:`data_sensitivity`: ``2 tau_X`` without a
+    domain, ``sqrt(2) tau_X`` on a non-negative one; replace-one, local trust: each client adds the
+    noise to its own rows); a data-dependent std or unclipped rows are recorded as a non-DP release.
+    ``uploads`` (a dict) receives ``X_clipped`` and ``X_released``."""
     events, notes = [], []
-    sigma_x = data_noise_std or (data_noise_beta * float((clip_rows(X, clip_tau) if clip_tau else X).std()))
+    X_bounded = bound_rows(X, clip_tau, domain)
+    sigma_x = data_noise_std or (data_noise_beta * float(X_bounded.std()))
     if uploads is not None:
-        uploads["X_clipped"] = clip_rows(X, clip_tau) if clip_tau is not None else X
-    X = perturb_data(X, clip_tau, sigma_x, stream(seed, "noise"))
+        uploads["X_clipped"] = X_bounded
+    X = perturb_data(X, clip_tau, sigma_x, stream(seed, "noise"), domain)
     data_dp = clip_tau is not None and data_noise_std > 0
     if data_dp:
+        sens = data_sensitivity(clip_tau, X.shape[1], domain)
+        dom = check_domain(domain)
         events.append(
             GaussianRelease(
-                noise_multipliers=(sigma_x / (2.0 * clip_tau),),
+                noise_multipliers=(sigma_x / sens,),
                 count=1,
                 neighbouring="replace_one",
                 unit="sample",
                 label="fedsc_perturbed_data",
-                extra={"sensitivity": 2.0 * clip_tau, "std": sigma_x, "clip_tau": clip_tau, "std_rule": "absolute"},
+                extra={
+                    "sensitivity": sens,
+                    "std": sigma_x,
+                    "clip_tau": clip_tau,
+                    "data_domain": list(dom) if dom else None,
+                    "std_rule": "absolute",
+                    "trust_model": TRUST_MODEL,
+                },
             )
         )
+        where = f"coordinates projected onto the declared domain {list(dom)}, " if dom else ""
         notes.append(
-            f"perturbed data (Prop. 3.7): rows clipped to tau_X={clip_tau:g}, Gaussian noise std {sigma_x:.6g} "
-            "(L2 sensitivity 2 tau_X, replace-one); r, d, the factors, K_hat and the labels are computed from "
-            "the perturbed data (post-processing, covered by the guarantee)"
+            f"perturbed data (Prop. 3.7): {where}rows clipped to tau_X={clip_tau:g}, Gaussian noise std "
+            f"{sigma_x:.6g} (L2 sensitivity {sens:.6g}, replace-one, added by each client: local trust); r, d, "
+            "the factors, K_hat and the labels are computed from the perturbed data (post-processing, covered by "
+            "the guarantee)"
         )
     elif sigma_x > 0:
         why = (
@@ -910,6 +999,7 @@ def factor_release_events(o, *, d, r, events, notes):
                         "participation": o.participation,
                         "paper_sensitivity": sens.get("z_paper"),
                         "bound": "2 z_lr tau_c (1 + sqrt(d) tau_c) / (r sqrt(e)) (per-sample gradient terms)",
+                        "trust_model": TRUST_MODEL,
                     },
                 )
             )
@@ -935,6 +1025,7 @@ def factor_release_events(o, *, d, r, events, notes):
                     "std": o.c_noise_std,
                     "bound": "2 tau_c (column clip)",
                     "paper_sensitivity": sens.get("c_paper") if sens else None,
+                    "trust_model": TRUST_MODEL,
                 },
             )
         )
@@ -1025,6 +1116,7 @@ def run(
         data_noise_beta=o.data_noise_beta,
         seed=o.seed,
         uploads=uploads,
+        domain=o.data_domain,
     )
     info["data_noise_std"] = sigma_x
     # factor releases of the raw data (not post-processing of a DP release)
@@ -1100,6 +1192,8 @@ def run(
         info.update(_scores(y, labels))
         if o.attack:
             info["attack_on_c_ACC"] = _scores(y, info["attack_on_c_labels"])["ACC"]
+    if events:
+        info["trust_model"] = TRUST_MODEL
     if notes:
         info["privacy_notes"] = notes
         info["dp_note"] = "; ".join(notes)

@@ -515,11 +515,27 @@ def _kernel_rules(dataset, cfg: C.FedSCConfig, seed: int) -> tuple[float, int]:
     return float(r), int(d)
 
 
+def fedsc_clip(cfg: C.FedSCConfig, m: int) -> float:
+    """The row clip of a private FedSC run: ``clip_tau``, or half the largest norm of the declared
+    ``data_domain`` (public inputs only)."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fedsc
+
+    if cfg.clip_tau:
+        return float(cfg.clip_tau)
+    if cfg.data_domain is None:
+        raise ValueError("fedsc.train: a private run needs clip_tau or data_domain (the clip's public rule)")
+    return fedsc.public_clip(m, cfg.data_domain)
+
+
 def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> dict:
     """FedSC's privacy variants (``privacy_variant``), used when ``privacy.epsilon`` is set:
 
-    * ``data``: every client perturbs its (row-clipped to ``clip_tau``) data once with Gaussian noise
-      (sample-level, replace-one, sensitivity ``2 clip_tau``); sigma from the accountant
+    * ``data``: every client perturbs its data once with Gaussian noise (local trust), its rows
+      projected onto the declared ``data_domain`` and clipped to ``clip_tau`` (null: the public rule of
+      :func:`fedsc_clip`); sample-level, replace-one, sensitivity
+      :func:`fedclust.clustering.fedsc.data_sensitivity` (``sqrt(2) clip_tau`` on a non-negative
+      domain; ``data_sensitivity: paper``: no domain and ``2 clip_tau``, Prop. 3.7); sigma from the accountant
       (``mechanism: accountant``), Proposition 3.7 (``classical``, valid for epsilon < 1) or the
       analytic Gaussian mechanism (``analytic``). r, d and the rest come from the perturbed data.
     * ``factors``: noise on every uploaded Z_p (each round) and on C once, calibrated by the accountant
@@ -554,23 +570,35 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
         raise ValueError(
             f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both"
         )
-    tau_x = cfg.clip_tau
+    m = int(dataset.X.shape[1])
+    tau_x = fedsc_clip(cfg, m)
     if cfg.privacy_variant == "data":
         mech = cfg.mechanism
+        # the declared domain enters the release (projection, smaller sensitivity) unless the paper's
+        # Prop. 3.7 is asked for (no domain, 2 tau_X)
+        domain = cfg.data_domain if cfg.data_sensitivity == "domain" else None
+        sens = fedsc.data_sensitivity(tau_x, m, domain)
         if mech == "accountant":
-            # the accountant's smallest noise multiplier for one Gaussian release of sensitivity 2 tau_X
-            sigma = (
-                calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp"))
-                * 2.0
-                * tau_x
-            )
+            # the accountant's smallest noise multiplier for one Gaussian release of that sensitivity
+            sigma = calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp")) * sens
         else:
-            sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, tau_x, mechanism=mech)
-        logger.info("fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s -> sigma %.4g", eps, delta, tau_x, sigma)
+            # the paper's formula is written for the sensitivity 2 tau_X: half the sensitivity in its place
+            sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, sens / 2.0, mechanism=mech)
+        logger.info(
+            "fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s sensitivity %.4g -> sigma %.4g",
+            eps,
+            delta,
+            tau_x,
+            sens,
+            sigma,
+        )
         notes = [
             "r and d are estimated on the perturbed data (post-processing of the DP release)"
             if not (cfg.r and cfg.d)
-            else "r and d were given (public)"
+            else "r and d were given (public)",
+            f"rows clipped to {tau_x:.6g} ({'given' if cfg.clip_tau else 'sqrt(m) max|data_domain| / 2'})"
+            + (f", coordinates projected onto the declared domain {list(domain)}" if domain else "")
+            + f": L2 sensitivity {sens:.6g}",
         ]
         if eps >= 1 and mech == "classical":
             notes.append(
@@ -583,10 +611,13 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             "variant": "data",
             "data_noise_std": sigma,
             "clip_tau": tau_x,
+            "data_domain": list(domain) if domain else None,
+            "data_sensitivity": sens,
             "notes": notes,
             "data_mechanism": mech,
-            "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, tau_x),
-            "paper_formula": "FedSC Proposition 3.7: epsilon = 2 tau_X sqrt(2 ln(1.25/delta)) / sigma",
+            "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, sens / 2.0),
+            "paper_formula": "FedSC Proposition 3.7 at the release's sensitivity S (2 tau_X in the paper): "
+            "epsilon = S sqrt(2 ln(1.25/delta)) / sigma",
         }
     share = float(cfg.factor_budget_z)
     constants, how = cfg.kernel_constants, cfg.factor_calibration
@@ -594,7 +625,7 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     tau_c = float(cfg.tau_c or FACTOR_DEFAULTS["tau_c"])
     z_lr = float(cfg.z_lr or FACTOR_DEFAULTS["z_lr"])
     tau_z, lam = cfg.tau_z, float(cfg.lam)
-    m, k = int(dataset.X.shape[1]), n_clusters(cfg.k, dataset)
+    k = n_clusters(cfg.k, dataset)
     notes = []
     if constants == "public":
         r = float(cfg.r) if cfg.r else fedsc.public_kernel_width(m, tau_x)
@@ -708,7 +739,7 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
     if noise.get("private"):
         kw["clip_tau"] = noise["clip_tau"]
         if noise["variant"] == "data":
-            kw["data_noise_std"] = noise["data_noise_std"]
+            kw.update(data_noise_std=noise["data_noise_std"], data_domain=noise.get("data_domain"))
         else:
             kw.update(z_noise_std=noise["z_noise_std"], c_noise_std=noise["c_noise_std"], r=noise["r"], d=noise["d"])
             kw.update(z_step="gradient", local_steps=1, tau_c=noise["tau_c"], z_lr=noise["z_lr"])

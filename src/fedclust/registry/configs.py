@@ -253,7 +253,13 @@ class FedSCConfig(MethodConfig):
         doc="the C sent to Stage II: final C-step with a 1e-6 jitter, or the paper's lam",
     )
     privacy_variant: str = param("data", "str", choices=("data", "factors"))
-    clip_tau: float = param(4.0, "float", gt=0)
+    clip_tau: float | None = param(None, "float", gt=0, doc="row clip; null = sqrt(m) max|data_domain| / 2")
+    data_domain: list | None = param(
+        [0.0, 1.0], "list", doc="declared feature domain [low, high]; null = none (the paper's 2 clip_tau)"
+    )
+    data_sensitivity: str = param(
+        "domain", "str", choices=("domain", "paper"), doc="domain (smallest bound of the declared domain) | paper"
+    )
     mechanism: str = param("accountant", "str", choices=("accountant", "classical", "analytic"))
     tau_z: float | None = param(None, "float", gt=0)
     tau_c: float | None = param(None, "float", gt=0)
