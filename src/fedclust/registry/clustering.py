@@ -571,6 +571,12 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both"
         )
     m = int(dataset.X.shape[1])
+    scale = dataset_scale(dataset)
+    if cfg.data_domain is not None and scale is not None and scale != "minmax" and list(cfg.data_domain) == [0.0, 1.0]:
+        raise DataError(
+            f"fedsc.train.data_domain=[0, 1] declares min-max scaled features, but the data are scaled with "
+            f"{scale!r}: declare their bounds (fedsc.train.data_domain=[low, high]) or give clip_tau and data_domain=null"
+        )
     tau_x = fedsc_clip(cfg, m)
     if cfg.privacy_variant == "data":
         mech = cfg.mechanism
