@@ -33,6 +33,8 @@ def _utility(met: dict) -> str | None:
         return util
     if "test_accuracy" in met:
         return f"test acc {met['test_accuracy']:.3f}"
+    if "objective_ratio" in met:  # a data set without labels
+        return f"objective {met['objective_ratio']:.3f} x k-means"
     return None
 
 

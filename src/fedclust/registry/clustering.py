@@ -14,7 +14,14 @@ import numpy as np
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import non_dp_release
 from fedclust.registry import configs as C
-from fedclust.registry.helpers import n_clients_of, n_clusters, refuse_absurd, require_all_assigned, run_timed
+from fedclust.registry.helpers import (
+    n_clients_of,
+    n_clusters,
+    refuse_absurd,
+    require_all_assigned,
+    run_timed,
+    true_labels,
+)
 from fedclust.registry.privacy import check_privacy_params, flag_non_dp, non_private_calibration, per_round_noise
 from fedclust.rng import stream
 
@@ -101,7 +108,7 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         clip=float(noise["clip"]) if noise["private"] else None,
         init=cfg.init,
         init_domain=cfg.init_domain,
-        y=dataset.y,
+        y=true_labels(dataset),
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
 
@@ -152,7 +159,9 @@ def kmeans_run(method: str):
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
-        return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
+        return run_timed(
+            fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
+        )
 
     run.__name__ = f"{method}_run"
     return run
@@ -231,7 +240,13 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
     if noise["private"]:
         kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
     result = run_timed(
-        dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+        dp_fedc.run,
+        dataset.X,
+        partition.client,
+        n_clusters(cfg.k, dataset),
+        seed=int(seed),
+        y=true_labels(dataset),
+        **kw,
     )
     # keep the pickled result small: the soft assignments and the sampling log are large and derivable
     for big in ("H", "sampled_clients"):
@@ -304,7 +319,7 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
         noise=noise.get("noise_multipliers") if noise["private"] else None,
         clip=float(cfg.clip),
         seed=int(seed),
-        y=dataset.y,
+        y=true_labels(dataset),
         **cfg.pick("steps", "projection", "n_components", "trust_model", "count_threshold", "server_restarts"),
     )
     result.info["rounds"] = result.info["steps"] + 1 + (cfg.projection == "dp_pca")
@@ -364,7 +379,7 @@ def fedc_mf_run(method: str):
             partition.client,
             n_clusters(cfg.k, dataset),
             seed=int(seed),
-            y=dataset.y,
+            y=true_labels(dataset),
             **fedc_mf_kwargs(method, cfg),
         )
         result.info["metrics"] = (
@@ -596,7 +611,7 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
     else:
         kw.update({k: noise[k] for k in _SWEEP_KEYS if noise.get(k)})
     result = run_timed(
-        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
     )
     if noise.get("private") and noise.get("kernel_constants") == "data":
         result.dp_events.append(
