@@ -251,7 +251,7 @@ def load_by_label(label: str, data_paths: dict | None = None, config: dict | Non
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """The data-clustering cells: one per (data set, partition, seed, epsilon), every method in it
     (they share the partition and W^0). A data set given by a spec (:func:`dataset_specs`) is
-    named by its label in ``dataset`` and carries the spec in ``source`` (the file whose content
+    named by its label in ``dataset`` and carries its spec in ``source`` (the file whose content
     the cell's key hashes)."""
     _check_methods(config)
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
