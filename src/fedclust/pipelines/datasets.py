@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
-from kedro_datasets.pandas import CSVDataset, ParquetDataset
 
 from fedclust.data.base import Dataset
 from fedclust.data.files import load_cifar10, load_idx, load_mat, table_to_dataset
@@ -132,7 +131,7 @@ class TableDataset(_ReadOnlyDataset):
     column but the label); ``name``: the data set's display name (default: the file's stem);
     ``load_args``: passed to the kedro-datasets class (and so to pandas)."""
 
-    _READERS = {"csv": CSVDataset, "parquet": ParquetDataset}
+    _FORMATS = ("csv", "parquet")
 
     def __init__(
         self,
@@ -146,9 +145,9 @@ class TableDataset(_ReadOnlyDataset):
     ):
         self._filepath = Path(filepath)
         fmt = file_format or self._filepath.suffix.lstrip(".").lower()
-        if fmt not in self._READERS:
+        if fmt not in self._FORMATS:
             raise DatasetError(
-                f"TableDataset: file_format must be one of {sorted(self._READERS)} (or a .csv / .parquet "
+                f"TableDataset: file_format must be one of {list(self._FORMATS)} (or a .csv / .parquet "
                 f"file), got {fmt!r} for {filepath}"
             )
         self._format = fmt
@@ -161,7 +160,12 @@ class TableDataset(_ReadOnlyDataset):
     def _load(self) -> Dataset:
         if not self._filepath.is_file():
             raise FileNotFoundError(f"{self._filepath}: file not found; expected a {self._format} table")
-        reader = self._READERS[self._format](filepath=str(self._filepath), load_args=self._load_args)
+        # kedro-datasets' pandas package imports every pandas dataset it has (about 0.3 s, BigQuery's
+        # client included): loaded when a table is read, not wherever the catalog is built
+        from kedro_datasets.pandas import CSVDataset, ParquetDataset
+
+        cls = CSVDataset if self._format == "csv" else ParquetDataset
+        reader = cls(filepath=str(self._filepath), load_args=self._load_args)
         frame = reader.load()
         return table_to_dataset(
             frame, label=self._label, features=self._features, name=self._name, source=str(self._filepath)
