@@ -277,3 +277,29 @@ def time_to_90pct(history: dict, run_time_s: float) -> dict[str, float]:
     if r90 is None:
         return {}
     return {"rounds_to_90pct_ACC": float(r90), "time_to_90pct_ACC_s": float(run_time_s) * r90 / len(acc)}
+
+
+def kmeans_objective(X, centers=None, labels=None) -> float:
+    """The k-means objective of a clustering of ``X`` (n, m): the mean over samples of the squared
+    distance to the nearest centre. The centres are ``centers`` (rows that are not finite, such as
+    a private method's empty cluster, are left out), or, for a method without centres, the means of
+    the clusters of ``labels``. What an unlabelled data set is evaluated by."""
+    X = np.asarray(X, dtype=np.float64)
+    if centers is None:
+        if labels is None:
+            raise ValueError("kmeans_objective needs centers or labels")
+        labels = _as_labels(labels, "labels")
+        ids = np.unique(labels)
+        centers = np.stack([X[labels == c].mean(axis=0) for c in ids])
+    C = np.asarray(centers, dtype=np.float64).reshape(-1, X.shape[1])
+    C = C[np.isfinite(C).all(axis=1)]
+    if C.shape[0] == 0:
+        return math.inf
+    # |x - c|^2 = |x|^2 - 2 x.c + |c|^2, in blocks of rows to bound the memory
+    cc = (C**2).sum(axis=1)
+    total = 0.0
+    for start in range(0, X.shape[0], 65536):
+        B = X[start : start + 65536]
+        d2 = (B**2).sum(axis=1)[:, None] - 2.0 * B @ C.T + cc[None, :]
+        total += float(np.maximum(d2.min(axis=1), 0.0).sum())
+    return total / max(X.shape[0], 1)

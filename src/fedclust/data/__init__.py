@@ -1,4 +1,4 @@
-"""Loaders (scikit-learn built-ins, IDX, .mat, CIFAR-10), synthetic generators and preprocessing.
+"""Loaders (scikit-learn built-ins, IDX, .mat, CIFAR-10, CSV, Parquet, .npz), synthetic generators and preprocessing.
 
 Entry points: :func:`load_dataset` / :func:`prepare_dataset` (by name, see
 :mod:`fedclust.data.registry`), the generators of :mod:`fedclust.data.synthetic`, the file readers of

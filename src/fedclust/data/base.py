@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fedclust.errors import DataError
+
 
 def _int_labels(y, name: str) -> np.ndarray:
     """``y`` as int64 class labels; a missing (NaN), infinite or fractional label is an error, not a class."""
@@ -34,20 +36,26 @@ class Dataset:
     """Features, labels and (where the source has them) images.
 
     * ``X``: (n_samples, n_features) float32, rows are samples.
-    * ``y``: (n_samples,) int64 labels, 0..n_classes-1.
+    * ``y``: (n_samples,) int64 labels, 0..n_classes-1. An unlabelled data set is made with
+      ``y=None``: ``y`` is then all zeros, ``labelled`` is False (``meta["labelled"]``) and
+      ``n_classes`` raises a :class:`~fedclust.errors.DataError` (the number of clusters must be
+      given, it cannot be read from labels).
     * ``images``: (n_samples, H, W) or (n_samples, C, H, W) float32 when the source is images, else None.
       ``X`` is then the flattened image.
     * ``meta``: free-form facts (source path, preprocessing, true parameters of a synthetic model...).
     """
 
     X: np.ndarray
-    y: np.ndarray
+    y: np.ndarray | None = None
     name: str = ""
     images: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         self.X = np.ascontiguousarray(self.X, dtype=np.float32)
+        if self.y is None:
+            self.y = np.zeros(self.X.shape[0] if self.X.ndim else 0, dtype=np.int64)
+            self.meta = {**self.meta, "labelled": False}
         self.y = _int_labels(self.y, self.name)
         if self.X.ndim != 2:
             raise ValueError(f"Dataset {self.name!r}: X must be 2-D, got shape {self.X.shape}")
@@ -67,7 +75,23 @@ class Dataset:
         return int(self.X.shape[1])
 
     @property
+    def labelled(self) -> bool:
+        """Whether ``y`` holds true class labels (False for a data set loaded without labels)."""
+        return bool(self.meta.get("labelled", True))
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """``y``, or None for an unlabelled data set (what the methods' ``y=`` argument takes)."""
+        return self.y if self.labelled else None
+
+    @property
     def n_classes(self) -> int:
+        if not self.labelled:
+            raise DataError(
+                f"data set {self.name!r} has no labels, so the number of clusters cannot default to its "
+                "number of classes: set k in the method's train parameters (e.g. fed_dp_kmeans.train.k=3), "
+                "or name the label column with dataset.options.label"
+            )
         return int(np.unique(self.y).size)
 
     def subset(self, idx) -> "Dataset":

@@ -1,4 +1,5 @@
-"""Readers for local data files: MNIST/Fashion-MNIST IDX, MATLAB ``.mat`` and CIFAR-10 python batches.
+"""Readers for local data files: MNIST/Fashion-MNIST IDX, MATLAB ``.mat``, CIFAR-10 python batches,
+and a user's own tables (CSV, Parquet) and arrays (``.npz``).
 
 Nothing here downloads anything. Every reader checks its file completely before it returns, so a
 missing, truncated or mismatched file stops a run at the loading step:
@@ -9,10 +10,17 @@ missing, truncated or mismatched file stops a run at the loading step:
 
 All readers return a :class:`~fedclust.data.base.Dataset` in raw units (pixels 0..255 as float32);
 scale with :func:`fedclust.data.preprocess.preprocess`.
+
+A table (CSV, Parquet) becomes a data set through :func:`table_to_dataset`, the one conversion that
+both the library readers (:func:`load_csv`, :func:`load_parquet`, reading with pandas) and the Kedro
+catalog dataset :class:`fedclust.pipelines.datasets.TableDataset` (reading with kedro-datasets) use,
+so both give the same arrays. A missing or non-numeric value in a feature, or a missing label, is a
+:class:`~fedclust.errors.DataError` naming the column and the number of bad rows.
 """
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import io
 import os
@@ -21,10 +29,12 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import scipy.io
 import scipy.sparse
 
 from fedclust.data.base import Dataset
+from fedclust.errors import DataError
 
 __all__ = [
     "load_idx",
@@ -32,6 +42,10 @@ __all__ = [
     "load_mnist_folder",
     "load_mat",
     "load_cifar10",
+    "load_csv",
+    "load_parquet",
+    "load_npz",
+    "table_to_dataset",
     "MNIST_FILES",
     "CIFAR10_TRAIN_BATCHES",
     "CIFAR10_TEST_BATCH",
@@ -313,3 +327,196 @@ def load_cifar10(folder, split: str = "train") -> Dataset:
         images=X.reshape(-1, 3, 32, 32),
         meta={"folder": os.fspath(folder), "split": split, "pixel_max": 255.0},
     )
+
+
+# --------------------------------------------------------------------------- tables and arrays
+#: at most this many bad columns are named in one error line
+_MAX_NAMED = 3
+
+
+def _bad_rows_text(column: str, bad: np.ndarray, values) -> str:
+    """``column 'x': 3 rows with a missing or non-numeric value (first: data row 7, '?')``."""
+    first = int(np.flatnonzero(bad)[0])
+    shown = values[first]
+    try:
+        empty = bool(pd.isna(shown))
+    except (TypeError, ValueError):  # not a scalar
+        empty = False
+    what = "empty" if empty else repr(shown.item() if isinstance(shown, np.generic) else shown)
+    n = int(bad.sum())
+    return f"column {column!r}: {n} row{'s' if n != 1 else ''} with a missing or non-numeric value (first: data row {first + 1}, {what})"
+
+
+def _numeric(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(values as float64, bad rows)`` of a column: a bad row is missing, not a number or infinite."""
+    if pd.api.types.is_bool_dtype(col):
+        vals = col.astype("float64").to_numpy()
+    elif pd.api.types.is_numeric_dtype(col):
+        vals = col.to_numpy(dtype="float64", na_value=np.nan)
+    else:
+        vals = pd.to_numeric(col, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    return vals, ~np.isfinite(vals)
+
+
+def _looks_numeric(col: pd.Series) -> bool:
+    """A numeric (or boolean) column, or a text column most of whose filled cells are numbers (a
+    numeric column with a few bad cells, such as ``?`` for missing: it is kept, and its bad cells
+    are reported, instead of being dropped in silence)."""
+    if pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+        return True
+    filled = col.dropna()
+    if filled.empty:
+        return False
+    return bool(pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5)
+
+
+def _column_list(value, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, (str, int)) for c in value):
+        raise DataError(f"{what} must be a list of column names, got {value!r}")
+    return [str(c) for c in value]
+
+
+def _unknown_column(source: str, column: str, role: str, columns: list[str]) -> DataError:
+    near = difflib.get_close_matches(column, columns, n=1, cutoff=0.5)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return DataError(f"{source}: no column {column!r} ({role}){hint} (the columns: {', '.join(columns)})")
+
+
+def _class_ids(values, source: str, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, label_values)``: class ids 0..C-1 in the order of the sorted distinct label values
+    (numbers by value, anything else as text); a missing label is a :class:`DataError` naming
+    ``what`` and the number of unlabelled rows."""
+    col = pd.Series(np.asarray(values)).infer_objects()
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    missing = col.isna().to_numpy()
+    if numeric:
+        missing |= ~np.isfinite(col.to_numpy(dtype="float64", na_value=np.nan))
+    if missing.any():
+        raise DataError(
+            f"{source}: {what}: {int(missing.sum())} row(s) without a label (first: data row "
+            f"{int(np.flatnonzero(missing)[0]) + 1}); fill or drop those rows"
+        )
+    arr = col.to_numpy() if numeric else col.astype(str).to_numpy()
+    label_values, y = np.unique(arr, return_inverse=True)
+    return y.astype(np.int64).ravel(), label_values
+
+
+def table_to_dataset(
+    frame: pd.DataFrame, *, label=None, features=None, name: str = "table", source: str = ""
+) -> Dataset:
+    """A table (rows = samples) as a :class:`Dataset`.
+
+    * ``label``: the column of class labels (any values: the sorted distinct values become the
+      classes 0..C-1, ``meta["label_values"]`` keeps them); None: an unlabelled data set.
+    * ``features``: the feature columns, in this order; None: every numeric column but the label
+      (a column of text is left out, and named in ``meta["dropped_columns"]``).
+
+    A missing, non-numeric or infinite feature value, or a missing label, raises a
+    :class:`~fedclust.errors.DataError` naming the column(s) and the number of bad rows.
+    """
+    source = source or name
+    columns = [str(c) for c in frame.columns]
+    frame = frame.set_axis(columns, axis=1)
+    if label is not None:
+        label = str(label)
+        if label not in columns:
+            raise _unknown_column(source, label, "the label, dataset.options.label", columns)
+    chosen = _column_list(features, f"{source}: features")
+    dropped: list[str] = []
+    if chosen is None:
+        rest = [c for c in columns if c != label]
+        chosen = [c for c in rest if _looks_numeric(frame[c])]
+        dropped = [c for c in rest if c not in chosen]
+    else:
+        for c in chosen:
+            if c not in columns:
+                raise _unknown_column(source, c, "in dataset.options.features", columns)
+        if label is not None and label in chosen:
+            raise DataError(f"{source}: the label column {label!r} is also listed in features; remove it there")
+    if not chosen:
+        raise DataError(
+            f"{source}: no numeric feature column (the columns: {', '.join(columns)}); "
+            "list the feature columns in dataset.options.features"
+        )
+    X = np.empty((len(frame), len(chosen)), dtype=np.float64)
+    problems = []
+    for j, c in enumerate(chosen):
+        X[:, j], bad = _numeric(frame[c])
+        if bad.any():
+            problems.append(_bad_rows_text(c, bad, frame[c].to_numpy(dtype=object)))
+    if problems:
+        more = f"; and {len(problems) - _MAX_NAMED} more column(s)" if len(problems) > _MAX_NAMED else ""
+        raise DataError(
+            f"{source}: " + "; ".join(problems[:_MAX_NAMED]) + more + ". Fix or drop those rows, or leave the "
+            "column out with dataset.options.features"
+        )
+    meta = {"source": source, "features": chosen, "dropped_columns": dropped, "label_column": label}
+    if label is None:
+        return Dataset(X=X, y=None, name=name, meta=meta)
+    y, values = _class_ids(frame[label].to_numpy(dtype=object), source, f"label column {label!r}")
+    return Dataset(X=X, y=y, name=name, meta={**meta, "label_values": values})
+
+
+def _read_table(p: Path, reader, what: str, **kwargs) -> pd.DataFrame:
+    try:
+        return reader(p, **kwargs)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise DataError(f"{p}: cannot read as {what} ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+
+
+def load_csv(
+    path, label: str | None = None, features: list[str] | None = None, *, sep: str = ",", name: str | None = None
+) -> Dataset:
+    """A CSV file with a header row (read with :func:`pandas.read_csv`), through :func:`table_to_dataset`.
+    ``sep``: the field separator (``";"`` for many European exports, ``"\\t"`` for TSV)."""
+    p = _require_file(path, "a CSV file with a header row")
+    frame = _read_table(p, pd.read_csv, "a CSV file", sep=sep)
+    return table_to_dataset(frame, label=label, features=features, name=name or p.stem, source=str(p))
+
+
+def load_parquet(
+    path, label: str | None = None, features: list[str] | None = None, *, name: str | None = None
+) -> Dataset:
+    """A Parquet file (read with :func:`pandas.read_parquet`, pyarrow), through :func:`table_to_dataset`."""
+    p = _require_file(path, "a Parquet file")
+    frame = _read_table(p, pd.read_parquet, "a Parquet file")
+    return table_to_dataset(frame, label=label, features=features, name=name or p.stem, source=str(p))
+
+
+def load_npz(path, x_key: str = "X", label: str | None = None, *, name: str | None = None) -> Dataset:
+    """A NumPy ``.npz`` archive: ``archive[x_key]`` (n_samples, n_features), rows = samples, and the
+    labels in ``archive[label]`` (one per row; distinct values sorted to classes 0..C-1), or none
+    (``label=None``: an unlabelled data set). Pickled objects are refused."""
+    p = _require_file(path, f"a NumPy .npz archive with the array {x_key!r}")
+    try:
+        with np.load(p, allow_pickle=False) as archive:
+            keys = sorted(archive.files)
+            for key, role in ((x_key, "x_key"), (label, "label")):
+                if key is not None and key not in keys:
+                    raise DataError(f"{p}: no array {key!r} ({role}); the archive holds {keys}")
+            X = archive[x_key]
+            labels = None if label is None else archive[label]
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
+        raise DataError(f"{p}: cannot read as a NumPy .npz archive ({type(exc).__name__}: {exc})") from None
+    if X.ndim != 2 or X.dtype.kind not in "biuf":
+        raise DataError(f"{p}: {x_key!r} must be a 2-D numeric array (samples x features), got {X.dtype} {X.shape}")
+    X = X.astype(np.float64)
+    bad_cols = [j for j in range(X.shape[1]) if not np.isfinite(X[:, j]).all()]
+    if bad_cols:
+        problems = [_bad_rows_text(f"{x_key}[:, {j}]", ~np.isfinite(X[:, j]), X[:, j]) for j in bad_cols]
+        more = f"; and {len(problems) - _MAX_NAMED} more column(s)" if len(problems) > _MAX_NAMED else ""
+        raise DataError(f"{p}: " + "; ".join(problems[:_MAX_NAMED]) + more + ". Fix or drop those rows")
+    meta = {"source": str(p), "x_key": x_key, "label_column": label, "keys": keys}
+    if labels is None:
+        return Dataset(X=X, y=None, name=name or p.stem, meta=meta)
+    labels = np.asarray(labels).ravel()
+    if labels.shape[0] != X.shape[0]:
+        raise DataError(f"{p}: {label!r} has {labels.shape[0]} labels but {x_key!r} has {X.shape[0]} rows")
+    y, values = _class_ids(labels, str(p), f"array {label!r}")
+    return Dataset(X=X, y=y, name=name or p.stem, meta={**meta, "label_values": values})

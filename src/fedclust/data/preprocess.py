@@ -16,6 +16,7 @@ import logging
 import numpy as np
 
 from fedclust.data.base import Dataset
+from fedclust.errors import DataError
 from fedclust.rng import stream
 
 __all__ = ["preprocess", "subsample", "id_like_columns", "SCALES"]
@@ -168,6 +169,11 @@ def subsample(ds: Dataset, n_per_class: int | None = None, n_total: int | None =
     if n_per_class is not None and n_total is not None:
         raise ValueError(
             f"give either n_per_class or n_total, not both (got n_per_class={n_per_class}, n_total={n_total})"
+        )
+    if n_per_class is not None and not ds.labelled:
+        raise DataError(
+            f"n_per_class={n_per_class} draws per class, but data set {ds.name!r} has no labels: "
+            "use n_total, or name the label column with dataset.options.label"
         )
     rng = stream(seed, "subsample")
     if n_per_class is not None:

@@ -23,6 +23,13 @@ name                   source, ``path`` and ``options``
                        ``split`` = "train" (default) or "test"
 ``mat``                ``path`` = a ``.mat`` file with samples as columns; options ``x_key``,
                        ``label_key``, ``samples_as``
+``csv``, ``parquet``   ``path`` = a table with a header, rows = samples (:func:`fedclust.data.files.load_csv`,
+                       :func:`~fedclust.data.files.load_parquet`); options ``label`` (the column of
+                       class labels; absent: unlabelled), ``features`` (the feature columns; default
+                       every numeric column but the label), ``sep`` (CSV only)
+``npz``                ``path`` = a NumPy ``.npz`` archive (:func:`fedclust.data.files.load_npz`);
+                       options ``x_key`` (default ``"X"``), ``label`` (the array of labels; absent:
+                       unlabelled)
 ``fedsc_iris``,        the FedSC ``.mat`` files; ``path`` = the folder holding them (or the file
 ``fedsc_bank``,        itself); options as for ``mat`` (e.g. ``x_key="Xn"`` for the noisy circles)
 ``fedsc_coil20``,
@@ -30,6 +37,10 @@ name                   source, ``path`` and ``options``
 =====================  =========================================================================
 
 Synthetic generators get ``seed``; the other loaders are deterministic and ignore it.
+
+Every data set has a display name, :func:`dataset_label`: ``label`` where the parameters give one,
+else the file's stem for the data sets read from one file of the user's (``csv``, ``parquet``,
+``npz``, ``mat``), else the data set's name. It names the data set in runs, MLflow tags and reports.
 """
 
 from __future__ import annotations
@@ -46,7 +57,15 @@ from fedclust.data.preprocess import preprocess, subsample
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
 
-__all__ = ["load_dataset", "prepare_dataset", "dataset_digest", "DATASET_NAMES", "FEDSC_FILES"]
+__all__ = [
+    "load_dataset",
+    "prepare_dataset",
+    "dataset_digest",
+    "dataset_label",
+    "DATASET_NAMES",
+    "FEDSC_FILES",
+    "TABLE_NAMES",
+]
 
 #: FedSC convenience name -> file name inside the folder given as ``path``.
 FEDSC_FILES = {
@@ -135,6 +154,14 @@ def _mat(name, filename=None):
     return load
 
 
+def _file(name: str, reader: Callable, what: str):
+    def load(path, seed, options):
+        _check_options(name, reader, options, exclude=("path", "name"))
+        return reader(_need_path(name, path, what), **options)
+
+    return load
+
+
 _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
     "digits": _builtin("digits"),
     "iris": _builtin("iris"),
@@ -149,6 +176,9 @@ _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
     "fashion_mnist": _mnist("fashion_mnist"),
     "cifar10": _cifar10,
     "mat": _mat("mat"),
+    "csv": _file("csv", files.load_csv, "the CSV file, e.g. data/01_raw/mine.csv"),
+    "parquet": _file("parquet", files.load_parquet, "the Parquet file, e.g. data/01_raw/mine.parquet"),
+    "npz": _file("npz", files.load_npz, "the .npz archive, e.g. data/01_raw/mine.npz"),
     **{nm: _mat(nm, fn) for nm, fn in FEDSC_FILES.items()},
 }
 
@@ -167,6 +197,25 @@ NO_FILE_NAMES = (
     "mixed_linear_regression",
     "mixed_regression_1d",
 )
+
+
+#: the data sets read from one file of the user's: their display name defaults to the file's stem
+TABLE_NAMES = ("csv", "parquet", "npz", "mat")
+
+
+def dataset_label(spec: dict | str, data_paths: dict | None = None) -> str:
+    """The display name of a data set given by ``spec`` (the ``dataset`` parameters, a benchmark
+    entry, or a bare name): ``spec["label"]`` when set, else the stem of its file for
+    :data:`TABLE_NAMES` (``path``, or ``data_paths[name]``), else its name."""
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    name = str(spec.get("name", ""))
+    if spec.get("label"):
+        return str(spec["label"])
+    path = spec.get("path") or (data_paths or {}).get(name)
+    if name in TABLE_NAMES and path:
+        return Path(path).stem
+    return name
 
 
 def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
@@ -201,9 +250,13 @@ def prepare_dataset(
     n_per_class: int | None = None,
     n_total: int | None = None,
     options: dict | None = None,
+    label: str | None = None,
     **more_options,
 ) -> Dataset:
     """Load, subsample, then scale, in one call (what the data node runs on the ``dataset`` parameters).
+
+    ``label`` is the display name of the data set (:func:`dataset_label`; the data set's ``name``
+    attribute), not the label column of a table (that is ``options["label"]``).
 
     ``options`` (a dict, convenient in YAML) and ``**more_options`` are merged and passed to the
     loader, except ``minmax_mode`` which goes to :func:`preprocess`. Subsampling (``n_per_class``
@@ -226,6 +279,7 @@ def prepare_dataset(
     if n_per_class is not None and n_total is not None:
         raise ValueError("give either n_per_class or n_total, not both")
     ds = load_dataset(name, path=path, seed=seed, **opts)
+    ds.name = dataset_label({"name": name, "path": path, "label": label})
     ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)
     _check_not_empty(ds, name, path)
     return preprocess(ds, scale=scale, minmax_mode=minmax_mode)

@@ -57,3 +57,20 @@ def load_cached(name: str, data_paths: dict | None, seed: int = 0, **options) ->
     """:func:`load`, once per process for the same arguments (callers must not modify the arrays)."""
     path = (data_paths or {}).get(name)
     return memo(("load", name, stamp(path), seed, options), lambda: load(name, data_paths, seed, **options), "data")
+
+
+def load_spec(spec: dict) -> Dataset:
+    """The data set of a resolved spec (``name``, ``path``, ``options``, ``scale``, ``label``; see
+    :func:`fedclust.grids.benchmark.dataset_specs`), named by its label."""
+    return prepare_dataset(
+        spec["name"],
+        path=spec.get("path"),
+        options=dict(spec.get("options") or {}),
+        scale=spec.get("scale") or "minmax",
+        label=spec.get("label"),
+    )
+
+
+def load_spec_cached(spec: dict) -> Dataset:
+    """:func:`load_spec`, once per process for the same spec and file (callers must not modify the arrays)."""
+    return memo(("load_spec", spec, stamp(spec.get("path"))), lambda: load_spec(spec), "data")

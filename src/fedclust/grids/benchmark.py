@@ -1,7 +1,9 @@
 """One benchmark across all federated data clustering methods.
 
 Every method sees the same data, the same partition, the same privacy budget and the same seeds.
-Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. Per cell: ACC, NMI,
+Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. A data set is a name
+(``digits``) or a spec (``{name: csv, path: ..., options: {label: y}, label: mine, scale: ...}``,
+:func:`dataset_specs`); records, MLflow runs and the report name it by its label. Per cell: ACC, NMI,
 ARI, the cost (rounds, bytes up and down per client, compute, wall and cell time, rounds and time to
 90 % of the final ACC) and the accountant's epsilon for the noise actually added.
 
@@ -41,10 +43,12 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering._common import default_init, initial_centroids
+from fedclust.data.registry import TABLE_NAMES, dataset_label
+from fedclust.errors import DataError
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
 from fedclust.grids import run_grid
-from fedclust.grids._data import load, load_cached, memo, stamp
+from fedclust.grids._data import load, load_cached, load_spec, load_spec_cached, memo, stamp
 from fedclust.metrics import (
     data_chance_line,
     is_at_chance,
@@ -198,22 +202,85 @@ def _check_methods(config: dict) -> list[str]:
     return methods
 
 
+#: the keys of a data-set spec in ``benchmark.config.datasets``
+SPEC_KEYS = ("name", "path", "options", "label", "scale")
+
+
+def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dict | None]:
+    """``benchmark.config.datasets`` as ``{label: spec}``, in order. An entry is a name (``digits``,
+    ``mnist``: read from ``data_paths`` as today; spec None) or a mapping with the keys of
+    :data:`SPEC_KEYS`: ``name`` (any ``dataset.name``), ``path`` (default ``data_paths.<name>``),
+    ``options`` (the loader's, e.g. ``{label: y}`` for a table), ``label`` (the name of its rows in
+    records, MLflow and the report; default :func:`fedclust.data.registry.dataset_label`: a file's
+    stem) and ``scale`` (default ``minmax``). A name of a user's file (``csv``, ``parquet``, ``npz``,
+    ``mat``) given alone becomes a spec with its ``data_paths`` entry. The benchmark scores every
+    method against labels, so a table without ``options.label`` is refused here, before any cell."""
+    entries = config.get("datasets", ["digits"])
+    if isinstance(entries, (str, dict)):
+        entries = [entries]
+    out: dict[str, dict | None] = {}
+    for entry in entries or []:
+        if isinstance(entry, str) and entry not in TABLE_NAMES:
+            label, spec = entry, None
+        elif isinstance(entry, (str, dict)):
+            entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+            unknown = sorted(set(entry) - set(SPEC_KEYS))
+            if unknown or not entry.get("name"):
+                raise DataError(
+                    f"benchmark.config.datasets: entry {entry!r} "
+                    + (f"has unknown key(s) {unknown}" if unknown else "needs a 'name'")
+                    + f" (keys: {', '.join(SPEC_KEYS)})"
+                )
+            name = str(entry["name"])
+            path = entry.get("path") or (data_paths or {}).get(name)
+            options = dict(entry.get("options") or {})
+            if name in ("csv", "parquet", "npz") and not options.get("label"):
+                raise DataError(
+                    f"benchmark.config.datasets: {entry!r} has no label column (options: {{label: <column>}}); "
+                    "the benchmark scores every method against labels"
+                )
+            spec = {"name": name, "path": None if path is None else str(path), "options": options}
+            spec["scale"] = entry.get("scale") or "minmax"
+            spec["label"] = dataset_label({**spec, "label": entry.get("label")})
+            label = spec["label"]
+        else:
+            raise DataError(f"benchmark.config.datasets: entries are names or mappings, got {entry!r}")
+        if label in out:
+            raise DataError(
+                f"benchmark.config.datasets: two data sets are labelled {label!r}; give one of them a 'label'"
+            )
+        out[label] = spec
+    if not out:
+        raise DataError("benchmark.config.datasets must name at least one data set")
+    return out
+
+
+def load_by_label(label: str, data_paths: dict | None = None, config: dict | None = None):
+    """The data set that records label ``label``: its spec in ``config`` (:func:`dataset_specs`), or
+    the data set of that name (``data_paths``)."""
+    spec = dataset_specs(config, data_paths).get(label) if config else None
+    return load(label, data_paths) if spec is None else load_spec(spec)
+
+
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """The data-clustering cells: one per (data set, partition, seed, epsilon), every method in it
-    (they share the partition and W^0)."""
+    (they share the partition and W^0). A data set given by a spec (:func:`dataset_specs`) is
+    named by its label in ``dataset`` and carries its spec in ``source`` (the file whose content
+    the cell's key hashes)."""
     _check_methods(config)
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     return [
         {
             "kind": "data",
-            "dataset": ds,
+            "dataset": label,
+            **({"source": spec} if spec is not None else {}),
             "partition": dict(part),
             "seed": seed,
             "epsilon": eps,
             "config": shared,
             "data_paths": dict(data_paths or {}),
         }
-        for ds in config.get("datasets", ["digits"])
+        for label, spec in dataset_specs(config, data_paths).items()
         for part in config.get("partitions", [{"scheme": "iid"}])
         for seed in range(int(config.get("seeds", 2)))
         for eps in config.get("epsilons", [None, 2.0])
@@ -253,13 +320,17 @@ def run_cell(cell: dict) -> list[dict]:
     methods = list(config.get("methods", ALL_METHODS))
     delta = float(config.get("delta", 1e-5))
     n_clients = int(config.get("n_clients", 10))
-    data = load_cached(ds_name, data_paths)
+    source = cell.get("source")
+    data = load_cached(ds_name, data_paths) if source is None else load_spec_cached(source)
+    if not data.labelled:
+        raise DataError(f"benchmark: data set {ds_name!r} has no labels; the benchmark scores against labels")
     X, y = data.X.astype(np.float64), data.y
     k = data.n_classes
     plabel = _partition_label(part)
     opts = {kk: v for kk, v in part.items() if kk != "scheme"}
+    path = data_paths.get(ds_name) if source is None else source.get("path")
     client = memo(
-        ("benchmark_partition", ds_name, stamp(data_paths.get(ds_name)), part, n_clients, seed),
+        ("benchmark_partition", ds_name, source, stamp(path), part, n_clients, seed),
         lambda: (
             make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients, seed=seed, **opts).client
         ),
@@ -636,14 +707,15 @@ def best_per_epsilon(records: list[dict]) -> list[dict]:
     return sorted(out, key=order)
 
 
-def chance_levels(records: list[dict], data_paths: dict | None = None) -> dict[str, float]:
+def chance_levels(records: list[dict], data_paths: dict | None = None, config: dict | None = None) -> dict[str, float]:
     """The chance ACC of every data set of ``records``: the mean ACC of a random assignment with the
-    true class sizes (:func:`fedclust.metrics.data_chance_line`), the dashed line of the plots."""
+    true class sizes (:func:`fedclust.metrics.data_chance_line`), the dashed line of the plots.
+    ``config``: the benchmark's, where its data sets are specs (records name them by label)."""
     out = {}
     for ds in dict.fromkeys(
         r["tags"]["dataset"] for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"
     ):
-        y = load(ds, data_paths).y
+        y = load_by_label(ds, data_paths, config).y
         out[ds] = data_chance_line(y)["ACC_chance"]
     return out
 
@@ -703,7 +775,7 @@ def rounds_figure(records: list[dict]):
     return rounds_by_epsilon_figure(data, "objective", title="objective per round across ε (mean over seeds)")
 
 
-def confusion_figure(records: list[dict], data_paths: dict | None = None):
+def confusion_figure(records: list[dict], data_paths: dict | None = None, config: dict | None = None):
     """The confusion matrix of the best run (highest ACC among the non-private seed-0 runs that
     kept their labels), clusters matched to classes."""
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
@@ -714,7 +786,7 @@ def confusion_figure(records: list[dict], data_paths: dict | None = None):
     if best is None:
         return message_figure("no run kept its labels (seed 0, no DP)", "confusion matrix")
     t = best["tags"]
-    y = load(t["dataset"], data_paths).y
+    y = load_by_label(t["dataset"], data_paths, config).y
     return figure(
         y,
         best["labels"],
@@ -745,7 +817,7 @@ def communication_figure(records: list[dict]):
     return fig
 
 
-def embedding_figure(records: list[dict], data_paths: dict | None = None):
+def embedding_figure(records: list[dict], data_paths: dict | None = None, config: dict | None = None):
     """A 2-D PCA embedding of every data set, colored by each method's predicted clusters (seed 0,
     no DP, first partition), with the true classes in the first column."""
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
@@ -764,7 +836,7 @@ def embedding_figure(records: list[dict], data_paths: dict | None = None):
         len(datasets), len(methods) + 1, figsize=(2.4 * (len(methods) + 1), 2.4 * len(datasets)), squeeze=False
     )
     for i, d in enumerate(datasets):
-        data = load(d, data_paths)
+        data = load_by_label(d, data_paths, config)
         Z = PCA(2, random_state=0).fit_transform(data.X)
         axes[i][0].scatter(Z[:, 0], Z[:, 1], c=data.y, s=2, cmap="tab20")
         axes[i][0].set_title(f"{d}: true classes", fontsize=8)
@@ -796,8 +868,8 @@ def partition_heatmaps(config: dict, data_paths: dict | None = None):
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
     import matplotlib.pyplot as plt
 
-    ds = config.get("datasets", ["digits"])[0]
-    data = load(ds, data_paths)
+    ds = next(iter(dataset_specs(config, data_paths)))
+    data = load_by_label(ds, data_paths, config)
     parts = config.get("partitions", [{"scheme": "iid"}])
     fig, axes = plt.subplots(1, len(parts), figsize=(3.6 * len(parts), 3.2), squeeze=False)
     for ax, part in zip(axes[0], parts):

@@ -40,6 +40,8 @@ def _utility(met: dict) -> str | None:
         return util + (f" ({'; '.join(lines)})" if lines else "")
     if "test_accuracy" in met:
         return f"test acc {met['test_accuracy']:.3f}"
+    if "objective_ratio" in met:  # a data set without labels
+        return f"objective ratio {met['objective_ratio']:.3f} (to k-means)"
     return None
 
 

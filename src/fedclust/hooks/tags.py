@@ -1,7 +1,8 @@
 """MLflow run names and tags, and one nested run per method in a run of several methods.
 
 * run names say what ran: ``fkm · digits/iid · ε=4 · seed 0`` (grid cells keep their names);
-* tags ``pipeline``, ``method``, ``dataset``, ``partition``, ``n_clients``, ``epsilon`` (written as
+* tags ``pipeline``, ``method``, ``dataset`` (its display name,
+  :func:`fedclust.data.registry.dataset_label`: ``dataset.label``, else a file's stem), ``partition``, ``n_clients``, ``epsilon`` (written as
   :func:`fedclust.experiments.eps_label` writes it: ``4``, ``inf``), ``seed`` and ``trust_model``;
   Kedro's run parameters that kedro-mlflow copies to tags are written without Python reprs, and
   Kedro's session id is ``kedro_session_id`` (it is no MLflow run id);
@@ -20,6 +21,7 @@ from typing import Any
 import mlflow
 from kedro.framework.hooks import hook_impl
 
+from fedclust.data.registry import dataset_label
 from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
 from fedclust.pipelines.mlflow_io import kedro_command
@@ -124,7 +126,7 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         "pipeline": pipeline_label,
         "method": ",".join(methods) if methods else pipeline_label,
         "kind": "method" if len(methods) <= 1 else "tour",
-        "dataset": str(ds.get("name", "")),
+        "dataset": dataset_label(ds, params.get("data_paths")) if ds.get("name") else "",
         "partition": ",".join(s for s, _ in splits),
         "n_clients": ",".join(n for _, n in splits),
         "epsilon": eps,

@@ -18,6 +18,12 @@ Example ``catalog.yml`` entries::
       folder: data/01_raw/cifar-10-batches-py
       split: train
 
+    my_table:
+      type: fedclust.pipelines.datasets.TableDataset
+      filepath: data/01_raw/mine.csv     # or .parquet (file_format: parquet)
+      label: label                       # the column of classes; absent: unlabelled
+      load_args: {sep: ";"}              # passed to kedro-datasets (pandas.read_csv)
+
 A missing, truncated or mismatched file fails the load with a :class:`kedro.io.DatasetError` whose
 message carries the reader's message (the path and what was expected). ``save`` always raises:
 raw data is read-only.
@@ -31,9 +37,9 @@ from typing import Any
 from kedro.io import AbstractDataset, DatasetError
 
 from fedclust.data.base import Dataset
-from fedclust.data.files import load_cifar10, load_idx, load_mat
+from fedclust.data.files import load_cifar10, load_idx, load_mat, table_to_dataset
 
-__all__ = ["IDXDataset", "MatDataset", "CIFAR10Dataset"]
+__all__ = ["IDXDataset", "MatDataset", "CIFAR10Dataset", "TableDataset"]
 
 
 class _ReadOnlyDataset(AbstractDataset[Dataset, Dataset]):
@@ -112,3 +118,67 @@ class CIFAR10Dataset(_ReadOnlyDataset):
 
     def _exists(self) -> bool:
         return self._folder.is_dir()
+
+
+class TableDataset(_ReadOnlyDataset):
+    """A table (CSV or Parquet) read through kedro-datasets' ``pandas.CSVDataset`` /
+    ``pandas.ParquetDataset`` and turned into a :class:`Dataset` by
+    :func:`fedclust.data.files.table_to_dataset`, the same conversion as the library's
+    ``dataset.name: csv`` / ``parquet``: both give the same arrays.
+
+    ``file_format``: ``csv`` or ``parquet`` (default: from the file's suffix); ``label``: the
+    column of classes (None: unlabelled); ``features``: the feature columns (None: every numeric
+    column but the label); ``name``: the data set's display name (default: the file's stem);
+    ``load_args``: passed to the kedro-datasets class (and so to pandas)."""
+
+    _FORMATS = ("csv", "parquet")
+
+    def __init__(
+        self,
+        filepath: str,
+        file_format: str | None = None,
+        label: str | None = None,
+        features: list[str] | None = None,
+        name: str | None = None,
+        load_args: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ):
+        self._filepath = Path(filepath)
+        fmt = file_format or self._filepath.suffix.lstrip(".").lower()
+        if fmt not in self._FORMATS:
+            raise DatasetError(
+                f"TableDataset: file_format must be one of {list(self._FORMATS)} (or a .csv / .parquet "
+                f"file), got {fmt!r} for {filepath}"
+            )
+        self._format = fmt
+        self._label = label
+        self._features = features
+        self._name = name or self._filepath.stem
+        self._load_args = dict(load_args or {})
+        self.metadata = metadata
+
+    def _load(self) -> Dataset:
+        if not self._filepath.is_file():
+            raise FileNotFoundError(f"{self._filepath}: file not found; expected a {self._format} table")
+        # kedro-datasets' pandas package imports every pandas dataset it has (about 0.3 s, BigQuery's
+        # client included): loaded when a table is read, not wherever the catalog is built
+        from kedro_datasets.pandas import CSVDataset, ParquetDataset
+
+        cls = CSVDataset if self._format == "csv" else ParquetDataset
+        reader = cls(filepath=str(self._filepath), load_args=self._load_args)
+        frame = reader.load()
+        return table_to_dataset(
+            frame, label=self._label, features=self._features, name=self._name, source=str(self._filepath)
+        )
+
+    def _describe(self) -> dict[str, Any]:
+        return {
+            "filepath": str(self._filepath),
+            "file_format": self._format,
+            "label": self._label,
+            "features": self._features,
+            "name": self._name,
+        }
+
+    def _exists(self) -> bool:
+        return self._filepath.is_file()

@@ -16,6 +16,7 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from fedclust import plots
+from fedclust.data.registry import dataset_label
 from fedclust.executors import execution, run_cells
 from fedclust.experiments import to_markdown
 from fedclust.grids import cell_data_digest, cell_name, grid_code
@@ -203,17 +204,17 @@ def _benchmark():
     both = SimpleNamespace(cells=benchmark.all_cells, run_cell=benchmark.run_cell)  # data clustering + clustered FL
 
     def figures(records: list[dict], config: dict, data_paths: dict):
-        chance = benchmark.chance_levels(records, data_paths)
+        chance = benchmark.chance_levels(records, data_paths, config)
         cfl = config.get("clustered_fl") or {}
         cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if cfl else [], data_paths)
         return (
             benchmark.privacy_utility_figure(records, chance),
             benchmark.clustered_fl_privacy_utility_figure(records, cfl_chance),
             benchmark.communication_figure(records),
-            benchmark.embedding_figure(records, data_paths),
+            benchmark.embedding_figure(records, data_paths, config),
             benchmark.partition_heatmaps(config, data_paths),
             benchmark.rounds_figure(records),
-            benchmark.confusion_figure(records, data_paths),
+            benchmark.confusion_figure(records, data_paths, config),
         )
 
     figures.__name__ = "benchmark_figures"
@@ -298,7 +299,8 @@ def report_notes(config: dict) -> list[str]:
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
     eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
     setup = (
-        f"data sets {', '.join(config.get('datasets', ['digits']))}; {int(config.get('n_clients', 10))} clients; "
+        f"data sets {', '.join(dataset_label(d) for d in config.get('datasets', ['digits']))}; "
+        f"{int(config.get('n_clients', 10))} clients; "
         f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
         f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)"
     )

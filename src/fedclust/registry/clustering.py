@@ -17,7 +17,14 @@ from fedclust.errors import DataError
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import non_dp_release
 from fedclust.registry import configs as C
-from fedclust.registry.helpers import n_clients_of, n_clusters, refuse_absurd, require_all_assigned, run_timed
+from fedclust.registry.helpers import (
+    n_clients_of,
+    n_clusters,
+    refuse_absurd,
+    require_all_assigned,
+    run_timed,
+    true_labels,
+)
 from fedclust.registry.privacy import check_privacy_params, flag_non_dp, non_private_calibration, per_round_noise
 from fedclust.rng import stream
 
@@ -125,7 +132,7 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         init=cfg.init,
         init_domain=cfg.init_domain,
         **server_kwargs(cfg, dataset, seed),
-        y=dataset.y,
+        y=true_labels(dataset),
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
 
@@ -177,7 +184,9 @@ def kmeans_run(method: str):
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
         kw.update(server_kwargs(cfg, dataset, seed))
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
-        return run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw)
+        return run_timed(
+            fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
+        )
 
     run.__name__ = f"{method}_run"
     return run
@@ -301,7 +310,13 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
     if noise["private"]:
         kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
     result = run_timed(
-        dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+        dp_fedc.run,
+        dataset.X,
+        partition.client,
+        n_clusters(cfg.k, dataset),
+        seed=int(seed),
+        y=true_labels(dataset),
+        **kw,
     )
     # keep the pickled result small: the soft assignments and the sampling log are large and derivable
     for big in ("H", "sampled_clients"):
@@ -410,7 +425,7 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
         clip=cfg.clip,
         data_scale=dataset_scale(dataset),
         seed=int(seed),
-        y=dataset.y,
+        y=true_labels(dataset),
         **cfg.pick(
             "steps",
             "projection",
@@ -484,7 +499,7 @@ def fedc_mf_run(method: str):
             partition.client,
             n_clusters(cfg.k, dataset),
             seed=int(seed),
-            y=dataset.y,
+            y=true_labels(dataset),
             **fedc_mf_kwargs(method, cfg),
         )
         result.info["metrics"] = (
@@ -753,7 +768,7 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
     else:
         kw.update({k: noise[k] for k in _SWEEP_KEYS if noise.get(k)})
     result = run_timed(
-        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=dataset.y, **kw
+        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
     )
     if noise.get("private") and noise.get("kernel_constants") == "data":
         result.dp_events.append(

@@ -29,6 +29,12 @@ def n_clusters(k: int | None, dataset) -> int:
     return int(k or dataset.n_classes)
 
 
+def true_labels(dataset):
+    """The class labels a method may score its rounds against (its ``y=``): None for an unlabelled
+    data set (:attr:`fedclust.data.Dataset.labels`), so that no round is scored against placeholders."""
+    return getattr(dataset, "labels", dataset.y)
+
+
 def require_all_assigned(partition, method: str):
     if (partition.client < 0).any():
         raise ValueError(

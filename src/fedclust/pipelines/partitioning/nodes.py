@@ -9,10 +9,15 @@ import matplotlib
 matplotlib.use("Agg")
 
 from fedclust.data import Dataset
+from fedclust.errors import DataError
 from fedclust.partition import make_partition
 from fedclust.partition.report import heatmap_figure, partition_stats
 
 logger = logging.getLogger(__name__)
+
+
+#: the schemes that split by class label: an unlabelled data set cannot use them
+LABEL_SCHEMES = ("dirichlet", "shards", "power_law", "rotation")
 
 
 def split_clients(dataset: Dataset, partition: dict, seed: int):
@@ -20,6 +25,11 @@ def split_clients(dataset: Dataset, partition: dict, seed: int):
     scheme = params.pop("scheme")
     n_clients = params.pop("n_clients")
     options = params.pop("options", None) or {}
+    if scheme in LABEL_SCHEMES and not dataset.labelled:
+        raise DataError(
+            f"partition scheme {scheme!r} splits by class label, but data set {dataset.name!r} has no labels: "
+            "use partition.scheme=iid or kmeans, or name the label column with dataset.options.label"
+        )
     part = make_partition(
         scheme, X=dataset.X, y=dataset.y, images=dataset.images, n_clients=n_clients, seed=seed, **params, **options
     )

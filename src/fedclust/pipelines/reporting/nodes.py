@@ -10,6 +10,7 @@ import mlflow
 import numpy as np
 
 from fedclust import plots
+from fedclust.data.registry import dataset_label
 from fedclust.grids import report
 from fedclust.pipelines.mlflow_io import run_address
 from fedclust.pipelines.reporting.datasets import SAVED
@@ -53,7 +54,7 @@ def plot_history(result, privacy: dict, dataset: dict, partition, method: str):
             )
             or None
         )
-    name = dataset.get("name", "?") if isinstance(dataset, dict) else str(dataset)
+    name = dataset_label(dataset) if isinstance(dataset, dict) and dataset.get("name") else str(dataset or "?")
     return plots.history_figure(
         result.history,
         method=method,
@@ -96,7 +97,7 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
 
     shown = [
         f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
-        for key in ("ACC", "NMI", "test_accuracy", "client_ACC")
+        for key in ("ACC", "NMI", "test_accuracy", "client_ACC", "objective_ratio")
         if isinstance(metrics.get(key), (int, float))
     ]
     majority = metrics.get("ACC_majority")

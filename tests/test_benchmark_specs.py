@@ -1,0 +1,91 @@
+"""The benchmark's data sets as names and specs side by side: a user's CSV runs through the grid,
+its cells' keys hash the file's content, and records, report and notes name it by its label."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedclust.data.builtin import load_wine
+from fedclust.errors import DataError
+from fedclust.grids import benchmark, cell_data_digest, report
+from fedclust.metrics import data_chance_line
+from fedclust.pipelines.grids import report_notes
+
+WINE = Path(__file__).resolve().parent / "data" / "wine.csv"
+
+
+def _config(path) -> dict:
+    return {
+        "datasets": [
+            "iris",
+            {"name": "csv", "path": str(path), "options": {"label": "label"}, "label": "mine", "scale": "standardize"},
+        ],
+        "partitions": [{"scheme": "iid"}],
+        "n_clients": 5,
+        "epsilons": [None],
+        "seeds": 1,
+        "rounds": 4,
+        "methods": ["fkm"],
+    }
+
+
+def test_a_csv_spec_runs_through_the_grid_and_the_report_names_it_by_its_label(tmp_path):
+    path = tmp_path / "mine.csv"
+    shutil.copy(WINE, path)
+    config = _config(path)
+    records = benchmark.run(config)
+    by_data = {r["tags"]["dataset"]: r for r in records}
+    assert set(by_data) == {"iris", "mine"}
+    rec = by_data["mine"]
+    assert rec["name"].startswith("mine/iid/eps=inf/fkm") and rec["params"]["dataset"] == "mine"
+    assert rec["tags"]["status"] == "ok" and 0.0 <= rec["metrics"]["ACC"] <= 1.0
+    # the spec's scale and label column were used: the cell's data are Wine standardized
+    spec = benchmark.dataset_specs(config)["mine"]
+    data = benchmark.load_by_label("mine", None, config)
+    wine = load_wine()
+    np.testing.assert_array_equal(data.y, wine.y)
+    np.testing.assert_allclose(data.X.std(axis=0), 1.0, atol=1e-5)
+    assert spec == {
+        "name": "csv",
+        "path": str(path),
+        "options": {"label": "label"},
+        "scale": "standardize",
+        "label": "mine",
+    }
+    # the report's rows, sections and notes name it by its label, never by "csv"
+    built = report.build(records, title="t", notes=report_notes(config))
+    table = report.method_table(records)
+    assert set(table["dataset"]) == {"iris", "mine"}
+    assert "mine / iid" in built["markdown"] and "data sets iris, mine;" in built["markdown"]
+    assert "csv" not in set(table["dataset"])
+    # the figures find the spec's data by its label (the chance line of Wine's class sizes)
+    assert benchmark.chance_levels(records, None, config)["mine"] == data_chance_line(wine.y)["ACC_chance"]
+
+
+def test_the_cell_key_hashes_the_file_content(tmp_path):
+    path = tmp_path / "mine.csv"
+    shutil.copy(WINE, path)
+    (iris_cell, cell) = benchmark.cells(_config(path))
+    assert iris_cell["dataset"] == "iris" and "source" not in iris_cell  # a plain name: as before
+    assert cell["dataset"] == "mine" and cell["source"]["path"] == str(path)
+    before = cell_data_digest(cell)
+    path.write_text(WINE.read_text().replace("14.23", "14.24", 1))
+    assert cell_data_digest(cell) != before
+    path.write_text(WINE.read_text())
+    assert cell_data_digest(cell) == before
+
+
+def test_specs_without_labels_twice_the_same_label_or_unknown_keys_are_refused(tmp_path):
+    unlabelled = {"name": "csv", "path": str(WINE)}
+    with pytest.raises(DataError, match="no label column.*scores every method against labels"):
+        benchmark.dataset_specs({"datasets": [unlabelled]})
+    twice = {"name": "csv", "path": str(WINE), "options": {"label": "label"}}
+    with pytest.raises(DataError, match="two data sets are labelled 'wine'"):
+        benchmark.dataset_specs({"datasets": [twice, twice]})
+    assert list(benchmark.dataset_specs({"datasets": [twice, {**twice, "label": "wine2"}]})) == ["wine", "wine2"]
+    with pytest.raises(DataError, match=r"unknown key\(s\) \['labels'\]"):
+        benchmark.dataset_specs({"datasets": [{**twice, "labels": "x"}]})
