@@ -256,8 +256,6 @@ class FedDPKMeansOptions(ReleaseOptions):
         found = []
         if self.server_rows is not None and self.server_data is not None:
             found.append(f"{where}: give server_rows or server_data, not both")
-        if self.server_rows is None and self.server_data is None and self.projection == "server_pca":
-            found.append("projection='server_pca' needs server points (server_rows / server_data)")
         if self.server_rows is None and self.server_data is None and self.projection not in ("dp_pca", None):
             found.append(
                 "without server data the candidates come from the DP projection stage: "

@@ -30,43 +30,32 @@ def load_digits() -> Dataset:
     )
 
 
-def load_iris() -> Dataset:
-    """scikit-learn's Iris: 150 samples, 4 features, 3 classes (50 each)."""
-    from sklearn.datasets import load_iris  # on first use: sklearn costs a second at every kedro start
+def _sklearn_table(name: str) -> Dataset:
+    """scikit-learn's bundled table ``load_<name>``: its data, target and feature names."""
+    from sklearn import datasets  # on first use: sklearn costs a second at every kedro start
 
-    b = load_iris()
+    b = getattr(datasets, f"load_{name}")()
     return Dataset(
         X=b.data,
         y=b.target,
-        name="iris",
-        meta={"source": "sklearn.datasets.load_iris", "feature_names": list(b.feature_names)},
+        name=name,
+        meta={"source": f"sklearn.datasets.load_{name}", "feature_names": list(b.feature_names)},
     )
+
+
+def load_iris() -> Dataset:
+    """scikit-learn's Iris: 150 samples, 4 features, 3 classes (50 each)."""
+    return _sklearn_table("iris")
 
 
 def load_wine() -> Dataset:
     """scikit-learn's Wine: 178 samples, 13 features, 3 classes (59/71/48)."""
-    from sklearn.datasets import load_wine  # on first use: sklearn costs a second at every kedro start
-
-    b = load_wine()
-    return Dataset(
-        X=b.data,
-        y=b.target,
-        name="wine",
-        meta={"source": "sklearn.datasets.load_wine", "feature_names": list(b.feature_names)},
-    )
+    return _sklearn_table("wine")
 
 
 def load_breast_cancer() -> Dataset:
     """scikit-learn's Breast Cancer Wisconsin (diagnostic): 569 samples, 30 features, 2 classes (212/357)."""
-    from sklearn.datasets import load_breast_cancer  # on first use: sklearn costs a second at every kedro start
-
-    b = load_breast_cancer()
-    return Dataset(
-        X=b.data,
-        y=b.target,
-        name="breast_cancer",
-        meta={"source": "sklearn.datasets.load_breast_cancer", "feature_names": list(b.feature_names)},
-    )
+    return _sklearn_table("breast_cancer")
 
 
 #: name -> zero-argument loader

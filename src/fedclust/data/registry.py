@@ -202,6 +202,9 @@ NO_FILE_NAMES = (
 #: the data sets read from one file of the user's: their display name defaults to the file's stem
 TABLE_NAMES = ("csv", "parquet", "npz", "mat")
 
+#: The keys of a data-set spec (a benchmark entry, a server-data file): a ``dataset`` group's keys.
+SPEC_KEYS = ("name", "path", "options", "label", "scale")
+
 
 def dataset_label(spec: dict | str, data_paths: dict | None = None) -> str:
     """The display name of a data set given by ``spec`` (the ``dataset`` parameters, a benchmark

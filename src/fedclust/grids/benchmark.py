@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from fedclust.clustering._common import default_init, initial_centroids
-from fedclust.data.registry import TABLE_NAMES, dataset_label
+from fedclust.data.registry import SPEC_KEYS, TABLE_NAMES, dataset_label
 from fedclust.errors import DataError
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label, records_frame, summarize
@@ -200,10 +200,6 @@ def _check_methods(config: dict) -> list[str]:
     if bad:
         raise ValueError(f"benchmark.config.methods: unknown {bad}; valid: {list(ALL_METHODS)}")
     return methods
-
-
-#: the keys of a data-set spec in ``benchmark.config.datasets``
-SPEC_KEYS = ("name", "path", "options", "label", "scale")
 
 
 def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dict | None]:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 import numpy as np
 
-from fedclust.data.registry import prepare_dataset
+from fedclust.data.registry import dataset_label, prepare_dataset
 from fedclust.errors import DataError
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import non_dp_release
@@ -278,14 +277,8 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
             "the accountant's epsilon is the worst client's (clients differ in n_i, hence in q_i and sigma_i; "
             "sample-level DP composes in parallel over clients)",
         ]
-        + (
-            [
-                f"the server's sample ({cfg.server_fraction:.0%} of the data set, held out) is public: W^0 and "
-                "the public constants come from it; it is not client data"
-            ]
-            if cfg.server_data == "holdout"
-            else []
-        )
+        + server_notes(cfg)
+        + (["W^0 and the public constants come from the server's sample"] if cfg.server_data == "holdout" else [])
         + (
             [
                 "secure aggregation: the server sees only the sum of the K uploads, which carries one Gaussian "
@@ -346,7 +339,9 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         "delta": delta,
         "epsilon_target": eps,
         "trust_model": cfg.trust_model,
-        "clip": cfg.clip if cfg.clip is not None else "median row norm of the server's public sample",
+        "clip": cfg.clip
+        if cfg.clip is not None
+        else ("median row norm of the server's public sample" if has_server else "sqrt(m) bound of the scaling"),
         "server_data": describe_server_data(cfg),
     }
     if eps is None:
@@ -378,8 +373,7 @@ def describe_server_data(cfg) -> str:
         return f"holdout: {cfg.server_fraction:.0%} of the same data set"
     if sd == "none":
         return "none: DP candidates"
-    label = sd.get("label") or (Path(str(sd["path"])).stem if sd.get("path") else sd["name"])
-    return f"public file: {label}"
+    return f"public file: {dataset_label(sd)}"
 
 
 def server_points(cfg, dataset, seed: int):

@@ -12,6 +12,7 @@ import dataclasses
 
 from fedclust.clustering.common_options import INITS, KMEANS_INITS, MECHANISMS
 from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
+from fedclust.data.registry import SPEC_KEYS
 from fedclust.options import MethodConfig, param
 from fedclust.privacy.release import TRUST_MODELS
 
@@ -38,17 +39,15 @@ _THRESH = dict(doc="a centre moves only when its noisy count >= max(1, this x th
 
 #: The named kinds of server data; a mapping instead names a public file (:func:`server_file_problems`).
 SERVER_DATA_CHOICES = ("holdout", "none")
-#: The keys of a server-data file spec (those of a data set spec).
-SERVER_FILE_KEYS = ("name", "path", "options", "scale", "label")
 
 
 def server_file_problems(spec, where: str) -> list[str]:
     """What is wrong with a server-data file spec (none for the named kinds)."""
     if not isinstance(spec, dict):
         return []
-    unknown = sorted(set(spec) - set(SERVER_FILE_KEYS))
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
-        return [f"{where}: unknown key(s) {unknown} of a server-data file (valid: {list(SERVER_FILE_KEYS)})"]
+        return [f"{where}: unknown key(s) {unknown} of a server-data file (valid: {list(SPEC_KEYS)})"]
     if not spec.get("name"):
         return [f"{where}: a server-data file needs a data set name (e.g. name: csv, path: ...)"]
     return []
