@@ -20,6 +20,7 @@ import pytest
 from fedclust.audits import cases, get
 from fedclust.audits.kmeans import K_CLUSTERS, with_canary
 from fedclust.clustering import dk_pp, fkm, fzkm
+from fedclust.clustering.defaults import dp_clip, norm_bins, norm_grid
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
@@ -180,3 +181,23 @@ def test_noise_off_gaussian_statistic_is_zero_without_the_canary_and_the_full_sh
     # FZKM's noise residual is every released entry; its statistic projects them on the canary's shift
     stat_std = case.noise_std * (case.info["sensitivity_used"] if name == "fzkm" else 1.0)
     assert s_in[0] / stat_std == pytest.approx(mu, rel=1e-6)
+
+
+# ---- the DP clip estimate (no clip, no server data) ------------------------------------------------
+def test_clip_estimate_audit_is_sound_and_has_power():
+    rep = audit_case(get("fkm_clip"), n_runs=N_RUNS, seed=2)
+    assert 0.9 < rep.case.epsilon <= 1.0 and rep.sound, rep.to_dict()
+    assert rep.powerful and rep.noise_off.epsilon_lower > 2.0 * rep.case.epsilon, rep.to_dict()
+    case = get("fkm_clip")  # noise off: the canary's bin holds exactly the canary
+    assert np.all(case.scores(True, False, 4, 1)["gaussian"] == 1.0)
+    assert np.all(case.scores(False, False, 4, 1)["gaussian"] == 0.0)
+
+
+@pytest.mark.parametrize("trust_model, per_sum", [("secure_aggregation", 1.0), ("local", 2.0), ("central", 1.0)])
+def test_clip_estimate_noise_std_is_the_multiplier_times_sensitivity_one(trust_model, per_sum):
+    # 4 clients: local noise is 4 draws of std z on the sum (std 2 z); the other models one draw of z
+    X, client = with_canary(False)[:2]
+    counts = np.bincount(norm_bins(X), minlength=norm_grid().size)
+    rng = np.random.default_rng(0)
+    res = np.concatenate([dp_clip(X, client, Z, rng, trust_model=trust_model).histogram - counts for _ in range(40)])
+    assert np.std(res) == pytest.approx(per_sum * Z, rel=0.05)  # 4,800 draws: 5 % is > 4 standard errors

@@ -42,7 +42,7 @@ def test_fkm_pipeline_equals_the_library_run_with_the_same_config_and_seed(run_p
     from fedclust.partition import make_partition
     from fedclust.privacy.accountants import calibrate_noise_multiplier
 
-    run_pipeline("fkm", {**TINY, "seed": 3, "privacy": {"epsilon": eps}, "fkm": {"train": {"rounds": 5}}})
+    run_pipeline("fkm", {**TINY, "seed": 3, "privacy": {"epsilon": eps}, "fkm": {"train": {"rounds": 5, "clip": 3.0}}})
     metrics = read_versioned_json("data/08_reporting/fkm/metrics.json")
 
     ds = prepare_dataset("digits", seed=3, scale="minmax", n_per_class=30)

@@ -83,7 +83,10 @@ def runs_of(project: Path):
         ({"partition": {"n_client": 3}}, "did you mean 'partition.n_clients'?"),
         ({"fkm": {"train": {"k": 0}}}, "fkm.train.k must be null (the default) or an integer >= 1, got 0"),
         ({"fkm": {"train": {"clients_per_round": 0}}}, "fkm.train.clients_per_round must be null"),
-        ({"fkm": {"train": {"clip": True}}}, "fkm.train.clip must be a number (default 3.0), got true"),
+        (
+            {"fkm": {"train": {"count_threshold": True}}},
+            "fkm.train.count_threshold must be a number (default 3.0), got true",
+        ),
         ({"fkm": {"train": {"rounds": "ten"}}}, "fkm.train.rounds must be a number"),
         ({"clustered_fl": {"data": {"reuse": 1}}}, "clustered_fl.data.reuse must be true or false"),
     ],

@@ -87,7 +87,7 @@ def test_all_problems_are_reported_at_once_and_null_means_default():
         REGISTRY["fkm"].config_from({"roundz": 5, "clip": "x"})
     assert "fkm.train.roundz" in str(err.value) and "fkm.train.clip" in str(err.value)
     cfg = REGISTRY["fkm"].config_from({"rounds": None, "clip": None, "k": 3})
-    assert (cfg.rounds, cfg.clip, cfg.k) == (20, 3.0, 3)
+    assert (cfg.rounds, cfg.clip, cfg.k) == (20, None, 3)
     assert REGISTRY["fkm"].config_from({"rounds": 7.0}).rounds == 7  # an integral float is an int
 
 

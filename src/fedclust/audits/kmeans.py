@@ -17,7 +17,9 @@ Cases (each the method's own ``run`` on this data, the accountant's ε of its ow
 * ``dk_pp``: ``seeding_rounds = 0`` (its only DP configuration): the weighting round (counts per
   public candidate) then one Lloyd round, two releases;
 * ``fed_dp_kmeans``: a public server sample of 20 other rows, the weighting histogram and one Lloyd
-  step.
+  step;
+* ``fkm_clip``: the DP clip estimate (a noisy histogram of the row norms) that FKM, FZKM and DK++
+  spend one release on when they have neither a clip nor server data.
 
 Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
 the least noise a run carries for its epsilon).
@@ -50,6 +52,7 @@ from sklearn.datasets import load_digits
 
 from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
 from fedclust.clustering._common import nearest, public_centroids
+from fedclust.clustering.defaults import dp_clip, norm_bins
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
@@ -481,4 +484,46 @@ def _fed_dp_kmeans_case(
     )
 
 
-CASES = {"fkm": _fkm_case, "fzkm": _fzkm_case, "dk_pp": _dk_pp_case, "fed_dp_kmeans": _fed_dp_kmeans_case}
+def _clip_case(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 1000, noise_scale: float = 1.0) -> AuditCase:
+    """The DP clip estimate of the k-means family (FKM, FZKM, DK++ without server data or a clip):
+    the noisy histogram of the row norms on the public grid. The canary ``8 e_0`` has norm 8, a bin
+    that no other audit row reaches (their norms stay below 4.5), so the released count of that bin is
+    ``N(0, z^2)`` without it and shifted by 1 with it: mu = 1/z, the release's whole budget. The
+    statistic is read off the histogram the estimate returns (no module is patched)."""
+    z = calibrate_noise_multiplier(epsilon, delta, steps=1)
+    X0, _, canary = with_canary(False)
+    j = int(norm_bins(canary[None, :])[0])
+    assert not (norm_bins(X0) == j).any()
+
+    def one(X, client, s, zz):
+        est = dp_clip(X, client, zz, np.random.default_rng(s))
+        return est.histogram[j], est.histogram[j]
+
+    events = [dp_clip(*with_canary(True)[:2], z, np.random.default_rng(0)).event]
+    eps = account(events, delta)
+    return AuditCase(
+        name="fkm_clip",
+        method="fkm",
+        scores=canary_scores(one, lambda noise: z * noise_scale if noise else 0.0),
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        noise_std=z,
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
+        description="40 digits rows, 4 clients; canary 8*e_0 (norm 8, a bin of its own) added to client 0; "
+        "the DP clip estimate's histogram of row norms; Gaussian statistic = the released count of the "
+        "canary's bin",
+        info={"noise_multiplier": z, "bin": j, "mutant_noise_scale": noise_scale},
+    )
+
+
+CASES = {
+    "fkm": _fkm_case,
+    "fkm_clip": _clip_case,
+    "fzkm": _fzkm_case,
+    "dk_pp": _dk_pp_case,
+    "fed_dp_kmeans": _fed_dp_kmeans_case,
+}

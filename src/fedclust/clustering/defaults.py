@@ -20,6 +20,14 @@ and is public by declaration (it never also serves as client data).
   the server's points): an empty point passes with probability ``1 / n_s``, so on average at most one
   empty point survives, whatever the number of points. A fixed multiple (3 sigma) drops most points of
   a small server sample, whose true weights are small too.
+* :func:`dp_clip`: without server data and without a given clip, the k-means family spends one
+  release of its budget on the clip: the clients release a noisy histogram of their row norms on a
+  public geometric grid (each sample adds 1 to one bin: sensitivity 1, add/remove), and the clip is
+  the upper edge of the bin where the noisy cumulative count first reaches half the noisy total (a
+  DP median of the row norms). The run's epsilon accounts for it (one more Gaussian release of the
+  run's noise multiplier). The declared bound ``sqrt(m)`` of :func:`bound_clip` needs no release but
+  is the largest possible norm, so it sizes the noise by the longest row a scaling allows; on [0, 1]
+  pixels that is twice a typical row.
 * The projection: ``server_pca`` (the top-k principal directions of the server's public points; no
   release) when the server's points outnumber the dimension four times and ``k < m``, else ``none``.
   A sample covariance of ``n_s`` points in ``m`` dimensions resolves a principal direction only when
@@ -31,11 +39,14 @@ and is public by declaration (it never also serves as client data).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from fedclust.options import check_number
+from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.release import release_sum, sum_noise_std
 
 #: The share of the server's points whose norm the clip keeps (the median).
 SERVER_CLIP_QUANTILE = 0.5
@@ -100,3 +111,73 @@ def projection_rule(n_points: int | None, m: int, k: int) -> str:
     if n_points is not None and k < m and n_points >= SERVER_PCA_POINTS_PER_DIM * m:
         return "server_pca"
     return "none"
+
+
+#: The public grid of :func:`dp_clip`: bin edges ``2**(j / NORM_BINS_PER_OCTAVE)`` for ``j`` from
+#: ``NORM_OCTAVES[0]`` to ``NORM_OCTAVES[1]`` octaves (norms from about 1e-3 to 1e6), a quarter octave
+#: apart: the estimate is within a factor 2**(1/4) = 1.19 of the noisy median's bin.
+NORM_OCTAVES = (-10, 20)
+NORM_BINS_PER_OCTAVE = 4
+#: The quantile of the row norms that :func:`dp_clip` estimates (as :func:`server_clip`).
+DP_CLIP_QUANTILE = SERVER_CLIP_QUANTILE
+DP_CLIP_LABEL = "clip estimate: noisy histogram of the row norms"
+
+
+def norm_grid() -> np.ndarray:
+    """The upper edges of :func:`dp_clip`'s bins (public: they depend on no data)."""
+    lo, hi = NORM_OCTAVES
+    return 2.0 ** (np.arange(lo * NORM_BINS_PER_OCTAVE, hi * NORM_BINS_PER_OCTAVE + 1) / NORM_BINS_PER_OCTAVE)
+
+
+def norm_bins(X: np.ndarray) -> np.ndarray:
+    """The bin of every row of ``X`` on :func:`norm_grid`: the first edge at or above its norm (the last
+    bin also holds every longer row)."""
+    edges = norm_grid()
+    norms = np.linalg.norm(np.asarray(X, dtype=np.float64), axis=1)
+    return np.minimum(np.searchsorted(edges, norms, side="left"), edges.size - 1)
+
+
+@dataclass(frozen=True)
+class ClipEstimate:
+    """A DP clip: the value, the released (noisy) histogram it was read off and its release event."""
+
+    clip: float
+    histogram: np.ndarray
+    event: GaussianRelease
+
+
+def dp_clip(
+    X: np.ndarray,
+    client: np.ndarray,
+    noise_multiplier: float,
+    rng: np.random.Generator,
+    *,
+    trust_model: str = "secure_aggregation",
+    quantile: float = DP_CLIP_QUANTILE,
+) -> ClipEstimate:
+    """A DP estimate of the ``quantile`` of the row norms of ``X`` (rows of clients ``client``): the
+    clients release their counts per bin of :func:`norm_grid` with Gaussian noise of std
+    ``noise_multiplier`` (sensitivity 1) under ``trust_model``; the clip is the upper edge of the first
+    bin whose noisy cumulative count (negative counts read as 0) reaches ``quantile`` of the total."""
+    check_number("quantile", quantile, gt=0, le=1)
+    z = check_number("noise_multiplier", noise_multiplier, ge=0)  # 0: no noise (an audit's power check)
+    edges = norm_grid()
+    counts = np.bincount(norm_bins(X), minlength=edges.size).astype(np.float64)
+    n_clients = np.unique(np.asarray(client)).size
+    noisy = release_sum(counts, z, n_clients, trust_model, rng)
+    # post-processing: a bin counts only when its noisy count passes the same threshold as a server
+    # point's weight (z_{1 - 1/bins} noise stds: on average at most one empty bin passes); the many
+    # empty bins' positive noise would otherwise pull the median towards the middle of the grid
+    sigma = sum_noise_std(z, n_clients, trust_model)
+    cdf = np.cumsum(np.where(noisy >= weight_threshold(edges.size) * sigma, noisy, 0.0))
+    j = int(np.searchsorted(cdf, quantile * cdf[-1], side="left")) if cdf[-1] > 0 else edges.size - 1
+    event = GaussianRelease(
+        noise_multipliers=(z,),
+        count=1,
+        sampling="none",
+        neighbouring="add_remove",
+        unit="sample",
+        label=DP_CLIP_LABEL,
+        extra={"trust_model": trust_model},
+    )
+    return ClipEstimate(clip=float(edges[min(j, edges.size - 1)]), histogram=noisy, event=event)

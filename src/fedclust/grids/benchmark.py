@@ -348,7 +348,7 @@ def run_cell(cell: dict) -> list[dict]:
             "delta": delta,
             "n_clients": n_clients,
             "method": method,
-            "init": "server_sample" if method == "fed_dp_kmeans" else init,
+            "init": "server_sample" if server_data_param(method, eps, config) else init,
             **server_data_param(method, eps, config),
             "trust_model": tm,
             "accountant": config.get("accountant", "rdp"),

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from fedclust.clustering.defaults import dp_clip, resolve_clip
 from fedclust.data.registry import dataset_label, prepare_dataset
 from fedclust.errors import DataError
 from fedclust.privacy.accountants import calibrate_noise_multiplier
@@ -97,16 +98,19 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
     ``(sums, counts)`` has L2 sensitivity sqrt(clip^2 + 1). A private run with ``init: data``
     (private rows as W^0) is flagged: a warning now, epsilon = inf in its report.
     """
-    noise = per_round_noise(privacy, cfg.rounds_for(_is_private(privacy)), cfg.clip)
+    noise = per_round_noise(
+        privacy, cfg.rounds_for(_is_private(privacy)), clip_of_config(cfg), extra_releases=clip_releases(cfg)
+    )
     noise.update(rounds=cfg.rounds_for(noise["private"]), trust_model=cfg.trust_model)
     if noise["private"]:
-        noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
-        noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
+        if cfg.clip is not None:
+            noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
+            noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
         logger.info(
-            "fkm: epsilon=%s -> noise multiplier %.4g (std %.4g)",
+            "fkm: epsilon=%s -> noise multiplier %.4g (clip: %s)",
             noise["epsilon_target"],
             noise["noise_multiplier"],
-            noise["noise_std"],
+            noise["clip"],
         )
     return with_notes(flag_non_dp(noise, "fkm", non_dp_steps("fkm", cfg)), server_notes(cfg))
 
@@ -118,7 +122,8 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
-    return run_timed(
+    clip, clip_rule, clip_event = run_clip(cfg, dataset, partition, noise, seed) if noise["private"] else (None,) * 3
+    result = run_timed(
         fkm.run,
         dataset.X,
         partition.client,
@@ -127,13 +132,14 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         clients_per_round=cfg.clients_per_round,
         seed=int(seed),
         noise_multiplier=float(noise["noise_multiplier"]),
-        clip=float(noise["clip"]) if noise["private"] else None,
+        clip=clip,
         init=cfg.init,
         init_domain=cfg.init_domain,
         **server_kwargs(cfg, dataset, seed),
         y=true_labels(dataset),
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
+    return with_clip(result, clip, clip_rule, clip_event)
 
 
 # ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
@@ -159,7 +165,13 @@ _KMEANS_SPECIFIC = {
 def kmeans_calibrate(method: str):
     def calibrate(privacy: dict, cfg, dataset, partition) -> dict:
         rounds = cfg.rounds_for(_is_private(privacy))
-        noise = per_round_noise(privacy, rounds, cfg.clip, mechanisms_per_round=KMEANS_MECHANISMS[method])
+        noise = per_round_noise(
+            privacy,
+            rounds,
+            clip_of_config(cfg),
+            mechanisms_per_round=KMEANS_MECHANISMS[method],
+            extra_releases=clip_releases(cfg),
+        )
         noise.update(rounds=rounds, trust_model=getattr(cfg, "trust_model", "local"))
         return with_notes(flag_non_dp(noise, method, non_dp_steps(method, cfg)), server_notes(cfg))
 
@@ -177,15 +189,19 @@ def kmeans_run(method: str):
         kw = cfg.pick("mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
         kw["rounds"] = int(noise.get("rounds", cfg.rounds))
         kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
+        clip, clip_rule, clip_event = (
+            run_clip(cfg, dataset, partition, noise, seed) if noise["private"] else (None,) * 3
+        )
         if noise["private"]:
-            kw.update(noise_multiplier=noise["noise_multiplier"], clip=noise["clip"])
+            kw.update(noise_multiplier=noise["noise_multiplier"], clip=clip)
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
         kw.update(server_kwargs(cfg, dataset, seed))
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
-        return run_timed(
+        result = run_timed(
             fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
         )
+        return with_clip(result, clip, clip_rule, clip_event)
 
     run.__name__ = f"{method}_run"
     return run
@@ -364,6 +380,56 @@ def server_kwargs(cfg, dataset, seed: int) -> dict:
     """``server_rows`` / ``server_data`` of a library run from the config's ``server_data``."""
     rows, array = server_points(cfg, dataset, seed)
     return {"server_rows": rows, "server_data": array}
+
+
+def clip_of_config(cfg):
+    """The clip of a k-means-family config for its calibration: the number when given, else the
+    public rule that gives it when the run starts (:func:`run_clip`)."""
+    if cfg.clip is not None:
+        return float(cfg.clip)
+    if getattr(cfg, "server_data", "none") != "none":
+        return "median row norm of the server's public sample"
+    return DP_CLIP_RULE
+
+
+#: The clip rule of a private k-means-family run without a clip and without server data.
+DP_CLIP_RULE = "DP median of the row norms (one release of the run's budget)"
+
+
+def clip_releases(cfg) -> int:
+    """The releases a k-means-family run spends on its clip: 1 for the DP estimate, else 0."""
+    return int(clip_of_config(cfg) == DP_CLIP_RULE)
+
+
+def run_clip(cfg, dataset, partition, noise: dict, seed: int) -> tuple[float, str, object]:
+    """``(clip, rule, event)`` of a private k-means-family run: ``cfg.clip`` when given; else the
+    median row norm of the run's server sample (public, no release); else the DP estimate of
+    :func:`fedclust.clustering.defaults.dp_clip` from the clients' rows (``event``: its release, which
+    the calibration counted; None for the other rules)."""
+    rows, array = server_points(cfg, dataset, seed)
+    points = np.asarray(dataset.X)[rows] if rows is not None else array
+    if cfg.clip is not None or points is not None:
+        clip, rule = resolve_clip(cfg.clip, points)
+        return clip, rule, None
+    est = dp_clip(
+        dataset.X,
+        partition.client,
+        float(noise["noise_multiplier"]),
+        stream(seed, "clip"),
+        trust_model=getattr(cfg, "trust_model", "local"),
+    )
+    return est.clip, DP_CLIP_RULE, est.event
+
+
+def with_clip(result, clip, rule, event):
+    """``result`` with the clip of its private run and its rule in its info, and the clip's release
+    (if any) among its DP events."""
+    if clip is not None:
+        result.info["clip"] = float(clip)
+        result.info["clip_rule"] = rule
+    if event is not None:
+        result.dp_events.insert(0, event)
+    return result
 
 
 def describe_server_data(cfg) -> str:

@@ -28,6 +28,10 @@ _SERVER_DATA = dict(
     doc="holdout: a held-out slice of the data set is the server's public sample (never also client data); "
     "none: the server holds no data; or a public file {name, path, options, scale, label}",
 )
+_CLIP_DOC = (
+    "L2 bound on every sample when private; null: the public rule (the median row norm of the server's "
+    "sample with server_data, else sqrt(m) for minmax / standardize scaling)"
+)
 _SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
 _TM = dict(
     choices=TRUST_MODELS,
@@ -75,7 +79,7 @@ class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     rounds: int = param(20, **K)
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
-    clip: float = param(3.0, "float", gt=0, doc="L2 bound on every sample when private")
+    clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
     init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
     server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
@@ -92,7 +96,7 @@ class _KMeansBaselineConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
     clients_per_round: int | None = param(None, **K)
     mechanism: str = param("classical", "str", choices=MECHANISMS)
-    clip: float = param(3.0, "float", gt=0)
+    clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
     init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
     server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)

@@ -57,30 +57,39 @@ def non_private_calibration(privacy: dict, method: str, unit: str) -> dict:
     return {"mechanism": "none", "unit": unit, "delta": delta, "epsilon_target": eps, "private": False, "notes": notes}
 
 
-def per_round_noise(privacy: dict, rounds: int, clip, *, mechanisms_per_round: int = 1) -> dict:
+def per_round_noise(
+    privacy: dict, rounds: int, clip, *, mechanisms_per_round: int = 1, extra_releases: int = 0
+) -> dict:
     """Noise multiplier z for a method that releases ``mechanisms_per_round`` Gaussians (each of
     noise std z x its sensitivity) in each of ``rounds`` rounds, so that the whole run is
     (epsilon, delta)-DP by the accountant (sample-level, add/remove, no amplification claimed).
 
     Used by FKM and the k-means-family baselines: the same budget gives every method of a
-    comparison the same guarantee.
+    comparison the same guarantee. ``clip`` is the clip, or the name of the rule that gives it when
+    the run starts (the noise multiplier does not depend on it); ``extra_releases`` more Gaussians of
+    the same multiplier (a DP clip estimate) share the budget.
     """
 
     eps, delta = check_privacy_params(privacy)
     base = {"mechanism": "gaussian", "unit": "sample", "delta": delta, "clip": clip, "epsilon_target": eps}
     if eps is None:
         return {**base, "private": False, "noise_multiplier": 0.0}
-    if clip is None or float(clip) <= 0:
+    if not isinstance(clip, str) and (clip is None or float(clip) <= 0):
         raise ValueError("train.clip (L2 bound on every sample) must be > 0 for a private run")
+    extra = int(extra_releases)
+    # releases of one multiplier without sampling compose alike however they are grouped in steps
     z = calibrate_noise_multiplier(
         eps,
         delta,
-        steps=int(rounds),
+        steps=int(rounds) * int(mechanisms_per_round) + extra if extra else int(rounds),
         sampling="none",
-        n_mechanisms=int(mechanisms_per_round),
+        n_mechanisms=1 if extra else int(mechanisms_per_round),
         accountant=privacy.get("accountant", "rdp"),
     )
-    return {**base, "private": True, "noise_multiplier": float(z), "mechanisms_per_round": int(mechanisms_per_round)}
+    out = {**base, "private": True, "noise_multiplier": float(z), "mechanisms_per_round": int(mechanisms_per_round)}
+    if extra:
+        out["extra_releases"] = extra
+    return out
 
 
 def flag_non_dp(noise: dict, method: str, steps: list[str]) -> dict:
