@@ -16,11 +16,14 @@ from __future__ import annotations
 import dataclasses
 import html
 import importlib
+import inspect
 from pathlib import Path
 
 import yaml
 from mkdocs.structure.files import File
 
+from fedclust import partition
+from fedclust.data.registry import DATASET_NAMES
 from fedclust.options import MethodConfig
 from fedclust.registry import REGISTRY
 
@@ -183,6 +186,20 @@ def library_docs(spec) -> dict[str, str]:
     return out
 
 
+def shared_checks() -> dict[str, str]:
+    """What the shared keys accept, read from the code that checks them: ``{"group.key": text}``."""
+    options = []
+    for scheme in partition.SCHEMES:
+        func = getattr(partition, "kmeans_split" if scheme == "kmeans" else scheme)
+        names = [p for p in inspect.signature(func).parameters if p not in partition._NOT_OPTIONS]
+        options.append(f"{scheme}: {', '.join(f'`{n}`' for n in names) or 'none'}")
+    return {
+        "dataset.name": " \\| ".join(f"`{n}`" for n in DATASET_NAMES),
+        "partition.scheme": " \\| ".join(f"`{n}`" for n in partition.SCHEMES),
+        "partition.options": "; ".join(options),
+    }
+
+
 # ---- the rows --------------------------------------------------------------------------------------------
 
 
@@ -223,6 +240,9 @@ def reference(base: Path = BASE, registry=REGISTRY) -> dict[str, list[Group]]:
             if isinstance(value_node, yaml.MappingNode) and not value_node.flow_style:
                 for k, v in value_node.value:
                     _flatten(k.value, k, v, text, lines, group.rows)
+                checks = shared_checks()
+                for row in group.rows:
+                    row.checks = checks.get(f"{name}.{row.key}", "")
             else:
                 group = Group(name, rows=[Row(name, _default(text, value_node), "", intro or COMMON.get(name, ""))])
             groups.append(group)
@@ -297,9 +317,10 @@ def render(base: Path = BASE, registry=REGISTRY) -> str:
                 out += ["| key | default | accepts | meaning |", "|---|---|---|---|"]
                 out += [f"| `{r.key}` | `{r.default}` | {r.checks} | {_cell(r.meaning)} |" for r in group.rows]
             else:
-                out += ["| key | default | meaning |", "|---|---|---|"]
+                out += ["| key | default | accepts | meaning |", "|---|---|---|---|"]
                 out += [
-                    f"| `{r.key}` | {f'`{r.default}`' if r.default else ''} | {_cell(r.meaning)} |" for r in group.rows
+                    f"| `{r.key}` | {f'`{r.default}`' if r.default else ''} | {r.checks} | {_cell(r.meaning)} |"
+                    for r in group.rows
                 ]
             out.append("")
     return "\n".join(out)
