@@ -109,7 +109,7 @@ def _default(text: str, node) -> str:
     if isinstance(node, yaml.ScalarNode) or getattr(node, "flow_style", False):
         return text[node.start_mark.index : node.end_mark.index].strip()
     value = yaml.safe_load(yaml.serialize(node))
-    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
 
 
 def _file_intro(lines: list[str]) -> str:
@@ -253,7 +253,7 @@ def reference(base: Path = BASE, registry=REGISTRY) -> dict[str, list[Group]]:
 def _method_group(name: str, spec, train: tuple, text: str, lines: list[str], intro: str) -> Group:
     """The rows of ``<name>.train``: the config class's keys in its order, with the file's defaults and
     comments, then any key the file has and the class lacks. A key's description is its comment in the
-    file, else the config class's, else the library options class's."""
+    file, else the config class's, else the library options class's, else :data:`COMMON`'s."""
     config, library = spec.config, library_docs(spec)
     train_key, train_node = train
     _, train_comment = _key_comment(lines, train_key, train_node)
@@ -269,11 +269,9 @@ def _method_group(name: str, spec, train: tuple, text: str, lines: list[str], in
             comment = " ".join(p for p in (leading, own) if p)
             shown = _default(text, v)
         else:
-            comment, shown = "", yaml.safe_dump(default, default_flow_style=True, width=10**6).strip()
+            comment, shown = "", yaml.safe_dump(default, default_flow_style=True, width=10**6, sort_keys=False).strip()
             shown = shown.removesuffix("...").strip()
         meaning = comment or doc or COMMON.get(key, "")
-        if doc and comment and doc.lower() not in comment.lower():
-            meaning = f"{comment} ({doc})" if len(doc) < 80 else comment
         group.rows.append(Row(key, shown, checks_of(field), meaning))
     for key in in_file.keys() - fields.keys():  # tests/registry fails on these; shown meanwhile
         k, v = in_file[key]
