@@ -1,4 +1,4 @@
-# The two commands of the README: `make run` and `make test`.
+# The two commands of the README: `make run` and `make test` (which also builds the docs: `make docs`).
 # Both create .venv when it is missing and install the project with its pinned dependencies
 # (torch 2.13.0 through constraints.txt: the CPU build; anything else pulls GBs of CUDA wheels).
 
@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 export MPLBACKEND := Agg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install chromium run lint test test-fast viz mlflow-ui benchmarks clean
+.PHONY: install chromium run lint docs test test-fast viz mlflow-ui benchmarks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ run: install
 # module per worker at a time (--dist loadscope), so that a module's fixtures (a Kedro project copy,
 # an MLflow server, an audit) are built once. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
-test: lint chromium
+test: lint docs chromium
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 
 # The inner loop: everything but the tests marked slow (end-to-end Kedro runs, accuracy over
@@ -37,9 +37,15 @@ test: lint chromium
 test-fast: install chromium
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope -m "not slow"
 
+# The documentation site (mkdocs.yml): docs/ into site/, with the parameter reference generated from
+# conf/base and the method registry (docs/hooks.py). --strict: a broken link or anchor, or a page of
+# docs/ left out of the nav, fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Style (ruff), declared against imported dependencies (deptry) and the layers of the package
 # (import-linter contracts in pyproject.toml: an import that goes up a layer fails here).
-LINT_PATHS := src tests benchmarks
+LINT_PATHS := src tests benchmarks docs
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
@@ -74,4 +80,4 @@ mlflow-ui: install
 	trap 'trap - INT TERM HUP; kill -TERM 0 2>/dev/null; wait; exit 0' INT TERM HUP; wait
 
 clean:
-	rm -rf mlruns mlflow.db build .viz
+	rm -rf mlruns mlflow.db build .viz site

@@ -36,7 +36,7 @@ from fedclust.memory import resident_bytes
 
 #: The project root when the package runs from its source tree (``src/fedclust/bench.py``).
 ROOT = Path(__file__).resolve().parents[2]
-#: The shared data folder, a sibling of the project (see the README).
+#: The shared data folder, a sibling of the project (docs/reference/benchmark-scripts.md).
 DATA_DIR = ROOT / ".." / "shared" / "data"
 MNIST_DIR = DATA_DIR / "mnist"
 

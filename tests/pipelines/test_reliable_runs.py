@@ -1,5 +1,5 @@
 """Reliable runs (issue 15): concurrent runs keep their own results, bad parameters stop the run
-before any work with one line, interrupted runs are marked KILLED, the README's --params work,
+before any work with one line, interrupted runs are marked KILLED, the --params examples and run config files of the README and the docs work,
 and the MLflow tags say what a run ran on.
 
 The subprocess tests run ``kedro run`` as a user would, in a throw-away project copy.
@@ -125,7 +125,10 @@ def test_nan_label_is_an_error_not_a_class():
     assert Dataset(X=np.zeros((2, 2)), y=np.array([0.0, 1.0])).y.dtype == np.int64
 
 
-# ---- 6. the README's --params examples parse and name real parameters -----------------------------
+# ---- 6. the --params examples of the README and the docs parse and name real parameters ----------
+
+#: what a reader runs commands from: the README and every page of the docs site
+DOC_FILES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
 
 
 def parse_run(args: list[str]) -> dict:
@@ -135,15 +138,17 @@ def parse_run(args: list[str]) -> dict:
     return run.make_context("run", args).params
 
 
-def test_readme_params_examples_parse_and_name_real_parameters():
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    examples = re.findall(r'--params="([^"]*)"', readme)  # in commands, tables and prose alike
-    assert len(examples) >= 3
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
+def test_docs_params_examples_parse_and_name_real_parameters(path):
+    text = path.read_text()
+    examples = re.findall(r'--params="([^"]*)"', text)  # in commands, tables and prose alike
+    if path.name == "README.md" and path.parent == PROJECT_ROOT:
+        assert len(examples) >= 3
     for example in examples:
         parsed = parse_run([f"--params={example}"])  # a comma inside a list fails here (UsageError)
         assert parsed["params"], example
         assert check_params(parsed["params"], base_params()) == [], example
-    for command in re.findall(r"^kedro run (.*?)\s*(?:#.*)?$", readme, re.M):
+    for command in re.findall(r"^kedro run (.*?)\s*(?:#.*)?$", text, re.M):
         assert "--pipeline=" not in command, "Kedro 1.x spells it --pipelines"
 
 
@@ -159,6 +164,23 @@ def test_readme_list_parameters_syntax_works(tmp_path):
     assert parsed["pipelines"] == ["benchmark"]
     assert parsed["params"]["benchmark"]["config"]["methods"] == ["fkm", "dp_fedc"]
     assert check_params(parsed["params"], base_params()) == []
+
+
+def test_docs_run_config_files_name_real_parameters(tmp_path):
+    """Every run config file the docs show (a yaml block opening with ``# <name>.yml``) is read by
+    ``kedro run --config`` and names only real parameters."""
+    blocks = [
+        (path, name, body)
+        for path in DOC_FILES
+        for name, body in re.findall(r"```yaml\n# (\S+\.yml).*?\n(.*?)```", path.read_text(), re.S)
+    ]
+    assert len(blocks) >= 3, blocks
+    for path, name, body in blocks:
+        config = tmp_path / name
+        config.write_text(body)
+        parsed = parse_run([f"--config={config}"])
+        assert parsed["pipelines"], (path, name)
+        assert check_params(parsed["params"], base_params()) == [], (path, name)
 
 
 # ---- 1. concurrent runs in one folder each report their own numbers -------------------------------

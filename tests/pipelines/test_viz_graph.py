@@ -81,7 +81,7 @@ def test_reporting_datasets_stay_inside_their_method(viz_export):
 def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
     """The built site in headless Chromium (first-visit hints off, as after a user closes them):
     the collapsed methods and the data stages are on screen, no tour covers them; the screenshot is
-    the README's docs/kedro_viz.png (copied to data/08_reporting/kedro_viz.png)."""
+    the docs' docs/kedro_viz.png (copied to data/08_reporting/kedro_viz.png)."""
     import functools
     import http.server
     import threading

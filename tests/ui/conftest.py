@@ -36,7 +36,7 @@ TINY_BENCHMARK = {
     }
 }
 TINY_METHODS = ("fkm", "fedc_gds", "kmeans", "fedavg", "rr_cluster")
-# A single FKM run in the same store, on the benchmark's data at one of its budgets: the README's
+# A single FKM run in the same store, on the benchmark's data at one of its budgets: the docs'
 # filters must find it and the matching benchmark cell in one list, with shared metric columns.
 TINY_SINGLE_RUN = {
     "dataset": {"name": "iris"},

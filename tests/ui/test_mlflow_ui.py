@@ -166,8 +166,9 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
 
 
 def _readme_filters(project_root: Path) -> list[str]:
-    """The filter examples of the README (the code block after "Filter the runs table")."""
-    text = (project_root / "README.md").read_text()
+    """The filter examples of the docs (the code block after "Filter the runs table" in the reference
+    page on results and MLflow)."""
+    text = (project_root / "docs" / "reference" / "results.md").read_text()
     block = text[text.index("Filter the runs table") :].split("```", 2)[1]
     return [line.strip() for line in block.splitlines() if line.strip()]
 
@@ -301,7 +302,7 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
     _keep(shot, project_root)
 
 
-#: metric and tag columns shown in the runs table for the README filters (the one metric schema)
+#: metric and tag columns shown in the runs table for the docs' filters (the one metric schema)
 RUNS_TABLE_COLUMNS = [
     "metrics.`ACC`",
     "metrics.`NMI`",
@@ -346,7 +347,7 @@ def _runs_table_state(search_filter: str, expanded: list[str]) -> dict:
 def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
     mlflow_server, found, benchmark_project, project_root
 ):
-    """The README's first filter typed into the runs table of a real browser lists the single FKM
+    """The docs' first filter typed into the runs table of a real browser lists the single FKM
     run and the matching benchmark cell together, under the same metric columns; screenshot saved."""
     exp_id = found["experiment"]["experiment_id"]
     flt = _readme_filters(project_root)[0]

@@ -29,7 +29,7 @@ FedSC: Qiao, Ding & Fan, NeurIPS 2023; the method and our choices are described 
   graph joined by a maximum-similarity spanning tree over its components, Kruskal on the
   component graph). ``graph="paper"`` keeps the paper's rule; the default is ``"min_connected_k"``,
   chosen by measurement (``benchmarks/bench_fedsc.py --graphs``: as good as or better than the paper's
-  graph and ``"mst"`` for SC on all six data sets measured; see the README).
+  graph and ``"mst"`` for SC on all six data sets measured; see docs/methods/fedsc.md).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import numpy as np
 
 TRUST_MODELS = ("local", "secure_aggregation", "central")
 
-#: One line per model: who sees what (printed in privacy reports and the README).
+#: One line per model: who sees what (printed in privacy reports; docs/explanations/trust-models.md).
 DESCRIPTIONS = {
     "local": "each client adds the noise to what it sends; the server is untrusted and sees every noisy upload",
     "secure_aggregation": "the server sees only the sum of the clients' uploads (secure aggregation, simulated "
