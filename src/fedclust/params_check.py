@@ -38,6 +38,11 @@ class ParameterError(FedclustError, ValueError):
     """A parameter of the run is unknown or invalid; the message names it."""
 
 
+#: Keys whose value is a name or a data-set spec mapping (a server-data file): the method's config
+#: class checks the spec.
+VALUE_OR_SPEC_KEYS = frozenset({"server_data"})
+
+
 def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
@@ -93,7 +98,7 @@ def _type_problems(path: str, key, value, default) -> list[str]:
                 f"{path} is a group of parameters ({', '.join(map(str, default)) or 'options'}), "
                 f"got the value {value!r}"
             ]
-    elif isinstance(value, Mapping) and not isinstance(default, Mapping):
+    elif isinstance(value, Mapping) and not isinstance(default, Mapping) and key not in VALUE_OR_SPEC_KEYS:
         return [f"{path} takes a value (default {show(default)}), got a group {dict(value)!r}"]
     return _count_problems(path, key, value)
 

@@ -309,3 +309,11 @@ def test_clustered_fl_run_is_tagged_with_the_rotation_split():
     hook.before_pipeline_run({"pipeline_names": ["ifca"]}, pipe, Catalog())
     assert hook._tags["partition"] == "rotation" and hook._tags["n_clients"] == "40"
     assert hook._tags["pipeline"] == "ifca" and hook._tags["method"] == "ifca"
+
+
+def test_a_server_data_file_spec_passes_the_pre_run_check_and_other_groups_do_not():
+    spec = {"name": "csv", "path": "tests/data/wine.csv", "options": {"label": "label"}}
+    assert check_params({"fed_dp_kmeans": {"train": {"server_data": spec}}}, base_params()) == []
+    assert check_params({"fkm": {"train": {"server_data": spec}}}, base_params()) == []
+    (problem,) = check_params({"fkm": {"train": {"trust_model": spec}}}, base_params())
+    assert "fkm.train.trust_model takes a value" in problem
