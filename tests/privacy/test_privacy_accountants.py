@@ -155,9 +155,10 @@ def test_split_noise_multipliers():
         (2.0, dict(steps=100, sampling="poisson", sampling_rate=0.1, n_mechanisms=2)),
         (2.0, dict(steps=100, sampling="poisson", sampling_rate=0.1, weights=(0.2, 0.8))),
         (1.0, dict(steps=200, sampling="poisson", sampling_rate=0.02, accountant="pld")),
-        (
+        pytest.param(  # 2 s: slow; the others run in make test-fast (a step too few fails them)
             4.0,
             dict(steps=30, sampling="without_replacement", population=500, sample_size=50, neighbouring="replace_one"),
+            marks=pytest.mark.slow,
         ),
     ],
 )
