@@ -53,6 +53,7 @@ from sklearn.datasets import load_digits
 from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
 from fedclust.clustering._common import nearest, public_centroids
 from fedclust.clustering.defaults import dp_clip, norm_bins
+from fedclust.clustering.lloyd import pair_sensitivity
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
@@ -205,7 +206,7 @@ def _fkm_case(
         gaussian=True,
         power_runs=POWER_RUNS,
         mutant_runs=MUTANT_RUNS,
-        noise_std=z * (clip**2 + 1.0),
+        noise_std=z * pair_sensitivity(clip) ** 2,
         epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
         description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), clip={clip}; canary 8*e_0 "
         "added to client 0; score = max_j C_j[0]; Gaussian statistic = "
@@ -269,7 +270,7 @@ def _fzkm_case(
     with quiet_rounds():
         T_out, T_in = totals(*data(False), 0, 0.0), totals(*data(True), 0, 0.0)
     direction = T_in - T_out
-    pair_std = z * float(np.sqrt(clip**2 + 1.0))
+    pair_std = z * pair_sensitivity(clip)
 
     def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
         X, client = data(canary_in)
@@ -373,7 +374,7 @@ def _dk_pp_case(
             res, W0 = run(X, client, s, zz)
         j = int(nearest(c_clipped[None], W0)[0][0])
         w_stat = float(weights[0][j]) - float(np.sum(nearest(others, W0)[0] == j))
-        l_stat = lloyd_statistic(seen[0], c_clipped, others, clip, 1.0) / (clip**2 + 1.0)
+        l_stat = lloyd_statistic(seen[0], c_clipped, others, clip, 1.0) / pair_sensitivity(clip) ** 2
         return res.centroids[:, 0].max(), w_stat + l_stat
 
     scores = canary_scores(one, lambda noise: z * noise_scale if noise else 0.0)

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from typing import ClassVar
 
 import numpy as np
@@ -72,7 +71,7 @@ from fedclust.clustering._common import (
 )
 from fedclust.clustering.base import ClusteringResult
 from fedclust.clustering.common_options import BaselineNoiseOptions, KMeansInitOptions, ReleaseOptions, SampledRounds
-from fedclust.clustering.lloyd import kmeans_release
+from fedclust.clustering.lloyd import kmeans_release, pair_sensitivity
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.privacy.release import release_sum
@@ -118,7 +117,7 @@ def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progre
     ell = float(2 * k if o.oversampling is None else o.oversampling)
     X, N, K, z, private, clip, lay, Xc, init, C0, server = baseline_setup(X, client, k, o)
     n, m = X.shape
-    std_pair = z * math.sqrt(clip**2 + 1.0) if private else 0.0
+    std_pair = z * pair_sensitivity(clip) if private else 0.0
     # the Lloyd rounds' release (checked here, before any round: the weighting round uses its trust model)
     release = kmeans_release(
         std_pair,

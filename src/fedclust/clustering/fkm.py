@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from typing import ClassVar
 
 import numpy as np
@@ -66,7 +65,7 @@ from fedclust.clustering._common import (
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import KMeansInitOptions, NoiseOptions, ReleaseOptions, SampledRounds
-from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step
+from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step, pair_sensitivity
 from fedclust.metrics import clustering_scores
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease
@@ -132,7 +131,7 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
     )
 
     Xc = clip_data(Xcl, clip)
-    sens = math.sqrt(clip**2 + 1.0) if private else 0.0
+    sens = pair_sensitivity(clip) if private else 0.0
     std = o.noise_multiplier * sens
     release = kmeans_release(
         std, trust_model=trust_model, count_threshold=o.count_threshold, project=o.project, clip=clip, method="fkm"

@@ -80,7 +80,7 @@ from fedclust.clustering._common import (
 )
 from fedclust.clustering.base import ClusteringResult
 from fedclust.clustering.common_options import BaselineNoiseOptions, KMeansInitOptions, ReleaseOptions, SampledRounds
-from fedclust.clustering.lloyd import kmeans_release, min_count, release_totals, update_centres
+from fedclust.clustering.lloyd import kmeans_release, min_count, pair_sensitivity, release_totals, update_centres
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
 from fedclust.rng import stream
@@ -159,7 +159,7 @@ def run(X, client, k: int, options: FZKMOptions | None = None, *, y=None, progre
     X, N, K, z, private, clip, lay, Xc, init, C, server = baseline_setup(X, client, k, o)
     n, m = X.shape
     fuzzifier = default_fuzzifier(m) if o.fuzzifier is None else float(o.fuzzifier)
-    std = z * math.sqrt(clip**2 + 1.0) if private else 0.0
+    std = z * pair_sensitivity(clip) if private else 0.0
     release = kmeans_release(
         std, trust_model=trust_model, count_threshold=o.count_threshold, project=o.project, clip=clip, method="fzkm"
     )

@@ -45,11 +45,17 @@ class LloydRelease:
     distributed: bool = False
 
 
+def pair_sensitivity(clip: float) -> float:
+    """The L2 sensitivity of a k-means-family round's ``(sums, counts)`` upload: one sample (add/remove)
+    moves one cluster's sum by at most ``clip`` and its count by 1, so ``sqrt(clip^2 + 1)``."""
+    return math.sqrt(float(clip) ** 2 + 1.0)
+
+
 def kmeans_release(
     pair_std: float, *, trust_model: str, count_threshold: float, project: bool, clip: float | None, method: str = ""
 ) -> LloydRelease:
     """The release of a k-means-family round (FKM, FZKM, DK++): sums and counts share one noise std
-    (``z sqrt(clip^2 + 1)``, 0 when not private), and the post-processing applies only in a
+    (``z`` times :func:`pair_sensitivity`, 0 when not private), and the post-processing applies only in a
     private run (without noise the plain rule, count >= 1, is exact)."""
     check_trust_model(trust_model, method=method)
     if not count_threshold >= 0 or not math.isfinite(count_threshold):

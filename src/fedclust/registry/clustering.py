@@ -7,11 +7,11 @@ call them through :data:`fedclust.registry.REGISTRY`.
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 
 from fedclust.clustering.defaults import dp_clip, resolve_clip
+from fedclust.clustering.lloyd import pair_sensitivity
 from fedclust.data.registry import dataset_label, prepare_dataset
 from fedclust.errors import DataError
 from fedclust.privacy.accountants import calibrate_noise_multiplier
@@ -104,7 +104,7 @@ def fkm_calibrate(privacy: dict, cfg: C.FKMConfig, dataset, partition) -> dict:
     noise.update(rounds=cfg.rounds_for(noise["private"]), trust_model=cfg.trust_model)
     if noise["private"]:
         if cfg.clip is not None:
-            noise["sensitivity"] = math.sqrt(float(noise["clip"]) ** 2 + 1.0)
+            noise["sensitivity"] = pair_sensitivity(noise["clip"])
             noise["noise_std"] = noise["noise_multiplier"] * noise["sensitivity"]
         logger.info(
             "fkm: epsilon=%s -> noise multiplier %.4g (clip: %s)",
