@@ -61,7 +61,6 @@ class SegmentLayout:
         self.inverse[self.order] = np.arange(self.order.size)
         self.sizes = np.bincount(client, minlength=n_clients).astype(np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        self.client_sorted = client[self.order]
         self.n_clients = n_clients
 
     def rows_of(self, clients: np.ndarray) -> np.ndarray:

@@ -166,7 +166,7 @@ class _Data:
 
     def __init__(self, X, client, k: int):
         X, client, _ = check_inputs(X, client, k)
-        self.client_ids, cid = np.unique(client, return_inverse=True)  # drops empty clients
+        _, cid = np.unique(client, return_inverse=True)  # drops empty clients
         self.order = np.argsort(cid, kind="stable")
         self.inverse = np.empty_like(self.order)
         self.inverse[self.order] = np.arange(self.order.size)

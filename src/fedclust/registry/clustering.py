@@ -31,10 +31,6 @@ from fedclust.rng import stream
 logger = logging.getLogger(__name__)
 
 
-def _init_kwargs(cfg) -> dict:
-    return cfg.pick("init", "init_domain")
-
-
 def server_notes(cfg) -> list[str]:
     """The calibration's note on the server's sample (none without one)."""
     sd = getattr(cfg, "server_data", "none")

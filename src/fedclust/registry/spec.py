@@ -65,10 +65,6 @@ class MethodSpec:
         module, _, fn = self.library.partition(":")
         return getattr(importlib.import_module(module), fn)
 
-    @property
-    def data_inputs(self) -> tuple[str, ...]:
-        return ("dataset", "partition") if self.family == "clustering" else ("rotated_data",)
-
     def config_from(self, params: dict | None) -> MethodConfig:
         """The validated config of ``<name>.train`` (an error names every bad key)."""
         cfg = self.config.from_params(params, where=f"{self.name}.train")

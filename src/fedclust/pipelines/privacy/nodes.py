@@ -10,16 +10,7 @@ import re
 
 from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.privacy.report import privacy_report
-from fedclust.registry.privacy import check_privacy_params, non_private_calibration, per_round_noise  # noqa: F401
-
-
-def calibrate_per_round_noise(
-    privacy: dict, train: dict, *, mechanisms_per_round: int = 1, rounds_key: str = "rounds"
-) -> dict:
-    """:func:`fedclust.registry.privacy.per_round_noise` on ``train[rounds_key]`` and ``train["clip"]``."""
-    return per_round_noise(
-        privacy, int(train[rounds_key]), train.get("clip"), mechanisms_per_round=mechanisms_per_round
-    )
+from fedclust.registry.privacy import check_privacy_params
 
 
 def condense_notes(notes, limit: int = 8) -> list[str]:
