@@ -924,6 +924,9 @@ class DPFedCOptions(InitOptions, Schedule):
         doc="indices of rows of X the server holds as a public sample (out of the clients' data); "
         "None: no public sample",
     )
+    server_data: Any = param(
+        None, "any", doc="or a separate public (n_s, m) array the server holds (no client's data); not both"
+    )
     trust_model: str = param(
         "local", "str", choices=DP_FEDC_TRUST_MODELS, doc="local (the paper: noise per upload) | secure_aggregation"
     )
@@ -937,6 +940,8 @@ class DPFedCOptions(InitOptions, Schedule):
 
     def problems(self, where: str) -> list[str]:
         found = super().problems(where)
+        if self.server_rows is not None and self.server_data is not None:
+            found.append(f"{where}: give server_rows or server_data, not both")
         if self.eps_bar is not None and self.G is None:
             found.append(f"{where}.G (gradient clip bound) must be given (> 0) when eps_bar is set")
         return found
@@ -965,8 +970,9 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         _, client = np.unique(client[~is_server], return_inverse=True)
         N = int(client.max()) + 1
     y = None if y is None else np.asarray(y)[~is_server]  # the histories score the clients' rows
-    s = _settings(X.shape[1], N, o, public_sample=bool(is_server.any()))
-    st = _initial_state(X, client, k, s, X_public=X_all[is_server] if is_server.any() else None)
+    X_public = X_all[is_server] if is_server.any() else _public_array(o.server_data, X.shape[1])
+    s = _settings(X.shape[1], N, o, public_sample=X_public is not None)
+    st = _initial_state(X, client, k, s, X_public=X_public)
     eps_round, q_acc = _calibrate(st.sizes, s)
     hist = new_history(
         y,
@@ -1006,6 +1012,7 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         "init": "given" if s.init_centroids is not None else ("public_sample" if s.public_sample else s.init),
         "h_init": s.h_init,
         "server_rows": int(is_server.sum()),
+        "server_data_rows": 0 if o.server_data is None or is_server.any() else int(X_public.shape[0]),
         "trust_model": s.trust_model,
         "eps_bar": s.eps_bar if s.private else math.inf,
         "eps_round": eps_round,
@@ -1053,6 +1060,16 @@ class _Settings(DPFedCOptions):
     private: bool = param(False, "bool")
     public_sample: bool = param(False, "bool")
     notes: list = param([], "list")
+
+
+def _public_array(server_data, m: int) -> np.ndarray | None:
+    """The server's separate public sample as a float (n_s, m) array, or None."""
+    if server_data is None:
+        return None
+    P = np.asarray(server_data, dtype=np.float64)
+    if P.ndim != 2 or P.shape[1] != m or P.shape[0] == 0:
+        raise ValueError(f"server_data must be a non-empty (n_s, {m}) array, got shape {P.shape}")
+    return P
 
 
 def _server_mask(n: int, server_rows) -> np.ndarray:

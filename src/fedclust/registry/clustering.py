@@ -290,7 +290,7 @@ def dp_fedc_calibrate(privacy: dict, cfg: C.DPFedCConfig, dataset, partition) ->
             "sample-level DP composes in parallel over clients)",
         ]
         + server_notes(cfg)
-        + (["W^0 and the public constants come from the server's sample"] if cfg.server_data == "holdout" else [])
+        + (["W^0 and the public constants come from the server's sample"] if cfg.server_data != "none" else [])
         + (
             [
                 "secure aggregation: the server sees only the sum of the K uploads, which carries one Gaussian "
@@ -310,6 +310,8 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
     check_sizes("dp_fedc", cfg, dataset, partition)
     kw = cfg.pick(*_DP_FEDC_RUN_KEYS)
     kw["server_rows"] = dp_fedc_server_rows(cfg, int(dataset.X.shape[0]))
+    if isinstance(cfg.server_data, dict):  # a public file: read with the data sets' loaders
+        kw["server_data"] = server_points(cfg, dataset, seed)[1]
     n_clients = _dp_fedc_client_sizes(cfg, dataset, partition).size
     kw["clients_per_round"] = min(cfg.clients_per_round or n_clients, n_clients)  # null = all clients
     if noise["private"]:

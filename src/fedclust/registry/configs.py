@@ -214,11 +214,12 @@ class DPFedCConfig(MethodConfig):
     h_init: str | None = param(
         None, "str", choices=("uniform", "nearest"), doc="null = nearest from the public sample's W^0, else uniform"
     )
-    server_data: str = param(
+    server_data: str | dict = param(
         "holdout",
-        "str",
+        ("str", "dict"),
         choices=("holdout", "none"),
-        doc="holdout: the server holds a public slice of the data set and starts W^0 from it; none: no public sample",
+        doc="holdout: the server holds a public slice of the data set and starts W^0 from it; none: no public "
+        "sample; or a public file {name, path, options, scale, label}",
     )
     server_fraction: float = param(
         0.05, "float", gt=0, lt=1, doc="share of the data set held out as the server's sample"
@@ -230,9 +231,10 @@ class DPFedCConfig(MethodConfig):
     init_domain: list | None = param(None, "list")
 
     def problems(self, where):
+        found = server_file_problems(self.server_data, f"{where}.server_data")
         if isinstance(self.q2, int) and self.q2 < 1:
-            return [f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2}"]
-        return []
+            found.append(f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2}")
+        return found
 
 
 @_frozen
