@@ -50,7 +50,7 @@ from functools import lru_cache
 import numpy as np
 from sklearn.datasets import load_digits
 
-from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm, lloyd
+from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm
 from fedclust.clustering._common import nearest, public_centroids
 from fedclust.clustering.defaults import dp_clip, norm_bins
 from fedclust.clustering.lloyd import pair_sensitivity
@@ -58,6 +58,7 @@ from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
 from fedclust.privacy.mechanisms import clip_rows
+from fedclust.privacy.observe import observe
 
 N_PER_CLIENT, N_CLIENTS, K_CLUSTERS = 10, 4, 4
 #: default runs per side of the noise-off audit and of the mutant: every case here is Gaussian, so
@@ -79,44 +80,17 @@ def quiet_rounds():
         log.setLevel(old)
 
 
-@contextmanager
-def observed_totals(module=lloyd):
-    """Record every release of noisy Lloyd totals (:func:`fedclust.clustering.lloyd.release_totals`,
-    as ``module`` calls it: FZKM imports it by name) made inside the block: yields a list that
-    receives ``(sums, counts)`` as released. Observation only: the noise is drawn by the method's own
-    code, unchanged."""
-    seen: list = []
-    original = module.release_totals
-
-    def tap(*args, **kwargs):
-        out = original(*args, **kwargs)
-        seen.append((np.array(out[0], copy=True), np.array(out[1], copy=True)))
-        return out
-
-    module.release_totals = tap
-    try:
-        yield seen
-    finally:
-        module.release_totals = original
+def observed_totals():
+    """Collect every release of noisy Lloyd totals made inside the block (``(sums, counts)`` as
+    released, reported by :func:`fedclust.clustering.lloyd.release_totals`; FKM and FZKM)."""
+    return observe("lloyd_totals")
 
 
-@contextmanager
 def observed_updates():
-    """Record every centre update of the shared Lloyd step (:func:`fedclust.clustering.lloyd.update_centres`)
-    made inside the block: yields a list that receives ``(C, sums, counts)``, the broadcast centres
-    and the released totals. Observation only, as :func:`observed_totals`."""
-    seen: list = []
-    original = lloyd.update_centres
-
-    def tap(C, sums, counts, release, n_contributors):
-        seen.append((np.array(C, copy=True), np.array(sums, copy=True), np.array(counts, copy=True)))
-        return original(C, sums, counts, release, n_contributors)
-
-    lloyd.update_centres = tap
-    try:
-        yield seen
-    finally:
-        lloyd.update_centres = original
+    """Collect every centre update of the shared Lloyd step made inside the block: ``(C, sums,
+    counts)``, the broadcast centres and the released totals
+    (:func:`fedclust.clustering.lloyd.update_centres` reports them)."""
+    return observe("lloyd_update")
 
 
 def lloyd_statistic(update, canary: np.ndarray, others: np.ndarray, w_sum: float, w_count: float) -> float:
@@ -261,7 +235,7 @@ def _fzkm_case(
         )
 
     def totals(X, client, seed, zz) -> np.ndarray:
-        with observed_totals(fzkm) as seen:
+        with observed_totals() as seen:
             run(X, client, seed, zz)
         return np.hstack([seen[0][0], seen[0][1][:, None]])  # round 1's released (sums | counts), k x (m+1)
 
@@ -307,24 +281,10 @@ def _fzkm_case(
     )
 
 
-@contextmanager
-def observed_weights(module):
-    """Record the weighting release of DK++ or FedDP-KMeans (the noisy counts of samples per public
-    point: :func:`fedclust.privacy.release.release_sum` as ``module`` calls it) made inside the block:
-    yields a list that receives the released counts. Observation only, as :func:`observed_totals`."""
-    seen: list = []
-    original = module.release_sum
-
-    def tap(*args, **kwargs):
-        out = original(*args, **kwargs)
-        seen.append(np.array(out, copy=True))
-        return out
-
-    module.release_sum = tap
-    try:
-        yield seen
-    finally:
-        module.release_sum = original
+def observed_weights():
+    """Collect the weighting release of DK++ or FedDP-KMeans made inside the block (the noisy counts
+    of samples per public point, reported by the method after its release)."""
+    return observe("weights")
 
 
 def _dk_pp_case(
@@ -370,7 +330,7 @@ def _dk_pp_case(
     eps = account(events, delta, "pld")  # the claim of the calibrated run
 
     def one(X, client, s, zz):
-        with observed_updates() as seen, observed_weights(dk_pp) as weights:
+        with observed_updates() as seen, observed_weights() as weights:
             res, W0 = run(X, client, s, zz)
         j = int(nearest(c_clipped[None], W0)[0][0])
         w_stat = float(weights[0][j]) - float(np.sum(nearest(others, W0)[0] == j))
@@ -458,7 +418,7 @@ def _fed_dp_kmeans_case(
     )
 
     def one(X, client, s, zz):
-        with observed_updates() as seen, observed_weights(fed_dp_kmeans) as weights:
+        with observed_updates() as seen, observed_weights() as weights:
             res = run(X, client, s, zz)
         w_stat = w_weight * (float(weights[0][j_w]) - n_w)
         return res.centroids[:, 0].max(), lloyd_statistic(seen[0], c_clipped, others, w_sum, w_count) + w_stat

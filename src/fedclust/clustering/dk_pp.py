@@ -74,6 +74,7 @@ from fedclust.clustering.common_options import BaselineNoiseOptions, KMeansInitO
 from fedclust.clustering.lloyd import kmeans_release, pair_sensitivity
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease, non_dp_release
+from fedclust.privacy.observe import report
 from fedclust.privacy.release import release_sum
 from fedclust.rng import stream
 
@@ -161,6 +162,7 @@ def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progre
     lab, _ = nearest(Xc[rows], cand)
     counts = np.bincount(slot * cand.shape[0] + lab, minlength=K * cand.shape[0]).astype(np.float64)
     counts = release_sum(counts.reshape(K, -1).sum(0), z if private else 0.0, K, trust_model, rng_noise)
+    report("weights", counts)
     uploaded += K * cand.shape[0]
     w = np.maximum(counts, 0.0)
     C = server_kmeans(cand, w, None, stream(seed, "server"), o.recluster_iters, n_init=3, k=k)

@@ -66,6 +66,7 @@ from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count
 from fedclust.options import param
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
 from fedclust.privacy.events import GaussianRelease
+from fedclust.privacy.observe import report
 from fedclust.privacy.release import check_trust_model, release_sum, sum_noise_std
 from fedclust.rng import stream
 
@@ -346,6 +347,7 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
     w = release_sum(
         np.bincount(lab, minlength=Ps.shape[0]).astype(np.float64), std("weighting", 1.0), K, trust_model, rng
     )
+    report("weights", w)
     uploaded += K * Ps.shape[0]
     w_thr = weight_threshold(Ps.shape[0]) if o.weight_threshold is None else float(o.weight_threshold)
     threshold = max(1.0, w_thr * sigma_w)

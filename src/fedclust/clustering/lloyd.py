@@ -28,6 +28,7 @@ import numpy as np
 from scipy import sparse
 
 from fedclust.privacy.mechanisms import clip_rows
+from fedclust.privacy.observe import report
 from fedclust.privacy.release import check_trust_model, release_sum, sum_noise_std
 
 
@@ -99,6 +100,7 @@ def update_centres(
 ) -> np.ndarray:
     """The server's update from released totals: mean where the count passes :func:`min_count`,
     the previous centre elsewhere, then (``release.project``) onto the clip ball."""
+    report("lloyd_update", (C, sums, counts))  # the broadcast centres and the released totals
     ok = counts >= min_count(release, n_contributors)
     new = masked_means(C, sums, counts, ok)
     if release.project and release.clip is not None and ok.any():
@@ -114,6 +116,7 @@ def release_totals(
     c = release_sum(
         counts, release.count_std, n_contributors, release.trust_model, rng, distributed=release.distributed
     )
+    report("lloyd_totals", (s, c))
     return s, c
 
 
