@@ -38,8 +38,8 @@ class ParameterError(FedclustError, ValueError):
     """A parameter of the run is unknown or invalid; the message names it."""
 
 
-#: Keys whose value is a name or a data-set spec mapping (a server-data file): the method's config
-#: class checks the spec.
+#: Keys whose value is a name or a mapping that names a data set (a server-data file): the method's
+#: config class checks the mapping.
 VALUE_OR_SPEC_KEYS = frozenset({"server_data"})
 
 
