@@ -279,6 +279,17 @@ def memory_parts(spec: MethodSpec, cfg: MethodConfig, *data) -> dict[str, float]
     }
 
 
+def protected_units(spec: MethodSpec, *data) -> int:
+    """The number of units a private run of ``spec`` protects: its clients for client-level DP, else
+    the samples the clients hold (what ``delta`` is compared with: it must stay below 1 / this)."""
+    if spec.family == "clustering":
+        _, partition = data
+        client = np.asarray(partition.client)
+        return int(client.max()) + 1 if spec.unit == "client" else int((client >= 0).sum())
+    (rotated,) = data
+    return int(rotated.group.size) if spec.unit == "client" else int(len(rotated.y_train))
+
+
 def estimate_work(spec: MethodSpec, cfg: MethodConfig, *data) -> float:
     """Log (one line) and return a rough work estimate of a run: rounds x clients per round x cost per
     client and round (sample-feature-cluster operations for data clustering, sample-gradient steps
