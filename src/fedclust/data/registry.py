@@ -54,6 +54,7 @@ from typing import Any, Callable
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
 from fedclust.data.preprocess import preprocess, subsample
+from fedclust.data.sizes import FEDSC_FILES, require_dataset_memory
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
 
@@ -66,14 +67,6 @@ __all__ = [
     "FEDSC_FILES",
     "TABLE_NAMES",
 ]
-
-#: FedSC convenience name -> file name inside the folder given as ``path``.
-FEDSC_FILES = {
-    "fedsc_iris": "Iris_tsne.mat",
-    "fedsc_bank": "Bank_tsne.mat",
-    "fedsc_coil20": "COIL20_tsne.mat",
-    "fedsc_circles": "Concentric_Circles.mat",
-}
 
 
 def _check_options(name: str, func: Callable, options: dict, exclude=("seed",)) -> None:
@@ -229,6 +222,7 @@ def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
     """
     if name not in _LOADERS:
         raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
+    require_dataset_memory(name, path, options)  # a data set that cannot fit is refused before it is built
     ds = _LOADERS[name](path, seed, options)
     ds.meta.setdefault("dataset", name)
     _check_not_empty(ds, name, path)

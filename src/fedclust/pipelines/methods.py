@@ -52,7 +52,7 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
 
         def train(dataset, partition, noise: dict, train: dict, seed: int):
             cfg = spec.config_from(train)
-            estimate_work(spec, cfg, dataset, partition)
+            estimate_work(spec, cfg, dataset, partition, private=bool(noise.get("private")))
             return spec.run(dataset, partition, noise, cfg, int(seed))
     else:
 
@@ -63,7 +63,7 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
 
         def train(rotated, noise: dict, train: dict, seed: int):
             cfg = spec.config_from(train)
-            estimate_work(spec, cfg, rotated)
+            estimate_work(spec, cfg, rotated, private=bool(noise.get("private")))
             return spec.run(rotated, noise, cfg, int(seed))
 
     for fn, what in ((calibrate, "calibrate"), (train, "train")):
