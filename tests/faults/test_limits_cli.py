@@ -20,7 +20,8 @@ def test_delta_null_gets_one_line(project):
 def test_delta_at_least_one_over_n_is_refused_naming_one_over_n(project, delta):
     # TINY: 30 samples per class of digits' 10 = 300 samples, 1/n = 0.00333
     outcome = project.run("--pipelines=fkm", f"--params={TINY},privacy.epsilon=4,privacy.delta={delta}")
-    assert_fault(outcome, f"privacy.delta = {float(delta):g} is >= 1/n = 1/300 = 0.00333", ["FAILED"])
+    # refused before the run opens: the pre-run check knows n from the parameters
+    assert_fault(outcome, f"privacy.delta = {float(delta):g} is >= 1/n = 1/300 = 0.00333", [])
     assert "privacy.allow_large_delta: true" in outcome.first_error
 
 
@@ -45,3 +46,21 @@ def test_allow_large_delta_runs_with_a_warning(project):
     assert outcome.code == 0, outcome.err[-3000:]
     assert [status for _, status in outcome.new_runs] == ["FINISHED"]
     assert "allow_large_delta" in " ".join((outcome.out + outcome.err).split())
+
+
+# ---- a slice of the parameter fuzzer (tests/faults/test_fuzz_params.py) through kedro run ---------
+
+
+@pytest.mark.usefixtures("unchanged")
+@pytest.mark.parametrize(
+    "pipeline, params, first",
+    [
+        # a TypeError traceback from the pre-run check before the fuzzer found it
+        ("ifca", "clustered_fl.data.ratios=true", "clustered_fl.data.ratios must be null or a list"),
+        ("fkm", f"{TINY},privacy.epsilon=1,privacy.delta=abc", "invalid parameter: privacy.delta must be a number"),
+        ("fkm", f"{TINY},dataset.label=[1]", "dataset.label must be null or a name (text), got [1]"),
+    ],
+)
+def test_fuzzed_values_end_in_one_clean_line_through_kedro_run(project, pipeline, params, first):
+    outcome = project.run(f"--pipelines={pipeline}", f"--params={params}", timeout=90)
+    assert_fault(outcome, first, [])

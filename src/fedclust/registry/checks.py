@@ -9,22 +9,29 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from fedclust.data.registry import NO_FILE_NAMES
+from fedclust.data.registry import NO_FILE_NAMES, check_dataset_params
 from fedclust.data.sizes import dataset_shape, require_dataset_memory, subsampled
-from fedclust.params_check import ParameterError, raise_for_params
+from fedclust.params_check import ParameterError, raise_for_params, show
 from fedclust.partition import check_scheme
 from fedclust.registry.helpers import WORK_LIMIT_DEFAULT, set_work_limit
-from fedclust.registry.privacy import check_privacy_params
+from fedclust.registry.privacy import check_delta_against_units, check_privacy_params
 from fedclust.registry.spec import REGISTRY, WorkSizes, check_work, require_run_memory
+from fedclust.threads import check_threads
 
 
 def _rotation_groups(data: Mapping) -> int:
-    """The number of rotation groups ``clustered_fl.data`` asks for."""
-    if data.get("angles"):
-        return len(data["angles"])
-    if data.get("ratios"):
-        return len(data["ratios"])
-    return int(data.get("n_groups") or 4)
+    """The number of rotation groups ``clustered_fl.data`` asks for (``angles`` and ``ratios`` must
+    be null or lists: a :class:`ParameterError` otherwise)."""
+    for key in ("angles", "ratios"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, list):
+            raise ParameterError(
+                f"clustered_fl.data.{key} must be null or a list (one entry per group), got {show(value)}"
+            )
+        if value:
+            return len(value)
+    groups = data.get("n_groups") or 4
+    return groups if isinstance(groups, int) and not isinstance(groups, bool) else 4
 
 
 def _dk_pp_rounds(cfg, private: bool, where: str) -> list[str]:
@@ -122,6 +129,8 @@ def check_limits(params: Mapping[str, Any], used: Iterable[str] | None = None) -
         groups = (
             None if spec.family == "clustering" else _rotation_groups(cfl_data if isinstance(cfl_data, Mapping) else {})
         )
+        if private and spec.private:  # delta below 1/n, n from the sizes (the calibration checks the data's)
+            check_delta_against_units(privacy, sizes.clients if spec.unit == "client" else sizes.n, spec.unit)
         require_run_memory(spec, cfg, sizes, groups)
         check_work(spec, cfg, sizes, private)  # rounds_for: with a budget set
 
@@ -138,6 +147,10 @@ def check_run_params(
     says what to change."""
     raise_for_params(params, reference)
     used = None if used is None else set(used)
+    try:
+        check_threads((params.get("compute") or {}).get("threads"), "compute.threads")
+    except ValueError as exc:
+        raise ParameterError(str(exc)) from None
 
     def uses(name: str) -> bool:
         return used is None or name in used
@@ -149,6 +162,16 @@ def check_run_params(
                 check_privacy_params(params.get("privacy") or {}, method)
         if uses("params:dataset"):  # a key given but unused is a mistake, not something to skip
             ds = params.get("dataset") or {}
+            check_dataset_params(
+                ds.get("name"),
+                seed=params.get("seed", 0),
+                scale=ds.get("scale", "minmax"),
+                n_per_class=ds.get("n_per_class"),
+                n_total=ds.get("n_total"),
+                options=ds.get("options") if isinstance(ds.get("options"), Mapping) else None,
+            )
+            if ds.get("label") is not None and not isinstance(ds.get("label"), str):
+                raise ValueError(f"dataset.label must be null or a name (text), got {show(ds['label'])}")
             if ds.get("path") is not None and ds.get("name") in NO_FILE_NAMES:
                 raise ValueError(
                     f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
