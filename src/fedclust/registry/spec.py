@@ -409,7 +409,8 @@ def data_sizes(spec: MethodSpec, *data) -> WorkSizes:
     if spec.family == "clustering":
         dataset, partition = data
         n, m = (int(s) for s in dataset.X.shape[:2])
-        return WorkSizes(n, m, max(n_clients_of(partition), 1), int(dataset.n_classes))
+        classes = int(dataset.n_classes) if getattr(dataset, "labelled", True) else 1  # unlabelled: k is set
+        return WorkSizes(n, m, max(n_clients_of(partition), 1), classes)
     (rotated,) = data
     n_classes = int(max(rotated.y_train.max(), rotated.y_test.max())) + 1
     return WorkSizes(len(rotated.y_train), int(np.prod(rotated.X_train.shape[1:])), int(rotated.group.size), n_classes)
