@@ -437,13 +437,25 @@ class CellStore:
                 if last:
                     raise ValueError("no newline")
             except ValueError:
-                where = "torn last line (a write cut short)" if last else f"unreadable line {n}"
+                where = "torn last line (a write cut short)" if last else f"unreadable line {n} (not JSON)"
                 logger.warning("%s: %s dropped; its cell is recomputed", self.path, where)
+                continue
+            if (why := _not_a_record(row)) is not None:
+                logger.warning(
+                    "%s: line %d is not a cell record (%s): skipped; its cell is recomputed", self.path, n, why
+                )
                 continue
             if self.code is not None and row.get("code") != self.code:
                 stale += 1
                 continue
-            out[row["key"]] = _decode(row["result"])
+            try:
+                result = _decode(row["result"])
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a tagged value that is not ours
+                logger.warning(
+                    "%s: line %d has an unreadable result (%s): skipped; its cell is recomputed", self.path, n, exc
+                )
+                continue
+            out[row["key"]] = result
             if "cell_id" in row:
                 self.seen[row["cell_id"]] = (row.get("code"), row.get("data"))
         if stale:
@@ -520,6 +532,21 @@ class CellStore:
 
 
 _CHUNK = 1 << 16
+
+
+def _not_a_record(row) -> str | None:
+    """Why a parsed JSON line is not a cell record (as :meth:`CellStore.append` writes them), or
+    None when it is one: an object with a string ``key``, a ``result``, and ``cell_id``, ``code``
+    and ``data`` that are strings or null when present."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__ if row is not None else 'null'}, not an object"
+    missing = [k for k in ("key", "result") if k not in row]
+    if missing:
+        return f"no {' and no '.join(repr(k) for k in missing)}"
+    bad = [k for k in ("key", "cell_id", "code", "data") if k in row and not isinstance(row[k], (str, type(None)))]
+    if not isinstance(row["key"], str) or bad:
+        return f"{', '.join(repr(k) for k in (bad or ['key']))} not a string"
+    return None
 
 
 def _fsync_dir(folder: Path) -> None:

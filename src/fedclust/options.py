@@ -44,12 +44,25 @@ _KIND_NAMES = {
 }
 
 
-def _meta(kind, *, choices=None, ge=None, gt=None, le=None, lt=None, count=False, doc="", allow_inf=False) -> dict:
-    """What :func:`check_value` checks a value against: its kinds, choices, bounds, ``count``."""
+#: the kinds of loop an integer field can bound (``param(loop=...)``), read by the work estimate
+#: (:func:`fedclust.registry.spec.work_of`): ``round`` (the rounds of a run), ``client`` (a client's
+#: iterations in a round), ``server`` (the server's iterations in a round), ``once`` (iterations run
+#: once, before or after the rounds)
+LOOPS = ("round", "client", "server", "once")
+
+
+def _meta(
+    kind, *, choices=None, ge=None, gt=None, le=None, lt=None, count=False, doc="", allow_inf=False, loop=None
+) -> dict:
+    """What :func:`check_value` checks a value against: its kinds, choices, bounds, ``count``; and
+    ``loop``, the loop the value bounds (:data:`LOOPS`), for the work estimate."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     choices = tuple(choices) if choices else None
     bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
-    return {"kind": kinds, "choices": choices, **bounds, "count": count, "doc": doc, "allow_inf": allow_inf}
+    if loop is not None and loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+    meta = {"kind": kinds, "choices": choices, **bounds, "count": count, "doc": doc, "allow_inf": allow_inf}
+    return {**meta, "loop": loop}
 
 
 def param(
@@ -63,9 +76,11 @@ def param(
     lt=None,
     count: bool = False,
     doc: str = "",
+    loop: str | None = None,
 ) -> Any:
-    """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits."""
-    meta = _meta(kind, choices=choices, ge=ge, gt=gt, le=le, lt=lt, count=count, doc=doc)
+    """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits;
+    ``loop``: the loop it bounds (:data:`LOOPS`), so that the work estimate covers it."""
+    meta = _meta(kind, choices=choices, ge=ge, gt=gt, le=le, lt=lt, count=count, doc=doc, loop=loop)
     if isinstance(default, (dict, list)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)

@@ -9,7 +9,7 @@ merged in. :func:`check_params` finds
 * values of the wrong type for their default (``clip=true`` where a number is expected,
   ``rounds=abc``, a dict given for a scalar);
 * counts that must be null (= the documented default) or a positive integer (``k=0``,
-  ``clients_per_round=0``, ``rounds=-1``).
+  ``clients_per_round=0``, ``rounds=-1``, ``n_groups=0.5``).
 
 Only dicts are walked; lists are values. A dict that is empty in the reference (``options: {}``,
 ``cases: {}``) or whose key is in :data:`FREE_FORM_KEYS` accepts any keys: its consumer checks
@@ -31,7 +31,7 @@ from fedclust.errors import FedclustError
 FREE_FORM_KEYS = frozenset({"options", "dataset_options", "model", "cases", "method_settings"})
 
 #: keys that count something: null (the documented default) or an integer >= 1
-COUNT_KEYS = frozenset({"k", "rounds", "clients_per_round", "n_clients"})
+COUNT_KEYS = frozenset({"k", "rounds", "clients_per_round", "n_clients", "n_groups", "samples_per_client"})
 
 
 class ParameterError(FedclustError, ValueError):

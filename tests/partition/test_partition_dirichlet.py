@@ -64,3 +64,32 @@ def test_dirichlet_bad_parameters(digits):
         dirichlet(y, 10, alpha=1.0, seed=0, method="tff")
     with pytest.raises(ValueError, match="max_retries"):
         dirichlet(y, 10, alpha=1.0, seed=0, max_retries=0)
+
+
+def _degenerate_lines(caplog):
+    return [r.getMessage() for r in caplog.records if "method: label" in r.getMessage()]
+
+
+@pytest.mark.parametrize("alpha", [1e-9, 1e-4])
+def test_a_degenerate_client_alpha_says_what_the_clients_look_like_in_one_line(digits, alpha, caplog):
+    _, y, _ = digits
+    with caplog.at_level("WARNING", logger="fedclust.partition.dirichlet"):
+        p = dirichlet(y, 10, alpha=alpha, seed=0)
+    lines = _degenerate_lines(caplog)
+    assert len(lines) == 1 and "\n" not in lines[0]
+    sizes = p.client_sizes()
+    labels = [np.unique(y[p.client == i]).size for i in range(10)]
+    assert f"hold {sizes.min()}-{sizes.max()} samples" in lines[0]
+    assert f"{min(labels)}-{max(labels)} labels each" in lines[0]
+    # what the line reports is true: equal sizes, and more labels per client than at alpha = 0.05
+    assert sizes.max() - sizes.min() <= 1
+    at_005 = dirichlet(y, 10, alpha=0.05, seed=0)
+    assert np.mean(labels) > np.mean([np.unique(y[at_005.client == i]).size for i in range(10)])
+
+
+@pytest.mark.parametrize("alpha, method", [(0.5, "client"), (0.05, "client"), (10.0, "client"), (0.5, "label")])
+def test_a_usable_alpha_logs_nothing(digits, alpha, method, caplog):
+    _, y, _ = digits
+    with caplog.at_level("WARNING", logger="fedclust.partition.dirichlet"):
+        dirichlet(y, 10, alpha=alpha, seed=0, method=method)
+    assert _degenerate_lines(caplog) == []

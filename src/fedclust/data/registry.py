@@ -54,6 +54,7 @@ from typing import Any, Callable
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
 from fedclust.data.preprocess import preprocess, subsample
+from fedclust.data.sizes import FEDSC_FILES, require_dataset_memory
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
 
@@ -66,14 +67,6 @@ __all__ = [
     "FEDSC_FILES",
     "TABLE_NAMES",
 ]
-
-#: FedSC convenience name -> file name inside the folder given as ``path``.
-FEDSC_FILES = {
-    "fedsc_iris": "Iris_tsne.mat",
-    "fedsc_bank": "Bank_tsne.mat",
-    "fedsc_coil20": "COIL20_tsne.mat",
-    "fedsc_circles": "Concentric_Circles.mat",
-}
 
 
 def _check_options(name: str, func: Callable, options: dict, exclude=("seed",)) -> None:
@@ -229,6 +222,7 @@ def load_dataset(name: str, *, path=None, seed: int = 0, **options) -> Dataset:
     """
     if name not in _LOADERS:
         raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
+    require_dataset_memory(name, path, options)  # a data set that cannot fit is refused before it is built
     ds = _LOADERS[name](path, seed, options)
     ds.meta.setdefault("dataset", name)
     _check_not_empty(ds, name, path)
@@ -243,6 +237,29 @@ def _check_not_empty(ds: Dataset, name: str, path=None) -> None:
             f"dataset {name!r}{src} has {what} (shape {tuple(ds.X.shape)}); "
             "check the file, or the subsampling options n_per_class / n_total"
         )
+
+
+def check_dataset_params(
+    name, *, seed=0, scale="minmax", n_per_class=None, n_total=None, options: dict | None = None
+) -> None:
+    """The checks of :func:`prepare_dataset`'s parameters that need no data (a ValueError naming the
+    parameter): also run by the pre-run check, before anything is built."""
+    if not isinstance(name, str) or name not in _LOADERS:
+        near = difflib.get_close_matches(str(name), DATASET_NAMES, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown dataset name {name!r}{hint}; valid names: {', '.join(DATASET_NAMES)}")
+    if scale not in ("minmax", "standardize", "none"):
+        raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
+    minmax_mode = (options or {}).get("minmax_mode", "auto")
+    if minmax_mode not in ("auto", "pixel", "per_feature", "global"):
+        raise ValueError(f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise ValueError(f"{pname} must be a positive integer or None, got {val!r}")
+    if n_per_class is not None and n_total is not None:
+        raise ValueError("give either n_per_class or n_total, not both")
 
 
 def prepare_dataset(
@@ -267,20 +284,8 @@ def prepare_dataset(
     per-feature statistics are those of the kept samples. Parameters are checked before any file is read.
     """
     opts = {**(options or {}), **more_options}
-    if name not in _LOADERS:
-        raise ValueError(f"unknown dataset name {name!r}; valid names: {', '.join(DATASET_NAMES)}")
-    if scale not in ("minmax", "standardize", "none"):
-        raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
+    check_dataset_params(name, seed=seed, scale=scale, n_per_class=n_per_class, n_total=n_total, options=opts)
     minmax_mode = opts.pop("minmax_mode", "auto")
-    if minmax_mode not in ("auto", "pixel", "per_feature", "global"):
-        raise ValueError(f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
-            raise ValueError(f"{pname} must be a positive integer or None, got {val!r}")
-    if n_per_class is not None and n_total is not None:
-        raise ValueError("give either n_per_class or n_total, not both")
     ds = load_dataset(name, path=path, seed=seed, **opts)
     ds.name = dataset_label({"name": name, "path": path, "label": label})
     ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)

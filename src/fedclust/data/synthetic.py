@@ -66,6 +66,27 @@ def _labels_with_counts(counts: np.ndarray, rng: np.random.Generator) -> np.ndar
 
 
 # --------------------------------------------------------------------------- Gaussian mixture
+#: elements per block of a large generated array (32 MiB of float64): each block is one numpy call,
+#: and a signal (SIGTERM, Ctrl-C) is handled between two blocks, so within a fraction of a second
+_BLOCK = 1 << 22
+
+
+def _row_blocks(n: int, d: int):
+    """``(start, stop)`` of consecutive row blocks of an ``(n, d)`` array, about :data:`_BLOCK` elements each."""
+    rows = max(1, _BLOCK // max(d, 1))
+    return ((a, min(a + rows, n)) for a in range(0, n, rows))
+
+
+def _standard_normal_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    """``rng.standard_normal((n, d))``, the same numbers, drawn block by block (:func:`_row_blocks`):
+    a generation of gigabytes stays interruptible (the interpreter runs signal handlers only between
+    numpy calls)."""
+    out = np.empty((n, d))
+    for a, b in _row_blocks(n, d):
+        rng.standard_normal(out=out[a:b])
+    return out
+
+
 def _equidistant_centres(k: int, d: int, rng: np.random.Generator) -> np.ndarray:
     """``k <= d + 1`` points in R^d with all pairwise distances equal to 1 (a randomly rotated simplex)."""
     # Centred one-hot vectors of R^k are pairwise sqrt(2) apart and span a (k-1)-dim subspace.
@@ -141,7 +162,10 @@ def gaussian_mixture(
         centres = c / dmin_best * (sep * std)
 
     y = _labels_with_counts(_exact_counts(n, w), rng)
-    X = centres[y] + std * rng.standard_normal((n, d))
+    X = _standard_normal_rows(rng, n, d)  # the same draws as one standard_normal((n, d)) call
+    for a, b in _row_blocks(n, d):
+        X[a:b] *= std
+        X[a:b] += centres[y[a:b]]
     return Dataset(
         X=X,
         y=y,
@@ -199,7 +223,7 @@ def linear_model(
     signal_energy = float(np.sum(signal**2))
     target_noise_energy = signal_energy / 10.0 ** (snr / 10.0)
 
-    noise = rng.standard_normal((n, m))
+    noise = _standard_normal_rows(rng, n, m)
     if exact_snr:
         noise *= np.sqrt(target_noise_energy / np.sum(noise**2))
         noise_std = float(np.sqrt(target_noise_energy / (n * m)))

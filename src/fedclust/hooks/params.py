@@ -8,12 +8,8 @@ from typing import Any
 from kedro.config import OmegaConfigLoader
 from kedro.framework.hooks import hook_impl
 
-from fedclust.data.registry import NO_FILE_NAMES
-from fedclust.params_check import ParameterError, raise_for_params
-from fedclust.partition import check_scheme
-from fedclust.registry import REGISTRY, method_problems
+from fedclust.registry.checks import check_run_params
 from fedclust.registry.helpers import WORK_LIMIT_DEFAULT, set_work_limit
-from fedclust.registry.privacy import check_privacy_params
 from fedclust.threads import apply_thread_setting
 
 logger = logging.getLogger(__name__)
@@ -28,7 +24,10 @@ class ParamsCheckHook:
     see :mod:`fedclust.params_check`. Then every selected method's ``<method>.train`` group is
     validated through its config class (:data:`fedclust.registry.REGISTRY`: kinds, bounds, choices,
     checks between keys, and RR-Cluster's ``B <= q M / k`` against ``clustered_fl.data``), and the
-    privacy budget against each method's range of epsilon. It runs first among the
+    privacy budget against each method's range of epsilon. Last come the limits
+    (:func:`fedclust.registry.check_limits`): a data set that cannot fit in memory, or a method whose
+    work estimate (every loop bound included) exceeds ``compute.max_work``, is refused before it is
+    built. It runs first among the
     ``before_pipeline_run`` hooks, so a bad parameter stops the run before kedro-mlflow opens a run
     and before the first node. Last, it applies ``compute.threads`` (:mod:`fedclust.threads`: the
     one place where a run's thread setting is applied).
@@ -60,32 +59,10 @@ class ParamsCheckHook:
             return
         if self._reference is not None:
             self._check(params, pipeline)
-        compute = params.get("compute") or {}
-        apply_thread_setting(compute.get("threads"))
-        set_work_limit(compute.get("max_work", WORK_LIMIT_DEFAULT))
+        else:  # unchecked parameters: still the run's own work limit
+            set_work_limit((params.get("compute") or {}).get("max_work", WORK_LIMIT_DEFAULT))
+        apply_thread_setting((params.get("compute") or {}).get("threads"))
 
     def _check(self, params: dict, pipeline) -> None:
-        raise_for_params(params, self._reference)
         used = {name for n in pipeline.nodes for name in n.inputs if name.startswith("params:")}
-        try:
-            if "params:privacy" in used:  # the budget every method calibrates to
-                methods = [m for m in REGISTRY if f"params:{m}.train" in used] or [None]
-                for method in methods:  # each method's range of epsilon (the message gives it)
-                    check_privacy_params(params.get("privacy") or {}, method)
-            if "params:dataset" in used:  # a key given but unused is a mistake, not something to skip
-                ds = params.get("dataset") or {}
-                if ds.get("path") is not None and ds.get("name") in NO_FILE_NAMES:
-                    raise ValueError(
-                        f"dataset.path = {ds['path']!r} is given, but dataset {ds['name']!r} reads "
-                        "no file: remove dataset.path, or choose a data set read from files"
-                    )
-            if "params:partition" in used:  # the scheme and its option names (values: in the node)
-                part = dict(params.get("partition") or {})
-                extra = {k: v for k, v in part.items() if k not in ("scheme", "n_clients", "options")}
-                check_scheme(part.get("scheme"), {**extra, **(part.get("options") or {})})
-        except ValueError as exc:
-            raise ParameterError(str(exc)) from None
-        problems = method_problems(params, used)
-        if problems:
-            head = "invalid parameter" if len(problems) == 1 else f"{len(problems)} invalid parameters"
-            raise ParameterError(f"{head}: " + "; ".join(problems))
+        check_run_params(params, self._reference, used)

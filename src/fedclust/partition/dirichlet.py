@@ -1,26 +1,37 @@
 """Dirichlet label-skew partition.
 
-Two constructions, both in common use:
+Two constructions, both in common use; they draw different things:
 
-* ``method="client"`` (default; RR-Cluster's EMNIST split, after TFF): every client
-  gets the same number of samples (near-equal, ``n // n_clients`` or one more). For client i draw label
-  proportions ``p_i ~ Dir(alpha * prior)`` (``prior`` is the global label distribution, or uniform), then
-  draw its samples by label according to ``p_i`` *without replacement*. When a label runs out, its share
-  is re-drawn from ``p_i`` renormalized over the labels that still have samples (and, if ``p_i`` puts
-  no mass on any of them, from the remaining label counts).
-* ``method="label"`` (Hsu et al. 2019 / Yurochkin et al. 2019): for every label k split its samples
-  across the clients with proportions ``q_k ~ Dir(alpha * 1_N)``. Client sizes vary.
+* ``method="client"`` (default; RR-Cluster's EMNIST split, after TFF) draws, for every client, a
+  *label mix*. Every client gets the same number of samples (near-equal, ``n // n_clients`` or one
+  more). For client i draw label proportions ``p_i ~ Dir(alpha * prior)`` (``prior`` is the global
+  label distribution, or uniform), then draw its samples by label according to ``p_i`` *without
+  replacement*. When a label runs out, its share is re-drawn from ``p_i`` renormalized over the labels
+  that still have samples (and, if ``p_i`` puts no mass on any of them, from the remaining label
+  counts, in proportion: an iid-like fill).
+* ``method="label"`` (Hsu et al. 2019 / Yurochkin et al. 2019) draws, for every label, *how its
+  samples are shared among the clients*: for every label k split its samples across the clients with
+  proportions ``q_k ~ Dir(alpha * 1_N)``. Client sizes vary (a small alpha gives a few large clients).
 
 Note the two conventions for ``alpha``: in ``"client"`` the concentration vector ``alpha * prior`` sums
 to ``alpha`` (Hsu et al.'s ``Dir(alpha p)``; with 10 balanced labels, alpha = 1 means 0.1 per label),
 whereas ``"label"`` puts ``alpha`` on every client. The same alpha is thus more skewed under ``"client"``.
 
+``"client"`` has a floor: below an alpha of about 0.05 (10 balanced labels) every ``p_i`` is one-hot,
+so clients that pick the same label exhaust it and fill the rest of their (fixed) size from the
+labels left, in proportion. A smaller alpha then gives *more* labels per client, not fewer (on
+digits with 10 clients: about 1.9 labels per client at alpha 0.05, 4.3 at alpha 1e-9, as at alpha
+1). When a fifth or more of the samples were placed by that fill, one line is logged saying what the
+clients look like, and pointing to ``method="label"``.
+
 In both, the draw is repeated (up to ``max_retries`` times, with fresh randomness from the same
 stream) until every client holds at least ``min_size`` samples; then a ValueError says so. Smaller
-``alpha`` means fewer labels per client (more skew).
+``alpha`` means fewer labels per client (more skew), down to the floor above.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -29,7 +40,12 @@ from fedclust.partition._checks import check_labels, check_n_clients
 from fedclust.partition.base import Partition
 from fedclust.rng import stream
 
+logger = logging.getLogger(__name__)
+
 METHODS = ("client", "label")
+#: the share of samples placed by the iid-like fill (one-hot label mixes run out) from which a
+#: ``method="client"`` partition is reported as degenerate
+DEGENERATE_FILL = 0.2
 PRIORS = ("global", "uniform")
 
 
@@ -65,13 +81,16 @@ def dirichlet(
     counts = np.bincount(y)
     present = np.flatnonzero(counts)
     for attempt in range(1, max_retries + 1):
+        refilled = 0
         if method == "label":
             client = _by_label(y, n_clients, alpha, rng)
         else:
             pri = counts[present] / n if prior == "global" else np.full(present.size, 1.0 / present.size)
-            client = _by_client(y, present, n_clients, alpha * pri, rng)
+            client, refilled = _by_client(y, present, n_clients, alpha * pri, rng)
         sizes = np.bincount(client, minlength=n_clients)
         if sizes.min() >= min_size:
+            if refilled >= DEGENERATE_FILL * n:
+                logger.warning(_degenerate_line(y, client, n_clients, alpha, refilled / n))
             return Partition(
                 client=client,
                 n_clients=n_clients,
@@ -90,6 +109,19 @@ def dirichlet(
         f"dirichlet: after max_retries={max_retries} draws some client still held fewer than "
         f"min_size={min_size} samples (alpha={alpha}, n_clients={n_clients}); raise alpha or max_retries, "
         f"or lower min_size"
+    )
+
+
+def _degenerate_line(y, client, n_clients: int, alpha: float, fill: float) -> str:
+    """One line on a ``method="client"`` partition whose one-hot label mixes ran out."""
+    sizes = np.bincount(client, minlength=n_clients)
+    labels = np.array([np.unique(y[client == i]).size for i in range(n_clients)])
+    return (
+        f"dirichlet (method: client, alpha={alpha:g}): the label mixes are one-hot and run out, so "
+        f"{fill:.0%} of the samples were placed in proportion to the labels left (iid-like): the "
+        f"{n_clients} clients hold {sizes.min()}-{sizes.max()} samples and {labels.min()}-{labels.max()} "
+        f"labels each ({labels.mean():.1f} on average); a smaller alpha gives no more skew here. For "
+        "clients with fewer labels and unequal sizes, use method: label (partition.options.method=label)"
     )
 
 
@@ -119,6 +151,7 @@ def _by_client(y, present, n_clients, conc, rng) -> np.ndarray:
     sizes = np.full(n_clients, base, dtype=np.int64)
     sizes[:extra] += 1
     take = np.zeros((n_clients, L), dtype=np.int64)
+    refilled = 0  # samples drawn from the remaining label counts, p_i having no mass left on them
     for i in range(n_clients):
         p = rng.dirichlet(conc) if L > 1 else np.ones(1)
         need = int(sizes[i])
@@ -126,10 +159,12 @@ def _by_client(y, present, n_clients, conc, rng) -> np.ndarray:
         while need > 0:
             avail = remaining - got
             w = p * (avail > 0)
-            if w.sum() <= 0:  # p_i has no mass left on the remaining labels
+            fallback = w.sum() <= 0
+            if fallback:  # p_i has no mass left on the remaining labels
                 w = avail.astype(float)
             draw = rng.multinomial(need, w / w.sum())
             draw = np.minimum(draw, avail)
+            refilled += int(draw.sum()) if fallback else 0
             got += draw
             need -= int(draw.sum())
         take[i] = got
@@ -140,4 +175,4 @@ def _by_client(y, present, n_clients, conc, rng) -> np.ndarray:
     for j, k in enumerate(present):
         idx = rng.permutation(np.flatnonzero(y == k))
         client[idx] = np.repeat(owners, take[:, j])
-    return client
+    return client, refilled

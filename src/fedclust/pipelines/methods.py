@@ -24,7 +24,8 @@ from fedclust.pipelines.reporting.nodes import plot_centroids, plot_history, sum
 from fedclust.registry import REGISTRY, MethodSpec
 from fedclust.registry.helpers import n_clusters as _n_clusters
 from fedclust.registry.helpers import require_all_assigned, run_timed  # noqa: F401  (kept importable here)
-from fedclust.registry.spec import estimate_work
+from fedclust.registry.privacy import check_delta_against_units
+from fedclust.registry.spec import estimate_work, protected_units
 
 
 def n_clusters(train: dict, dataset) -> int:
@@ -45,20 +46,24 @@ def node_functions(method: str) -> tuple[Callable, Callable]:
     if spec.family == "clustering":
 
         def calibrate(privacy: dict, train: dict, dataset, partition) -> dict:
+            if spec.private:  # delta below 1/n (n: the units protected), before any noise is calibrated
+                check_delta_against_units(privacy, protected_units(spec, dataset, partition), spec.unit)
             return spec.calibrate(privacy, spec.config_from(train), dataset, partition)
 
         def train(dataset, partition, noise: dict, train: dict, seed: int):
             cfg = spec.config_from(train)
-            estimate_work(spec, cfg, dataset, partition)
+            estimate_work(spec, cfg, dataset, partition, private=bool(noise.get("private")))
             return spec.run(dataset, partition, noise, cfg, int(seed))
     else:
 
         def calibrate(privacy: dict, train: dict, rotated) -> dict:
+            if spec.private:  # delta below 1/n (n: the units protected), before any noise is calibrated
+                check_delta_against_units(privacy, protected_units(spec, rotated), spec.unit)
             return spec.calibrate(privacy, spec.config_from(train), rotated)
 
         def train(rotated, noise: dict, train: dict, seed: int):
             cfg = spec.config_from(train)
-            estimate_work(spec, cfg, rotated)
+            estimate_work(spec, cfg, rotated, private=bool(noise.get("private")))
             return spec.run(rotated, noise, cfg, int(seed))
 
     for fn, what in ((calibrate, "calibrate"), (train, "train")):

@@ -6,7 +6,7 @@ call. Plain Python (no Kedro).
 """
 
 from fedclust.options import MethodConfig, param
-from fedclust.registry.checks import method_problems
+from fedclust.registry.checks import check_limits, method_problems
 from fedclust.registry.references import REFERENCES, Reference
 from fedclust.registry.spec import (
     REGISTRY,
@@ -29,4 +29,5 @@ __all__ = [
     "clustered_fl_methods",
     "trust_model_of",
     "method_problems",
+    "check_limits",
 ]

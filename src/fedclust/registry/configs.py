@@ -76,8 +76,8 @@ class _ServerDataMixin:
 @_frozen
 class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     k: int | None = param(None, **K, doc="null = number of classes")
-    rounds: int = param(20, **K)
-    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
+    rounds: int = param(20, **K, loop="round")
+    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS, loop="round")
     clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
     clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
     init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
@@ -92,8 +92,8 @@ class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
 @_frozen
 class _KMeansBaselineConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(20, **K)
-    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS)
+    rounds: int = param(20, **K, loop="round")
+    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS, loop="round")
     clients_per_round: int | None = param(None, **K)
     mechanism: str = param("classical", "str", choices=MECHANISMS)
     clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
@@ -108,9 +108,9 @@ class FZKMConfig(_KMeansBaselineConfig):
     fuzzifier: float | None = param(
         None, "float", gt=1, doc="null = 1 + 1/sqrt(m) (a rule on the dimension); 2 = the usual FCM"
     )
-    local_iters: int = param(1, **K, doc="> 1 is not DP")
-    server_iters: int = param(20, **K)
-    server_restarts: int = param(2, **K)
+    local_iters: int = param(1, **K, doc="> 1 is not DP", loop="client")
+    server_iters: int = param(20, **K, loop="server")
+    server_restarts: int = param(2, **K, loop="server")
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
     project: bool = param(True, "bool")
@@ -119,7 +119,11 @@ class FZKMConfig(_KMeansBaselineConfig):
 @_frozen
 class DKPPConfig(_KMeansBaselineConfig):
     seeding_rounds: int | None = param(
-        None, "int", ge=0, doc="k-means|| rounds; null: 5 (at most rounds - 2) without DP, 0 (the DP variant) with DP"
+        None,
+        "int",
+        ge=0,
+        doc="k-means|| rounds; null: 5 (at most rounds - 2) without DP, 0 (the DP variant) with DP",
+        loop="round",
     )
     oversampling: float | None = param(None, "float", gt=0, doc="null = 2k")
     trust_model: str = param("secure_aggregation", "str", **_TM)
@@ -152,7 +156,7 @@ class FedDPKMeansConfig(MethodConfig):
         doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca); "
         "or a public file {name, path, options, scale, label}",
     )
-    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
+    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation", loop="round")
     projection: str | None = param(
         None,
         "str",
@@ -173,7 +177,7 @@ class FedDPKMeansConfig(MethodConfig):
         None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
     )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
-    server_restarts: int = param(10, **K)
+    server_restarts: int = param(10, **K, loop="once")
 
     def problems(self, where):
         if self.server_data == "none" and self.projection not in ("dp_pca", None):
@@ -183,20 +187,20 @@ class FedDPKMeansConfig(MethodConfig):
 
 @_frozen
 class DKMConfig(_KMeansBaselineConfig):
-    coreset_size: int | None = param(None, **K, doc="null = 20k")
-    local_iters: int = param(5, **K)
-    server_iters: int = param(10, **K)
-    server_restarts: int = param(1, **K)
+    coreset_size: int | None = param(None, **K, doc="null = 20k", loop="server")
+    local_iters: int = param(5, **K, loop="client")
+    server_iters: int = param(10, **K, loop="server")
+    server_restarts: int = param(1, **K, loop="server")
 
 
 @_frozen
 class DPFedCConfig(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(30, **K)
+    rounds: int = param(30, **K, loop="round")
     clients_per_round: int | None = param(5, **K)
-    Q1: int = param(10, **K)
-    q2: int | str = param("diminishing", ("int", "str"), choices=("diminishing",))
-    Qhat: int = param(10, **K)
+    Q1: int = param(10, **K, loop="client")
+    q2: int | str = param("diminishing", ("int", "str"), choices=("diminishing",), loop="client")
+    Qhat: int = param(10, **K, loop="client")
     b: int = param(50, **K)
     rho_factor: float = param(1.0e-2, "float", gt=0)
     mu_h_factor: float = param(1.0e-10, "float", ge=0)
@@ -240,7 +244,7 @@ class DPFedCConfig(MethodConfig):
 @_frozen
 class FedSCConfig(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(20, **K)
+    rounds: int = param(20, **K, loop="round")
     d: int | None = param(None, **K, doc="dictionary size; null = eigenvalue rule (eq. 43)")
     d_tol: float = param(0.99, "float", gt=0, le=1, doc="the eigenvalue rule's share")
     d_max: int | None = param(500, **K)
@@ -249,7 +253,7 @@ class FedSCConfig(MethodConfig):
     z_step: str = param("official", "str", choices=("official", "fixed_point", "gradient", "gd"))
     z_lr: float | None = param(None, "float", gt=0)
     participation: float = param(1.0, "float", gt=0, le=1)
-    n_init: int = param(50, **K)
+    n_init: int = param(50, **K, loop="once")
     graph: str = param("min_connected_k", "str", choices=("paper", "min_connected_k", "mst"))
     final_c: str = param(
         "projection",
@@ -284,8 +288,8 @@ class FedSCConfig(MethodConfig):
 @_frozen
 class _FedCMFConfig(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(60, **K)
-    Q1: int = param(10, **K)
+    rounds: int = param(60, **K, loop="round")
+    Q1: int = param(10, **K, loop="client")
 
 
 _CONT = dict(choices=("sncp", "none"), doc="sncp (rho-continuation) | none")
@@ -293,8 +297,8 @@ _CONT = dict(choices=("sncp", "none"), doc="sncp (rho-continuation) | none")
 
 @_frozen
 class FedCAvgConfig(_FedCMFConfig):
-    Q2: int = param(1, **K)
-    q_hat: int = param(10, "int", ge=0, doc="diminishing Q2^s = floor(q_hat/s)+1; 0 = constant Q2")
+    Q2: int = param(1, **K, loop="client")
+    q_hat: int = param(10, "int", ge=0, doc="diminishing Q2^s = floor(q_hat/s)+1; 0 = constant Q2", loop="client")
     gamma: float = param(1.1, "float", gt=0)
     step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
     rho: float = param(1.0e-8, "float", gt=0)
@@ -305,7 +309,7 @@ class FedCAvgConfig(_FedCMFConfig):
 
 @_frozen
 class FedCGdsConfig(_FedCMFConfig):
-    Q2: int = param(100, **K)
+    Q2: int = param(100, **K, loop="server")
     clients_per_round: int | None = param(None, **K)
     gamma: float = param(1.1, "float", gt=0)
     step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
@@ -323,9 +327,9 @@ _MLP = {"type": "mlp", "hidden": 32}
 
 @_frozen
 class _EngineConfig(MethodConfig):
-    rounds: int = param(60, **K)
+    rounds: int = param(60, **K, loop="round")
     lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(10, **K)
+    local_steps: int = param(10, **K, loop="client")
     participation: float = param(0.25, "float", gt=0, le=1)
     eval_every: int = param(5, "int", ge=0)
     max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 256")
@@ -378,9 +382,9 @@ class RRClusterConfig(MethodConfig):
     calibration_bound: str = param("accountant", "str", choices=("accountant", "wang_general"))
     server_lr: float = param(1.0, "float", gt=0)
     mu: float = param(0.01, "float", ge=0)
-    rounds: int = param(30, **K)
+    rounds: int = param(30, **K, loop="round")
     lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(5, **K)
+    local_steps: int = param(5, **K, loop="client")
     participation: float = param(0.5, "float", gt=0, le=1)
     eval_every: int = param(5, "int", ge=0)
     model: dict = param(_MLP, "dict")

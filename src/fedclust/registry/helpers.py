@@ -78,19 +78,39 @@ def set_work_limit(limit: float | None) -> None:
     _WORK_LIMIT[0] = None if limit is None else float(limit)
 
 
-def log_work(method: str, rounds: int, clients: int, cost: float, unit: str) -> float:
-    """Log a one-line estimate of the work of a run, ``rounds x clients x cost`` (``cost``: per client
-    and round, in ``unit``), and return it. A run far beyond the quick tour says so before it starts,
-    and one beyond ``compute.max_work`` is refused (:class:`WorkLimitError`) instead of running for
-    hours."""
-    total = float(rounds) * float(clients) * float(cost)
-    logger.info("%s: work estimate %d rounds x %d clients x %.3g %s = %.3g", method, rounds, clients, cost, unit, total)
+def log_work(
+    method: str,
+    rounds: float,
+    clients: float,
+    cost: float,
+    unit: str,
+    *,
+    server: float = 0.0,
+    once: float = 0.0,
+    bounds: dict[str, float] | None = None,
+) -> float:
+    """Log a one-line estimate of the work of a run, ``rounds x (clients x cost + server) + once``
+    (``cost``: per client and round; ``server``: the server's per round; ``once``: before or after
+    the rounds; all in ``unit``), and return it. A run far beyond the quick tour says so before it
+    starts, and one beyond ``compute.max_work`` is refused (:class:`WorkLimitError`, naming the first
+    of the loop ``bounds``, the one furthest above its default) instead of running for hours."""
+    total = float(rounds) * (float(clients) * float(cost) + float(server)) + float(once)
+    text = f"{rounds:.0f} rounds x {clients:.0f} clients x {cost:.3g}"
+    if server:
+        text = f"{rounds:.0f} rounds x ({clients:.0f} clients x {cost:.3g} + {server:.3g} on the server)"
+    if once:
+        text += f" + {once:.3g} once"
+    logger.info("%s: work estimate %s %s = %.3g", method, text, unit, total)
     limit = _WORK_LIMIT[0]
     if limit is not None and total > limit:
+        if bounds:
+            name, value = next(iter(bounds.items()))
+            lower = f"lower {method}.train.{name} (= {value:.0f}) or the data's size"
+        else:
+            lower = f"lower {method}.train's sizes (rounds, clients_per_round, k, the model) or the data's size"
         raise WorkLimitError(
-            f"{method}: the work estimate, {rounds} rounds x {clients} clients x {cost:.3g} {unit} = {total:.3g}, "
-            f"exceeds compute.max_work = {limit:.3g}, so the run would take too long: lower {method}.train.rounds or "
-            "clients_per_round, or raise compute.max_work (null: no limit)"
+            f"{method}: the work estimate, {text} {unit} = {total:.3g}, exceeds compute.max_work = {limit:.3g}, "
+            f"so the run would take too long: {lower}, or raise compute.max_work (null: no limit)"
         )
     if total > WORK_WARNING:
         logger.warning("%s: the work estimate (%.3g %s) is very large: this run may take hours", method, total, unit)

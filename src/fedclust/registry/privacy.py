@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import math
 
+from fedclust.options import check_number
+from fedclust.params_check import ParameterError, show
+from fedclust.privacy._validate import check_delta, check_delta_for_units
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 
 logger = logging.getLogger("fedclust.registry")
@@ -18,30 +21,60 @@ EPSILON_RANGE = (1e-3, 1e3)
 EPSILON_RANGES: dict[str, tuple[float, float]] = {}
 
 
+#: the accountants a run may name (privacy.accountant)
+ACCOUNTANTS = ("rdp", "pld")
+
+
 def check_privacy_params(privacy: dict, method: str | None = None) -> tuple[float | None, float]:
     """Validated ``(epsilon or None, delta)`` from the ``privacy`` parameter group; an epsilon outside
     the range of ``method`` (:data:`EPSILON_RANGES`, default :data:`EPSILON_RANGE`) is an error that
-    gives the range."""
+    gives the range. Every error is a :class:`~fedclust.params_check.ParameterError` naming the key."""
+    if not isinstance(privacy, dict):
+        raise ParameterError(f"privacy is a group of parameters (epsilon, delta, accountant), got {privacy!r}")
     eps = privacy.get("epsilon")
-    delta = float(privacy.get("delta", 1e-5))
+    raw = privacy.get("delta", 1e-5)
+    try:
+        delta = check_delta(raw, "privacy.delta")
+    except ParameterError:
+        got = f"{float(raw)}" if isinstance(raw, (int, float)) and not isinstance(raw, bool) else show(raw)
+        kind = "in" if isinstance(raw, (int, float)) and not isinstance(raw, bool) else "a number in"
+        raise ParameterError(
+            f"privacy.delta must be {kind} (0, 1), got {got}; a usual choice is below 1 / (number of samples), e.g. 1e-5"
+        ) from None
     if eps is not None:
-        eps = float(eps)
+        eps = check_number("privacy.epsilon", eps, allow_inf=True)
         lo, hi = EPSILON_RANGES.get(method or "", EPSILON_RANGE)
-        if math.isinf(eps):
+        if math.isinf(eps) and eps > 0:
             eps = None
         elif eps <= 0:
-            raise ValueError(f"privacy.epsilon must be > 0 (or null for no privacy), got {eps}")
+            raise ParameterError(f"privacy.epsilon must be > 0 (or null for no privacy), got {eps}")
         elif not lo <= eps <= hi:
             who = f" for {method}" if method else ""
-            raise ValueError(
+            raise ParameterError(
                 f"privacy.epsilon = {eps:g} is outside the supported range{who}, [{lo:g}, {hi:g}]: "
                 "set a value in that range, or null for a run without privacy"
             )
-    if not 0.0 < delta < 1.0:
-        raise ValueError(
-            f"privacy.delta must be in (0, 1), got {delta}; a usual choice is below 1 / (number of samples)"
+    accountant = privacy.get("accountant", "rdp")
+    if accountant not in ACCOUNTANTS:
+        raise ParameterError(f"privacy.accountant must be one of {list(ACCOUNTANTS)}, got {show(accountant)}")
+    if not isinstance(privacy.get("allow_large_delta", False), bool):
+        raise ParameterError(
+            f"privacy.allow_large_delta must be true or false, got {show(privacy['allow_large_delta'])}"
         )
     return eps, delta
+
+
+def check_delta_against_units(privacy: dict, n_units: int, unit: str) -> float | None:
+    """In a private run, ``privacy.delta`` below ``1 / n_units`` (the protected units: samples, or
+    clients for client-level DP), unless ``privacy.allow_large_delta`` (then with a warning):
+    :func:`fedclust.privacy._validate.check_delta_for_units`. None (nothing checked) when the run is
+    not private."""
+    eps, delta = check_privacy_params(privacy)
+    if eps is None:
+        return None
+    return check_delta_for_units(
+        delta, n_units, unit, allow_large=bool(privacy.get("allow_large_delta", False)), name="privacy.delta"
+    )
 
 
 def non_private_calibration(privacy: dict, method: str, unit: str) -> dict:
