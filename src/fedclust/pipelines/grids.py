@@ -16,7 +16,6 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from fedclust import plots
-from fedclust.data.registry import dataset_label
 from fedclust.executors import execution, run_cells
 from fedclust.experiments import to_markdown
 from fedclust.grids import cell_data_digest, cell_name, grid_code
@@ -206,7 +205,8 @@ def _benchmark():
     def figures(records: list[dict], config: dict, data_paths: dict):
         chance = benchmark.chance_levels(records, data_paths, config)
         cfl = config.get("clustered_fl") or {}
-        cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if cfl else [], data_paths)
+        ran_cfl = benchmark.clustered_fl_methods(config)  # no clustered-FL half: no data set to read for it
+        cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if ran_cfl else [], data_paths)
         return (
             benchmark.privacy_utility_figure(records, chance),
             benchmark.clustered_fl_privacy_utility_figure(records, cfl_chance),
@@ -295,14 +295,12 @@ def tour_benchmark() -> Pipeline:
 
 
 def report_notes(config: dict) -> list[str]:
-    """The settings a benchmark report states at its top."""
+    """The settings a benchmark report states at its top, under what ran (which the report reads
+    from the records: :func:`fedclust.grids.report.ran_lines`)."""
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
-    eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
     setup = (
-        f"data sets {', '.join(dataset_label(d) for d in config.get('datasets', ['digits']))}; "
-        f"{int(config.get('n_clients', 10))} clients; "
-        f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
-        f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)"
+        f"data clustering: {int(config.get('n_clients', 10))} clients; δ = {float(config.get('delta', 1e-5)):g}, "
+        f"accountant {config.get('accountant', 'rdp')} (sample-level unless a protection entry says client)"
     )
     settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
         "; per method "
