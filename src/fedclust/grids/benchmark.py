@@ -699,54 +699,6 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     return {"summary": summary}
 
 
-def best_per_epsilon(records: list[dict]) -> list[dict]:
-    """The best method per (data set, epsilon) of a benchmark's data-clustering records: mean ACC over
-    seeds and partitions, with its trust model, its mean chance line and ``at_chance``; epsilon
-    ascending, no privacy last. What the terminal shows at the end of a benchmark run."""
-    recs = [
-        r
-        for r in records
-        if r["tags"].get("family", "data_clustering") == "data_clustering"
-        and r["tags"].get("status", "ok") == "ok"
-        and "ACC" in (r.get("metrics") or {})
-    ]
-    if not recs:
-        return []
-    frame = records_frame(recs)
-    if "trust_model" not in frame.columns:
-        frame["trust_model"] = "n/a"
-    for col in ("ACC_chance", "ACC_chance_hi"):
-        if col not in frame.columns:
-            frame[col] = math.nan
-    means = (
-        frame.groupby(["dataset", "epsilon", "method", "trust_model"], sort=False)[
-            ["ACC", "ACC_chance", "ACC_chance_hi"]
-        ]
-        .mean()
-        .reset_index()
-    )
-    out = []
-    for (ds, eps), group in means.groupby(["dataset", "epsilon"], sort=False):
-        best = group.loc[group["ACC"].idxmax()]
-        out.append(
-            {
-                "dataset": ds,
-                "epsilon": eps,
-                "method": best["method"],
-                "trust_model": best["trust_model"],
-                "ACC": float(best["ACC"]),
-                "ACC_chance": float(best["ACC_chance"]),
-                "at_chance": bool(is_at_chance({"ACC": best["ACC"]}, {"ACC_chance_hi": best["ACC_chance_hi"]})),
-            }
-        )
-
-    def order(row):
-        e = float("inf") if row["epsilon"] in ("inf", None) else float(row["epsilon"])
-        return (row["dataset"], e)
-
-    return sorted(out, key=order)
-
-
 def chance_levels(records: list[dict], data_paths: dict | None = None, config: dict | None = None) -> dict[str, float]:
     """The chance ACC of every data set of ``records``: the mean ACC of a random assignment with the
     true class sizes (:func:`fedclust.metrics.data_chance_line`), the dashed line of the plots.

@@ -141,11 +141,11 @@ def within_noise(a, b, level: float = LEVEL) -> bool:
 def best_marks(values: dict, level: float = LEVEL) -> dict:
     """``key -> mark`` for the keys of ``values`` (each a list of seed values, the higher the
     better): :data:`BEST` on the highest mean when no other key is :func:`within_noise` of it,
-    else :data:`TIE` on it and on every key within noise of it; ``""`` elsewhere. Keys without
-    a value get ``""``."""
+    else :data:`TIE` on it and on every key within noise of it; ``""`` elsewhere, and everywhere
+    when fewer than two keys have a value (nothing to compare)."""
     means = {k: float(_finite(v).mean()) for k, v in values.items() if _finite(v).size}
     out = {k: "" for k in values}
-    if not means:
+    if len(means) < 2:  # one method (or none) with a result: nothing to be best among
         return out
     leader = max(means, key=means.get)
     tied = [k for k in means if k != leader and within_noise(values[leader], values[k], level)]
@@ -362,9 +362,9 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
     for (ds, eps), b in best.items():
         where = "" if len(datasets) == 1 else f"{ds}_"
         metrics[f"best_ACC_{where}eps_{eps}"] = b["ACC"]
-        tags[f"best_method_{where}eps_{eps}"] = b["method"] if b["mark"] == BEST else "tie: " + ", ".join(b["tied"])
+        tags[f"best_method_{where}eps_{eps}"] = "tie: " + ", ".join(b["tied"]) if b["mark"] == TIE else b["method"]
     if best:
-        seeds = _finite(pd.to_numeric(pd.Series([r["params"].get("seed") for r in _data_records(records)])))
+        seeds = _finite(pd.to_numeric(pd.Series([(r.get("params") or {}).get("seed") for r in _data_records(records)])))
         n_seeds = len(set(seeds.tolist()))
         tags["best_rule"] = (
             f"{n_seeds} seed(s): no interval; a tie where seed ranges overlap or means differ by < {NOISE_FLOOR:g}"
@@ -703,7 +703,7 @@ def _legend(extra: bool) -> str:
 def to_markdown(
     table: pd.DataFrame,
     legend_entries: list[dict],
-    label_of: dict[str, str],
+    label_of: dict[str, str] | None = None,
     *,
     title: str,
     plots: dict[str, str] | None = None,
@@ -722,10 +722,10 @@ def to_markdown(
         out += ["", f"## {ds} / {part}", ""]
         if plots and ds in plots:
             out += [f"![privacy-utility on {ds}]({plots[ds]})", ""]
-        out += _md_table(g, "ACC", _HEAD, label_of)
+        out += _md_table(g, "ACC", _HEAD, label_of or {})
     for heading, tab, label in extra or ():
         for ds, part, g in _groups(tab):
-            out += ["", f"## {heading}: {ds} / {part}", ""] + _md_table(g, label, _CFL_HEAD, label_of)
+            out += ["", f"## {heading}: {ds} / {part}", ""] + _md_table(g, label, _CFL_HEAD, label_of or {})
     out += ["", "## What each method protects", ""]
     out += [f"- **{e['label']}** ({', '.join(e['methods'])}): {e['text']}" for e in legend_entries]
     return "\n".join(out) + "\n"
@@ -765,7 +765,7 @@ def _html_table(g: pd.DataFrame, label: str, head: list[str], label_of: dict[str
 def to_html(
     table: pd.DataFrame,
     legend_entries: list[dict],
-    label_of: dict[str, str],
+    label_of: dict[str, str] | None = None,
     *,
     title: str,
     figures: dict[str, str],
@@ -796,11 +796,11 @@ def to_html(
                 f"<h2>{esc(ds)}</h2><img class='privacy-utility' alt='privacy-utility plot of {esc(ds)}' "
                 f"src='data:image/png;base64,{figures[ds]}'>"
             )
-        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + _html_table(g, "ACC", _HEAD, label_of))
+        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + _html_table(g, "ACC", _HEAD, label_of or {}))
     for heading, tab, label in extra or ():
         for ds, part, g in _groups(tab):
             parts.append(
-                f"<h2>{esc(heading)}: {esc(ds)} / {esc(part)}</h2>" + _html_table(g, label, _CFL_HEAD, label_of)
+                f"<h2>{esc(heading)}: {esc(ds)} / {esc(part)}</h2>" + _html_table(g, label, _CFL_HEAD, label_of or {})
             )
     parts.append(
         "<h2>What each method protects</h2><ul class='protection'>"

@@ -298,6 +298,8 @@ def report_notes(config: dict) -> list[str]:
     """The settings a benchmark report states at its top, under what ran (which the report reads
     from the records: :func:`fedclust.grids.report.ran_lines`)."""
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
+    # the per-method settings of the methods that run (no "methods": every method runs)
+    ran = set(config["methods"]) if config.get("methods") is not None else set(config.get("method_settings") or {})
     setup = (
         f"data clustering: {int(config.get('n_clients', 10))} clients; δ = {float(config.get('delta', 1e-5)):g}, "
         f"accountant {config.get('accountant', 'rdp')} (sample-level unless a protection entry says client)"
@@ -307,8 +309,9 @@ def report_notes(config: dict) -> list[str]:
         + "; ".join(
             f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
             for m, over in config["method_settings"].items()
+            if m in ran
         )
-        if config.get("method_settings")
+        if any(m in ran for m in config.get("method_settings") or {})
         else ""
     )
     return [

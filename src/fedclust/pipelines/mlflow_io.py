@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -320,11 +321,9 @@ def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     runs = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
-    start = (
-        "make mlflow-ui"
-        if tracking_uri.rstrip("/").endswith("/mlflow.db")
-        else f".venv/bin/mlflow ui --backend-store-uri {tracking_uri}"
-    )
+    prefix = "sqlite:///"
+    own = tracking_uri.startswith(prefix) and Path(tracking_uri[len(prefix) :]).resolve() == Path("mlflow.db").resolve()
+    start = "make mlflow-ui" if own else f".venv/bin/mlflow ui --backend-store-uri {tracking_uri}"
     return f"http://127.0.0.1:5000/{page}\n  (start the UI first: {start}; every run of the experiment: {runs})"
 
 
