@@ -115,6 +115,7 @@ def test_two_seeds_give_no_interval_a_line_that_says_so_and_no_single_best_withi
     assert "Fewer than 3 seeds: no confidence interval" in out["markdown"]
     assert "Fewer than 3 seeds: no confidence interval" in out["html"]
     assert "ACC (mean)" in out["markdown"] and "±" not in out["markdown"] and "[95% CI]" not in out["markdown"]
+    assert "logit scale" not in out["markdown"]  # no interval rule where no row has an interval
     assert any("Fewer than 3 seeds" in line for line in out["terminal"])
     assert out["tags"]["best_method_eps_4"] == "tie: fed_dp_kmeans, fkm"
     assert out["tags"]["best_method_eps_1"] == "fkm" and "no interval" in out["tags"]["best_rule"]
@@ -335,3 +336,26 @@ def test_the_clustered_fl_half_gets_its_own_complete_test_accuracy_tables(record
     assert "rr_cluster: protects any one client" in out["statements"]["rr_cluster"]
     assert "dp_ifca: protects any one client" in out["statements"]["dp_ifca"]  # no registry entry of its own
     assert "clustered FL: data sets digits; partitions rotation(4 groups); ε in {8, ∞ (no DP)}" in md
+
+
+def test_the_latest_report_is_a_file_at_a_stable_path_and_each_run_keeps_its_copy(tmp_path, monkeypatch):
+    from kedro.io.core import Version
+
+    from fedclust.pipelines.reporting.datasets import SAVED, MlflowTextDataset
+
+    monkeypatch.chdir(tmp_path)
+    latest = tmp_path / "benchmark" / "report.html"
+    # an earlier layout: report.html was Kedro's folder of versions
+    (latest / "2020-01-01T00.00.00.000Z").mkdir(parents=True)
+    (latest / "2020-01-01T00.00.00.000Z" / "report.html").write_text("old")
+    for version, text in (("2026-01-01T00.00.00.000Z", "first"), ("2026-01-02T00.00.00.000Z", "second")):
+        ds = MlflowTextDataset(
+            filepath=str(tmp_path / "benchmark" / "versions" / "report.html"),
+            latest=str(latest),
+            version=Version(None, version),
+        )
+        ds.save(text)
+    assert latest.is_file() and latest.read_text() == "second"  # the newest report, a plain file
+    copies = sorted((tmp_path / "benchmark" / "versions" / "report.html").glob("*/report.html"))
+    assert [c.read_text() for c in copies] == ["old", "first", "second"]  # every run's copy, the old one kept
+    assert SAVED[str(latest)] == str(latest)

@@ -163,11 +163,19 @@ def few_seeds(table: pd.DataFrame) -> bool:
     return bool(len(ran) and (pd.to_numeric(ran["n"]) < MIN_SEEDS_FOR_CI).any())
 
 
+def only_few_seeds(table: pd.DataFrame) -> bool:
+    """Whether every row of ``table`` that ran has fewer than :data:`MIN_SEEDS_FOR_CI` seeds."""
+    ran = table[table["status"] == "ok"] if len(table) else table
+    return bool(len(ran) and (pd.to_numeric(ran["n"]) < MIN_SEEDS_FOR_CI).all())
+
+
 def rule_lines(*tables: pd.DataFrame) -> list[str]:
     """The lines that state how the report's intervals and marks are made: the interval and the
-    best rule, and the few-seeds rule where a row has fewer than :data:`MIN_SEEDS_FOR_CI` seeds."""
-    lines = [INTERVAL_RULE, BEST_RULE]
-    if any(few_seeds(t) for t in tables if len(t)):
+    best rule where a row has :data:`MIN_SEEDS_FOR_CI` seeds or more, the few-seeds rule where a
+    row has fewer."""
+    tables = [t for t in tables if len(t)]
+    lines = [INTERVAL_RULE, BEST_RULE] if any(not only_few_seeds(t) for t in tables) else []
+    if any(few_seeds(t) for t in tables):
         lines.append(FEW_SEEDS_RULE)
     return lines
 
@@ -854,8 +862,7 @@ def terminal_lines(table: pd.DataFrame, width: int = 100, label_of: dict[str, st
         lines.append("")
     if not len(table):
         return lines
-    rules = [BEST_RULE] + ([FEW_SEEDS_RULE] if few_seeds(table) else [INTERVAL_RULE])
-    for rule in rules:
+    for rule in rule_lines(table):
         lines += textwrap.wrap(rule.replace("`", ""), width)
     lines.append("")
     if table["collapsed"].astype(bool).any() or (pd.to_numeric(table["collapsed_seeds"]) > 0).any():
