@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedclust.grids import benchmark
+from fedclust.params_check import check_params
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +113,12 @@ def test_a_config_listing_only_data_clustering_methods_runs_no_clustered_fl_cell
     only_cfl = copy.deepcopy(base) | {"methods": ["ifca", "rr_cluster"], "seeds": 1}
     kinds = [c["kind"] for c in benchmark.all_cells(only_cfl)]
     assert "data" not in kinds and {"cfl", "cfl_na", "rr"} == set(kinds)
-    # clustered_fl.methods, where set, picks that half's methods
+    # clustered_fl.methods, where set, picks that half's methods; the run's parameter check takes it
     chosen = copy.deepcopy(cfg)
     chosen["clustered_fl"]["methods"] = ["fedavg"]
     assert benchmark.clustered_fl_methods(chosen) == ["fedavg"]
+    reference = {"benchmark": {"config": base}}
+    assert check_params({"benchmark": {"config": chosen}}, reference) == []
     with pytest.raises(ValueError, match="valid"):
         benchmark.clustered_fl_methods({"methods": ["fkm", "nope"]})
 
