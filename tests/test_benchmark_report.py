@@ -331,7 +331,7 @@ def test_the_clustered_fl_half_gets_its_own_complete_test_accuracy_tables(record
     md = out["markdown"]
     assert "clustered FL, test accuracy" in md and "| ε | method | test acc (mean) | chance | client ACC |" in md
     assert "| 8 | * rr_cluster | 0.720 | 0.100 | 1.000 | 0.250 |  | central | P" in md
-    assert "| inf | fedavg | 0.510 | 0.100 | 0.250 | 0.250 | n/a (one model) | none | none |" in md
+    assert "| inf | fedavg | 0.510 | 0.100 |  |  | n/a (one model) | none | none |" in md
     assert "test acc (mean)" in out["html"] and len(report.method_table(recs)) == 7  # data half unchanged
     assert "rr_cluster: protects any one client" in out["statements"]["rr_cluster"]
     assert "dp_ifca: protects any one client" in out["statements"]["dp_ifca"]  # no registry entry of its own

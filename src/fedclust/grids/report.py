@@ -285,14 +285,11 @@ def method_table(
         row["collapsed"] = bool(status == "ok" and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line))
         flags = pd.to_numeric(ok["collapsed"], errors="coerce").fillna(0.0) if "collapsed" in ok.columns else []
         row["collapsed_seeds"] = int(sum(bool(f) for f in flags))
-        row["client_ACC"] = _mean_of(ok, "client_ACC")
-        row["client_ACC_chance"] = _mean_of(ok, "client_ACC_chance")
+        one_model = family == "clustered_fl" and method in ONE_MODEL  # no clients grouped: nothing to score
+        row["client_ACC"] = math.nan if one_model else _mean_of(ok, "client_ACC")
+        row["client_ACC_chance"] = math.nan if one_model else _mean_of(ok, "client_ACC_chance")
         at = _mean_of(ok, "client_at_chance")
-        row["client_flag"] = (
-            ONE_MODEL_FLAG
-            if family == "clustered_fl" and method in ONE_MODEL
-            else ("AT CHANCE" if status == "ok" and at >= 0.5 else "")
-        )
+        row["client_flag"] = ONE_MODEL_FLAG if one_model else ("AT CHANCE" if status == "ok" and at >= 0.5 else "")
         for key in COST:
             row[key] = _mean_of(ok, key)
         rows.append(row)
@@ -689,23 +686,26 @@ def _md_table(g: pd.DataFrame, label: str, head: list[str], label_of: dict[str, 
     ] + ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
 
 
-def _legend(extra: bool) -> str:
-    text = (
+def _legend(extra: bool) -> list[str]:
+    """What the columns mean, one item each (``extra``: with the clustered-FL columns)."""
+    items = [
         "ACC: mean over seeds. chance: mean ACC (NMI chance: mean NMI) of random splits of the same sizes; "
-        "`AT CHANCE`: within noise of them. majority: ACC of one cluster for every sample. "
-        f"`{COLLAPSED}`: {COLLAPSED_RULE} protects: the entry of the list at the end (P1, P2, ...), `none` "
-        "for a run without a budget. Cost, the method's own (mean over seeds): rounds; bytes per client "
-        "up = what a client sends in the whole run, down = the centroids the server sends (estimated); "
-        "compute s = the method's calibration and run (not the data and partition steps it shares)."
-    )
+        "`AT CHANCE`: within noise of them. majority: ACC of one cluster for every sample.",
+        f"`{COLLAPSED}`: {COLLAPSED_RULE}",
+        "protects: the entry of the list at the end (P1, P2, ...) that says what a run protects; `none` for "
+        "a run without a budget.",
+        "Cost, the method's own (mean over seeds): rounds; bytes per client, up = what a client sends in the "
+        "whole run, down = the centroids the server sends (estimated); compute s = the method's calibration "
+        "and run (not the data and partition steps it shares with the other methods of its cell).",
+    ]
     if extra:
-        text += (
-            " Clustered FL: the score is the test accuracy of each client's model, its chance 1 / number of "
+        items.append(
+            "Clustered FL: the score is the test accuracy of each client's model, its chance 1 / number of "
             "classes; client ACC: how well the clients were grouped by their true rotation, with its chance "
             f"line (`AT CHANCE` in at least half of the seeds); `{ONE_MODEL_FLAG}`: one model for every client, "
             "so no clients are grouped."
         )
-    return text
+    return items
 
 
 def to_markdown(
@@ -725,7 +725,7 @@ def to_markdown(
     out = [f"# {title}", ""]
     out += [f"- {n}" for n in notes or []]
     out += [""] + [f"- {line}" for line in rule_lines(table, *(t for _, t, _ in extra or ()))]
-    out += ["", _legend(bool(extra))]
+    out += [""] + [f"- {item}" for item in _legend(bool(extra))]
     for ds, part, g in _groups(table):
         out += ["", f"## {ds} / {part}", ""]
         if plots and ds in plots:
@@ -792,10 +792,15 @@ def to_html(
         parts.append("<ul class='ran'>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     rules = rule_lines(table, *(t for _, t, _ in extra or ()))
     parts.append("".join(f"<p class='rule'>{esc(line).replace('`', '')}</p>" for line in rules))
-    legend = esc(_legend(bool(extra))).replace(f"`{COLLAPSED}`", f"<span class='chance'>{COLLAPSED}</span>")
-    parts.append(
-        "<p>" + legend.replace("`AT CHANCE`", "<span class='chance'>AT CHANCE</span>").replace("`", "") + "</p>"
-    )
+    flags = {f"`{COLLAPSED}`": f"<span class='chance'>{COLLAPSED}</span>"}
+    flags["`AT CHANCE`"] = "<span class='chance'>AT CHANCE</span>"
+    items = []
+    for item in _legend(bool(extra)):
+        text = esc(item)
+        for code, shown in flags.items():
+            text = text.replace(code, shown)
+        items.append(f"<li>{text.replace('`', '')}</li>")
+    parts.append("<ul class='legend'>" + "".join(items) + "</ul>")
     shown = set()
     for ds, part, g in _groups(table):
         if ds not in shown and ds in figures:
