@@ -327,6 +327,9 @@ def test_the_clustered_fl_half_gets_its_own_complete_test_accuracy_tables(record
     assert table["compute_time_s"].iloc[0] == pytest.approx(2.5) and table["rounds"].iloc[0] == 30
     # one model for every client: its client clustering is not applicable, not "at chance"
     assert table["client_flag"].iloc[2] == "n/a (one model)" and table["client_flag"].iloc[0] == ""
+    na = dict(recs[-1], tags={**recs[-1]["tags"], "epsilon": "8", "status": "not applicable"}, metrics={})
+    flags = report.method_table([*recs, na], family="clustered_fl", metric="test_accuracy")["client_flag"]
+    assert list(flags) == ["", "", "", "n/a (one model)"]  # the not-applicable row (last at 8) shows no flag
     out = report.build(recs)
     md = out["markdown"]
     assert "clustered FL, test accuracy" in md and "| ε | method | test acc (mean) | chance | client ACC |" in md

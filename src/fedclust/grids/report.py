@@ -285,7 +285,8 @@ def method_table(
         row["collapsed"] = bool(status == "ok" and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line))
         flags = pd.to_numeric(ok["collapsed"], errors="coerce").fillna(0.0) if "collapsed" in ok.columns else []
         row["collapsed_seeds"] = int(sum(bool(f) for f in flags))
-        one_model = family == "clustered_fl" and method in ONE_MODEL  # no clients grouped: nothing to score
+        # one model for every client: no clients grouped, nothing to score (said only where it ran)
+        one_model = family == "clustered_fl" and method in ONE_MODEL and status == "ok"
         row["client_ACC"] = math.nan if one_model else _mean_of(ok, "client_ACC")
         row["client_ACC_chance"] = math.nan if one_model else _mean_of(ok, "client_ACC_chance")
         at = _mean_of(ok, "client_at_chance")
