@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from browser import free_port as _free_port
 from browser import open_page, wait_for_text
 
@@ -163,6 +165,21 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
     ).decode()
     assert csv.splitlines()[0].startswith("dataset,partition,epsilon,method")
     assert sum(",fkm," in line for line in csv.splitlines()) == 2
+    # its params hold lists: kedro_command re-runs it from the run's config file, saved as an artifact
+    tags = {t["key"]: t["value"] for t in _api(mlflow_server, "runs/get", run_id=parent)["run"]["data"]["tags"]}
+    assert tags["kedro_command"] == "kedro run --config=kedro_run_config.yml"
+    saved = yaml.safe_load(
+        _get(
+            f"{mlflow_server}/get-artifact?"
+            + urllib.parse.urlencode({"path": "kedro_run_config.yml", "run_uuid": parent})
+        ).decode()
+    )
+    assert saved["run"]["pipelines"] == "benchmark"
+    assert saved["run"]["params"]["benchmark"]["config"]["methods"] == ["fkm", "fedc_gds", "kmeans"]
+    # one name pattern for the cells of both halves
+    cells = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 500})
+    names = [r["info"]["run_name"] for r in cells["runs"] if r["info"]["run_name"].startswith("benchmark/")]
+    assert names and all(re.fullmatch(r"benchmark/[^/]+/[^/]+/eps=[^/]+/[^/]+/seed=\d+", n) for n in names)
 
 
 def _readme_filters(project_root: Path) -> list[str]:
