@@ -9,6 +9,7 @@ library code in :mod:`fedclust.grids` (``cells``, ``run_cell``) and :mod:`fedclu
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Callable
 
@@ -248,7 +249,65 @@ def _benchmark():
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
-    return base + extra
+    staged = Pipeline([_in_stage(n, BENCHMARK_STAGES[n.name.rsplit(".", 1)[-1]]) for n in (base + extra).nodes])
+    # each stage's last node reads back what no other stage reads (its tables, figures, report), so in
+    # Kedro-Viz the benchmark is one box with no loose outputs, and expanded, its stages
+    # (BENCHMARK_STAGES: data, run, tables, plots, report) are boxes joined only by the cells, the
+    # records and the tables
+    done = []
+    for stage in dict.fromkeys(BENCHMARK_STAGES.values()):
+        mine = staged.only_nodes_with_namespaces([f"benchmark.{stage}"]).all_outputs()
+        ends = sorted(d for d in mine if not any(d in n.inputs for n in staged.nodes))
+        if ends:
+            done.append(
+                node(
+                    benchmark_done if stage == "report" else stage_done,
+                    ends,
+                    None,
+                    name="summarize",
+                    tags=["reporting", "grid"],
+                    namespace=f"benchmark.{stage}",
+                )
+            )
+    return staged + Pipeline(done)
+
+
+#: the stage (nested namespace ``benchmark.<stage>``) of each node of the benchmark
+BENCHMARK_STAGES = {
+    "prepare_cells": "data",
+    "run_cells": "run",
+    "tabulate": "tables",
+    "plot": "plots",
+    "figures": "plots",
+    "report": "report",
+}
+
+
+def _in_stage(n, stage: str):
+    """Node ``n`` of the benchmark in its stage's namespace ``benchmark.<stage>``, with the same
+    function, datasets, name and tags."""
+    outputs = n.outputs[0] if len(n.outputs) == 1 else (n.outputs or None)
+    return node(
+        n.func,
+        n.inputs,
+        outputs,
+        name=n.name.rsplit(".", 1)[-1],
+        tags=sorted(n.tags),
+        namespace=f"benchmark.{stage}",
+    )
+
+
+def stage_done(*outputs) -> None:
+    """The last node of a benchmark stage: it reads back the stage's outputs that no other stage
+    reads (from memory: they are CachedDatasets), so Kedro-Viz keeps them inside the stage's box."""
+
+
+def benchmark_done(*outputs) -> None:
+    """The last node of the benchmark's report stage (:func:`stage_done`), which also logs where
+    the report is."""
+    logging.getLogger(__name__).info(
+        "benchmark: report in data/08_reporting/benchmark/report.html (and report.md; each run's copy in versions/)"
+    )
 
 
 def report_node():
