@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedclust.grids import benchmark
+from fedclust.params_check import check_params
 
 
 @pytest.fixture(scope="module")
@@ -98,37 +99,44 @@ def test_unknown_method_is_refused_with_the_valid_names():
         benchmark.run({"methods": ["nope"]})
 
 
-def test_the_best_method_per_epsilon_is_the_highest_mean_acc_with_its_trust_model():
-    from fedclust.grids.benchmark import best_per_epsilon
+def test_a_config_listing_only_data_clustering_methods_runs_no_clustered_fl_cell():
+    import copy
 
-    def rec(method, eps, acc, tm, seed):
-        return {
-            "name": f"{method}/{eps}/{seed}",
-            "tags": {
-                "family": "data_clustering",
-                "status": "ok",
-                "dataset": "digits",
-                "partition": "iid",
-                "epsilon": eps,
-                "method": method,
-                "trust_model": tm,
-            },
-            "params": {"seed": seed},
-            "metrics": {"ACC": acc, "ACC_chance": 0.13, "ACC_chance_hi": 0.14},
-        }
+    base = _yaml("parameters_benchmark.yml")["benchmark"]["config"]
+    # what a run config with `methods: [fkm, kmeans]` gives: Kedro merges it over conf/base, so the
+    # clustered_fl settings of conf/base are still there
+    cfg = copy.deepcopy(base) | {"methods": ["fkm", "kmeans"], "epsilons": [1.0, 4.0], "seeds": 1}
+    assert cfg["clustered_fl"]  # its settings are present ...
+    assert benchmark.clustered_fl_methods(cfg) == [] and benchmark.clustered_fl_cells(cfg) == []  # ... unused
+    cells = benchmark.all_cells(cfg)
+    assert cells and {c["kind"] for c in cells} == {"data"}
+    assert {c["epsilon"] for c in cells} == {1.0, 4.0}
+    # the default lists both halves' methods; clustered-FL methods alone run no data-clustering cell
+    assert benchmark.clustered_fl_methods(base) == ["cfl_mgd", "ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg"]
+    only_cfl = copy.deepcopy(base) | {"methods": ["ifca", "rr_cluster"], "seeds": 1}
+    kinds = [c["kind"] for c in benchmark.all_cells(only_cfl)]
+    assert "data" not in kinds and {"cfl", "cfl_na", "rr"} == set(kinds)
+    # clustered_fl.methods, where set, picks that half's methods; the run's parameter check takes it
+    chosen = copy.deepcopy(cfg)
+    chosen["clustered_fl"]["methods"] = ["fedavg"]
+    assert benchmark.clustered_fl_methods(chosen) == ["fedavg"]
+    reference = {"benchmark": {"config": base}}
+    assert check_params({"benchmark": {"config": chosen}}, reference) == []
+    with pytest.raises(ValueError, match="valid"):
+        benchmark.clustered_fl_methods({"methods": ["fkm", "nope"]})
 
-    recs = [
-        rec("fkm", "4", 0.5, "secure_aggregation", 0),
-        rec("fkm", "4", 0.9, "secure_aggregation", 1),
-        rec("fed_dp_kmeans", "4", 0.72, "secure_aggregation", 0),
-        rec("fed_dp_kmeans", "4", 0.70, "secure_aggregation", 1),
-        rec("dp_fedc", "1", 0.14, "local", 0),
-        rec("kmeans", "inf", 0.79, "none", 0),
-    ]
-    best = best_per_epsilon(recs)
-    assert [(b["epsilon"], b["method"]) for b in best] == [("1", "dp_fedc"), ("4", "fed_dp_kmeans"), ("inf", "kmeans")]
-    assert best[1]["ACC"] == pytest.approx(0.71) and best[1]["trust_model"] == "secure_aggregation"
-    assert best[0]["at_chance"] and not best[1]["at_chance"]
+
+def test_every_cell_run_has_one_name_pattern_and_a_trust_model(records):
+    for rec in records:
+        t = rec["tags"]
+        expected = f"{t['dataset']}/{t['partition']}/eps={t['epsilon']}/{t['method']}/seed={rec['params']['seed']}"
+        assert rec["name"] == expected
+        assert t["trust_model"] in ("none", "central", "local", "secure_aggregation"), rec["name"]
+    cfl_ok = [r for r in records if r["tags"]["family"] == "clustered_fl" and r["tags"]["status"] == "ok"]
+    assert {r["tags"]["trust_model"] for r in cfl_ok if r["tags"]["epsilon"] == "8"} == {"central"}
+    for rec in cfl_ok:  # digits: 10 classes; the method's own run time and rounds
+        assert rec["metrics"]["test_accuracy_chance"] == pytest.approx(0.1)
+        assert rec["metrics"]["compute_time_s"] == rec["metrics"]["wall_time_s"] and rec["metrics"]["rounds"] == 5
 
 
 def _yaml(name):

@@ -332,7 +332,7 @@ def privacy_utility_figure(
 
     The x axis is the epsilon the accountant reports for the noise actually added
     (``metrics.epsilon_accountant``, mean over seeds), on a log scale; non-private results sit at
-    the right end, at ``inf (no DP)``. ``chance``: a number, or ``{dataset: number}``, drawn as a
+    the right end, at ``inf (no DP)`` (a slot there only when one ran). ``chance``: a number, or ``{dataset: number}``, drawn as a
     dashed horizontal line.
     """
     recs = [r for r in records if (r.get("metrics") or {}).get(metric) is not None]
@@ -352,6 +352,7 @@ def privacy_utility_figure(
     finite = [e for e in frame["eps_acc"] if math.isfinite(e) and e > 0]
     lo, hi = (min(finite), max(finite)) if finite else (1.0, 1.0)
     x_inf = hi * max(4.0, (hi / lo) ** 0.25) if finite else 1.0
+    with_inf = any(not math.isfinite(e) for e in frame["eps_acc"])
     fig, axes = panel_grid(len(panels), ncols=3, width=4.4, height=3.4)
     colors = {s: f"C{i % 10}" for i, s in enumerate(dict.fromkeys(frame[series]))}
     for ax, (key, g) in zip(axes, panels):
@@ -375,9 +376,12 @@ def privacy_utility_figure(
             ax.axhline(ch, color="0.3", ls="--", lw=1, label="chance level")
         if finite:
             ax.set_xscale("log")
-            ax.axvline(math.sqrt(hi * x_inf), color="0.7", lw=0.8, ls=":")
             ticks = sorted({float(f"{e:.2g}") for e in finite})
-            ax.set_xticks(ticks + [x_inf], [f"{t:g}" for t in ticks] + ["∞\n(no DP)"], fontsize=7)
+            if with_inf:  # the no-DP slot only where a non-private result sits in it
+                ax.axvline(math.sqrt(hi * x_inf), color="0.7", lw=0.8, ls=":")
+                ax.set_xticks(ticks + [x_inf], [f"{t:g}" for t in ticks] + ["∞\n(no DP)"], fontsize=7)
+            else:
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
             ax.minorticks_off()
         else:
             ax.set_xticks([x_inf], ["∞\n(no DP)"])

@@ -340,6 +340,10 @@ def test_privacy_utility_puts_the_accounted_epsilon_on_the_axis_with_a_chance_li
     kmeans = next(c for c in ax.containers if c.get_label() == "kmeans")
     assert list(kmeans.lines[0].get_xdata()) == [xs[2]]  # no DP variant: only at infinity
     assert any("∞" in t.get_text() for t in ax.get_xticklabels())
+    # no ε = ∞ run: no empty "no DP" slot on the axis
+    private = [r for r in _records() if r["tags"]["epsilon"] != "inf"]
+    (ax,) = _data_axes(benchmark.privacy_utility_figure(private, chance={"digits": 0.1}))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4.2", "16"]
 
 
 def test_rr_grid_privacy_utility_and_rounds_across_epsilon():

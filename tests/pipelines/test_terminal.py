@@ -61,6 +61,25 @@ def test_summary_rows_name_the_utility_epsilon_and_run():
     assert rows[1]["result"] == "test acc 0.900" and rows[1]["epsilon"] == "inf"
 
 
+def test_a_one_model_method_shows_its_client_clustering_as_not_applicable_never_at_chance(caplog):
+    import logging
+
+    from fedclust.pipelines.reporting.nodes import summarize_run
+
+    RUN.reset()
+    one_model = {"test_accuracy": 0.75, "client_ACC": 0.25, "client_ACC_chance": 0.25, "client_at_chance": 1.0}
+    clustered = {"test_accuracy": 0.5, "client_ACC": 0.3, "client_ACC_chance": 0.29, "client_at_chance": 1.0}
+    rows = summary_rows({"fedavg": {"metrics": one_model}, "ifca": {"metrics": clustered}}, {})
+    assert rows[0]["result"] == "test acc 0.750 · client clustering n/a (one model)"
+    assert rows[1]["result"] == "test acc 0.500 · client ACC 0.300 (chance 0.290; AT CHANCE)"  # a real fault
+    with caplog.at_level(logging.INFO, logger="fedclust.pipelines.reporting.nodes"):
+        summarize_run(one_model, {}, method="fedavg")
+        summarize_run(clustered, {}, method="ifca")
+    fedavg, ifca = (r.getMessage() for r in caplog.records[-2:])
+    assert "n/a (one model)" in fedavg and "AT CHANCE" not in fedavg and "client_ACC" not in fedavg
+    assert "AT CHANCE" in ifca
+
+
 def test_tags_hold_no_python_repr():
     assert tag_value(["fkm", "dkm"]) == "fkm,dkm"
     assert tag_value({"b": 1, "a": None}) == '{"a": null, "b": 1}'

@@ -115,3 +115,75 @@ def test_viz_site_opens_on_a_readable_graph(viz_export, tmp_path, project_root):
     out = project_root / "data" / "08_reporting"
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, out / "kedro_viz.png")
+
+
+BENCHMARK_STAGES = ["benchmark.data", "benchmark.run", "benchmark.tables", "benchmark.plots", "benchmark.report"]
+
+
+def test_the_benchmark_is_one_box_of_stages_joined_by_cells_records_and_tables(viz_export):
+    """The benchmark's graph: one modular pipeline with no loose output (its 16 reporting outputs
+    used to fan out of one box), made of five stages; between them run only the cells, the records
+    and the tables, each stage's own outputs (figures, report, summary tables) stay inside it."""
+    graph = json.loads((viz_export["_site"] / "api" / "pipelines" / "benchmark").read_text())
+    modular = graph["modular_pipelines"]
+    names = {n["id"]: n["name"] for n in graph["nodes"]}
+    assert modular["benchmark"]["outputs"] == []
+    assert set(BENCHMARK_STAGES) <= set(modular)
+    between = {names[i] for stage in BENCHMARK_STAGES for i in modular[stage]["outputs"]}
+    assert between == {"benchmark.cells", "benchmark.records", "benchmark.tables"}
+    plots = {names.get(c["id"]) for c in modular["benchmark.plots"]["children"]}
+    assert {"benchmark.privacy_utility_plot", "benchmark.confusion_plot"} <= plots
+    report = {names.get(c["id"]) for c in modular["benchmark.report"]["children"]}
+    assert {"benchmark.report_html", "benchmark.report_md", "benchmark.run_summary"} <= report
+
+
+def test_the_benchmark_graph_opens_on_its_stages_in_the_browser(viz_export, tmp_path, project_root):
+    """The benchmark's page of the built site in headless Chromium: one box; a click on it shows the
+    five stages, on screen at the zoom the site picks; screenshot data/08_reporting/ui/kedro_viz_benchmark.png."""
+    import functools
+    import http.server
+    import threading
+
+    sys.path.insert(0, str(project_root / "tests" / "ui"))
+    from browser import open_page, wait_for_text
+
+    site = viz_export["_site"]
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    shot = tmp_path / "kedro_viz_benchmark.png"
+    try:
+        with open_page(1600, 1000) as page:
+            page.add_init_script(
+                "localStorage.setItem('KedroViz', JSON.stringify({showFeatureHints: false, theme: 'light'}))"
+            )
+            page.goto(f"{base}/?pid=benchmark")
+            wait_for_text(page, ["benchmark.cell_store"], timeout_s=60)
+            boxes = page.locator("g.pipeline-node--modularPipeline")
+            boxes.first.wait_for(state="visible", timeout=60_000)
+            assert boxes.count() == 1  # collapsed: the benchmark is one box
+            time.sleep(3)  # the layout animation: a click while the box moves lands elsewhere
+            boxes.first.click()
+            page.wait_for_function(
+                f"document.querySelectorAll('g.pipeline-node--modularPipeline').length >= {len(BENCHMARK_STAGES)}",
+                timeout=60_000,
+            )
+            time.sleep(3)  # the layout animation
+            shown = page.evaluate(
+                "Array.from(document.querySelectorAll('g.pipeline-node--modularPipeline'))"
+                ".filter(g => { const r = g.getBoundingClientRect();"
+                " return r.width > 0 && r.top >= 0 && r.bottom <= innerHeight && r.right <= innerWidth; })"
+                ".map(g => g.textContent.trim())"
+            )
+            page.screenshot(path=str(shot))
+    finally:
+        server.shutdown()
+    assert sorted(shown) == sorted(BENCHMARK_STAGES), shown  # every stage on screen, nothing else boxed
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == (1000, 1600) and pixels[..., :3].std() > 0.02
+    out = project_root / "data" / "08_reporting" / "ui"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, out / "kedro_viz_benchmark.png")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from browser import free_port as _free_port
 from browser import open_page, wait_for_text
 
@@ -163,6 +165,21 @@ def test_rest_api_finds_tagged_runs_metrics_and_artifacts(mlflow_server, found):
     ).decode()
     assert csv.splitlines()[0].startswith("dataset,partition,epsilon,method")
     assert sum(",fkm," in line for line in csv.splitlines()) == 2
+    # its params hold lists: kedro_command re-runs it from the run's config file, saved as an artifact
+    tags = {t["key"]: t["value"] for t in _api(mlflow_server, "runs/get", run_id=parent)["run"]["data"]["tags"]}
+    assert tags["kedro_command"] == "kedro run --config=kedro_run_config.yml"
+    saved = yaml.safe_load(
+        _get(
+            f"{mlflow_server}/get-artifact?"
+            + urllib.parse.urlencode({"path": "kedro_run_config.yml", "run_uuid": parent})
+        ).decode()
+    )
+    assert saved["run"]["pipelines"] == "benchmark"
+    assert saved["run"]["params"]["benchmark"]["config"]["methods"] == ["fkm", "fedc_gds", "kmeans"]
+    # one name pattern for the cells of both halves
+    cells = _post(mlflow_server, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 500})
+    names = [r["info"]["run_name"] for r in cells["runs"] if r["info"]["run_name"].startswith("benchmark/")]
+    assert names and all(re.fullmatch(r"benchmark/[^/]+/[^/]+/eps=[^/]+/[^/]+/seed=\d+", n) for n in names)
 
 
 def _readme_filters(project_root: Path) -> list[str]:
@@ -281,12 +298,13 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
         assert report is not None, "the artifact viewer's iframe holds no page"
         text = wait_for_text(
             report,
-            ["fedclust benchmark", "ACC (95% CI)", "iris / iid", "fkm", "What each method protects"],
+            ["fedclust benchmark", "ACC (mean)", "iris / iid", "fkm", "What each method protects", "Fewer than 3"],
             timeout_s=60,
         )
         table = report.locator("table.methods").first
         assert table.is_visible() and table.locator("tbody tr").count() >= 4
-        assert report.locator("tr.best").count() >= 2  # one best method per budget
+        # one seed: no interval; at ∞ three methods ran (one best or a tie), at 4 only fkm (no mark)
+        assert report.locator("tr.best, tr.tie").count() >= 1
         plot = report.locator("img.privacy-utility").first
         plot.scroll_into_view_if_needed()
         assert plot.is_visible()
@@ -297,7 +315,15 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
         assert natural > 300 and shown > 300, (natural, shown)  # decoded and drawn, not a broken image
         assert iframe.is_visible() and iframe.bounding_box()["height"] > 300
         page.screenshot(path=str(shot))
-    assert "± " in text and "secure_aggregation" in text
+    assert "± " not in text and "[95% CI]" not in text and "secure_aggregation" in text
+    # the header lists what ran, both halves; a row names its protection entry, listed once
+    assert "data clustering: data sets iris; partitions iid; ε in {4, ∞ (no DP)}" in text
+    assert "clustered FL: data sets digits" in text and "methods fedavg, rr_cluster" in text
+    # the latest report is a file at a stable path; this run's copy is kept next to it
+    latest = benchmark_project / "data" / "08_reporting" / "benchmark" / "report.html"
+    assert latest.is_file() and (latest.parent / "report.md").is_file()
+    (copy,) = (latest.parent / "versions" / "report.html").glob("*/report.html")
+    assert copy.read_text() == latest.read_text()
     _check_screenshot(shot, (1000, 1600))
     _keep(shot, project_root)
 

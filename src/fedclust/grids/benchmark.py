@@ -195,11 +195,18 @@ AXES = ("datasets", "partitions", "seeds", "epsilons", "clustered_fl")
 
 
 def _check_methods(config: dict) -> list[str]:
+    """The data-clustering methods of ``config["methods"]`` (default: all of them); the list may also
+    name clustered-FL methods (:data:`CFL_METHODS`), which :func:`clustered_fl_methods` picks up."""
     methods = list(config.get("methods", ALL_METHODS))
-    bad = [m for m in methods if m not in ALL_METHODS]
+    bad = [m for m in methods if m not in ALL_METHODS and m not in CFL_METHODS]
     if bad:
-        raise ValueError(f"benchmark.config.methods: unknown {bad}; valid: {list(ALL_METHODS)}")
-    return methods
+        raise ValueError(f"benchmark.config.methods: unknown {bad}; valid: {list(ALL_METHODS) + list(CFL_METHODS)}")
+    return [m for m in methods if m in ALL_METHODS]
+
+
+def cell_run_name(dataset: str, partition: str, eps: str, method: str, seed) -> str:
+    """The one name of every benchmark cell's run (both halves): ``digits/iid/eps=4/fkm/seed=0``."""
+    return f"{dataset}/{partition}/eps={eps}/{method}/seed={seed}"
 
 
 def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dict | None]:
@@ -259,11 +266,13 @@ def load_by_label(label: str, data_paths: dict | None = None, config: dict | Non
 
 
 def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
-    """The data-clustering cells: one per (data set, partition, seed, epsilon), every method in it
-    (they share the partition and W^0). A data set given by a spec (:func:`dataset_specs`) is
+    """The data-clustering cells: one per (data set, partition, seed, epsilon), every data-clustering
+    method of ``config["methods"]`` in it (they share the partition and W^0); none when the list
+    names no data-clustering method. A data set given by a spec (:func:`dataset_specs`) is
     named by its label in ``dataset`` and carries its spec in ``source`` (the file whose content
     the cell's key hashes)."""
-    _check_methods(config)
+    if not _check_methods(config):  # only clustered-FL methods listed: no data-clustering cell
+        return []
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
     return [
         {
@@ -313,7 +322,7 @@ def run_cell(cell: dict) -> list[dict]:
     t_cell = time.perf_counter()
     ds_name, part, seed, eps = cell["dataset"], cell["partition"], cell["seed"], cell["epsilon"]
     config, data_paths = cell["config"], cell["data_paths"]
-    methods = list(config.get("methods", ALL_METHODS))
+    methods = _check_methods(config)
     delta = float(config.get("delta", 1e-5))
     n_clients = int(config.get("n_clients", 10))
     source = cell.get("source")
@@ -353,7 +362,7 @@ def run_cell(cell: dict) -> list[dict]:
             "trust_model": tm,
             "accountant": config.get("accountant", "rdp"),
         }
-        name = f"{ds_name}/{plabel}/eps={eps_label(eps)}/{method}/seed={seed}"
+        name = cell_run_name(ds_name, plabel, eps_label(eps), method, seed)
         if eps is not None and method not in PRIVATE:
             why = (
                 "centralized reference"
@@ -432,8 +441,24 @@ CFL_METRICS = [
 ]
 
 
+def clustered_fl_methods(config: dict) -> list[str]:
+    """The clustered-FL methods a benchmark runs: ``clustered_fl.methods`` where it is set, else the
+    clustered-FL methods listed in ``methods``; none otherwise (a config that lists only
+    data-clustering methods runs no clustered-FL cell, whatever its ``clustered_fl`` settings)."""
+    cfg = config.get("clustered_fl") or {}
+    if cfg.get("methods") is not None:
+        methods = list(cfg["methods"])
+        bad = [m for m in methods if m not in CFL_METHODS]
+        if bad:
+            raise ValueError(f"benchmark.config.clustered_fl.methods: unknown {bad}; valid: {list(CFL_METHODS)}")
+        return methods
+    _check_methods(config)
+    return [m for m in config.get("methods", ()) if m in CFL_METHODS]
+
+
 def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dict]:
-    """The clustered-FL half's cells: every method on the same rotated clients, budgets and seeds.
+    """The clustered-FL half's cells: every method of :func:`clustered_fl_methods` (none: no cell)
+    on the same rotated clients, budgets and seeds, with the settings of ``config["clustered_fl"]``.
 
     Non-private methods (CFL-MGD, IFCA, FedAvg) run at epsilon = inf (cells of :mod:`fedclust.grids.cfl`)
     and are reported as not applicable under a finite budget (one ``cfl_na`` cell per data set);
@@ -444,12 +469,9 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     from fedclust.grids import cfl, rr
 
     cfg = dict(config.get("clustered_fl") or {})
-    if not cfg:
+    methods = clustered_fl_methods(config)
+    if not methods:
         return []
-    methods = list(cfg.get("methods", CFL_METHODS))
-    bad = [m for m in methods if m not in CFL_METHODS]
-    if bad:
-        raise ValueError(f"benchmark.config.clustered_fl.methods: unknown {bad}; valid: {list(CFL_METHODS)}")
     rotation = {
         "n_groups": int(cfg.get("n_groups", 4)),
         "n_clients": int(cfg.get("n_clients", 100)),
@@ -515,12 +537,20 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
 
 
 def _run_clustered_fl_cell(cell: dict) -> list[dict]:
+    """The records of one clustered-FL cell, in the benchmark's shape: the cell run name of
+    :func:`cell_run_name`, a ``trust_model`` tag (``none`` without DP), the chance line of the test
+    accuracy (``test_accuracy_chance``: one over the number of classes) and the method's own cost
+    (``rounds``, ``compute_time_s``: its run)."""
     # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
     from fedclust.grids import cfl, rr
 
     kind = cell["kind"]
+    n_classes, rounds = None, None
     if kind == "cfl":
-        recs = cfl.run_cell(cell["cell"])
+        inner = cell["cell"]
+        recs = cfl.run_cell(inner)
+        n_classes = load_cached(inner["dataset"], inner["data_paths"]).n_classes
+        rounds = (inner["config"].get("train") or {}).get("rounds")
         for r in recs:
             r["tags"]["epsilon"] = "inf"
             r["metrics"]["epsilon_accountant"] = math.inf  # non-private
@@ -528,7 +558,7 @@ def _run_clustered_fl_cell(cell: dict) -> list[dict]:
         ds = cell["dataset"]
         recs = [
             {
-                "name": f"{ds}/{m}/eps={eps_label(eps)}/seed={seed}",
+                "name": "",
                 "tags": {
                     "method": m,
                     "dataset": ds,
@@ -546,14 +576,28 @@ def _run_clustered_fl_cell(cell: dict) -> list[dict]:
             for seed in range(cell["seeds"])
         ]
     elif kind == "rr":
-        recs = rr.run_cell(cell["cell"])
+        inner = cell["cell"]
+        recs = rr.run_cell(inner)
+        n_classes = load_cached(inner["config"].get("dataset", "digits"), inner["data_paths"]).n_classes
+        rounds = inner["config"].get("rounds")
         for r in recs:
             r["tags"]["partition"] = cell["partition"]
     else:
         raise ValueError(f"unknown benchmark cell kind {kind!r}")
     for r in recs:
-        r["tags"].setdefault("status", "ok")
-        r["tags"]["family"] = "clustered_fl"
+        t = r["tags"]
+        t.setdefault("status", "ok")
+        t.setdefault("trust_model", "none")
+        t["family"] = "clustered_fl"
+        r["name"] = cell_run_name(t["dataset"], t["partition"], t["epsilon"], t["method"], r["params"]["seed"])
+        met = r["metrics"]
+        if t["status"] == "ok":
+            if n_classes:
+                met["test_accuracy_chance"] = 1.0 / n_classes
+            if rounds is not None:
+                met["rounds"] = float(rounds)
+            if "wall_time_s" in met:
+                met["compute_time_s"] = float(met["wall_time_s"])
     return recs
 
 
@@ -653,54 +697,6 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
         )
     ]
     return {"summary": summary}
-
-
-def best_per_epsilon(records: list[dict]) -> list[dict]:
-    """The best method per (data set, epsilon) of a benchmark's data-clustering records: mean ACC over
-    seeds and partitions, with its trust model, its mean chance line and ``at_chance``; epsilon
-    ascending, no privacy last. What the terminal shows at the end of a benchmark run."""
-    recs = [
-        r
-        for r in records
-        if r["tags"].get("family", "data_clustering") == "data_clustering"
-        and r["tags"].get("status", "ok") == "ok"
-        and "ACC" in (r.get("metrics") or {})
-    ]
-    if not recs:
-        return []
-    frame = records_frame(recs)
-    if "trust_model" not in frame.columns:
-        frame["trust_model"] = "n/a"
-    for col in ("ACC_chance", "ACC_chance_hi"):
-        if col not in frame.columns:
-            frame[col] = math.nan
-    means = (
-        frame.groupby(["dataset", "epsilon", "method", "trust_model"], sort=False)[
-            ["ACC", "ACC_chance", "ACC_chance_hi"]
-        ]
-        .mean()
-        .reset_index()
-    )
-    out = []
-    for (ds, eps), group in means.groupby(["dataset", "epsilon"], sort=False):
-        best = group.loc[group["ACC"].idxmax()]
-        out.append(
-            {
-                "dataset": ds,
-                "epsilon": eps,
-                "method": best["method"],
-                "trust_model": best["trust_model"],
-                "ACC": float(best["ACC"]),
-                "ACC_chance": float(best["ACC_chance"]),
-                "at_chance": bool(is_at_chance({"ACC": best["ACC"]}, {"ACC_chance_hi": best["ACC_chance_hi"]})),
-            }
-        )
-
-    def order(row):
-        e = float("inf") if row["epsilon"] in ("inf", None) else float(row["epsilon"])
-        return (row["dataset"], e)
-
-    return sorted(out, key=order)
 
 
 def chance_levels(records: list[dict], data_paths: dict | None = None, config: dict | None = None) -> dict[str, float]:

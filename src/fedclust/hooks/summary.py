@@ -16,6 +16,10 @@ from rich.table import Table
 from fedclust import progress
 from fedclust.hooks.state import RUN, is_grid_run, method_of
 from fedclust.hooks.tags import fmt_eps
+from fedclust.registry.clustered_fl import ONE_MODEL
+
+#: how a one-model method's client clustering is shown (the benchmark report's words)
+ONE_MODEL_FLAG = "n/a (one model)"
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +29,7 @@ def _eps_of(privacy: dict):
     return None if eps in (None, "inf") else eps
 
 
-def _utility(met: dict) -> str | None:
+def _utility(met: dict, method: str = "") -> str | None:
     if "ACC" in met:
         util = f"ACC {met['ACC']:.3f} · NMI {met.get('NMI', float('nan')):.3f}"
         lines = []
@@ -39,7 +43,16 @@ def _utility(met: dict) -> str | None:
         lines += [flag for key, flag in (("at_chance", "AT CHANCE"), ("collapsed", "COLLAPSED")) if met.get(key)]
         return util + (f" ({'; '.join(lines)})" if lines else "")
     if "test_accuracy" in met:
-        return f"test acc {met['test_accuracy']:.3f}"
+        util = f"test acc {met['test_accuracy']:.3f}"
+        if method in ONE_MODEL:  # one model for every client: there is no client clustering to score
+            return util + f" · client clustering {ONE_MODEL_FLAG}"
+        if "client_ACC" in met:
+            util += f" · client ACC {met['client_ACC']:.3f}"
+            if "client_ACC_chance" in met:
+                util += f" (chance {met['client_ACC_chance']:.3f}" + (
+                    "; AT CHANCE)" if met.get("client_at_chance") else ")"
+                )
+        return util
     if "objective_ratio" in met:  # a data set without labels
         return f"objective ratio {met['objective_ratio']:.3f} (to k-means)"
     return None
@@ -69,7 +82,7 @@ def summary_rows(
     rows = []
     for method, s in summary.items():
         met, priv = s.get("metrics") or {}, s.get("privacy") or {}
-        util = _utility(met)
+        util = _utility(met, method)
         if util is None:
             continue
         wall = s.get("wall_time_s", met.get("wall_time_s"))

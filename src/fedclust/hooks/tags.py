@@ -5,7 +5,9 @@
   :func:`fedclust.data.registry.dataset_label`: ``dataset.label``, else a file's stem), ``partition``, ``n_clients``, ``epsilon`` (written as
   :func:`fedclust.experiments.eps_label` writes it: ``4``, ``inf``), ``seed`` and ``trust_model``;
   Kedro's run parameters that kedro-mlflow copies to tags are written without Python reprs, and
-  Kedro's session id is ``kedro_session_id`` (it is no MLflow run id);
+  Kedro's session id is ``kedro_session_id`` (it is no MLflow run id); ``kedro_command`` re-runs
+  the run: where its ``--params`` hold lists it reads the run's config file, saved as the run's
+  artifact ``kedro_run_config.yml`` (:func:`fedclust.pipelines.mlflow_io.kedro_run_config`);
 * a run of several methods (the tour) is one parent run with one nested run per method, so that each
   method's metrics have the names of single runs and grid cells (:mod:`fedclust.pipelines.mlflow_io`);
   the nodes of method ``m`` log into ``m``'s run.
@@ -24,7 +26,7 @@ from kedro.framework.hooks import hook_impl
 from fedclust.data.registry import dataset_label
 from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
-from fedclust.pipelines.mlflow_io import kedro_command
+from fedclust.pipelines.mlflow_io import RUN_CONFIG_ARTIFACT, kedro_command, kedro_run_config, needs_config_file
 from fedclust.privacy.report import SCOPE_TAG
 from fedclust.registry import REGISTRY, trust_model_of
 from fedclust.registry.clustering import describe_server_data
@@ -205,7 +207,14 @@ class RunTagsHook:
                 if new_key != key:
                     client.delete_tag(RUN.parent_id, key)
                 fixed[new_key] = tag_value(value)
-            fixed["kedro_command"] = kedro_command(self._run_params)
+            if needs_config_file(self._run_params):
+                # lists in --params cannot be given back as one --params option: the run's config
+                # file, an artifact of this run, re-runs it (download it into the project first)
+                mlflow.log_dict(kedro_run_config(self._run_params), RUN_CONFIG_ARTIFACT)
+                fixed["kedro_command"] = kedro_command(self._run_params, RUN_CONFIG_ARTIFACT)
+                fixed["kedro_run_config"] = f"{RUN_CONFIG_ARTIFACT} (an artifact of this run)"
+            else:
+                fixed["kedro_command"] = kedro_command(self._run_params)
             mlflow.set_tags({**fixed, **RUN.tags, "mlflow.runName": RUN.name})
             self._tagged = True
             # the UI opens the experiment on the runs table for model training, not the GenAI view

@@ -9,6 +9,7 @@ library code in :mod:`fedclust.grids` (``cells``, ``run_cell``) and :mod:`fedclu
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Callable
 
@@ -16,7 +17,6 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from fedclust import plots
-from fedclust.data.registry import dataset_label
 from fedclust.executors import execution, run_cells
 from fedclust.experiments import to_markdown
 from fedclust.grids import cell_data_digest, cell_name, grid_code
@@ -206,7 +206,8 @@ def _benchmark():
     def figures(records: list[dict], config: dict, data_paths: dict):
         chance = benchmark.chance_levels(records, data_paths, config)
         cfl = config.get("clustered_fl") or {}
-        cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if cfl else [], data_paths)
+        ran_cfl = benchmark.clustered_fl_methods(config)  # no clustered-FL half: no data set to read for it
+        cfl_chance = _chance_of_classes(cfl.get("datasets", ["digits"]) if ran_cfl else [], data_paths)
         return (
             benchmark.privacy_utility_figure(records, chance),
             benchmark.clustered_fl_privacy_utility_figure(records, cfl_chance),
@@ -248,7 +249,65 @@ def _benchmark():
         namespace="benchmark",
         parameters={"params:data_paths"},
     )
-    return base + extra
+    staged = Pipeline([_in_stage(n, BENCHMARK_STAGES[n.name.rsplit(".", 1)[-1]]) for n in (base + extra).nodes])
+    # each stage's last node reads back what no other stage reads (its tables, figures, report), so in
+    # Kedro-Viz the benchmark is one box with no loose outputs, and expanded, its stages
+    # (BENCHMARK_STAGES: data, run, tables, plots, report) are boxes joined only by the cells, the
+    # records and the tables
+    done = []
+    for stage in dict.fromkeys(BENCHMARK_STAGES.values()):
+        mine = staged.only_nodes_with_namespaces([f"benchmark.{stage}"]).all_outputs()
+        ends = sorted(d for d in mine if not any(d in n.inputs for n in staged.nodes))
+        if ends:
+            done.append(
+                node(
+                    benchmark_done if stage == "report" else stage_done,
+                    ends,
+                    None,
+                    name="summarize",
+                    tags=["reporting", "grid"],
+                    namespace=f"benchmark.{stage}",
+                )
+            )
+    return staged + Pipeline(done)
+
+
+#: the stage (nested namespace ``benchmark.<stage>``) of each node of the benchmark
+BENCHMARK_STAGES = {
+    "prepare_cells": "data",
+    "run_cells": "run",
+    "tabulate": "tables",
+    "plot": "plots",
+    "figures": "plots",
+    "report": "report",
+}
+
+
+def _in_stage(n, stage: str):
+    """Node ``n`` of the benchmark in its stage's namespace ``benchmark.<stage>``, with the same
+    function, datasets, name and tags."""
+    outputs = n.outputs[0] if len(n.outputs) == 1 else (n.outputs or None)
+    return node(
+        n.func,
+        n.inputs,
+        outputs,
+        name=n.name.rsplit(".", 1)[-1],
+        tags=sorted(n.tags),
+        namespace=f"benchmark.{stage}",
+    )
+
+
+def stage_done(*outputs) -> None:
+    """The last node of a benchmark stage: it reads back the stage's outputs that no other stage
+    reads (from memory: they are CachedDatasets), so Kedro-Viz keeps them inside the stage's box."""
+
+
+def benchmark_done(*outputs) -> None:
+    """The last node of the benchmark's report stage (:func:`stage_done`), which also logs where
+    the report is."""
+    logging.getLogger(__name__).info(
+        "benchmark: report in data/08_reporting/benchmark/report.html (and report.md; each run's copy in versions/)"
+    )
 
 
 def report_node():
@@ -295,22 +354,23 @@ def tour_benchmark() -> Pipeline:
 
 
 def report_notes(config: dict) -> list[str]:
-    """The settings a benchmark report states at its top."""
+    """The settings a benchmark report states at its top, under what ran (which the report reads
+    from the records: :func:`fedclust.grids.report.ran_lines`)."""
     shared = ("rounds", "private_rounds", "clients_per_round", "clip", "trust_model")
-    eps = ", ".join("∞ (no DP)" if e is None else f"{float(e):g}" for e in config.get("epsilons", [None]))
+    # the per-method settings of the methods that run (no "methods": every method runs)
+    ran = set(config["methods"]) if config.get("methods") is not None else set(config.get("method_settings") or {})
     setup = (
-        f"data sets {', '.join(dataset_label(d) for d in config.get('datasets', ['digits']))}; "
-        f"{int(config.get('n_clients', 10))} clients; "
-        f"seeds {int(config.get('seeds', 2))}; ε in {{{eps}}}, δ = {float(config.get('delta', 1e-5)):g}, "
-        f"accountant {config.get('accountant', 'rdp')} (sample-level unless a statement says client)"
+        f"data clustering: {int(config.get('n_clients', 10))} clients; δ = {float(config.get('delta', 1e-5)):g}, "
+        f"accountant {config.get('accountant', 'rdp')} (sample-level unless a protection entry says client)"
     )
     settings = (", ".join(f"{k} = {config[k]}" for k in shared if config.get(k) is not None) or "none") + (
         "; per method "
         + "; ".join(
             f"{m}: " + ", ".join(f"{k} = {v}" for k, v in (over or {}).items())
             for m, over in config["method_settings"].items()
+            if m in ran
         )
-        if config.get("method_settings")
+        if any(m in ran for m in config.get("method_settings") or {})
         else ""
     )
     return [

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -313,24 +314,81 @@ class MlflowRunSummaryDataset(AbstractDataset):
 
 
 def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a person opens a run: its page on the tracking server, or for a local store the
-    ``mlflow ui`` command to start first and the page it then serves."""
+    """Where a person opens a run: its page on the tracking server, or for a local store the page
+    the UI serves, the command that starts it (``make mlflow-ui`` for the project's own store
+    ``mlflow.db``) and the experiment's runs view."""
     page = f"#/experiments/{experiment_id}/runs/{run_id}"
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: mlflow ui --backend-store-uri {tracking_uri})"
+    runs = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+    prefix = "sqlite:///"
+    own = tracking_uri.startswith(prefix) and Path(tracking_uri[len(prefix) :]).resolve() == Path("mlflow.db").resolve()
+    start = "make mlflow-ui" if own else f".venv/bin/mlflow ui --backend-store-uri {tracking_uri}"
+    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: {start}; every run of the experiment: {runs})"
 
 
-def kedro_command(run_params: dict) -> str:
+#: the file name of a run's config artifact (:func:`kedro_run_config`), named by its ``kedro_command``
+RUN_CONFIG_ARTIFACT = "kedro_run_config.yml"
+
+
+def _flat(d, prefix=""):
+    for k, v in (d or {}).items():
+        if isinstance(v, dict) and v:
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def needs_config_file(run_params: dict) -> bool:
+    """Whether the run's ``--params`` cannot be written back as one re-runnable ``--params`` option:
+    a list, an empty mapping, or a text with a comma, an equals sign or a quote or bracket (Kedro's
+    ``--params`` splits on commas, and reads brackets and quotes as YAML)."""
+    for _, v in _flat(run_params.get("runtime_params")):
+        if isinstance(v, (list, tuple, dict)):
+            return True
+        if isinstance(v, str) and any(c in v for c in ",=[]{}'\""):
+            return True
+    return False
+
+
+def _names(run_params: dict) -> list[str]:
+    names = run_params.get("pipeline_names") or (
+        [run_params["pipeline_name"]] if run_params.get("pipeline_name") else []
+    )
+    return [n for n in names if n != "__default__"]
+
+
+_OPTIONS = (
+    ("--env", "env", "env"),
+    ("--tags", "tags", "tags"),
+    ("--nodes", "node_names", "node_names"),
+    ("--from-nodes", "from_nodes", "from_nodes"),
+    ("--to-nodes", "to_nodes", "to_nodes"),
+)
+
+
+def kedro_run_config(run_params: dict) -> dict:
+    """The run as a Kedro run config file (``kedro run --config=<file>``): ``{"run": {...}}`` with
+    its pipelines, env, tags, nodes and its ``--params`` as one nested mapping (lists kept)."""
+    run: dict[str, Any] = {}
+    if _names(run_params):
+        run["pipelines"] = ",".join(_names(run_params))
+    for _, key, name in _OPTIONS:
+        value = run_params.get(key)
+        if value:
+            run[name] = value if isinstance(value, str) else ",".join(value)
+    if run_params.get("runtime_params"):
+        run["params"] = run_params["runtime_params"]
+    return {"run": run}
+
+
+def kedro_command(run_params: dict, config_file: str | None = None) -> str:
     """The ``kedro run`` command line of a run, from Kedro's run parameters (pipelines, env, tags,
-    nodes and ``--params``), for the ``kedro_command`` tag."""
-
-    def flat(d, prefix=""):
-        for k, v in (d or {}).items():
-            if isinstance(v, dict) and v:
-                yield from flat(v, f"{prefix}{k}.")
-            else:
-                yield f"{prefix}{k}", v
+    nodes and ``--params``), for the ``kedro_command`` tag. With ``config_file`` (where
+    :func:`needs_config_file`: the run's :func:`kedro_run_config`, saved under that name), the
+    command reads that file: ``kedro run --config=<config_file>``."""
+    if config_file:
+        return " ".join(shlex.quote(c) for c in ("kedro", "run", f"--config={config_file}"))
 
     def text(v) -> str:
         if isinstance(v, (list, tuple)):
@@ -338,21 +396,11 @@ def kedro_command(run_params: dict) -> str:
         return "null" if v is None else str(v)
 
     cmd = ["kedro", "run"]
-    names = run_params.get("pipeline_names") or (
-        [run_params["pipeline_name"]] if run_params.get("pipeline_name") else []
-    )
-    names = [n for n in names if n != "__default__"]
-    for flag, value in (
-        ("--pipelines", names),
-        ("--env", run_params.get("env")),
-        ("--tags", run_params.get("tags")),
-        ("--nodes", run_params.get("node_names")),
-        ("--from-nodes", run_params.get("from_nodes")),
-        ("--to-nodes", run_params.get("to_nodes")),
-    ):
+    names = _names(run_params)
+    for flag, value in (("--pipelines", names), *((f, run_params.get(k)) for f, k, _ in _OPTIONS)):
         if value:
             cmd.append(f"{flag}={value if isinstance(value, str) else ','.join(value)}")
-    params = ",".join(f"{k}={text(v)}" for k, v in flat(run_params.get("runtime_params")))
+    params = ",".join(f"{k}={text(v)}" for k, v in _flat(run_params.get("runtime_params")))
     if params:
         cmd.append(f"--params={params}")
     return " ".join(shlex.quote(c) for c in cmd)

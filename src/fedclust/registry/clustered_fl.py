@@ -90,6 +90,9 @@ RR_CLUSTERED = {
     "dp_fedcam": "fedcam",
 }
 RR_GLOBAL = ("dp_fedavg", "dp_fedprox", "dp_fedper")
+#: the clustered-FL methods that train one model for every client: they cluster no clients, so their
+#: client clustering has no meaning (a report shows it as not applicable, not as at chance)
+ONE_MODEL = ("fedavg", *RR_GLOBAL)
 
 
 def rr_base(method: str, base: str = "ifca") -> str | None:

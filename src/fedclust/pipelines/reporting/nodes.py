@@ -14,6 +14,7 @@ from fedclust.data.registry import dataset_label
 from fedclust.grids import report
 from fedclust.pipelines.mlflow_io import run_address
 from fedclust.pipelines.reporting.datasets import SAVED
+from fedclust.registry.clustered_fl import ONE_MODEL
 
 
 def describe_partition(partition) -> str:
@@ -95,15 +96,18 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
     datasets and the plots), so in Kedro-Viz they stay inside the method's modular pipeline
     instead of hanging off it as free outputs."""
 
+    one_model = method in ONE_MODEL  # one model for every client: no client clustering to score
     shown = [
         f"{key} {float(metrics[key]):.3f}" + _chance_text(metrics, key)
         for key in ("ACC", "NMI", "test_accuracy", "client_ACC", "objective_ratio")
-        if isinstance(metrics.get(key), (int, float))
+        if isinstance(metrics.get(key), (int, float)) and not (one_model and key == "client_ACC")
     ]
     majority = metrics.get("ACC_majority")
     if isinstance(majority, (int, float)) and math.isfinite(majority):
         shown.append(f"majority ACC {float(majority):.3f}")
-    if metrics.get("at_chance") or metrics.get("client_at_chance"):
+    if method in ONE_MODEL and "client_ACC" in metrics:
+        shown.append(f"client clustering {report.ONE_MODEL_FLAG}")
+    elif metrics.get("at_chance") or metrics.get("client_at_chance"):
         shown.append("AT CHANCE")
     if metrics.get("collapsed"):
         shown.append("COLLAPSED (ACC above chance with NMI at chance, or ACC not above the majority baseline)")
@@ -117,14 +121,17 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
 
 
 def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> list[str]:
-    """What the terminal shows after a benchmark (or the tour's slice): its table, sorted by epsilon
-    then ACC in 100 columns (:func:`fedclust.grids.report.terminal_lines`), the report's path and
-    the MLflow address of its run."""
+    """What the terminal shows after a benchmark (or the tour's slice): its table, every method of
+    it (``n/a`` where not applicable), sorted by epsilon then ACC in 100 columns, with the rule of
+    its marks (:func:`fedclust.grids.report.terminal_lines`), the report's path (the latest report,
+    a file) and the MLflow address of its run."""
 
+    _, label_of = report.protection_legend(records)
     lines = [
         "",
-        f"{grid}: ACC per method, sorted by ε then ACC (* best at that ε)",
-        *report.terminal_lines(report.method_table(records)),
+        f"{grid}: ACC per method, sorted by ε then ACC (* best, ≈ tied for best at that ε; prot: what a "
+        "run protects, see the report)",
+        *report.terminal_lines(report.method_table(records), label_of=label_of),
     ]
     path = next(
         (p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")), f"data/08_reporting/{grid}/report.html"
