@@ -294,7 +294,9 @@ def protected_units(spec: MethodSpec, *data) -> int:
     """The number of units a private run of ``spec`` protects: its clients for client-level DP, else
     the samples the clients hold (what ``delta`` is compared with: it must stay below 1 / this)."""
     if spec.family == "clustering":
-        _, partition = data
+        dataset, partition = data
+        if partition is None:  # no partition (a calibration called alone): every sample is a client's
+            return int(np.asarray(dataset.X).shape[0])
         client = np.asarray(partition.client)
         return int(client.max()) + 1 if spec.unit == "client" else int((client >= 0).sum())
     (rotated,) = data
