@@ -262,7 +262,8 @@ def test_chromium_shows_compare_page_of_two_runs(mlflow_server, found, benchmark
         f"runs={urllib.parse.quote(json.dumps(ids))}"
         f"&experiments={urllib.parse.quote(json.dumps([found['experiment']['experiment_id']]))}"
     )
-    shot = benchmark_project / "data" / "08_reporting" / "mlflow_compare.png"
+    shot = benchmark_project / "data" / "08_reporting" / "ui" / "mlflow_compare.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     with open_page(1400, 900) as page:
         _quiet_ui(page, mlflow_server)
         page.goto(f"{mlflow_server}/#/compare-runs?{query}")
@@ -287,7 +288,8 @@ def test_the_benchmark_report_opens_in_the_artifact_viewer_with_its_table_and_pl
     }
     assert "best_ACC_eps_4" in metrics and "best_ACC_eps_inf" in metrics  # the parent run's best per budget
     assert all(abs(v) <= 1e300 for v in metrics.values())
-    shot = benchmark_project / "data" / "08_reporting" / "mlflow_report.png"
+    shot = benchmark_project / "data" / "08_reporting" / "ui" / "mlflow_report.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     with open_page(1600, 1000) as page:
         _quiet_ui(page, mlflow_server)
         page.goto(f"{mlflow_server}/#/experiments/{exp_id}/runs/{parent_id}/artifacts/benchmark/report.html")
@@ -386,7 +388,8 @@ def test_browser_runs_table_shows_readme_filter_results_with_shared_columns(
     acc_cell = next(m["value"] for m in cell["data"]["metrics"] if m["key"] == "ACC")
 
     state_key = f'MLflowLocalStorage-1.1-ExperimentPage-["{exp_id}"]-ReactComponentState'
-    shot = benchmark_project / "data" / "08_reporting" / "mlflow_runs_filtered.png"
+    shot = benchmark_project / "data" / "08_reporting" / "ui" / "mlflow_runs_filtered.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     with open_page(1600, 900) as page:
         # The saved view is written on a page of the same origin where the app does not run (the
         # app would overwrite it), then the runs page opens in the "Model training" workflow.
