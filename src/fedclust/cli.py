@@ -48,17 +48,17 @@ def _params_with_config_file(ctx: click.Context, params: dict) -> dict:
     return merge_params(_split_params(ctx, option, from_file), params)
 
 
-def fail_open_runs() -> None:
-    """Mark the MLflow runs this process left open FAILED (MLflow's exit handler would say FINISHED)."""
+def fail_open_runs(exc: BaseException) -> str | None:
+    """Mark the MLflow runs this process left open FAILED, with the error as the reason (MLflow's exit
+    handler would say FINISHED); a line for the user when that has to wait for the store."""
+    reason = user_message(exc) or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     try:
-        import mlflow  # here: every kedro command loads this module, and MLflow is slow to import
+        # here: every kedro command loads this module, and MLflow (imported by the hooks) is slow to import
+        from fedclust.hooks.store import fail_runs
 
-        while mlflow.active_run() is not None:
-            mlflow.end_run(status="FAILED")
+        return fail_runs(reason)
     except Exception:  # the store itself may be the fault: never hide the error being reported
-        click.echo(
-            "fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it KILLED)", err=True
-        )
+        return "fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it KILLED)"
 
 
 def report(exc: BaseException) -> bool:
@@ -101,10 +101,14 @@ def run(ctx: click.Context, verbose: bool = False, **kwargs):
     try:
         return ctx.invoke(kedro_run, **kwargs)
     except Exception as exc:
-        fail_open_runs()
+        later = fail_open_runs(exc)
         if report(exc):
+            if later:
+                click.echo(later, err=True)
             sys.stderr.flush()
             raise SystemExit(1) from None
+        if later:
+            click.echo(later, err=True)
         raise
     finally:
         for handler in handlers:
