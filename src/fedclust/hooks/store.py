@@ -119,7 +119,8 @@ def store_problem(exc: BaseException, uri: str, path: Path | None) -> str:
             f"run `mlflow db upgrade {uri}` and run again (or set {setting} to a new store)"
         )
     if msg := user_message(exc):
-        return msg
+        return msg.replace("the MLflow store ", f"the MLflow store {where} ", 1)
+    text = re.sub(r"^\([\w.]+\) ", "", text.split(" [SQL:")[0])  # SQLAlchemy's wrapping, and its SQL
     if path is not None:
         return (
             f"the MLflow store {where} cannot be created or migrated ({type(exc).__name__}: {text[:160]}). "
