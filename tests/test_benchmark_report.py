@@ -144,8 +144,9 @@ def test_the_run_labels_say_what_ran():
     metrics = {"wall_time_s": 2.0}
     add_setup_time(metrics, 0.5)  # the data and partition steps count
     assert metrics == {"wall_time_s": 2.5, "train_time_s": 2.0}
-    assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs/ab"
-    assert run_address("sqlite:///mlflow.db", "1", "ab").startswith("http://127.0.0.1:5000/#/experiments/1/runs/ab")
+    assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs (run ab)"
+    local = run_address("sqlite:///mlflow.db", "1", "ab")  # the UI to start, then the experiment's runs view
+    assert local == "make mlflow-ui, then open http://127.0.0.1:5000/#/experiments/1/runs (run ab)"
 
 
 def test_rounds_and_time_to_90_percent_of_the_final_acc():

@@ -117,6 +117,9 @@ def _worker_init(threads: int | None, parent: int | None = None, signal_on_death
     imported, and it dies with its parent process ``parent`` (:func:`die_with_parent`)."""
     if parent is not None:
         die_with_parent(parent, signal_on_death=signal_on_death)
+    # Ctrl-C reaches every process of the terminal's group: the driver stops the pool (and says so
+    # in one line); a worker that raised KeyboardInterrupt itself would print a traceback each
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads:
         apply_thread_setting(int(threads), name="threads_per_cell")
 

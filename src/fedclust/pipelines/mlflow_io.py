@@ -312,13 +312,18 @@ class MlflowRunSummaryDataset(AbstractDataset):
         return {}
 
 
+#: where ``make mlflow-ui`` serves the UI (its MLFLOW_PORT, and ui.port of conf/base/mlflow.yml)
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
 def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a person opens a run: its page on the tracking server, or for a local store the
-    ``mlflow ui`` command to start first and the page it then serves."""
-    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    """Where a person sees a run among the others: the experiment's runs view (the run's id after
+    it) on the tracking server, or, for a local store, ``make mlflow-ui`` to start the UI first and
+    the view it then serves."""
+    view = f"#/experiments/{experiment_id}/runs"
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: mlflow ui --backend-store-uri {tracking_uri})"
+        return f"{tracking_uri.rstrip('/')}/{view} (run {run_id})"
+    return f"make mlflow-ui, then open {LOCAL_UI}/{view} (run {run_id})"
 
 
 def kedro_command(run_params: dict) -> str:
