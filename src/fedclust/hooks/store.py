@@ -178,7 +178,8 @@ def fail_runs(reason: str, retry_s: float = MARK_RETRY_S) -> str | None:
 
     The runs are taken off MLflow's stack first, so that its exit handler cannot call them FINISHED.
     When the store cannot be written, this retries for ``retry_s`` seconds, then writes a note beside
-    an SQLite store that the next run applies. Returns a line for the user when a run is left for
+    an SQLite store that the next run applies (nothing where the store is gone: its folder is not
+    made again, and the next run marks the run KILLED). Returns a line for the user when a run is left for
     later, else None."""
     ids = list(STARTED_RUNS)
     while (active := mlflow.active_run()) is not None:
@@ -205,7 +206,7 @@ def fail_runs(reason: str, retry_s: float = MARK_RETRY_S) -> str | None:
     if not left:
         return None
     path = sqlite_path(uri)
-    if path is not None:
+    if path is not None and path.is_file():  # a store that is there but cannot be written (locked)
         with suppress(OSError):
             with FileLock(str(path) + ".lock", timeout=5), _note_path(path).open("a", encoding="utf-8") as fh:
                 for run_id in left:
