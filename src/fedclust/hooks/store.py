@@ -16,9 +16,11 @@ run starts, and a run that lost its store marked FAILED, with the reason, once i
   line that says what is wrong and what to do (:func:`store_problem`; the command line prints it).
 * **A run that loses its store** (locked, moved or read-only mid-run) cannot record its end. The
   command line (:func:`fail_runs`) retries for a few seconds, then leaves a note beside the store
-  (``mlflow.db.failed.jsonl``): the next command that opens the store marks the run FAILED with the
-  reason (tag ``fedclust.failure``), before any check for runs of dead processes could call it
-  KILLED. MLflow's own exit handler, which would mark it FINISHED, never sees it.
+  (``mlflow.db.failed.jsonl``) and a detached process that marks the run FAILED with the reason (tag
+  ``fedclust.failure``) as soon as the store can be written again (:func:`watch`, for up to 30
+  minutes); failing that, the next command that opens the store does it, before any check for runs
+  of dead processes could call it KILLED. MLflow's own exit handler, which would mark it FINISHED,
+  never sees it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -50,6 +54,9 @@ MARK_RETRY_S = 6.0
 
 #: how long an SQLite session of MLflow waits for a lock held by another connection
 SQLITE_BUSY_TIMEOUT_MS = 5000
+
+#: how long the process that waits for a lost store to come back keeps trying (30 minutes)
+WATCH_S = 1800.0
 
 #: the runs this process's pipeline run opened: kept after an error (kedro-mlflow forgets them when
 #: it cannot end them), until the next pipeline run starts
@@ -145,12 +152,14 @@ def _note_path(path: Path) -> Path:
     return path.with_name(path.name + ".failed.jsonl")
 
 
-def _mark_failed(client, run_id: str, reason: str) -> None:
-    run = client.get_run(run_id)
-    if run.info.status != "RUNNING":  # ended already (a method's nested run that finished)
-        return
+def _mark_failed(client, run_id: str, reason: str) -> bool:
+    """Mark a run still RUNNING as FAILED with ``reason``; False for a run that ended already (a
+    method's nested run that finished)."""
+    if client.get_run(run_id).info.status != "RUNNING":
+        return False
     client.set_tag(run_id, FAILURE_TAG, reason[:4000])
     client.set_terminated(run_id, status="FAILED")
+    return True
 
 
 def apply_notes(uri: str, path: Path) -> list[str]:
@@ -164,7 +173,8 @@ def apply_notes(uri: str, path: Path) -> list[str]:
     for line in note.read_text(encoding="utf-8").splitlines():
         with suppress(ValueError, TypeError, KeyError):
             entry = json.loads(line)
-            _mark_failed(client, entry["run_id"], entry["reason"])
+            if not _mark_failed(client, entry["run_id"], entry["reason"]):
+                continue
             marked.append(entry["run_id"])
             logger.warning(
                 "MLflow run %s lost its store while it ran: marked FAILED (%s)", entry["run_id"], entry["reason"]
@@ -211,8 +221,41 @@ def fail_runs(reason: str, retry_s: float = MARK_RETRY_S) -> str | None:
             with FileLock(str(path) + ".lock", timeout=5), _note_path(path).open("a", encoding="utf-8") as fh:
                 for run_id in left:
                     fh.write(json.dumps({"run_id": run_id, "reason": reason}) + "\n")
-            return f"fedclust: the MLflow run {left[0]} is marked FAILED by the next run, once its store can be written"
+            _start_watcher(path)
+            return (
+                f"fedclust: the MLflow run {left[0]} is marked FAILED as soon as its store can be written again "
+                "(or by the next run)"
+            )
     return f"fedclust: the MLflow run {left[0]} could not be marked FAILED (the next run on this host marks it KILLED)"
+
+
+def _start_watcher(path: Path) -> None:
+    """A detached process that applies the note beside ``path`` as soon as the store is writable
+    (:func:`watch`); it outlives this command, quietly, for at most :data:`WATCH_S` seconds."""
+    with suppress(OSError):
+        subprocess.Popen(
+            [sys.executable, "-m", "fedclust.hooks.store", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not stopped by the Ctrl-C of the terminal it came from
+            cwd=path.parent,
+        )
+
+
+def watch(path: Path, until_s: float = WATCH_S, poll_s: float = 2.0) -> bool:
+    """Apply the note beside the SQLite store ``path`` once the store can be written (every
+    ``poll_s`` seconds, for at most ``until_s``); False when it never could (the next run will)."""
+    uri = f"sqlite:///{path}"
+    end = time.monotonic() + until_s
+    while time.monotonic() < end and _note_path(path).exists():
+        try:
+            with FileLock(str(path) + ".lock", timeout=poll_s):  # the note, one process at a time
+                apply_notes(uri, path)
+            return True
+        except Exception:  # still locked (or busy): try again
+            time.sleep(poll_s)
+    return not _note_path(path).exists()
 
 
 class StoreHook:
@@ -259,3 +302,8 @@ class StoreHook:
         result = yield
         STARTED_RUNS.clear()
         return result
+
+
+if __name__ == "__main__":  # the watcher that _start_watcher starts: python -m fedclust.hooks.store <mlflow.db>
+    logging.disable(logging.CRITICAL)
+    watch(Path(sys.argv[1]))
