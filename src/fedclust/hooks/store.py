@@ -272,7 +272,8 @@ class StoreHook:
             if uri and uri.startswith(("http://", "https://")):
                 open_store(uri, None)  # an unreachable server: one line, within MLflow's short retries
             return (yield)
-        uri = f"sqlite:///{path}"  # absolute: the URI kedro-mlflow resolves (MLflow caches by URI)
+        if Path.cwd().resolve() != Path(context.project_path).resolve():
+            uri = f"sqlite:///{path}"  # a relative store is the project's; else kept: MLflow caches stores by URI
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock = FileLock(str(path) + ".lock", timeout=STORE_LOCK_WAIT_S)
