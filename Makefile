@@ -74,10 +74,18 @@ viz: install
 # (`kedro mlflow ui` runs whatever `mlflow` is first on PATH). `mlflow ui` alone leaves its job
 # runners behind when only its main process is stopped; here Ctrl-C, SIGTERM or SIGHUP to make
 # stops the server with every process it started (all in make's process group: `kill 0`).
+# One web worker (MLFLOW_WORKERS): with several, uvicorn's supervisor pings each worker and restarts
+# one that misses a 5 s health check, which a loaded 2-core machine makes it do again and again (the
+# UI then shows "Something went wrong"); a single worker is served by the main process, with no such
+# checks, and is plenty for browsing runs. MLflow's job runners (seven processes, for GenAI evaluation
+# jobs that this project never submits) stay off unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true.
 MLFLOW_PORT ?= 5000
+MLFLOW_WORKERS ?= 1
 mlflow-ui: install
-	@$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) & \
+	@echo "MLflow UI: http://127.0.0.1:$(MLFLOW_PORT)/ (Ctrl-C stops it)"
+	@MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port $(MLFLOW_PORT) --workers $(MLFLOW_WORKERS) & \
 	trap 'trap - INT TERM HUP; kill -TERM 0 2>/dev/null; wait; exit 0' INT TERM HUP; wait
 
 clean:
-	rm -rf mlruns mlflow.db build .viz site
+	rm -rf mlruns mlflow.db mlflow.db.lock mlflow.db.failed.jsonl build .viz site

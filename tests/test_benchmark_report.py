@@ -238,10 +238,11 @@ def test_the_run_labels_say_what_ran():
     metrics = {"wall_time_s": 2.0}
     add_setup_time(metrics, 0.5)  # the data and partition steps count
     assert metrics == {"wall_time_s": 2.5, "train_time_s": 2.0}
-    assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs/ab"
-    local = run_address("sqlite:///mlflow.db", "1", "ab")
-    assert local.startswith("http://127.0.0.1:5000/#/experiments/1/runs/ab")
-    assert "make mlflow-ui" in local and "http://127.0.0.1:5000/#/experiments/1/runs\n" not in local
+    assert run_address("http://h:5000/", "1", "ab") == "http://h:5000/#/experiments/1/runs (run ab)"
+    local = run_address("sqlite:///mlflow.db", "1", "ab")  # the UI to start, then the experiment's runs view
+    assert local == "make mlflow-ui, then open http://127.0.0.1:5000/#/experiments/1/runs (run ab)"
+    other = run_address("sqlite:///elsewhere/other.db", "1", "ab")  # another store: start the UI on it
+    assert other.startswith(".venv/bin/mlflow ui --backend-store-uri sqlite:///elsewhere/other.db, then open")
 
 
 def test_a_command_with_lists_names_a_run_config_file_that_kedro_reads_back(tmp_path):

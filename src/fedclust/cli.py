@@ -1,9 +1,11 @@
-"""The project's command line: Kedro's ``kedro run`` with three changes.
+"""The project's command line: Kedro's ``kedro run`` with four changes.
 
 * A user mistake or an environment fault (:func:`fedclust.errors.user_message`) ends the command
   with two lines on stderr (what is wrong and what to do, then how to see the traceback), exit
   status 1, and the MLflow run still open marked FAILED. Any other error is a bug and keeps its
   traceback. ``-v`` / ``--verbose`` (or ``FEDCLUST_TRACEBACK=1``) shows the traceback of every error.
+* Ctrl-C (SIGINT) prints one line, ``fedclust: interrupted; finished cells kept; rerun the same command
+  to resume``, marks the MLflow run KILLED and exits with status 130 (click printed ``Aborted!``).
 * ``--config FILE`` and ``--params`` merge: the file's ``run.params`` are kept, and a key given in
   both takes the value of ``--params`` (plain Kedro drops the file's params when ``--params`` is given).
 * Nothing else: every option of Kedro's ``run`` is there with its meaning.
@@ -48,17 +50,17 @@ def _params_with_config_file(ctx: click.Context, params: dict) -> dict:
     return merge_params(_split_params(ctx, option, from_file), params)
 
 
-def fail_open_runs() -> None:
-    """Mark the MLflow runs this process left open FAILED (MLflow's exit handler would say FINISHED)."""
+def fail_open_runs(exc: BaseException) -> str | None:
+    """Mark the MLflow runs this process left open FAILED, with the error as the reason (MLflow's exit
+    handler would say FINISHED); a line for the user when that has to wait for the store."""
+    reason = user_message(exc) or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     try:
-        import mlflow  # here: every kedro command loads this module, and MLflow is slow to import
+        # here: every kedro command loads this module, and MLflow (imported by the hooks) is slow to import
+        from fedclust.hooks.store import fail_runs
 
-        while mlflow.active_run() is not None:
-            mlflow.end_run(status="FAILED")
+        return fail_runs(reason)
     except Exception:  # the store itself may be the fault: never hide the error being reported
-        click.echo(
-            "fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it KILLED)", err=True
-        )
+        return "fedclust: the MLflow run could not be marked FAILED (the next run on this host marks it KILLED)"
 
 
 def report(exc: BaseException) -> bool:
@@ -100,11 +102,24 @@ def run(ctx: click.Context, verbose: bool = False, **kwargs):
         handler.addFilter(quiet)
     try:
         return ctx.invoke(kedro_run, **kwargs)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not click's "Aborted!" (nor a traceback)
+        # here: every kedro command loads this module, and MLflow (imported by the hooks) is slow to import
+        from fedclust.hooks.interrupts import INTERRUPTED, kill_open_runs_quietly
+
+        killed = kill_open_runs_quietly()
+        marked = f" (MLflow run {killed[-1]} marked KILLED)" if killed else ""
+        click.echo(INTERRUPTED.replace("; finished", f"{marked}; finished", 1), err=True)
+        sys.stderr.flush()
+        raise SystemExit(130) from None
     except Exception as exc:
-        fail_open_runs()
+        later = fail_open_runs(exc)
         if report(exc):
+            if later:
+                click.echo(later, err=True)
             sys.stderr.flush()
             raise SystemExit(1) from None
+        if later:
+            click.echo(later, err=True)
         raise
     finally:
         for handler in handlers:

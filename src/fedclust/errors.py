@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import sys
 
 
@@ -56,18 +57,66 @@ def _os_message(exc: OSError) -> str | None:
     return None
 
 
+#: SQLite's words for a store that cannot be used, and what to do
+_STORE_FAULTS = {
+    "database is locked": (
+        "the MLflow store is locked by another program (database is locked): wait for it to finish, or "
+        "close it (a `sqlite3` shell, another tool holding a transaction), and run again"
+    ),
+    "readonly database": None,
+    "unable to open database file": None,
+    "disk I/O error": None,
+    "file is not a database": (
+        "the MLflow store is not an SQLite database (file is not a database): move the file aside and run "
+        "again to start a new store, or set mlflow_tracking_uri in conf/local/mlflow.yml"
+    ),
+}
+_UNWRITABLE = (
+    "the MLflow store cannot be written ({words}): its folder was moved or deleted, or is read-only. Put it "
+    "back (or set mlflow_tracking_uri in conf/local/mlflow.yml) and run again"
+)
+
+
 def _store_message(exc: BaseException) -> str | None:
-    """An MLflow store that can no longer be written (SQLite says so: its folder was moved or
-    deleted, or is read-only)."""
+    """An MLflow store that cannot be used: SQLite says so (locked by another process; its folder
+    moved, deleted or read-only; not a database), or a tracking server does not answer."""
     text = " ".join(str(exc).split())
-    for words in ("readonly database", "unable to open database file", "disk I/O error"):
-        if words in text and type(exc).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "mlflow"):
-            return (
-                f"the MLflow store cannot be written ({words}): its folder was moved or deleted, or is "
-                "read-only. Put it back (or set mlflow_tracking_uri in conf/local/mlflow.yml) and run "
-                "again; the next run marks this one KILLED"
-            )
+    package = type(exc).__module__.split(".")[0]
+    if package in ("sqlite3", "sqlalchemy", "mlflow"):
+        for words, message in _STORE_FAULTS.items():
+            if words in text:
+                return message or _UNWRITABLE.format(words=words)
+    if package == "mlflow" and (server := _server_message(text)):
+        return server
     return None
+
+
+def _server_message(text: str) -> str | None:
+    """MLflow's REST client gave up on a tracking server: which server, and why, in a few words."""
+    found = re.search(r"API request to (https?://[^/\s]+)\S* failed with exception (.*)", text)
+    if not found:
+        return None
+    server, detail = found.groups()
+    why = next(
+        (
+            reason
+            for words, reason in (
+                ("Connection refused", "connection refused"),
+                ("timed out", "no answer in time"),
+                ("Timeout", "no answer in time"),
+                ("Name or service not known", "unknown host"),
+                ("NameResolutionError", "unknown host"),
+                ("nodename nor servname", "unknown host"),
+                ("too many 5", "it answers with server errors"),
+            )
+            if words in detail
+        ),
+        "no connection",
+    )
+    return (
+        f"cannot reach the MLflow tracking server at {server} ({why}): start it (or check the address), or set "
+        "mlflow_tracking_uri in conf/<env>/mlflow.yml to a reachable server or to sqlite:///mlflow.db, and run again"
+    )
 
 
 def user_message(exc: BaseException) -> str | None:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+from filelock import FileLock, Timeout
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedclust.digest import file_digest, text_digest
@@ -116,6 +117,9 @@ def _worker_init(threads: int | None, parent: int | None = None, signal_on_death
     imported, and it dies with its parent process ``parent`` (:func:`die_with_parent`)."""
     if parent is not None:
         die_with_parent(parent, signal_on_death=signal_on_death)
+    # Ctrl-C reaches every process of the terminal's group: the driver stops the pool (and says so
+    # in one line); a worker that raised KeyboardInterrupt itself would print a traceback each
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads:
         apply_thread_setting(int(threads), name="threads_per_cell")
 
@@ -411,6 +415,15 @@ class CellStore:
     leave a torn last line (no newline at its end): it is dropped with a warning, on reading and
     before the next record is appended, so that it never swallows the next cell. With ``code``,
     only the records of that code version are read (the keys of :func:`run_cells` cover it anyway).
+
+    Several processes may share one store (two grid runs in one project). Every append, and every
+    read by :func:`run_cells`, holds the store's lock (:meth:`locked`), so that no process reads a
+    line another one is writing or cuts it as torn; and a process claims a cell (:meth:`claim`)
+    before computing it, so that no cell is computed twice. Both are ``filelock`` locks on files in
+    a hidden folder beside the store (``.cells.jsonl.locks/``): kernel locks (``flock``), which the
+    OS releases when their holder dies, even by SIGKILL, so a crashed run never leaves a cell or
+    the store locked. (A store in SQLite with transactions would do the same for the records, but
+    not for the claims of cells still being computed, and would change the format that runs resume.)
     """
 
     def __init__(self, path: str | os.PathLike, code: str | None = None):
@@ -418,6 +431,75 @@ class CellStore:
         self.code = code
         #: cell_id -> (code, data) of the records read by the last :meth:`load`
         self.seen: dict[str, tuple] = {}
+        #: the size of the file as this process last read or wrote it (another process appended
+        #: when it differs): see :meth:`refresh`
+        self._known_size: int | None = None
+
+    @property
+    def lock_dir(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.locks")
+
+    def _lock(self, name: str) -> FileLock:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(self.lock_dir / f"{name}.lock")
+
+    @contextlib.contextmanager
+    def locked(self):
+        """The whole store, for one read or one append (a few milliseconds)."""
+        try:
+            lock: FileLock | None = self._lock("store")
+            lock.acquire()
+        except OSError:  # a folder that cannot hold the lock (read-only): reading stays possible
+            lock = None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _size(self) -> int | None:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def load_shared(self) -> dict[str, Any]:
+        """:meth:`load` under the store's lock, remembering the size read."""
+        with self.locked():
+            size = self._size()
+            out = self.load()
+        self._known_size = size
+        return out
+
+    def refresh(self) -> dict[str, Any] | None:
+        """The stored cells read again when another process appended since this one last read or
+        wrote the store, else None (nothing new)."""
+        if self._size() == self._known_size:
+            return None
+        return self.load_shared()
+
+    def claim(self, key: str) -> FileLock | None:
+        """The claim on cell ``key`` (held until released), or None while another process holds it."""
+        lock = self._lock(key)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return None
+        return lock
+
+    def wait_for(self, key: str, poll_s: float = 0.5) -> None:
+        """Until no process holds the claim on cell ``key`` (its result is stored, or its run ended)."""
+        lock = self._lock(key)
+        lock.acquire(poll_interval=poll_s)
+        lock.release()
+
+    def unclaim(self, lock: FileLock, stored: bool) -> None:
+        """Release a claim; once its cell is stored, its lock file goes (a process that opened it
+        meanwhile finds the cell stored when it gets the lock, and computes nothing)."""
+        lock.release()
+        if stored:
+            with contextlib.suppress(OSError):
+                os.unlink(lock.lock_file)
 
     def load(self) -> dict[str, Any]:
         """``{key: result}`` of the stored cells (of this store's code version, when it has one)."""
@@ -500,12 +582,17 @@ class CellStore:
         code: str | None = None,
         data: str | None = None,
     ) -> None:
-        """Write one record: a single newline-terminated line, flushed and fsynced."""
+        """Write one record: a single newline-terminated line, flushed and fsynced, under the store's
+        lock."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.locked():
+            self._append(key, cell, result, cell_id=cell_id, code=code, data=data)
+
+    def _append(self, key, cell, result, *, cell_id, code, data) -> None:
         new = not self.path.exists()
-        if new:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        else:
+        if not new:
             self._drop_torn_tail()
+        before = self._size()
         row = {
             "key": key,
             "cell_id": cell_id,
@@ -525,6 +612,8 @@ class CellStore:
             os.close(fd)
         if new:  # the file's entry in its folder is durable too
             _fsync_dir(self.path.parent)
+        if before == self._known_size:
+            self._known_size = (before or 0) + len(line)  # nothing new from others: no need to read it again
 
     def clear(self) -> None:
         if self.path.exists():
@@ -641,7 +730,7 @@ def run_cells(
     have = [False] * len(cells)
     if store is not None:
         if resume:
-            stored = store.load()
+            stored = store.load_shared()
             changed = {"data": 0, "code": 0}
             for i, k in enumerate(keys):
                 if k in stored:
@@ -674,20 +763,83 @@ def run_cells(
     logger.info("%s: %d cell(s) to run on executor %r", label, len(todo), executor)
     t_all = time.perf_counter()
     bar = _CellProgress(label, len(todo))
+    done = 0
+
+    def finished(i: int, res, resumed: bool) -> None:
+        nonlocal done
+        results[i], have[i] = res, True
+        if on_done is not None:
+            on_done(i, res, resumed)
+        done += 1
+        desc = name(cells[i]) if name else f"cell {i}"
+        bar.advance(desc)
+        logger.debug("%s: %s done (%d/%d, %.0f s)", label, desc, done, len(todo), time.perf_counter() - t_all)
+
     try:
-        for n, (i, res) in enumerate(iter_cells(fn, cells, executor, options, todo), 1):
-            results[i], have[i] = res, True
-            if store is not None:
-                store.append(keys[i], cells[i], res, cell_id=ids[i], code=code, data=datas[i])
-            if on_done is not None:
-                on_done(i, res, False)
-            desc = name(cells[i]) if name else f"cell {i}"
-            bar.advance(desc)
-            logger.debug("%s: %s done (%d/%d, %.0f s)", label, desc, n, len(todo), time.perf_counter() - t_all)
+        if store is None:
+            for i, res in iter_cells(fn, cells, executor, options, todo):
+                finished(i, res, False)
+        else:
+            _run_shared(fn, cells, executor, options, todo, store, keys, ids, datas, code, finished, have, label)
     finally:
         bar.close()
     logger.info("%s: %d cell(s) in %.1f s", label, len(todo), time.perf_counter() - t_all)
     return results
+
+
+#: the most cells one process claims at a time on a parallel executor: one open lock file each
+CLAIM_BATCH = 256
+
+
+def _run_shared(fn, cells, executor, options, todo, store, keys, ids, datas, code, finished, have, label) -> None:
+    """Run the cells ``todo`` with a store that other processes may share: claim a cell before
+    computing it (the serial executor one at a time, so that two runs share the work; a parallel one
+    a batch at a time), take from the store what another process stored meanwhile, skip the cells
+    another process is computing and come back to them at the end, waiting for their claims."""
+    pending = list(todo)
+    batch = 1 if executor == "serial" else CLAIM_BATCH
+    waiting_said = False
+    while pending:
+        newer = store.refresh()
+        if newer:  # cells another process finished since this one last looked
+            for i in pending:
+                if keys[i] in newer:
+                    finished(i, newer[keys[i]], True)
+            pending = [i for i in pending if keys[i] not in newer]
+        claims: dict[int, FileLock] = {}
+        busy: list[int] = []
+        for i in pending:
+            if len(claims) >= batch:
+                break
+            lock = store.claim(keys[i])
+            if lock is None:
+                busy.append(i)
+            else:
+                claims[i] = lock
+        newer = store.refresh() if claims else None  # stored between our last look and the claim
+        for i in [i for i in claims if newer and keys[i] in newer]:
+            store.unclaim(claims.pop(i), stored=True)
+            finished(i, newer[keys[i]], True)
+        if claims:
+            try:
+                for i, res in iter_cells(fn, cells, executor, options, list(claims)):
+                    store.append(keys[i], cells[i], res, cell_id=ids[i], code=code, data=datas[i])
+                    store.unclaim(claims.pop(i), stored=True)
+                    finished(i, res, False)
+            finally:
+                for lock in claims.values():  # a failed or interrupted batch: its cells are free again
+                    store.unclaim(lock, stored=False)
+        elif busy:
+            if not waiting_said:
+                logger.info(
+                    "%s: %d cell(s) are being computed by another run on %s; waiting for them",
+                    label,
+                    len(busy),
+                    store.path,
+                )
+                waiting_said = True
+            store.wait_for(keys[busy[0]])
+        pending = [i for i in pending if not have[i]]
 
 
 def same_results(a, b, ignore: Sequence[str] = ("wall_time_s",)) -> bool:

@@ -15,6 +15,17 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
     os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
 
+# A tracking server that does not answer ends a run within about half a minute, in one line, rather
+# than after MLflow's default of 7 retries with exponential back-off and 120 s timeouts (about 4
+# minutes per request): 2 retries, 1 s back-off, 10 s per request. MLflow reads these at each request;
+# set them in the environment to wait longer for a flaky server.
+for _name, _value in (
+    ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
+    ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
+):
+    os.environ.setdefault(_name, _value)
+
 with long_lived():  # every command imports MLflow and the method registry here (fedclust.gc_pause)
     from fedclust.hooks import (
         EffectiveSettingsHook,
@@ -24,6 +35,7 @@ with long_lived():  # every command imports MLflow and the method registry here 
         ParamsCheckHook,
         RunTagsHook,
         StartupGCHook,
+        StoreHook,
         SummaryHook,
     )
 
@@ -37,9 +49,12 @@ with long_lived():  # every command imports MLflow and the method registry here 
 # by node in one batch at the start of a one-method run (one SQLite write instead of one per key);
 # SummaryHook shows progress and the end-of-run table; InterruptHook marks the MLflow run of an
 # interrupted run as KILLED; StartupGCHook keeps the collector off the objects that kedro-mlflow's
-# set-up and the run's start create for good (fedclust.gc_pause).
+# set-up and the run's start create for good (fedclust.gc_pause); StoreHook opens (creates, migrates)
+# the MLflow store under a file lock before kedro-mlflow uses it, stops a run whose store cannot be
+# used with one line, and marks FAILED the runs that lost their store earlier (fedclust.hooks.store).
 HOOKS = (
     StartupGCHook(),
+    StoreHook(),
     ParamsCheckHook(),
     RunTagsHook(),
     MethodRunsCloseHook(),

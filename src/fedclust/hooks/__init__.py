@@ -12,7 +12,9 @@
 * :mod:`.startup`: the garbage collector kept off the objects a run's set-up builds for good
   (:class:`StartupGCHook`);
 * :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
-  marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`).
+  marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`);
+* :mod:`.store`: the MLflow store opened (created, migrated) once under a file lock, a store that
+  cannot be used stopped in one line, and runs that lost their store marked FAILED (:class:`StoreHook`).
 
 The hooks share one record of the pipeline run in progress (:mod:`.state`). A user mistake or an
 environment fault is shown in one line, with the MLflow run still open marked FAILED, by the command
@@ -24,11 +26,13 @@ from fedclust.hooks.params import ParamsCheckHook
 from fedclust.hooks.params_log import NodeParamsBatchHook
 from fedclust.hooks.settings_log import EffectiveSettingsHook
 from fedclust.hooks.startup import StartupGCHook
+from fedclust.hooks.store import FAILURE_TAG, StoreHook
 from fedclust.hooks.summary import SummaryHook
 from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
 
 __all__ = [
     "EffectiveSettingsHook",
+    "FAILURE_TAG",
     "HOST_TAG",
     "InterruptHook",
     "MethodRunsCloseHook",
@@ -37,6 +41,7 @@ __all__ = [
     "ParamsCheckHook",
     "RunTagsHook",
     "StartupGCHook",
+    "StoreHook",
     "SummaryHook",
     "kill_dead_runs",
 ]

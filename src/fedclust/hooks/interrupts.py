@@ -74,6 +74,26 @@ def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+#: what Ctrl-C prints (and nothing else): finished grid cells are on disk, and a rerun resumes them
+INTERRUPTED = "fedclust: interrupted; finished cells kept; rerun the same command to resume"
+
+
+def kill_open_runs_quietly() -> list[str]:
+    """Mark KILLED, now and without a log line, the MLflow runs this process's pipeline run left open
+    (Ctrl-C: the command line says it in its one line); their ids."""
+    if not OPEN_RUNS:
+        return []
+    killed = []
+    try:
+        while (active := mlflow.active_run()) is not None:
+            killed.append(active.info.run_id)
+            mlflow.end_run(status="KILLED")
+    except Exception:  # never fail while stopping; the next run marks a run of a dead process KILLED
+        pass
+    OPEN_RUNS.clear()
+    return killed
+
+
 def _kill_open_runs() -> None:
     """At exit: a run this process opened and never closed was interrupted; mark it KILLED."""
     if not OPEN_RUNS:

@@ -1,6 +1,7 @@
 """What a ``kedro run`` shows on the terminal: progress bars over nodes and rounds (on a terminal
 only), and at the end a summary table: method, ACC/NMI or test accuracy with their chance line,
-the majority baseline and the ``AT CHANCE`` / ``COLLAPSED`` flags, epsilon with its trust model, wall time and MLflow run id."""
+the majority baseline and the ``AT CHANCE`` / ``COLLAPSED`` flags, epsilon with its trust model, wall time and MLflow run id, then
+where to see the run: ``make mlflow-ui`` and the experiment's runs view in the MLflow UI."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import sys
 import time
 
+import mlflow
 from kedro.framework.hooks import hook_impl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -16,6 +18,7 @@ from rich.table import Table
 from fedclust import progress
 from fedclust.hooks.state import RUN, is_grid_run, method_of
 from fedclust.hooks.tags import fmt_eps
+from fedclust.pipelines.mlflow_io import run_address
 from fedclust.registry.clustered_fl import ONE_MODEL
 
 #: how a one-model method's client clustering is shown (the benchmark report's words)
@@ -255,9 +258,20 @@ class SummaryHook:
                 print_summary(RUN.name, rows, width=100 if only_grids else None)
             except Exception as exc:  # never fail a finished run for its summary
                 logger.warning("could not print the summary: %s", exc)
-        for grid, records in self._grid_records.items():
-            if grid.endswith("benchmark") and records:
-                self._print_benchmark(grid, records)
+        benchmarks = [g for g, records in self._grid_records.items() if g.endswith("benchmark") and records]
+        for grid in benchmarks:
+            self._print_benchmark(grid, self._grid_records[grid])
+        if rows and not benchmarks and RUN.parent_id:  # a benchmark's lines end with the same hint
+            self._print_ui_hint(RUN.parent_id)
+
+    @staticmethod
+    def _print_ui_hint(run_id: str) -> None:
+        """Where to see the run among the others: the MLflow UI to start, and its runs view."""
+        try:
+            exp = mlflow.get_run(run_id).info.experiment_id
+            print("MLflow: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
+        except Exception as exc:  # never fail a finished run for its summary
+            logger.warning("could not print where the MLflow run is: %s", exc)
 
     @staticmethod
     def _print_benchmark(grid: str, records: list[dict]) -> None:

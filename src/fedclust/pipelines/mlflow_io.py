@@ -313,18 +313,21 @@ class MlflowRunSummaryDataset(AbstractDataset):
         return {}
 
 
+#: where ``make mlflow-ui`` serves the UI (its MLFLOW_PORT, and ui.port of conf/base/mlflow.yml)
+LOCAL_UI = "http://127.0.0.1:5000"
+
+
 def run_address(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a person opens a run: its page on the tracking server, or for a local store the page
-    the UI serves, the command that starts it (``make mlflow-ui`` for the project's own store
-    ``mlflow.db``) and the experiment's runs view."""
-    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    """Where a person sees a run among the others: the experiment's runs view (the run's id after
+    it) on the tracking server, or, for a local store, the command that starts the UI first
+    (``make mlflow-ui`` for the project's own ``mlflow.db``) and the view it then serves."""
+    view = f"#/experiments/{experiment_id}/runs"
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/{page}"
-    runs = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+        return f"{tracking_uri.rstrip('/')}/{view} (run {run_id})"
     prefix = "sqlite:///"
     own = tracking_uri.startswith(prefix) and Path(tracking_uri[len(prefix) :]).resolve() == Path("mlflow.db").resolve()
     start = "make mlflow-ui" if own else f".venv/bin/mlflow ui --backend-store-uri {tracking_uri}"
-    return f"http://127.0.0.1:5000/{page}\n  (start the UI first: {start}; every run of the experiment: {runs})"
+    return f"{start}, then open {LOCAL_UI}/{view} (run {run_id})"
 
 
 #: the file name of a run's config artifact (:func:`kedro_run_config`), named by its ``kedro_command``

@@ -139,5 +139,5 @@ def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> lis
     lines.append(f"report: {os.path.relpath(path) if os.path.isabs(path) else path}")
     if run_id:
         exp = mlflow.get_run(run_id).info.experiment_id
-        lines.append("MLflow run: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
+        lines.append("MLflow: " + run_address(mlflow.get_tracking_uri(), exp, run_id))
     return lines
