@@ -36,7 +36,7 @@ from fedclust.grids._data import load_cached, memo, stamp
 from fedclust.metrics import client_chance
 from fedclust.partition import rotation
 from fedclust.privacy.accountants import epsilon as accounted
-from fedclust.registry.clustered_fl import rr_sigmas, run_rr
+from fedclust.registry.clustered_fl import rr_base, rr_regime, rr_sigmas, run_rr
 
 METRICS = [
     "test_accuracy",
@@ -46,6 +46,8 @@ METRICS = [
     "client_at_chance",
     "mean_moved",
     "min_noisy_cluster",
+    "expected_clients_per_cluster",
+    "rr_moves_updates",
     "epsilon_accountant",
     "wall_time_s",
 ]
@@ -172,6 +174,8 @@ def run_cell(cell: dict) -> list[dict]:
     if "client_ACC" in metrics:
         metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
     metrics["mean_moved"] = float(sum(moved) / len(moved))
+    if rr_base(method, base) is not None:  # where the run sits on RR's regime map (clustered methods)
+        metrics.update(rr_regime(q, M, k, moved))
     before = res.history.get("sizes_before_rr") or []
     if before:
         metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
