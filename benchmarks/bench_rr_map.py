@@ -53,6 +53,7 @@ import numpy as np
 
 from fedclust import bench
 from fedclust.clustered_fl import MLP
+from fedclust.clustered_fl.rebalance import identifier_keep_probability
 from fedclust.grids.report import t_interval
 from fedclust.metrics import client_chance
 from fedclust.privacy.accountants import epsilon as accounted
@@ -199,6 +200,19 @@ def tables(records) -> None:
                 eps_acc = max(r["epsilon_accountant"] for r in rs)
                 cells.append(f"{_ci([r['client_ACC'] for r in rs])} ({chance:.1f}) / {eps_acc:.3f}")
             print(f"| {round(q * M) / K:g} | {M} | {q:g} | {B} | " + " | ".join(cells) + " |")
+    print(
+        "\n### Why: smallest noisy cluster of a round before RR (mean over rounds and seeds, DP-IFCA runs) / "
+        "chance that a noisy identifier keeps the client's own cluster\n"
+    )
+    print("| m/k | M | q | " + " | ".join(f"eps={e:g}" for e in epss) + " |")
+    print("|---" * (3 + len(epss)) + "|")
+    for M, q in points_of(records):
+        cells = []
+        for e in epss:
+            rs = list(by[M, q, e, 0].values())
+            keep = identifier_keep_probability(math.sqrt(2) * rs[0]["sigma_s"], K)  # std sqrt(2) C_s sigma_s
+            cells.append(f"{np.mean([r['min_noisy_cluster'] for r in rs]):.1f} / {keep:.2f}")
+        print(f"| {round(q * M) / K:g} | {M} | {q:g} | " + " | ".join(cells) + " |")
     # the crossover: per eps, the m/k where some B gains with its CI above 0, and where RR moves anything
     print("\n### Where RR-Cluster helps (a gain whose 95 % CI lies above 0, any B) and where it acts at all\n")
     for e in epss:
