@@ -35,7 +35,8 @@ epsilon (max over seeds). The figure: the gain of RR-Cluster over DP-IFCA (paire
 against m/k, one line per eps, one panel per B.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_rr_map.py [--quick] [--rounds 60] [--seeds 3] \
-        [--figure docs/methods/rr_cluster_map.png] [--json out.json] [--replot out.json]
+        [--figure docs/methods/rr_cluster_map.png] [--json out.json] [--replot out.json] \
+        [--clip 0.3] [--points 1000:0.03,1000:0.1] [--epsilons 2,4,8]
 
 ``--quick``: eps 4, seed 0, three points, T = 20 (about a minute). ``--replot PATH`` redraws the
 tables and the figure from the records of an earlier ``--json`` report without training.
@@ -74,7 +75,7 @@ def feasible(B: int, M: int, q: float) -> bool:
     return B * K <= max(1, int(round(q * M)))
 
 
-def run_point(images, y, M, q, epss, seeds, T) -> list[dict]:
+def run_point(images, y, M, q, epss, seeds, T, clip=CLIP) -> list[dict]:
     """Every (eps, seed, B) run of one regime point, as flat records."""
     out = []
     for seed in seeds:
@@ -90,7 +91,7 @@ def run_point(images, y, M, q, epss, seeds, T) -> list[dict]:
                     MLP(data.d, (), 10),
                     k,
                     sigmas=sig,
-                    clip=CLIP,
+                    clip=clip,
                     B=B,
                     C_s=C_S,
                     lr=0.1,
@@ -108,6 +109,7 @@ def run_point(images, y, M, q, epss, seeds, T) -> list[dict]:
                     "seed": seed,
                     "B": B,
                     "rounds": T,
+                    "clip": clip,
                     "test_accuracy": float(final["test_accuracy"]),
                     "client_ACC": float(final["client_ACC"]),
                     "moved_per_round": float(np.mean(moved)),
@@ -163,10 +165,10 @@ def tables(records) -> None:
     by, g = _by(records), gains(records)
     epss = sorted({r["eps"] for r in records})
     seeds = sorted({r["seed"] for r in records})
-    T = records[0]["rounds"]
+    T, clip = records[0]["rounds"], records[0].get("clip", CLIP)
     print(
         f"\n## RR-Cluster regime map: rotated MNIST (10x10, balanced, k={K}), T={T}, delta={DELTA}, "
-        f"C_theta={CLIP}, C_s={C_S}, seeds {seeds}\n"
+        f"C_theta={clip:g}, C_s={C_S}, seeds {seeds}\n"
     )
     head = "| m/k | M | q | B | " + " | ".join(f"eps={e:g}" for e in epss) + " |"
     sep = "|---" * (4 + len(epss)) + "|"
@@ -293,6 +295,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=60, help="training rounds T (default 60)")
     ap.add_argument("--figure", default=None, help="write the gain figure (PNG) to this path")
     ap.add_argument("--replot", default=None, metavar="PATH", help="tables and figure from an earlier --json report")
+    ap.add_argument("--clip", type=float, default=CLIP, help=f"C_theta of every run (default {CLIP})")
+    ap.add_argument("--points", default=None, help="regime points M:q,M:q,... (default: the full map)")
+    ap.add_argument("--epsilons", default=None, help="comma-separated epsilons (default 2,4,8)")
     args = ap.parse_args()
     with bench.session(args) as report:
         if args.replot:
@@ -307,10 +312,14 @@ def main():
                 if args.quick
                 else (POINTS, EPSILONS, list(range(args.seeds)), args.rounds)
             )
+            if args.points:
+                points = [(int(a), float(b)) for a, b in (p.split(":") for p in args.points.split(","))]
+            if args.epsilons:
+                epss = tuple(float(e) for e in args.epsilons.split(","))
             records, wall0 = [], time.perf_counter()
             for M, q in points:
                 t0 = time.perf_counter()
-                records += run_point(images, y, M, q, epss, seeds, T)
+                records += run_point(images, y, M, q, epss, seeds, T, args.clip)
                 print(f"point M={M} q={q:g} (m/k={round(q * M) / K:g}): {time.perf_counter() - t0:.1f} s", flush=True)
             print(f"total wall {time.perf_counter() - wall0:.1f} s")
             report["records"] = records
