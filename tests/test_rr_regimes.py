@@ -13,7 +13,7 @@ def test_the_few_per_cluster_regime_is_the_papers_and_feasible():
     assert (M, q, per_round) == (1000, 0.03, 30)  # about 7 clients per cluster and round for k = 4
     Bs = {c["B"] for c in cells if c["method"] == "rr_cluster"}
     assert Bs == {2, 4, 7} and max(Bs) * 4 <= per_round  # every B is feasible: B <= m / k
-    assert {c["epsilon"] for c in cells} == {None, 4.0}
+    assert {c["epsilon"] for c in cells} == {None, 2.0, 4.0, 8.0}  # the paper's budgets
 
 
 def test_the_default_regime_keeps_the_config_and_typos_are_refused():
