@@ -169,6 +169,19 @@ def run_rr(
     )
 
 
+def rr_regime(q: float, M: int, k: int, moved) -> dict[str, float]:
+    """Where an RR run sits on the regime map: ``expected_clients_per_cluster`` = m / k with
+    m = round(qM) sampled clients per round (how many updates an average cluster gets before the
+    identifier noise; the rebalancing can only act when a noisy cluster falls below B, which needs
+    few of them), and ``rr_moves_updates`` (1.0 when the run moved at least one update, i.e. it ran
+    in the regime where RR-Cluster differs from its base method; always 0.0 for B = 0)."""
+    m = max(1, int(round(float(q) * int(M))))
+    return {
+        "expected_clients_per_cluster": m / int(k),
+        "rr_moves_updates": float(any(n > 0 for n in (moved or []))),
+    }
+
+
 def _paper_epsilon(q, T, delta, sigmas) -> float:
     """The paper's epsilon (Thm 4.2 + eq. 9) for the Gaussians of one round (all sharing the sample)."""
     # the clustered-FL methods load when one runs: they import torch, which the registry's every kedro start must not pay
@@ -251,6 +264,9 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
     res.info["wall_time_s"] = time.perf_counter() - t0
     res.info["rounds"] = int(cfg.rounds)
     moved = res.history.get("n_moved") or []
+    final = res.info.setdefault("final", {})
     if moved:
-        res.info.setdefault("final", {})["mean_moved_per_round"] = float(sum(moved) / len(moved))
+        final["mean_moved_per_round"] = float(sum(moved) / len(moved))
+    if rr_base(method, cfg.base) is not None:  # the methods with clusters: where the run sits on RR's regime map
+        final.update(rr_regime(float(cfg.participation), int(rotated.group.size), k, moved))
     return res
