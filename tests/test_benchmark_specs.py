@@ -89,3 +89,22 @@ def test_specs_without_labels_twice_the_same_label_or_unknown_keys_are_refused(t
     assert list(benchmark.dataset_specs({"datasets": [twice, {**twice, "label": "wine2"}]})) == ["wine", "wine2"]
     with pytest.raises(DataError, match=r"unknown key\(s\) \['labels'\]"):
         benchmark.dataset_specs({"datasets": [{**twice, "labels": "x"}]})
+
+
+def test_the_clustered_fl_half_runs_rr_clusters_few_per_cluster_regime_by_name():
+    import pytest as _pytest
+
+    from fedclust.grids import benchmark
+
+    config = {"methods": ["rr_cluster", "dp_ifca"], "seeds": 3, "clustered_fl": {"regime": "few_per_cluster"}}
+    cells = benchmark.clustered_fl_cells(config, {"mnist": "unused/mnist"})
+    inner = [c["cell"] for c in cells]
+    # the preset's clients, sampling, budgets and methods, one RR threshold (its largest), the benchmark's seeds
+    assert {(c["method"], c["B"]) for c in inner} == {("dp_ifca", 0), ("rr_cluster", 7)}
+    assert {c["epsilon"] for c in inner} == {None, 2.0, 4.0, 8.0} and {c["seed"] for c in inner} == {0, 1, 2}
+    assert {(c["config"]["n_clients"], c["config"]["participation"], c["config"]["dataset"]) for c in inner} == {
+        (1000, 0.03, "mnist")
+    }
+    assert all("few_per_cluster" in c["partition"] for c in cells)
+    with _pytest.raises(ValueError, match="regime must be one of"):
+        benchmark.clustered_fl_cells({**config, "clustered_fl": {"regime": "few"}}, {})

@@ -472,6 +472,9 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     methods = clustered_fl_methods(config)
     if not methods:
         return []
+    regime = cfg.get("regime") or "many_per_cluster"
+    if regime not in rr.REGIMES:
+        raise ValueError(f"benchmark.config.clustered_fl.regime must be one of {list(rr.REGIMES)}, got {regime!r}")
     rotation = {
         "n_groups": int(cfg.get("n_groups", 4)),
         "n_clients": int(cfg.get("n_clients", 100)),
@@ -513,6 +516,8 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
                     }
                 )
         private = [m for m in methods if m in CFL_PRIVATE]
+        if private and regime != "many_per_cluster":
+            continue  # a regime preset runs once, on its own data (below)
         if private:
             sub = {
                 "dataset": ds,
@@ -533,6 +538,25 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
                 "Bs": [int(cfg.get("B", 4))],
             }
             out += [{"kind": "rr", "cell": c, "partition": partition} for c in rr.cells(sub, data_paths)]
+    if regime != "many_per_cluster" and any(m in CFL_PRIVATE for m in methods):
+        # a regime of rr_grid by name (its data, clients, budgets, thresholds and methods), the
+        # benchmark's seeds and delta
+        preset = rr.apply_regime(
+            {
+                "regime": regime,
+                "seeds": seeds,
+                "delta": float(config.get("delta", 1e-5)),
+                "lr": float(cfg.get("lr", 0.1)),
+                "local_steps": int(cfg.get("local_steps", 5)),
+                "hidden": [],
+                "clip": float(cfg.get("clip", 0.3)),
+            }
+        )
+        # one RR threshold per table row: the preset's largest B (about its clients per cluster and
+        # round); the preset is applied here, so rr.cells gets a plain config
+        preset.update(Bs=[max(preset["Bs"])], regime=None)
+        label = f"rotation({regime}: {preset['n_clients']} clients, q={preset['participation']:g}, B={preset['Bs'][0]})"
+        out += [{"kind": "rr", "cell": c, "partition": label} for c in rr.cells(preset, data_paths)]
     return out
 
 
