@@ -363,3 +363,12 @@ def test_the_latest_report_is_a_file_at_a_stable_path_and_each_run_keeps_its_cop
     copies = sorted((tmp_path / "benchmark" / "versions" / "report.html").glob("*/report.html"))
     assert [c.read_text() for c in copies] == ["old", "first", "second"]  # every run's copy, the old one kept
     assert SAVED[str(latest)] == str(latest)
+
+
+def test_a_report_with_rr_cluster_says_when_it_helps_and_where_its_rows_sit():
+    from fedclust.grids.report import RR_HELPS_UP_TO, rr_guidance
+
+    rr = {"tags": {"method": "rr_cluster"}, "metrics": {"expected_clients_per_cluster": 7.5}}
+    (line,) = rr_guidance([rr, {"tags": {"method": "dp_ifca"}, "metrics": {}}])
+    assert f"up to about {RR_HELPS_UP_TO:g}" in line and line.endswith("Here: 7.5 per cluster and round.")
+    assert rr_guidance([{"tags": {"method": "fkm"}, "metrics": {}}]) == []

@@ -876,6 +876,31 @@ def terminal_lines(table: pd.DataFrame, width: int = 100, label_of: dict[str, st
     return lines
 
 
+#: where RR-Cluster's rebalancing helps, from its measured regime map (docs/methods/rr_cluster.md)
+RR_HELPS_UP_TO, RR_NO_GAIN_FROM, RR_NO_MOVE_FROM = 10.0, 12.5, 25.0
+
+
+def rr_guidance(records: list[dict]) -> list[str]:
+    """One line on when RR-Cluster helps, with the expected sampled clients per cluster and round of
+    the RR rows that ran (none without an RR-Cluster record)."""
+    rr = [r for r in records if r.get("tags", {}).get("method") == "rr_cluster"]
+    if not rr:
+        return []
+    per = sorted(
+        {
+            round(float(r["metrics"]["expected_clients_per_cluster"]), 1)
+            for r in rr
+            if "expected_clients_per_cluster" in (r.get("metrics") or {})
+        }
+    )
+    here = f" Here: {', '.join(f'{v:g}' for v in per)} per cluster and round." if per else ""
+    return [
+        "RR-Cluster helps only where few clients per cluster are sampled in a round: on our MNIST map it beats "
+        f"DP-IFCA up to about {RR_HELPS_UP_TO:g} expected clients per cluster and round, gains nothing measurable "
+        f"from about {RR_NO_GAIN_FROM:g}, and moves no update (equals DP-IFCA) from {RR_NO_MOVE_FROM:g}." + here
+    ]
+
+
 def build(
     records: list[dict],
     *,
@@ -893,7 +918,7 @@ def build(
     entries, label_of = protection_legend(records)
     figures = {ds: figure_png_base64(privacy_utility_figure(table, ds)) for ds in dict.fromkeys(table["dataset"])}
     metrics, tags = parent_run_summary(records)
-    header = ran_lines(records) + list(notes or [])
+    header = ran_lines(records) + list(notes or []) + rr_guidance(records)
     return {
         "table": table,
         "clustered_fl": cfl,
