@@ -113,6 +113,10 @@ class ClusteredFLEngine:
       draw more rows than it holds). ``defer_updates=False`` runs the steps one after another: the
       float results then differ in the last bits (the numbers of runs made before deferral was the
       default come back bit for bit with it).
+    * ``evaluator``: the function that evaluates the cluster models (default
+      :func:`~fedclust.clustered_fl.engine.evaluate`, same signature). The final model is evaluated
+      once: the last round's record and the result's ``info["final"]`` come from the same call (on
+      all training clients and the test clients), so they cannot disagree.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class ClusteredFLEngine:
         device: str | torch.device | None = "cpu",
         chunk_runner: ChunkRunner | None = None,
         defer_updates: bool = True,
+        evaluator: Callable[..., dict] = evaluate,
     ):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
@@ -217,6 +222,9 @@ class ClusteredFLEngine:
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
         self.chunk_runner = chunk_runner
         self.defer_updates = bool(defer_updates)
+        if not callable(evaluator):
+            raise ValueError(f"evaluator must be callable (like engine.evaluate), got {evaluator!r}")
+        self.evaluator = evaluator
         self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
@@ -603,18 +611,20 @@ class ClusteredFLEngine:
             self.timing["aggregate"] += time.perf_counter() - t0
         return ServerState(params=agg.params, momentum=agg.momentum, round=t), updates, agg
 
-    def _record(self, history, t, lr, state, updates, agg):
+    def _evaluate(self, params: Params, train: bool) -> dict[str, Any]:
+        """``evaluator`` on the cluster models: the test clients, and every training client when ``train``."""
+        return self.evaluator(
+            self.model, params, self.data, train=train, test=True, test_select=self.test_select, max_rows=self.max_rows
+        )
+
+    def _record(self, history, t, lr, state, updates, agg, ev: dict[str, Any] | None = None):
+        """Append round ``t``'s record to ``history``. ``ev``: an evaluation of ``state.params`` already
+        made with ``train=True`` (the final one; its test side is the same call's, and it holds the
+        train side that ``train_eval="all"`` reads), else one is made here."""
         t0 = time.perf_counter()
         rec: dict[str, Any] = {"round": t, "lr": lr}
-        ev = evaluate(
-            self.model,
-            state.params,
-            self.data,
-            train=self.train_eval == "all",
-            test=True,
-            test_select=self.test_select,
-            max_rows=self.max_rows,
-        )
+        if ev is None:
+            ev = self._evaluate(state.params, train=self.train_eval == "all")
         if self.train_eval == "all":
             rec["train_loss"] = ev["train_loss"]
             rec["client_ACC"], rec["client_NMI"] = (
@@ -656,12 +666,17 @@ class ClusteredFLEngine:
                 "cluster_sizes",
             )
         }
+        final = None
         for t in range(1, self.rounds + 1):
             lr = self.lr_at(t)
             state, updates, agg = self.step(state)
             report_round("round", t, self.rounds)
             if (self.eval_every and t % self.eval_every == 0) or t == self.rounds:
-                rec = self._record(history, t, lr, state, updates, agg)
+                if t == self.rounds:  # the final model: one evaluation serves the record and the result
+                    t0 = time.perf_counter()
+                    final = self._evaluate(state.params, train=True)
+                    self.timing["final_eval"] = time.perf_counter() - t0
+                rec = self._record(history, t, lr, state, updates, agg, ev=final)
                 logger.info(
                     "%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
                     self.method,
@@ -674,17 +689,6 @@ class ClusteredFLEngine:
                 )
                 if self.progress is not None:
                     self.progress(t, rec)
-        t0 = time.perf_counter()
-        final = evaluate(
-            self.model,
-            state.params,
-            self.data,
-            train=True,
-            test=True,
-            test_select=self.test_select,
-            max_rows=self.max_rows,
-        )
-        self.timing["final_eval"] = time.perf_counter() - t0
         self.dp_events.extend(self.aggregator.finish(self.rounds, self.data.n_clients, self.S))
         info = {
             "method": self.method,
