@@ -200,6 +200,9 @@ def main():
     ap.add_argument("--population", type=int, default=None, help="clients in the population (default: --clients)")
     ap.add_argument("--workers", default="1,2", help="Ray CPU counts to try, comma separated")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="run the worker counts this many times, interleaved (1,2,1,2,...)"
+    )
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first (workers start, model shipped)")
     ap.add_argument("--chunk-mb", type=float, default=128.0)
     ap.add_argument("--mmap", metavar="DIR", default=None, help="stream the clients from .npy files in DIR")
@@ -250,8 +253,9 @@ def main():
             serial_s, ref, chunks, mon = one(data, S, a.rounds, a.chunk_mb, None, **kw)
             print(f"serial: {serial_s:.2f} s/round, {S / serial_s:.0f} updates/s, {chunks} chunks", flush=True)
             row("serial (this process)", 1, chunks, serial_s, "reference", mon)
-        last = None
-        for W in (int(w) for w in a.workers.split(",")):
+        last, runs = None, []
+        order = [int(w) for w in a.workers.split(",")] * a.repeats
+        for W in order:
             if a.backend == "ray":
                 ray.shutdown()
                 ray.init(num_cpus=W, include_dashboard=False, log_to_driver=False)
@@ -261,12 +265,14 @@ def main():
             dt, params, chunks, mon = one(data, S, a.rounds, a.chunk_mb, runner, **kw)
             if a.backend == "processes":
                 runner.close()
-            same = "not compared" if ref is None else "bit-identical"
-            if ref is not None and not all(torch.equal(params[n], ref[n]) for n in ref):
-                same = "DIFFERENT"
+            if ref is None:  # no serial run: every run is compared with the first parallel one
+                ref, same = params, "reference"
+            else:
+                same = "bit-identical" if all(torch.equal(params[n], ref[n]) for n in ref) else "DIFFERENT"
             row(f"{a.backend}, {W} CPUs", W, chunks, dt, same, mon)
             print(f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {same}", flush=True)
             fits.append((W, dt))
+            runs.append((W, dt, mon))
             last = (W, dt, mon)
         if a.backend == "ray":
             ray.shutdown()
@@ -290,13 +296,29 @@ def main():
             title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, {src}, "
             f"chunks of {a.chunk_mb:g} MB, {a.warmup} warm-up round(s), defer_updates={a.defer_updates}",
         )
+        by_w: dict[int, list[float]] = {}
+        for W, dt, _ in runs:
+            by_w.setdefault(W, []).append(dt)
+        if by_w:
+            w0 = min(by_w)
+            base = float(np.median(by_w[w0]))
+            bench.table(
+                ["workers", "runs", "median s/round", "rounds/s", f"speed-up vs {w0} worker(s)"],
+                [
+                    [W, len(v), f"{np.median(v):.1f}", f"{1 / np.median(v):.4f}", f"{base / np.median(v):.2f}"]
+                    for W, v in sorted(by_w.items())
+                ],
+                title=f"Per worker count, the median over the interleaved repeats ({S} clients/round)",
+            )
         prow, how = [], None
         if last is not None and last[2].worker_cpu > 0:
-            # CPU-seconds measured in the last parallel run: the driver's are serial, the workers' divide
-            W, dt, mon = last
-            drv, work = mon.driver_cpu / a.rounds, mon.worker_cpu / a.rounds
+            # CPU-seconds measured over all parallel runs: the driver's are serial, the workers' divide
+            W = ",".join(str(w) for w in sorted(by_w))
+            n_runs = len(runs) * a.rounds
+            drv = sum(m.driver_cpu for *_, m in runs) / n_runs
+            work = sum(m.worker_cpu for *_, m in runs) / n_runs
             how = (
-                f"Projection from the CPU-seconds of the {a.backend} run with {W} workers: driver "
+                f"Projection from the CPU-seconds of the {a.backend} runs with {W} workers: driver "
                 f"{1e3 * drv / S:.2f} ms/client (serial: gathering the chunks' rows, shipping them, "
                 f"draws, aggregation), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
                 f"workers / CPUs) x clients; same CPU per core as here, network not modelled"
