@@ -7,12 +7,15 @@ warm-up round (Ray workers start, the model reaches the object store) and ``--ro
 
 * ``serial``: the engine's own chunked round in this process (1 thread);
 * ``ray W``: the same round with ``chunk_runner=RayChunkRunner(num_cpus=W)``: the cluster estimate
-  and the local training of every chunk are Ray tasks (1 CPU, 1 torch thread each); the driver draws
-  the minibatch keys, gathers the chunks' data and folds the results in order;
+  and the local training of every chunk are Ray tasks (1 CPU, 1 torch thread each) that return the
+  chunk's per-cluster sums; the driver draws the minibatch keys, sends every chunk its client ids
+  (``--mmap``: the workers read the rows from the files) or rows, and adds one sum per chunk;
 * ``processes W`` (``--backend processes``): the same protocol on W local worker processes
   (``ProcessChunkRunner``), for machines without Ray.
 
-Every Ray run is checked against the serial run: the final models must be equal bit for bit.
+Every Ray run is checked against the serial run (with ``--no-serial``, against the first parallel
+run): the final models must be equal bit for bit. ``--repeats R`` runs the worker counts R times,
+interleaved, and prints the median per worker count.
 The projection for a cluster: the time of one round of ``--project`` clients on ``--cluster-cpus``
 CPUs = the driver's serial share (measured per client: gathering, aggregation, draws) x clients +
 the workers' share (measured CPU-seconds per client in the tasks) x clients / CPUs.
@@ -319,8 +322,8 @@ def main():
             work = sum(m.worker_cpu for *_, m in runs) / n_runs
             how = (
                 f"Projection from the CPU-seconds of the {a.backend} runs with {W} workers: driver "
-                f"{1e3 * drv / S:.2f} ms/client (serial: gathering the chunks' rows, shipping them, "
-                f"draws, aggregation), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
+                f"{1e3 * drv / S:.2f} ms/client (serial: sampling, draws, grouping, sending the chunks "
+                f"their client ids (memory-mapped data) or rows, adding the chunks' sums), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
                 f"workers / CPUs) x clients; same CPU per core as here, network not modelled"
             )
         elif len(fits) >= 2:

@@ -11,7 +11,14 @@ from cfl_synthetic import two_group_clients
 
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, GradientAveraging, rr_cluster
 from fedclust.clustered_fl.engine import ChunkRunner, ProcessChunkRunner, RayChunkRunner
-from fedclust.clustered_fl.engine.aggregation import SUM_BLOCK, ModelAveraging, SumTree, block_pieces, chunk_size
+from fedclust.clustered_fl.engine.aggregation import (
+    SUM_BLOCK,
+    Aggregator,
+    ModelAveraging,
+    SumTree,
+    block_pieces,
+    chunk_size,
+)
 
 N_CLIENTS, N_MAX, D, N_CLASSES = 100, 8, 6, 3  # a round of 100 clients: blocks of 32, 32, 32 and 4
 
@@ -75,6 +82,43 @@ def test_whole_chunked_and_worker_sums_are_bit_identical(case, chunk, runner):
             assert [p[0] for p in pieces] == ["sums"] and len(pieces[0][1]) == 1
             sums = pieces[0][1][0][2]["sums"] or pieces[0][1][0][2]["mom"]
             assert all(v.shape[0] == 2 for v in sums.values())  # k rows, not one per client
+
+
+class _RowByRow(Aggregator):
+    """A chunk-capable strategy without split sums (the protocol of a third-party strategy): model
+    averaging, its rows added one after another."""
+
+    def __init__(self):
+        self.inner = ModelAveraging()
+
+    def supports_chunks(self):
+        return True
+
+    def __call__(self, state, updates, ctx):
+        return self._fold(state, updates, ctx)
+
+    def begin(self, state, updates, ctx):
+        return self.inner.begin(state, updates, ctx)
+
+    def accumulate(self, acc, chunk, rows, ctx):
+        self.inner.accumulate(acc, chunk, rows, ctx)
+
+    def end(self, state, acc, ctx):
+        return self.inner.end(state, acc, ctx)
+
+
+def test_a_strategy_without_split_sums_gets_the_models_back_row_by_row():
+    data = _data()
+    runs = {}
+    for name, (chunk, rec) in {"whole": (None, None), "serial": (48, None), "runner": (48, _Recording())}.items():
+        eng = _engine_cls(chunk)(data, MLP(D, 5, N_CLASSES), 2, aggregator=_RowByRow(), chunk_runner=rec, **COMMON)
+        runs[name] = (eng.run(), rec)
+    (whole, _), (serial, _), (remote, rec) = runs.values()
+    for n in whole.params:  # row by row in every case: the same order, so the same bits
+        assert torch.equal(whole.params[n], serial.params[n]) and torch.equal(whole.params[n], remote.params[n]), n
+    trained = [out for out in rec.returned if isinstance(out, tuple)]
+    assert len(trained) == 3 * COMMON["rounds"]  # the workers returned each chunk's models
+    assert all(out[0]["0.weight"].shape[0] in (48, 4) for out in trained)
 
 
 def test_worker_sums_read_memory_mapped_rows_themselves(tmp_path):

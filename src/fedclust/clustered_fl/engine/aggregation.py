@@ -118,7 +118,7 @@ class Aggregator:
     ``losses``, ``n_samples``), :meth:`accumulate` (once per chunk, with that chunk's full updates and
     its row positions in the round) and :meth:`end`, and returns True from :meth:`supports_chunks`.
     The built-in strategies do, and their :meth:`__call__` is ``begin`` + one ``accumulate`` + ``end``,
-    so a chunked round is the unchunked one up to the order of floating-point additions. A strategy
+    so a chunked round is the unchunked one (bit for bit with the fixed order below). A strategy
     that does not (the default) gets the whole round's stacked updates at once.
 
     **Sums in a fixed order** (:meth:`splits_sums`, :class:`SumTree`): a strategy whose accumulator

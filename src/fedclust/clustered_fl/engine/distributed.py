@@ -4,12 +4,24 @@ A chunked round (:meth:`~fedclust.clustered_fl.engine.ClusteredFLEngine.chunked_
 chunks of clients one after another. The local update of a chunk is a pure function of its inputs
 (:func:`train_chunk`: the model, the round's cluster models and momenta, the chunk's choices, data and
 minibatch draws), and so is the cluster estimate of a chunk (:func:`chunk_losses`), so both phases of
-a round run anywhere while the driver keeps the server side: it draws the
-round's minibatch keys for all sampled clients up front (the same stream positions as a serial round),
-hands every chunk its rows, and folds the trained chunks into the aggregator in chunk order. Because
-the aggregator adds rows in the same order and every chunk runs the same arithmetic, the aggregate
-equals the serial one bit for bit (on machines with the same CPU kernels; a cluster of mixed CPUs
-can differ in the last bits).
+a round run anywhere while the driver keeps the server side: it draws the round's minibatch keys for
+all sampled clients up front (the same stream positions as a serial round), groups the clients
+(:meth:`~fedclust.clustered_fl.engine.Aggregator.begin`: a private strategy's noisy identifiers stay
+here), and hands every chunk its rows.
+
+**Workers return sums.** With a strategy whose sums split (the built-in ones,
+:meth:`~fedclust.clustered_fl.engine.Aggregator.splits_sums`) a worker folds its trained chunk into
+the strategy's per-cluster sums itself (:func:`train_chunk_sums`: model or delta sums, momentum sums,
+a private strategy's clipped sums and clip counts) and returns those, k rows per parameter instead of
+one per client; the noise is added by the driver, once, on the complete sums. The sums follow one
+fixed order (:class:`~fedclust.clustered_fl.engine.aggregation.SumTree`: blocks of
+:data:`~fedclust.clustered_fl.engine.aggregation.SUM_BLOCK` rows, then an aligned binary tree over the
+blocks) and the engine cuts a round into chunks that are whole subtrees of it, so a chunk comes back
+as one sum and the driver adds one sum per chunk; the result is the serial round's, and the whole
+round's, bit for bit (on machines with the same CPU kernels; a cluster of mixed CPUs can differ in
+the last bits). A memory-mapped data set (:meth:`~fedclust.clustered_fl.engine.FederatedTensors.from_npy`)
+is not read by the driver at all: a chunk carries its client ids (:class:`ClientRows`) and the worker
+reads the rows from the files. Other strategies get the trained models back and fold them on the driver.
 
 * :class:`ChunkRunner`: runs the chunks in this process (the reference; the engine's serial path
   gives the same numbers);

@@ -95,10 +95,12 @@ class ClusteredFLEngine:
       evaluation of every client runs in such blocks;
     * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
       512): the round's clients are evaluated, trained and folded into the aggregation
-      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
-      does not grow with the clients per round. Chunks consume the random streams exactly as one
-      batch does; a chunked round equals the unchunked one up to float summation order. A round that
-      fits in one chunk runs unchanged. An aggregator without the chunked protocol
+      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk, cut down to
+      ``32 * 2**j`` clients when 32 or more fit: a whole subtree of the summation order,
+      :func:`~fedclust.clustered_fl.engine.aggregation.chunk_size`), so the memory of a round does not
+      grow with the clients per round. Chunks consume the random streams exactly as one batch does,
+      and the built-in strategies sum in a fixed order: a chunked round equals the unchunked one bit
+      for bit. A round that fits in one chunk runs unchanged. An aggregator without the chunked protocol
       (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
       still gets the whole round at once (a warning says the budget is not kept).
     * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
@@ -111,8 +113,9 @@ class ClusteredFLEngine:
       the data set and the round's bookkeeping in host memory; results come back on the CPU.
     * ``chunk_runner``: where the chunks of a chunked round train
       (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
-      :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
-      equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
+      :class:`RayChunkRunner` = one Ray task per chunk). The workers return their chunks' per-cluster
+      sums (built-in strategies), the server side (grouping, noise, the model step) stays here, and
+      the aggregate equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
       their chunks here.
     * ``defer_updates`` (default True): plain-SGD local training with the MLP's first-layer updates
       deferred to one product per local update where that saves work
