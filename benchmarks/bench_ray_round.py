@@ -35,15 +35,21 @@ instead of the fit over worker counts.
     python benchmarks/bench_ray_round.py --clients 100000 --population 200000 --mmap /tmp/clients \
         --backend processes --workers 2 --warmup 0 --defer-updates   # 100k per round, about 20 min here
 
-Measured on the 2-core development machine (shared, load 6 to 9) with that last command (with the
-serial run, 200,000 clients = 18.8 GB of X on disk, half of them per round, 2,500 chunks): serial
-441 s, processes on 2 workers 617 s for the round (slower than serial: the 2 cores were shared with
-other jobs), aggregate bit-identical; peak RSS of the driver 17-18 GB, of which 1.3-1.4 GB its own
-(anonymous) memory and the rest the data file's pages mapped as they were read (the kernel maps
-file pages in folios of up to 2 MB, so half the clients at random touch nearly every page), workers
-1.4 GB anonymous together. CPU per client: driver 1.12 ms (serial), workers 3.21 ms; projected
-100,000 clients per round on 64 / 256 / 1,024 CPUs: 118 / 114 / 113 s, bound by the driver
-(gathering and shipping the chunks' rows, receiving the trained models and folding them in).
+    python benchmarks/bench_ray_round.py --clients 100000 --mmap /tmp/clients --backend processes \
+        --workers 1,2 --no-serial --warmup 0 --chunk-mb 1024 --defer-updates   # alternate with 2,1
+
+Measured before the workers returned sums (the 200,000-client command above, 2,500 chunks, shared
+2-core machine at load 6 to 9): serial 441 s for the round, processes on 2 workers 617 s, aggregate
+bit-identical; CPU per client: driver 1.12 ms (gathering and shipping the chunks' rows, receiving and
+adding every trained model), workers 3.21 ms; projected 100,000 clients per round on 64 / 256 /
+1,024 CPUs: 118 / 114 / 113 s, bound by the driver.
+
+With the workers reading their rows and returning per-cluster sums (the last command, 100,000
+clients in 391 chunks of 256, four invocations alternating the order, load 1.6 to 7.5): 1 worker
+135 to 442 s per round, 2 workers 84 to 321 s (2 vs 1 worker: 1.61x and 1.91x in the two pairs at
+load <= 2.4, 1.37x and 0.77x at load 5 to 7), every pair bit-identical; CPU per client: driver
+0.048 ms, workers 1.63 ms; projected on 64 / 256 / 1,024 CPUs: 7.3 / 5.4 / 4.9 s, of which the
+driver's 4.8 s (docs/howto/ray.md has the table).
 """
 
 from __future__ import annotations
