@@ -83,7 +83,7 @@ def main():
         n = torch.full((S,), N)
         params = model.init(S, 0)
         A, W = torch.randn(BATCH, SIZES[0]), torch.randn(SIZES[0], SIZES[1])
-        A30 = torch.randn(N, SIZES[0])
+        A_own = torch.randn(N, SIZES[0])
         flops = S * STEPS * BATCH * model.flops_per_sample()["train_step"]
         mm_flops = a.mm_reps * 2.0 * BATCH * SIZES[0] * SIZES[1]
 
@@ -93,7 +93,7 @@ def main():
 
         def mm_own():
             for _ in range(a.mm_reps):
-                torch.mm(A30, W)
+                torch.mm(A_own, W)
 
         def engine(block, defer=False):  # defer=True: the default of the engine
             return lambda: local_train(
