@@ -6,7 +6,9 @@ without replacement per step, lr 0.1. Random inputs: the FLOP rate does not depe
 
 Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over ``--repeats``):
 
-* ``mm 10x784 @ 784x200``: the reference, one client's first-layer product (torch.mm), repeated;
+* ``mm 10x784 @ 784x200``: the reference, one client's first-layer product of one step (torch.mm),
+  repeated; ``mm 30x784 @ 784x200``: the product of the deferred kernel's own shape (the first layer
+  over a client's 30 samples, which the ``"samples"`` plan computes), repeated;
 * ``engine (default)``: :func:`fedclust.clustered_fl.engine.local_train` of all S clients at once as
   the engine runs it: the first layer's updates deferred (:meth:`MLP.deferred_steps_`, the way
   :meth:`MLP.deferred_plan` picks: here over each client's 30 samples);
@@ -18,13 +20,22 @@ Two FLOP rates: ``GFLOP/s (nominal)`` counts the FLOPs of the step-by-step local
 the backward it needs: ``MLP.flops_per_sample()["train_step"]`` x 10 samples x 10 steps per client),
 for every case alike: the rate at which the local update gets done. ``GFLOP/s (done)`` counts the
 arithmetic a case actually performs (the deferred ways do less: one product over a client's samples
-replaces one per step); its ratio to the reference says how close the kernels run to the machine's
-small-GEMM rate. The deferred update of 32 distinct models also has to read every start model and
+replaces one per step); its ratio to the references (``done / mm``: the 10-row product; ``done / mm own``: the 30-row
+product) says how close the kernels run to the machine's small-GEMM rate. The deferred update of 32 distinct models also has to read every start model and
 write every trained one (20 MB each way): ``floor / time`` sets the time at the mm rate plus one
 copy of the first-layer weights (measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
 parameter: float rounding only).
 
     python benchmarks/bench_local_rate.py [--clients 32] [--blocks 1,4,8] [--repeats 5] [--threads 1]
+
+Measured on the shared 2-core development machine at load 0.75 (``--repeats 5 --blocks 8``): the
+engine's default (deferred, ``"samples"`` plan) did its arithmetic at 52.1 GFLOP/s, 0.72 of the
+10-row product (72.5 GFLOP/s) and 0.55 of the product of its own shape (30 rows, 95.0 GFLOP/s);
+floor / time 0.80; 6.3x the per-client loop. The references multiply by one weight matrix that
+stays in cache, while the kernel streams 32 distinct first-layer matrices (20 MB): the first product
+over those (``torch.bmm`` of 32 x (30x784 @ 784x200)) alone took 4.4 ms against 3.3 ms for 32 of the
+30-row products with one weight, and the final update ``W0 - lr E^T X`` (out of place, since the
+start weights may be the caller's) 3.9 ms, of which about 1 ms is copying the start weights.
 """
 
 from __future__ import annotations
@@ -81,12 +92,17 @@ def main():
         n = torch.full((S,), N)
         params = model.init(S, 0)
         A, W = torch.randn(BATCH, SIZES[0]), torch.randn(SIZES[0], SIZES[1])
+        A_own = torch.randn(N, SIZES[0])
         flops = S * STEPS * BATCH * model.flops_per_sample()["train_step"]
         mm_flops = a.mm_reps * 2.0 * BATCH * SIZES[0] * SIZES[1]
 
         def mm():
             for _ in range(a.mm_reps):
                 torch.mm(A, W)
+
+        def mm_own():
+            for _ in range(a.mm_reps):
+                torch.mm(A_own, W)
 
         def engine(block, defer=False):  # defer=True: the default of the engine
             return lambda: local_train(
@@ -107,6 +123,7 @@ def main():
         W_all = params["0.weight"]
         cases = {
             "mm 10x784 @ 784x200": mm,
+            "mm 30x784 @ 784x200": mm_own,
             "copy of the first-layer weights": lambda: W_all.clone(),
             "engine (default)": engine(None, True),
         }
@@ -124,15 +141,28 @@ def main():
         done = {True: S * deferred_flops(model, plan, N, STEPS, BATCH), False: flops}
         rows = []
         mm_rate = mm_flops / med["mm 10x784 @ 784x200"] / 1e9
+        own_rate = mm_flops * N / BATCH / med["mm 30x784 @ 784x200"] / 1e9
         copy_name = "copy of the first-layer weights"
         for name, sec in med.items():
             if name.startswith("mm"):
+                r = mm_rate if name.startswith("mm 10") else own_rate
                 rows.append(
-                    [name, bench.fmt(sec * 1e3, 4), f"{mm_rate:.1f}", "1.00", f"{mm_rate:.1f}", "1.00", "", "", ""]
+                    [
+                        name,
+                        bench.fmt(sec * 1e3, 4),
+                        f"{r:.1f}",
+                        f"{r / mm_rate:.2f}",
+                        f"{r:.1f}",
+                        f"{r / mm_rate:.2f}",
+                        f"{r / own_rate:.2f}",
+                        "",
+                        "",
+                        "",
+                    ]
                 )
                 continue
             if name.startswith("copy"):
-                rows.append([name, bench.fmt(sec * 1e3, 4), "", "", "", "", "", "", ""])
+                rows.append([name, bench.fmt(sec * 1e3, 4), "", "", "", "", "", "", "", ""])
                 continue
             rate = flops / sec / 1e9
             real = done[name != "loop" and "step by step" not in name] / sec / 1e9
@@ -149,6 +179,7 @@ def main():
                     f"{rate / mm_rate:.2f}",
                     f"{real:.1f}",
                     f"{real / mm_rate:.2f}",
+                    f"{real / own_rate:.2f}",
                     f"{floor / sec:.2f}",
                     f"{med['loop'] / sec:.1f}x",
                     f"{diff:.1e}",
@@ -162,6 +193,7 @@ def main():
                 "nominal / mm",
                 "GFLOP/s (done)",
                 "done / mm",
+                "done / mm own",
                 "floor / time",
                 "speed-up vs loop",
                 "max diff vs loop",

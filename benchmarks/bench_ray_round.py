@@ -7,12 +7,15 @@ warm-up round (Ray workers start, the model reaches the object store) and ``--ro
 
 * ``serial``: the engine's own chunked round in this process (1 thread);
 * ``ray W``: the same round with ``chunk_runner=RayChunkRunner(num_cpus=W)``: the cluster estimate
-  and the local training of every chunk are Ray tasks (1 CPU, 1 torch thread each); the driver draws
-  the minibatch keys, gathers the chunks' data and folds the results in order;
+  and the local training of every chunk are Ray tasks (1 CPU, 1 torch thread each) that return the
+  chunk's per-cluster sums; the driver draws the minibatch keys, sends every chunk its client ids
+  (``--mmap``: the workers read the rows from the files) or rows, and adds one sum per chunk;
 * ``processes W`` (``--backend processes``): the same protocol on W local worker processes
   (``ProcessChunkRunner``), for machines without Ray.
 
-Every Ray run is checked against the serial run: the final models must be equal bit for bit.
+Every Ray run is checked against the serial run (with ``--no-serial``, against the first parallel
+run): the final models must be equal bit for bit. ``--repeats R`` runs the worker counts R times,
+interleaved, and prints the median per worker count.
 The projection for a cluster: the time of one round of ``--project`` clients on ``--cluster-cpus``
 CPUs = the driver's serial share (measured per client: gathering, aggregation, draws) x clients +
 the workers' share (measured CPU-seconds per client in the tasks) x clients / CPUs.
@@ -32,15 +35,21 @@ instead of the fit over worker counts.
     python benchmarks/bench_ray_round.py --clients 100000 --population 200000 --mmap /tmp/clients \
         --backend processes --workers 2 --warmup 0 --defer-updates   # 100k per round, about 20 min here
 
-Measured on the 2-core development machine (shared, load 6 to 9) with that last command (with the
-serial run, 200,000 clients = 18.8 GB of X on disk, half of them per round, 2,500 chunks): serial
-441 s, processes on 2 workers 617 s for the round (slower than serial: the 2 cores were shared with
-other jobs), aggregate bit-identical; peak RSS of the driver 17-18 GB, of which 1.3-1.4 GB its own
-(anonymous) memory and the rest the data file's pages mapped as they were read (the kernel maps
-file pages in folios of up to 2 MB, so half the clients at random touch nearly every page), workers
-1.4 GB anonymous together. CPU per client: driver 1.12 ms (serial), workers 3.21 ms; projected
-100,000 clients per round on 64 / 256 / 1,024 CPUs: 118 / 114 / 113 s, bound by the driver
-(gathering and shipping the chunks' rows, receiving the trained models and folding them in).
+    python benchmarks/bench_ray_round.py --clients 100000 --mmap /tmp/clients --backend processes \
+        --workers 1,2 --no-serial --warmup 0 --chunk-mb 1024 --defer-updates   # alternate with 2,1
+
+Measured before the workers returned sums (the 200,000-client command above, 2,500 chunks, shared
+2-core machine at load 6 to 9): serial 441 s for the round, processes on 2 workers 617 s, aggregate
+bit-identical; CPU per client: driver 1.12 ms (gathering and shipping the chunks' rows, receiving and
+adding every trained model), workers 3.21 ms; projected 100,000 clients per round on 64 / 256 /
+1,024 CPUs: 118 / 114 / 113 s, bound by the driver.
+
+With the workers reading their rows and returning per-cluster sums (the last command, 100,000
+clients in 391 chunks of 256, four invocations alternating the order, load 1.6 to 7.5): 1 worker
+135 to 442 s per round, 2 workers 84 to 321 s (2 vs 1 worker: 1.61x and 1.91x in the two pairs at
+load <= 2.4, 1.37x and 0.77x at load 5 to 7), every pair bit-identical; CPU per client: driver
+0.048 ms, workers 1.63 ms; projected on 64 / 256 / 1,024 CPUs: 7.3 / 5.4 / 4.9 s, of which the
+driver's 4.8 s (docs/howto/ray.md has the table).
 """
 
 from __future__ import annotations
@@ -200,6 +209,9 @@ def main():
     ap.add_argument("--population", type=int, default=None, help="clients in the population (default: --clients)")
     ap.add_argument("--workers", default="1,2", help="Ray CPU counts to try, comma separated")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="run the worker counts this many times, interleaved (1,2,1,2,...)"
+    )
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first (workers start, model shipped)")
     ap.add_argument("--chunk-mb", type=float, default=128.0)
     ap.add_argument("--mmap", metavar="DIR", default=None, help="stream the clients from .npy files in DIR")
@@ -250,8 +262,9 @@ def main():
             serial_s, ref, chunks, mon = one(data, S, a.rounds, a.chunk_mb, None, **kw)
             print(f"serial: {serial_s:.2f} s/round, {S / serial_s:.0f} updates/s, {chunks} chunks", flush=True)
             row("serial (this process)", 1, chunks, serial_s, "reference", mon)
-        last = None
-        for W in (int(w) for w in a.workers.split(",")):
+        last, runs = None, []
+        order = [int(w) for w in a.workers.split(",")] * a.repeats
+        for W in order:
             if a.backend == "ray":
                 ray.shutdown()
                 ray.init(num_cpus=W, include_dashboard=False, log_to_driver=False)
@@ -261,12 +274,14 @@ def main():
             dt, params, chunks, mon = one(data, S, a.rounds, a.chunk_mb, runner, **kw)
             if a.backend == "processes":
                 runner.close()
-            same = "not compared" if ref is None else "bit-identical"
-            if ref is not None and not all(torch.equal(params[n], ref[n]) for n in ref):
-                same = "DIFFERENT"
+            if ref is None:  # no serial run: every run is compared with the first parallel one
+                ref, same = params, "reference"
+            else:
+                same = "bit-identical" if all(torch.equal(params[n], ref[n]) for n in ref) else "DIFFERENT"
             row(f"{a.backend}, {W} CPUs", W, chunks, dt, same, mon)
             print(f"{a.backend} {W}: {dt:.2f} s/round, {S / dt:.0f} updates/s, {same}", flush=True)
             fits.append((W, dt))
+            runs.append((W, dt, mon))
             last = (W, dt, mon)
         if a.backend == "ray":
             ray.shutdown()
@@ -290,15 +305,31 @@ def main():
             title=f"One IFCA round (k={K}, MLP 784-200-10, 10 steps of batch 10), {S} clients/round, {src}, "
             f"chunks of {a.chunk_mb:g} MB, {a.warmup} warm-up round(s), defer_updates={a.defer_updates}",
         )
+        by_w: dict[int, list[float]] = {}
+        for W, dt, _ in runs:
+            by_w.setdefault(W, []).append(dt)
+        if by_w:
+            w0 = min(by_w)
+            base = float(np.median(by_w[w0]))
+            bench.table(
+                ["workers", "runs", "median s/round", "rounds/s", f"speed-up vs {w0} worker(s)"],
+                [
+                    [W, len(v), f"{np.median(v):.1f}", f"{1 / np.median(v):.4f}", f"{base / np.median(v):.2f}"]
+                    for W, v in sorted(by_w.items())
+                ],
+                title=f"Per worker count, the median over the interleaved repeats ({S} clients/round)",
+            )
         prow, how = [], None
         if last is not None and last[2].worker_cpu > 0:
-            # CPU-seconds measured in the last parallel run: the driver's are serial, the workers' divide
-            W, dt, mon = last
-            drv, work = mon.driver_cpu / a.rounds, mon.worker_cpu / a.rounds
+            # CPU-seconds measured over all parallel runs: the driver's are serial, the workers' divide
+            W = ",".join(str(w) for w in sorted(by_w))
+            n_runs = len(runs) * a.rounds
+            drv = sum(m.driver_cpu for *_, m in runs) / n_runs
+            work = sum(m.worker_cpu for *_, m in runs) / n_runs
             how = (
-                f"Projection from the CPU-seconds of the {a.backend} run with {W} workers: driver "
-                f"{1e3 * drv / S:.2f} ms/client (serial: gathering the chunks' rows, shipping them, "
-                f"draws, aggregation), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
+                f"Projection from the CPU-seconds of the {a.backend} runs with {W} workers: driver "
+                f"{1e3 * drv / S:.2f} ms/client (serial: sampling, draws, grouping, sending the chunks "
+                f"their client ids (memory-mapped data) or rows, adding the chunks' sums), workers {1e3 * work / S:.2f} CPU-ms/client; t = (driver + "
                 f"workers / CPUs) x clients; same CPU per core as here, network not modelled"
             )
         elif len(fits) >= 2:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from cfl_synthetic import two_group_clients
 
 from fedclust.clustered_fl import (
     MLP,
@@ -522,3 +523,45 @@ def test_client_norms_over_all_parameters():
 
     v = {"a": torch.tensor([[3.0, 0.0], [0.0, 0.0]]), "b": torch.tensor([[[4.0]], [[2.0]]])}
     assert client_norms(v).tolist() == [5.0, 2.0]
+
+
+@pytest.mark.parametrize("train_eval", ["sampled", "all"])
+@pytest.mark.parametrize("eval_every", [0, 1])
+def test_final_model_is_evaluated_once_with_the_numbers_of_two_evaluations(train_eval, eval_every):
+    """The last round's record and ``info["final"]`` come from ONE evaluation of the final models, and
+    the numbers are those of the two separate evaluations the engine used to make: the record's (test
+    side only unless ``train_eval="all"``) and the final one (training and test clients)."""
+    data = two_group_clients(2, 24, 8, 6, 3, 4)
+    calls = []
+
+    def counting(model, params, data, **kw):
+        calls.append({n: v.clone() for n, v in params.items()})
+        return evaluate(model, params, data, **kw)
+
+    kw = {"rounds": 3, "lr": 0.3, "local_steps": 2, "participation": 0.5, "seed": 1, "device": "cpu"}
+    eng = ClusteredFLEngine(
+        data, MLP(6, 5, 3), 2, eval_every=eval_every, train_eval=train_eval, evaluator=counting, **kw
+    )
+    res = eng.run()
+    assert len(calls) == (3 if eval_every else 1)
+    final_calls = [p for p in calls if all(torch.equal(p[n], res.params[n]) for n in p)]
+    assert len(final_calls) == 1  # the final models: evaluated once
+    model = MLP(6, 5, 3)
+    record = evaluate(model, res.params, data, train=train_eval == "all", test=True)  # what the record used
+    final = evaluate(model, res.params, data, train=True, test=True)  # what the final evaluation used
+    for key in ("test_accuracy", "test_loss"):
+        assert res.history[key][-1] == record[key], key
+    if train_eval == "all":
+        assert res.history["train_loss"][-1] == record["train_loss"]
+        assert res.history["client_ACC"][-1] == record["client_ACC"]
+    assert res.info["final"] == {k: v for k, v in final.items() if not isinstance(v, np.ndarray)}
+    np.testing.assert_array_equal(res.assignment, final["assignment"])
+    np.testing.assert_array_equal(res.test_assignment, final["test_assignment"])
+    assert res.info["timing"]["final_eval"] > 0
+
+
+def test_evaluator_is_validated():
+    X, y, n = _padded_classification()
+    data = FederatedTensors(X, y, n)
+    with pytest.raises(ValueError, match="evaluator"):
+        ClusteredFLEngine(data, MLP(12, 4, 4), 2, evaluator="evaluate")

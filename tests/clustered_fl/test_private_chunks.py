@@ -14,6 +14,7 @@ from cfl_synthetic import two_group_clients
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
 from fedclust.clustered_fl.engine import bytes_per_client
+from fedclust.clustered_fl.engine.aggregation import SUM_BLOCK, chunk_size
 
 N_CLIENTS, N_MAX, D, N_CLASSES = 40, 12, 10, 4
 
@@ -138,11 +139,13 @@ def test_a_clipping_aggregator_sizes_smaller_chunks():
     data = _data()
     n_max = int(data.X_train.shape[1])
     per = bytes_per_client(model, params, n_max, D, batch_size=COMMON["batch_size"])
-    mb = 200 * per / 2**20  # room for 200 clients by the engine's own estimate
+    mb = 64 * per / 2**20  # room for 64 clients by the engine's own estimate (two blocks of the sums)
     ifca = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **COMMON)
     private = rr_cluster.build_engine(data, model, 2, B=3, **PRIVATE, max_chunk_mb=mb, **COMMON)
     ifca._set_chunk(params)
     private._set_chunk(params)
-    assert ifca.chunk_clients == 200
+    assert ifca.chunk_clients == 64
     assert private.aggregator.working_copies == 2
-    assert private.chunk_clients == int(mb * 2**20 // (per + 2 * P * 4)) < 200
+    room = int(mb * 2**20 // (per + 2 * P * 4))
+    assert SUM_BLOCK <= room < 64  # cut to a whole subtree of the summation tree: one block
+    assert private.chunk_clients == chunk_size(room) == SUM_BLOCK

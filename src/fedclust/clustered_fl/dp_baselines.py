@@ -44,7 +44,6 @@ from fedclust.clustered_fl.engine import (
     ClusteredFLEngine,
     ClusteredFLResult,
     FederatedTensors,
-    ServerState,
 )
 from fedclust.clustered_fl.models import BatchedModel
 
@@ -273,8 +272,8 @@ class FedPerEngine(ClusteredFLEngine):
             correct += int((ok & mask).sum())
         return correct / max(int(d.n_test.sum()), 1)
 
-    def _record(self, history, t, lr, state, updates, agg):
-        rec = super()._record(history, t, lr, state, updates, agg)
+    def _record(self, history, t, lr, state, updates, agg, ev=None):
+        rec = super()._record(history, t, lr, state, updates, agg, ev=ev)
         acc = self.personalized_accuracy(state)
         history.setdefault("global_head_test_accuracy", []).append(rec["test_accuracy"])
         history["test_accuracy"][-1] = rec["test_accuracy"] = acc
@@ -282,7 +281,7 @@ class FedPerEngine(ClusteredFLEngine):
 
     def run(self):
         res = super().run()
-        acc = self.personalized_accuracy(ServerState(res.params, res.momentum, self.rounds))
+        acc = res.history["test_accuracy"][-1]  # the last round's record: the final model's personalized accuracy
         res.info["final"]["global_head_test_accuracy"] = res.info["final"].get("test_accuracy")
         res.info["final"]["test_accuracy"] = acc
         res.info["head_keys"] = list(self.head_keys)

@@ -418,8 +418,10 @@ class PrivateClusterAggregator(DeltaAveraging):
     # A round is begin (identifiers, rebalancing), one accumulate per chunk of clients (clip every
     # update, add it to its group's running sum) and end (noise on the complete sums, server step), so
     # the engine can fold a round of any size in chunks; the whole round is the same three calls with
-    # one chunk (Aggregator._fold). Running sums use index_add_, which adds rows one after another in
-    # their order, so on the CPU the chunked sums are the unchunked sums bit for bit.
+    # one chunk (Aggregator._fold). The clipped sums follow the engine's fixed order (blocks of rows
+    # added with index_add_, blocks along aggregation.SumTree; the accumulator splits as
+    # _SumAggregator.partial describes), so on the CPU the chunked sums, and the sums workers return,
+    # are the unchunked sums bit for bit.
     def supports_chunks(self):
         return True
 

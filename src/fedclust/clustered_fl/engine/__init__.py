@@ -55,7 +55,10 @@ set. The engine therefore processes the sampled clients in chunks sized to ``max
 (:func:`bytes_per_client`): the cluster estimate of all S clients first (an (S, k) loss table), then,
 chunk by chunk, local training and the aggregator's running per-cluster sums
 (:meth:`Aggregator.accumulate`). Minibatch draws are taken for all S clients in the unchunked order
-(:class:`_DrawTape`), so a chunked round is the unchunked round up to the order of float additions.
+(:class:`_DrawTape`), and the built-in strategies add the clients' updates in one fixed order (blocks
+of 32 clients of the round, the blocks' sums along a binary tree: :class:`~.aggregation.SumTree`) that
+does not depend on the chunks, so a chunked round equals the unchunked round bit for bit, and so do
+chunks trained and summed on worker processes or Ray tasks (:mod:`.distributed`).
 
 **Layout** of this package (everything is re-exported here): :mod:`.data` (:class:`FederatedTensors`,
 the padded per-client layout), :mod:`.kernels` (batched losses, cluster estimation, minibatch draws,

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,20 @@ class ClientUpdates:
         """``Delta_i = chi~_i - chi_{chosen_i}`` (S, ...)."""
         return {k: self.params[k] - self.start_params[k] for k in self.params}
 
+    def rows(self, lo: int, hi: int) -> "ClientUpdates":
+        """The updates of rows ``lo:hi`` (views of the stacks)."""
+        sl = slice(lo, hi)
+        return ClientUpdates(
+            clients=self.clients[sl],
+            chosen=self.chosen[sl],
+            losses=self.losses[sl],
+            start_params={n: v[sl] for n, v in self.start_params.items()},
+            params={n: v[sl] for n, v in self.params.items()},
+            momentum=None if self.momentum is None else {n: v[sl] for n, v in self.momentum.items()},
+            n_samples=self.n_samples[sl],
+            chunked=self.chunked,
+        )
+
 
 @dataclass
 class RoundContext:
@@ -72,6 +86,11 @@ class RoundContext:
     beta: float
     rngs: dict[str, np.random.Generator]
     dp_events: list
+
+    def for_workers(self) -> "RoundContext":
+        """This context without the run's random streams and release list (a worker folding a chunk's
+        sums must not draw or release: that stays with the driver, once per round)."""
+        return replace(self, rngs={}, dp_events=[])
 
 
 @dataclass
@@ -99,8 +118,20 @@ class Aggregator:
     ``losses``, ``n_samples``), :meth:`accumulate` (once per chunk, with that chunk's full updates and
     its row positions in the round) and :meth:`end`, and returns True from :meth:`supports_chunks`.
     The built-in strategies do, and their :meth:`__call__` is ``begin`` + one ``accumulate`` + ``end``,
-    so a chunked round is the unchunked one up to the order of floating-point additions. A strategy
+    so a chunked round is the unchunked one (bit for bit with the fixed order below). A strategy
     that does not (the default) gets the whole round's stacked updates at once.
+
+    **Sums in a fixed order** (:meth:`splits_sums`, :class:`SumTree`): a strategy whose accumulator
+    is made of dicts of tensors that :meth:`accumulate` adds into and of counters (numbers) it
+    increments can fold any range of a round's rows into a fresh :meth:`partial` accumulator and
+    :meth:`merge` partials. The built-in strategies do. Their rows are then summed in a fixed tree:
+    blocks of :data:`SUM_BLOCK` consecutive rows of the round, each summed row by row from zero, and
+    the blocks' sums added pairwise along the aligned binary tree over the block numbers
+    (:class:`SumTree`). The tree depends only on the number of clients in the round, not on how the
+    round is cut into chunks or where the chunks run, so the whole round, a chunked round, and the
+    chunks summed on worker processes or Ray tasks (each worker returns its chunk's per-cluster sums,
+    one per chunk) agree bit for bit. A round of at most :data:`SUM_BLOCK` clients is one block:
+    the row-by-row sum.
     """
 
     name = "aggregator"
@@ -132,9 +163,26 @@ class Aggregator:
     def end(self, state: ServerState, acc: dict, ctx: RoundContext) -> Aggregation:
         raise NotImplementedError
 
+    def splits_sums(self) -> bool:
+        """True when :meth:`partial` and :meth:`merge` fold this strategy's sums block by block (see
+        the class docstring); otherwise a chunked round folds its rows one after another."""
+        return False
+
+    def partial(self, acc: dict, rows: slice) -> dict:
+        """A fresh accumulator for the rows ``rows`` of the round (its groups ``acc["g"][rows]``):
+        :meth:`accumulate` fills it with those rows (``rows`` then counted from 0) and :meth:`merge`
+        adds it to another."""
+        raise NotImplementedError
+
+    def merge(self, acc: dict, part: dict) -> None:
+        """Add the sums and counters of ``part`` into ``acc`` (in place)."""
+        raise NotImplementedError
+
     def _fold(self, state, updates, ctx) -> Aggregation:
         acc = self.begin(state, updates, ctx)
-        self.accumulate(acc, updates, slice(0, len(updates.clients)), ctx)
+        fold = BlockFold(self, acc, len(updates.clients), ctx)
+        fold.add(updates, slice(0, len(updates.clients)))
+        fold.finish()
         return self.end(state, acc, ctx)
 
     @staticmethod
@@ -174,10 +222,46 @@ def _mean_or_keep(
 class _SumAggregator(Aggregator):
     """The built-in strategies: per-cluster running sums (:meth:`Aggregator._start`), so a round is
     ``begin`` + ``accumulate`` per chunk + ``end``. A subclass that overrides ``__call__`` (it needs
-    the whole round at once, e.g. RR-Cluster's server) does not support chunks."""
+    the whole round at once, e.g. RR-Cluster's server) does not support chunks.
+
+    Their accumulators split (:meth:`partial`, :meth:`merge`): a partial has the groups of its rows
+    under ``"g"``, an empty dict for every dict of sums, a zero for every counter, and shares every
+    other entry (read-only settings such as parameter names) with the round's accumulator. A subclass
+    whose :meth:`accumulate` writes anything else keeps this only if it overrides both."""
 
     def supports_chunks(self):
         return type(self).__call__ is _SumAggregator.__call__
+
+    def splits_sums(self):
+        return self.supports_chunks()
+
+    def partial(self, acc, rows):
+        out = {}
+        for key, v in acc.items():
+            if key == "g":
+                out[key] = v[rows].clone()  # its own storage: a partial travels to workers alone
+            elif key == "counts":
+                continue
+            elif isinstance(v, dict):
+                out[key] = {}
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[key] = type(v)(0)
+            else:
+                out[key] = v
+        return out
+
+    def merge(self, acc, part):
+        for key, v in part.items():
+            if key == "g":
+                continue
+            if isinstance(v, dict):
+                for n, t in v.items():
+                    if n in acc[key]:
+                        acc[key][n].add_(t)
+                    else:
+                        acc[key][n] = t
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                acc[key] += v
 
     def __call__(self, state, updates, ctx):
         return self._fold(state, updates, ctx)
@@ -270,3 +354,144 @@ class DeltaAveraging(_SumAggregator):
         sums = self.privatize_sums(sums, counts, ctx)
         params = {n: _mean_or_keep(sums[n], counts, old, self.server_lr, base=old) for n, old in state.params.items()}
         return Aggregation(params, self._momentum_end(state, acc), acc["g"], counts.numpy().copy())
+
+
+#: rows of a round summed one after another into one block sum (see :class:`Aggregator`); rounds of at
+#: most this many clients are summed row by row, as before the blocks
+SUM_BLOCK = 32
+
+
+def block_pieces(a: int, b: int, n_rows: int, block: int = SUM_BLOCK) -> list[tuple[int, int, bool]]:
+    """Rows ``a:b`` of a round of ``n_rows`` rows cut at the block boundaries: ``(lo, hi, whole)`` with
+    ``whole`` True when ``lo:hi`` is a complete block (it starts a block and ends it, or ends the round)."""
+    out, lo = [], a
+    while lo < b:
+        end = min(n_rows, (lo // block + 1) * block)
+        hi = min(b, end)
+        out.append((lo, hi, lo % block == 0 and hi == end))
+        lo = hi
+    return out
+
+
+def chunk_size(clients: int, block: int = SUM_BLOCK) -> int:
+    """The clients per chunk that a memory budget for ``clients`` allows, cut to a whole subtree of the
+    summation tree: ``block * 2**j`` (the largest that fits) when at least one block fits, else
+    ``clients``. Chunks of that size start at subtree boundaries, so a worker returns one sum per chunk."""
+    if clients < block:
+        return max(1, clients)
+    return block * (1 << ((clients // block).bit_length() - 1))
+
+
+class SumTree:
+    """The per-block partial accumulators of a round added along the aligned binary tree over the block
+    numbers: node ``[j 2^m, (j+1) 2^m)`` = left half + right half, a node whose right half lies past the
+    round's last block is its left half. :meth:`push` takes complete subtrees (a block is level 0) in
+    order and adds two as soon as they are the halves of one node, so at most one partial per level
+    waits; :meth:`result` adds what waits from the right. The additions depend only on the number of
+    blocks, not on how the blocks were grouped when pushed (a worker's chunk of ``2^m`` aligned blocks
+    arrives as one subtree)."""
+
+    def __init__(self, aggregator: Aggregator):
+        self.aggregator = aggregator
+        self.stack: list[tuple[int, int, dict]] = []  # (level, first block, partial), in block order
+
+    def push(self, level: int, first: int, part: dict) -> None:
+        while self.stack:
+            lv, f, left = self.stack[-1]
+            if not (lv == level and f + (1 << level) == first and f % (2 << level) == 0):
+                break
+            self.stack.pop()
+            self.aggregator.merge(left, part)
+            level, first, part = level + 1, f, left
+        self.stack.append((level, first, part))
+
+    def extend(self, entries: list[tuple[int, int, dict]]) -> None:
+        for level, first, part in entries:
+            self.push(level, first, part)
+
+    def result(self) -> dict | None:
+        """The sum of everything pushed (None if nothing was); the tree is empty afterwards."""
+        if not self.stack:
+            return None
+        *_, total = self.stack.pop()
+        while self.stack:
+            *_, left = self.stack.pop()
+            self.aggregator.merge(left, total)
+            total = left
+        return total
+
+
+class BlockFold:
+    """Folds a round's rows into the round's accumulator ``acc``: through :class:`SumTree` in blocks of
+    ``block`` rows when the strategy :meth:`~Aggregator.splits_sums`, else row by row as they come.
+    :meth:`add` takes the updates of consecutive rows (a chunk; it may end inside a block, whose partial
+    waits for the next chunk), :meth:`add_sums` the subtrees a worker summed (:func:`fold_sums`);
+    :meth:`finish` adds the tree's total into ``acc``."""
+
+    def __init__(self, aggregator: Aggregator, acc: dict, n_rows: int, ctx: RoundContext, block: int = SUM_BLOCK):
+        self.aggregator, self.acc, self.n_rows, self.ctx, self.block = aggregator, acc, n_rows, ctx, block
+        self.split = aggregator.splits_sums()
+        self.tree = SumTree(aggregator)
+        self._open: dict | None = None  # the partial of a block that a chunk boundary cut
+
+    def add(self, chunk: ClientUpdates, rows: slice) -> None:
+        if not self.split:
+            self.aggregator.accumulate(self.acc, chunk, rows, self.ctx)
+            return
+        for lo, hi, _ in block_pieces(rows.start, rows.stop, self.n_rows, self.block):
+            first = lo - lo % self.block
+            end = min(self.n_rows, first + self.block)
+            if self._open is None:
+                if lo != first:
+                    raise RuntimeError(f"rows {lo}:{hi} continue a block that was not started")
+                self._open = self.aggregator.partial(self.acc, slice(first, end))
+            piece = chunk.rows(lo - rows.start, hi - rows.start)
+            self.aggregator.accumulate(self._open, piece, slice(lo - first, hi - first), self.ctx)
+            if hi == end:
+                self.tree.push(0, first // self.block, self._open)
+                self._open = None
+
+    def templates(self, rows: slice) -> list[tuple[int, int, int, dict | None]]:
+        """For a chunk of rows ``rows`` sent to a worker, per piece (:func:`block_pieces`): its rows
+        within the chunk, its block number and a fresh partial for a complete block (None for a piece
+        of a block cut by the chunk's edge, which comes back as rows)."""
+        return [
+            (lo - rows.start, hi - rows.start, lo // self.block, self.aggregator.partial(self.acc, slice(lo, hi)))
+            if whole
+            else (lo - rows.start, hi - rows.start, lo // self.block, None)
+            for lo, hi, whole in block_pieces(rows.start, rows.stop, self.n_rows, self.block)
+        ]
+
+    def add_sums(self, entries: list[tuple[int, int, dict]]) -> None:
+        if self._open is not None:
+            raise RuntimeError("a worker's block sums arrived while a block was still open")
+        self.tree.extend(entries)
+
+    def finish(self) -> None:
+        if not self.split:
+            return
+        if self._open is not None:
+            raise RuntimeError("the round ended inside a block")
+        total = self.tree.result()
+        if total is not None:
+            self.aggregator.merge(self.acc, total)
+
+
+def fold_sums(aggregator: Aggregator, chunk: ClientUpdates, templates: list, ctx: RoundContext) -> list:
+    """A worker's side of :class:`BlockFold`: the chunk's complete blocks (those with a partial in
+    ``templates``) summed into :class:`SumTree` subtrees; the rows of cut blocks are left to the driver.
+    Returns the pieces in order: ``("sums", [(level, first block, partial), ...])`` for a run of
+    complete blocks, ``("rows", lo, hi)`` for rows (within the chunk) that the driver folds itself."""
+    out, tree = [], SumTree(aggregator)
+    for lo, hi, b, part in templates:
+        if part is None:
+            if tree.stack:
+                out.append(("sums", tree.stack))
+                tree = SumTree(aggregator)
+            out.append(("rows", lo, hi))
+        else:
+            aggregator.accumulate(part, chunk.rows(lo, hi), slice(0, hi - lo), ctx)
+            tree.push(0, b, part)
+    if tree.stack:
+        out.append(("sums", tree.stack))
+    return out

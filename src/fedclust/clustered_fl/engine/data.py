@@ -116,7 +116,8 @@ class FederatedTensors:
     * ``group`` (N,) true group of every training client; ``test_group`` (M,) of every test client;
     * ``memory_mapped``: the data tensors are views of files (:meth:`from_npy`); nothing reads them
       whole at construction, and the engine checks every gathered chunk for NaN or infinite values
-      instead (an in-memory data set is checked here, once).
+      instead (an in-memory data set is checked here, once); ``directory``: the folder of those files
+      (workers of a distributed round read their chunks' rows from it themselves, :class:`ClientRows`).
     """
 
     X_train: torch.Tensor
@@ -128,6 +129,7 @@ class FederatedTensors:
     group: np.ndarray | None = None
     test_group: np.ndarray | None = None
     memory_mapped: bool = False
+    directory: str | None = None
 
     def __post_init__(self):
         if self.X_train.ndim != 3:
@@ -256,6 +258,7 @@ class FederatedTensors:
             group=small("group"),
             test_group=small("test_group"),
             memory_mapped=True,
+            directory=str(directory),
             **kw,
         )
 
@@ -291,3 +294,36 @@ class FederatedTensors:
 
 def _mask(n: torch.Tensor, n_max: int) -> torch.Tensor:
     return torch.arange(n_max, device=n.device).unsqueeze(0) < n.unsqueeze(1)
+
+
+def gather_train(data: FederatedTensors, clients, device: torch.device | None = None):
+    """The padded training data ``X, y, n`` of the given clients (a gathered copy on ``device``; from a
+    memory-mapped data set only these clients' rows are read, and checked for NaN or infinite values)."""
+    idx = torch.as_tensor(clients, dtype=torch.long)
+    X = data.X_train[idx]
+    if data.memory_mapped and not torch.isfinite(X).all():
+        raise ValueError("X_train contains NaN or infinite values (in the rows of this chunk's clients)")
+    y, n = data.y_train[idx], data.n_train[idx]
+    if device is not None:
+        X, y, n = X.to(device), y.to(device), n.to(device)
+    return X, y, n
+
+
+_OPENED: dict[str, FederatedTensors] = {}  # data sets a worker process has opened, by folder
+
+
+@dataclass(frozen=True)
+class ClientRows:
+    """The training rows of ``clients`` of the data set stored in ``directory`` (:meth:`FederatedTensors.from_npy`),
+    read where they are used: a distributed round sends a worker this (the client ids) instead of
+    the rows, and the worker reads them from the files (opened once per process, memory-mapped). On
+    a cluster the folder must be at the same path on every machine (a shared file system)."""
+
+    directory: str
+    clients: np.ndarray
+
+    def gather(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        data = _OPENED.get(self.directory)
+        if data is None:
+            data = _OPENED[self.directory] = FederatedTensors.from_npy(self.directory)
+        return gather_train(data, self.clients)

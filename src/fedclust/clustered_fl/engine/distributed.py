@@ -4,12 +4,24 @@ A chunked round (:meth:`~fedclust.clustered_fl.engine.ClusteredFLEngine.chunked_
 chunks of clients one after another. The local update of a chunk is a pure function of its inputs
 (:func:`train_chunk`: the model, the round's cluster models and momenta, the chunk's choices, data and
 minibatch draws), and so is the cluster estimate of a chunk (:func:`chunk_losses`), so both phases of
-a round run anywhere while the driver keeps the server side: it draws the
-round's minibatch keys for all sampled clients up front (the same stream positions as a serial round),
-hands every chunk its rows, and folds the trained chunks into the aggregator in chunk order. Because
-the aggregator adds rows in the same order and every chunk runs the same arithmetic, the aggregate
-equals the serial one bit for bit (on machines with the same CPU kernels; a cluster of mixed CPUs
-can differ in the last bits).
+a round run anywhere while the driver keeps the server side: it draws the round's minibatch keys for
+all sampled clients up front (the same stream positions as a serial round), groups the clients
+(:meth:`~fedclust.clustered_fl.engine.Aggregator.begin`: a private strategy's noisy identifiers stay
+here), and hands every chunk its rows.
+
+**Workers return sums.** With a strategy whose sums split (the built-in ones,
+:meth:`~fedclust.clustered_fl.engine.Aggregator.splits_sums`) a worker folds its trained chunk into
+the strategy's per-cluster sums itself (:func:`train_chunk_sums`: model or delta sums, momentum sums,
+a private strategy's clipped sums and clip counts) and returns those, k rows per parameter instead of
+one per client; the noise is added by the driver, once, on the complete sums. The sums follow one
+fixed order (:class:`~fedclust.clustered_fl.engine.aggregation.SumTree`: blocks of
+:data:`~fedclust.clustered_fl.engine.aggregation.SUM_BLOCK` rows, then an aligned binary tree over the
+blocks) and the engine cuts a round into chunks that are whole subtrees of it, so a chunk comes back
+as one sum and the driver adds one sum per chunk; the result is the serial round's, and the whole
+round's, bit for bit (on machines with the same CPU kernels; a cluster of mixed CPUs can differ in
+the last bits). A memory-mapped data set (:meth:`~fedclust.clustered_fl.engine.FederatedTensors.from_npy`)
+is not read by the driver at all: a chunk carries its client ids (:class:`ClientRows`) and the worker
+reads the rows from the files. Other strategies get the trained models back and fold them on the driver.
 
 * :class:`ChunkRunner`: runs the chunks in this process (the reference; the engine's serial path
   gives the same numbers);
@@ -28,7 +40,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import torch
 
-from fedclust.clustered_fl.engine.data import Params
+from fedclust.clustered_fl.engine.aggregation import Aggregator, ClientUpdates, RoundContext, fold_sums
+from fedclust.clustered_fl.engine.data import ClientRows, Params
 from fedclust.clustered_fl.engine.kernels import (
     client_model_losses,
     local_gradient,
@@ -111,6 +124,61 @@ def chunk_losses(model, params: Params, X, y, n, max_rows: int, threads: int | N
     if threads:
         torch.set_num_threads(int(threads))
     return client_model_losses(model, params, X, y, n, max_rows=max_rows)[0]
+
+
+def _rows(rows) -> tuple:
+    """``(X, y, n)`` of a chunk: given, or read from the data set's files (:class:`ClientRows`)."""
+    return rows.gather() if isinstance(rows, ClientRows) else rows
+
+
+def chunk_losses_of(model, params: Params, rows, max_rows: int, threads: int | None = None) -> torch.Tensor:
+    """:func:`chunk_losses` on ``rows``: the chunk's ``(X, y, n)`` or its :class:`ClientRows`."""
+    return chunk_losses(model, params, *_rows(rows), max_rows, threads=threads)
+
+
+def train_chunk_sums(
+    model,
+    params: Params,
+    momentum: Params | None,
+    aggregator: Aggregator,
+    ctx: RoundContext,
+    clients: np.ndarray,
+    chosen: torch.Tensor,
+    losses: torch.Tensor,
+    rows,
+    draws,
+    cfg: dict,
+    templates: list,
+    threads: int | None = None,
+) -> list:
+    """The local update of one chunk (:func:`train_chunk`) folded here into the strategy's per-cluster
+    sums (and counts of what it counts; a private strategy's clipped sums) block by block
+    (:func:`~fedclust.clustered_fl.engine.aggregation.fold_sums` with the driver's ``templates``).
+    Returns the chunk's pieces in order: ``("sums", subtrees)``, and for a block cut by the chunk's
+    edge ``("rows", lo, hi, trained params, momentum)`` of those rows for the driver to fold."""
+    X, y, n = _rows(rows)
+    trained, mom = train_chunk(model, params, momentum, chosen, X, y, n, draws, cfg, threads=threads)
+    start = {k: v.index_select(0, chosen) for k, v in params.items()}
+    chunk = ClientUpdates(
+        clients=clients,
+        chosen=chosen,
+        losses=losses,
+        start_params=start,
+        params=trained if trained is not None else start,
+        momentum=mom,
+        n_samples=n,
+    )
+    out = []
+    for piece in fold_sums(aggregator, chunk, templates, ctx):
+        if piece[0] == "rows":
+            _, lo, hi = piece
+            cut = chunk.rows(lo, hi)
+            mom_rows = None if cut.momentum is None else {k: v.clone() for k, v in cut.momentum.items()}
+            trained_rows = None if trained is None else {k: v.clone() for k, v in cut.params.items()}
+            out.append(("rows", lo, hi, trained_rows, mom_rows))
+        else:
+            out.append(piece)
+    return out
 
 
 class ChunkRunner:

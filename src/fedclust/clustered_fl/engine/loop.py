@@ -15,14 +15,22 @@ import torch
 from fedclust.clustered_fl.engine.aggregation import (
     Aggregation,
     Aggregator,
+    BlockFold,
     ClientUpdates,
     GradientAveraging,
     ModelAveraging,
     RoundContext,
     ServerState,
+    chunk_size,
 )
-from fedclust.clustered_fl.engine.data import FederatedTensors, Params
-from fedclust.clustered_fl.engine.distributed import ChunkRunner, chunk_losses, n_draws, train_chunk
+from fedclust.clustered_fl.engine.data import ClientRows, FederatedTensors, Params, gather_train
+from fedclust.clustered_fl.engine.distributed import (
+    ChunkRunner,
+    chunk_losses_of,
+    n_draws,
+    train_chunk,
+    train_chunk_sums,
+)
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB,
@@ -87,10 +95,12 @@ class ClusteredFLEngine:
       evaluation of every client runs in such blocks;
     * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
       512): the round's clients are evaluated, trained and folded into the aggregation
-      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk), so the memory of a round
-      does not grow with the clients per round. Chunks consume the random streams exactly as one
-      batch does; a chunked round equals the unchunked one up to float summation order. A round that
-      fits in one chunk runs unchanged. An aggregator without the chunked protocol
+      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk, cut down to
+      ``32 * 2**j`` clients when 32 or more fit: a whole subtree of the summation order,
+      :func:`~fedclust.clustered_fl.engine.aggregation.chunk_size`), so the memory of a round does not
+      grow with the clients per round. Chunks consume the random streams exactly as one batch does,
+      and the built-in strategies sum in a fixed order: a chunked round equals the unchunked one bit
+      for bit. A round that fits in one chunk runs unchanged. An aggregator without the chunked protocol
       (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
       still gets the whole round at once (a warning says the budget is not kept).
     * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
@@ -103,8 +113,9 @@ class ClusteredFLEngine:
       the data set and the round's bookkeeping in host memory; results come back on the CPU.
     * ``chunk_runner``: where the chunks of a chunked round train
       (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
-      :class:`RayChunkRunner` = one Ray task per chunk). The server side stays here and the aggregate
-      equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
+      :class:`RayChunkRunner` = one Ray task per chunk). The workers return their chunks' per-cluster
+      sums (built-in strategies), the server side (grouping, noise, the model step) stays here, and
+      the aggregate equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
       their chunks here.
     * ``defer_updates`` (default True): plain-SGD local training with the MLP's first-layer updates
       deferred to one product per local update where that saves work
@@ -113,6 +124,10 @@ class ClusteredFLEngine:
       draw more rows than it holds). ``defer_updates=False`` runs the steps one after another: the
       float results then differ in the last bits (the numbers of runs made before deferral was the
       default come back bit for bit with it).
+    * ``evaluator``: the function that evaluates the cluster models (default
+      :func:`~fedclust.clustered_fl.engine.evaluate`, same signature). The final model is evaluated
+      once: the last round's record and the result's ``info["final"]`` come from the same call (on
+      all training clients and the test clients), so they cannot disagree.
     """
 
     def __init__(
@@ -149,6 +164,7 @@ class ClusteredFLEngine:
         device: str | torch.device | None = "cpu",
         chunk_runner: ChunkRunner | None = None,
         defer_updates: bool = True,
+        evaluator: Callable[..., dict] = evaluate,
     ):
         if not isinstance(data, FederatedTensors):
             raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
@@ -217,6 +233,9 @@ class ClusteredFLEngine:
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
         self.chunk_runner = chunk_runner
         self.defer_updates = bool(defer_updates)
+        if not callable(evaluator):
+            raise ValueError(f"evaluator must be callable (like engine.evaluate), got {evaluator!r}")
+        self.evaluator = evaluator
         self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
         self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
         self._warned_unbounded = False
@@ -296,7 +315,9 @@ class ClusteredFLEngine:
             extra_copies=getattr(self.aggregator, "working_copies", 0),
         )
         self.bytes_per_client = per
-        self.chunk_clients = max(1, int(self.max_chunk_mb * 2**20 // per))
+        # cut to a whole subtree of the summation tree (aggregation.chunk_size): a worker then returns
+        # one sum per chunk
+        self.chunk_clients = chunk_size(max(1, int(self.max_chunk_mb * 2**20 // per)))
 
     def _memory_ceiling(self) -> int | None:
         """Resident bytes past which a chunk loop hands freed memory back: the resident memory when the
@@ -388,18 +409,23 @@ class ClusteredFLEngine:
     def client_data(self, clients) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The padded training data ``X, y, n`` of the given clients (a gathered copy, on the engine's
         device; the data set itself stays in host memory)."""
-        idx = torch.as_tensor(clients, dtype=torch.long)
         d, dev = self.data, self.device
         if self._device_train is None and dev.type == "cuda":
             self._device_train = _device_copy(d, dev)
         if self._device_train:  # the training data already live on the GPU: gather there
             X, y, n = self._device_train
-            idx = idx.to(dev)
+            idx = torch.as_tensor(clients, dtype=torch.long).to(dev)
             return X[idx], y[idx], n[idx]
-        X = d.X_train[idx]  # memory-mapped data: reads these clients' rows only
-        if d.memory_mapped and not torch.isfinite(X).all():
-            raise ValueError("X_train contains NaN or infinite values (in the rows of this chunk's clients)")
-        return X.to(dev), d.y_train[idx].to(dev), d.n_train[idx].to(dev)
+        return gather_train(d, clients, dev)  # memory-mapped data: reads these clients' rows only
+
+    def _worker_rows(self, clients):
+        """What a worker needs to get these clients' training rows: the client ids when the data set
+        is in ``.npy`` files (:class:`ClientRows`: the worker reads the rows itself, the driver neither
+        reads nor sends them), else the gathered rows."""
+        d = self.data
+        if d.memory_mapped and d.directory is not None:
+            return ClientRows(d.directory, np.asarray(clients))
+        return self.client_data(clients)
 
     def count_local_samples(self, n: torch.Tensor, steps: int) -> None:
         """Add the samples that ``steps`` local steps on clients with ``n`` samples touch (a full
@@ -455,10 +481,12 @@ class ClusteredFLEngine:
         t1 = time.perf_counter()
         self.timing["assign"] += t1 - t0
         acc = self.aggregator.begin(state, updates, ctx)
+        fold = BlockFold(self.aggregator, acc, S, ctx)
         self.timing["aggregate"] += time.perf_counter() - t1
         if remote:
-            self._run_chunks_remotely(state, clients, chosen, losses, lr, ctx, acc)
+            self._run_chunks_remotely(state, clients, chosen, losses, lr, ctx, fold)
             t2 = time.perf_counter()
+            fold.finish()
             agg = self.aggregator.end(state, acc, ctx)
             self.timing["aggregate"] += time.perf_counter() - t2
             return updates, agg
@@ -480,12 +508,13 @@ class ClusteredFLEngine:
                 momentum=mom,
                 n_samples=n,
             )
-            self.aggregator.accumulate(acc, chunk, rows, ctx)
+            fold.add(chunk, rows)
             del chunk, params, mom, start, X, y
             release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
             self.timing["local"] += t2 - t1
             self.timing["aggregate"] += time.perf_counter() - t2
         t2 = time.perf_counter()
+        fold.finish()
         agg = self.aggregator.end(state, acc, ctx)
         self.timing["aggregate"] += time.perf_counter() - t2
         return updates, agg
@@ -496,15 +525,19 @@ class ClusteredFLEngine:
 
         def per_chunk():
             for a in range(0, len(clients), step):
-                yield (*self.client_data(clients[a : a + step]), self.max_rows)
+                yield self._worker_rows(clients[a : a + step]), self.max_rows
 
-        out = list(self.chunk_runner.map(chunk_losses, (self.model, params), per_chunk()))
+        out = list(self.chunk_runner.map(chunk_losses_of, (self.model, params), per_chunk()))
         return torch.cat(out) if out else torch.zeros(0, self.k, dtype=self.data.X_train.dtype)
 
-    def _run_chunks_remotely(self, state, clients, chosen, losses, lr, ctx, acc) -> None:
+    def _run_chunks_remotely(self, state, clients, chosen, losses, lr, ctx, fold: BlockFold) -> None:
         """The chunk loop of :meth:`chunked_round` through ``chunk_runner``: the round's minibatch
         keys are drawn here up front (the stream positions of a serial round), every chunk gets its
-        rows of them, and the trained chunks are folded into ``acc`` in chunk order."""
+        rows of them, and the chunks are folded into the round's sums in chunk order. A strategy whose
+        sums split (:meth:`Aggregator.splits_sums`, the built-in ones) has every worker fold its chunk
+        into per-cluster sums (:func:`train_chunk_sums`), so the driver adds one sum per chunk and
+        never holds a chunk's models; the driver then folds only the rows of blocks cut by a chunk's
+        edge (chunks smaller than a block). Otherwise the workers return the trained models."""
         d, S = self.data, len(clients)
         t0 = time.perf_counter()
         n_max = int(d.X_train.shape[1])
@@ -524,22 +557,17 @@ class ClusteredFLEngine:
             "defer_updates": self.defer_updates,
         }
         slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
-
-        def per_chunk():
-            for rows in slices:
-                X, y, n = self.client_data(clients[rows])
-                yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
-
-        shared = (self.model, state.params, state.momentum if self.beta > 0 else None)
+        sums = fold.split
         ceiling = self._memory_ceiling()
         t_agg = 0.0
-        for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
-            t1 = time.perf_counter()
+        momentum = state.momentum if self.beta > 0 else None
+
+        def updates_of(rows, params, mom):
+            """The driver's :class:`ClientUpdates` of ``rows`` from their trained models (or None)."""
             ch = chosen[rows]
             start = {k: v.index_select(0, ch) for k, v in state.params.items()}
             n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
-            self.count_local_samples(n, self.local_steps if params is not None else 1)
-            chunk = ClientUpdates(
+            return ClientUpdates(
                 clients=clients[rows],
                 chosen=ch,
                 losses=losses[rows],
@@ -548,10 +576,52 @@ class ClusteredFLEngine:
                 momentum=mom,
                 n_samples=n,
             )
-            self.aggregator.accumulate(acc, chunk, rows, ctx)
-            del chunk, params, mom, start
-            release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
-            t_agg += time.perf_counter() - t1
+
+        if sums:
+            shared = (self.model, state.params, momentum, self.aggregator, ctx.for_workers())
+
+            def per_chunk():
+                for rows in slices:
+                    yield (
+                        clients[rows],
+                        chosen[rows],
+                        losses[rows],
+                        self._worker_rows(clients[rows]),
+                        [dr[rows] for dr in draws],
+                        cfg,
+                        fold.templates(rows),
+                    )
+
+            for rows, pieces in zip(slices, self.chunk_runner.map(train_chunk_sums, shared, per_chunk())):
+                t1 = time.perf_counter()
+                n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
+                self.count_local_samples(n, self.local_steps if self.local_update == "model" else 1)
+                for piece in pieces:
+                    if piece[0] == "sums":
+                        fold.add_sums(piece[1])
+                    else:
+                        _, lo, hi, params, mom = piece
+                        cut = slice(rows.start + lo, rows.start + hi)
+                        fold.add(updates_of(cut, params, mom), cut)
+                del pieces
+                release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
+                t_agg += time.perf_counter() - t1
+        else:
+
+            def per_chunk():
+                for rows in slices:
+                    X, y, n = self.client_data(clients[rows])
+                    yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
+
+            shared = (self.model, state.params, momentum)
+            for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
+                t1 = time.perf_counter()
+                chunk = updates_of(rows, params, mom)
+                self.count_local_samples(chunk.n_samples, self.local_steps if params is not None else 1)
+                fold.add(chunk, rows)
+                del chunk, params, mom
+                release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
+                t_agg += time.perf_counter() - t1
         self.timing["aggregate"] += t_agg
         self.timing["local"] += time.perf_counter() - t0 - t_agg
 
@@ -603,18 +673,20 @@ class ClusteredFLEngine:
             self.timing["aggregate"] += time.perf_counter() - t0
         return ServerState(params=agg.params, momentum=agg.momentum, round=t), updates, agg
 
-    def _record(self, history, t, lr, state, updates, agg):
+    def _evaluate(self, params: Params, train: bool) -> dict[str, Any]:
+        """``evaluator`` on the cluster models: the test clients, and every training client when ``train``."""
+        return self.evaluator(
+            self.model, params, self.data, train=train, test=True, test_select=self.test_select, max_rows=self.max_rows
+        )
+
+    def _record(self, history, t, lr, state, updates, agg, ev: dict[str, Any] | None = None):
+        """Append round ``t``'s record to ``history``. ``ev``: an evaluation of ``state.params`` already
+        made with ``train=True`` (the final one; its test side is the same call's, and it holds the
+        train side that ``train_eval="all"`` reads), else one is made here."""
         t0 = time.perf_counter()
         rec: dict[str, Any] = {"round": t, "lr": lr}
-        ev = evaluate(
-            self.model,
-            state.params,
-            self.data,
-            train=self.train_eval == "all",
-            test=True,
-            test_select=self.test_select,
-            max_rows=self.max_rows,
-        )
+        if ev is None:
+            ev = self._evaluate(state.params, train=self.train_eval == "all")
         if self.train_eval == "all":
             rec["train_loss"] = ev["train_loss"]
             rec["client_ACC"], rec["client_NMI"] = (
@@ -656,12 +728,17 @@ class ClusteredFLEngine:
                 "cluster_sizes",
             )
         }
+        final = None
         for t in range(1, self.rounds + 1):
             lr = self.lr_at(t)
             state, updates, agg = self.step(state)
             report_round("round", t, self.rounds)
             if (self.eval_every and t % self.eval_every == 0) or t == self.rounds:
-                rec = self._record(history, t, lr, state, updates, agg)
+                if t == self.rounds:  # the final model: one evaluation serves the record and the result
+                    t0 = time.perf_counter()
+                    final = self._evaluate(state.params, train=True)
+                    self.timing["final_eval"] = time.perf_counter() - t0
+                rec = self._record(history, t, lr, state, updates, agg, ev=final)
                 logger.info(
                     "%s round %d/%d: train_loss=%.4f test_acc=%.4f client_ACC=%.3f sizes=%s",
                     self.method,
@@ -674,17 +751,6 @@ class ClusteredFLEngine:
                 )
                 if self.progress is not None:
                     self.progress(t, rec)
-        t0 = time.perf_counter()
-        final = evaluate(
-            self.model,
-            state.params,
-            self.data,
-            train=True,
-            test=True,
-            test_select=self.test_select,
-            max_rows=self.max_rows,
-        )
-        self.timing["final_eval"] = time.perf_counter() - t0
         self.dp_events.extend(self.aggregator.finish(self.rounds, self.data.n_clients, self.S))
         info = {
             "method": self.method,
