@@ -33,8 +33,9 @@ the power check at ε = 4) and 100 for the mutant (the measured-noise audit); on
 Only the distribution-free bound applies to what the canary reveals: with client sampling the
 released sum is a mixture (canary sampled or not) of Gaussians, not one Gaussian, so there is no
 Gaussian statistic to audit tightly (``info["why_not_gaussian"]``). The noise itself is Gaussian
-and is measured: every per-cluster sum release minus the exact sum of the clipped updates
-(:func:`observed_sum_noise`), against the claimed std ``sum_noise_std`` (the measured-noise audit,
+and is measured: every per-cluster sum release minus the exact sum of the clipped updates, and
+FedCAM's global sum likewise (each release reports its noise to :func:`observed_sum_noise`; the
+global noise in the unit of the cluster sums' std), against the claimed std ``sum_noise_std`` (the measured-noise audit,
 which turns it into the accountant's ε at the measured noise, amplification by sampling included).
 Mutant: ``noise_scale`` multiplies every noise std passed to the method; the accounted
 epsilon stays that of the calibrated run.
@@ -54,6 +55,7 @@ from fedclust.clustered_fl import dp_baselines as dpb
 from fedclust.privacy.accountants import effective_noise_multiplier
 from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
+from fedclust.privacy.observe import observe
 from fedclust.privacy.paper import rr_cluster as paper
 
 N_CLIENTS, N_SAMPLED, N_PER_CLIENT, K_CLUSTERS, B_RR = 10, 5, 2, 2, 2
@@ -150,25 +152,18 @@ def _runner(method: str, epsilon: float, delta: float, noise_scale: float = 1.0)
 
 
 @contextmanager
-def observed_sum_noise():
-    """Record the noise of every per-cluster sum release
-    (:func:`fedclust.clustered_fl.rr_cluster.release_cluster_sum`, which every method here goes
-    through) made inside the block: yields a list that receives the released sums minus the exact
-    sums of the clipped updates, flattened. Observation only: the noise is drawn by the method's own
-    code, unchanged."""
-    seen: list = []
-    original = rr_cluster.release_cluster_sum
-
-    def tap(s, std, rng):
-        out = original(s, std, rng)
-        seen.append((out - s).double().numpy().ravel())
-        return out
-
-    rr_cluster.release_cluster_sum = tap
-    try:
-        yield seen
-    finally:
-        rr_cluster.release_cluster_sum = original
+def observed_sum_noise(sum_std: float, global_std: float | None = None):
+    """Collect the noise of every sum release made inside the block, in the unit of the cluster sums'
+    claimed std ``sum_std``: the per-cluster sums (reported, flattened, by
+    :func:`fedclust.clustered_fl.rr_cluster.release_cluster_sum`, which every method here goes
+    through) and FedCAM's global sum (``"global_sum_noise"``, rescaled by ``sum_std / global_std``),
+    so one claimed std covers every draw. Yields a list that holds the noise arrays after the block."""
+    out: list = []
+    with observe("cluster_sum_noise") as cluster, observe("global_sum_noise") as glob:
+        yield out
+    out += cluster
+    if glob:
+        out += [g * (sum_std / float(global_std)) for g in glob]
 
 
 def _score(result) -> float:
@@ -183,12 +178,13 @@ def _case(
     probe = _runner(method, float(epsilon), float(delta))[0](True, True, 0)  # the claim of the calibrated run
     eps = account(probe.dp_events, delta)
     (rel,) = probe.dp_events
+    sum_std, global_std = float(rel.extra["sum_noise_std"]), rel.extra.get("global_noise_std")
 
     # the paper's claim (Prop. 4.1 + Thm 4.2 + eq. 9) for the same multipliers, shown next to the accountant's
     eps_paper = paper.epsilon(N_SAMPLED / N_CLIENTS, 1, None, effective_noise_multiplier(rel.noise_multipliers), delta)
 
     def one(canary_in: bool, noise: bool, seed: int) -> tuple[float, np.ndarray]:
-        with observed_sum_noise() as seen:
+        with observed_sum_noise(sum_std, global_std) as seen:
             res = run(canary_in, noise, seed)
         return _score(res), np.concatenate(seen)
 

@@ -118,6 +118,7 @@ from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import add_gaussian_noise
+from fedclust.privacy.observe import observing, report
 from fedclust.privacy.paper import rr_cluster as paper
 from fedclust.rng import stream
 
@@ -275,8 +276,12 @@ def privatize_identifiers(
 def release_cluster_sum(s: torch.Tensor, std: float, rng: np.random.Generator) -> torch.Tensor:
     """The released form of one parameter's k per-cluster sums: ``s`` plus i.i.d. ``N(0, std^2)`` on
     every coordinate (``s`` itself when ``std`` is 0). Every cluster-sum release of RR-Cluster and
-    its DP baselines goes through here, so an audit can observe the noise actually added."""
-    return add_gaussian_noise(s, std, rng) if std > 0 else s
+    its DP baselines goes through here, and it reports the noise it added (``"cluster_sum_noise"``,
+    :mod:`fedclust.privacy.observe`) to an audit that observes it."""
+    out = add_gaussian_noise(s, std, rng) if std > 0 else s
+    if observing("cluster_sum_noise"):
+        report("cluster_sum_noise", (out - s).double().numpy().ravel())
+    return out
 
 
 def noisy_cluster_sums(deltas: Params, groups: torch.Tensor, k: int, std: float, rng: np.random.Generator) -> Params:
@@ -469,7 +474,10 @@ class PrivateClusterAggregator(DeltaAveraging):
             for n in acc["gl"]:
                 s = acc["gsums"].get(n, torch.zeros_like(state.params[n][:1]))[0]
                 if self.global_std > 0:
-                    s = add_gaussian_noise(s, self.global_std, rng)
+                    noisy = add_gaussian_noise(s, self.global_std, rng)
+                    if observing("global_sum_noise"):  # FedCAM's global part, seen by an audit too
+                        report("global_sum_noise", (noisy - s).double().numpy().ravel())
+                    s = noisy
                 params[n] = state.params[n] + self.server_lr * (s / m).unsqueeze(0)  # same g in every row
         self.log["n_clipped"].append(acc["n_clip"])
         return Aggregation(params, state.momentum, acc["g"], counts.numpy().copy())
