@@ -236,7 +236,7 @@ def _check_screenshot(shot: Path, size: tuple[int, int]) -> None:
 
 def _keep(shot: Path, project_root: Path) -> None:
     """A copy in the checkout, for a person to look at (data/ is git-ignored)."""
-    out = project_root / "data" / "08_reporting"
+    out = project_root / "data" / "08_reporting" / "ui"
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, out / shot.name)
 
