@@ -126,6 +126,7 @@ from fedclust.clustering._common import (
     new_history,
     sample_clients,
     server_kmeans,
+    server_split,
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import InitOptions
@@ -970,7 +971,8 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         _, client = np.unique(client[~is_server], return_inverse=True)
         N = int(client.max()) + 1
     y = None if y is None else np.asarray(y)[~is_server]  # the histories score the clients' rows
-    X_public = X_all[is_server] if is_server.any() else _public_array(o.server_data, X.shape[1])
+    # a separate public array is checked as every method's (shape, finite values, at least k points)
+    X_public = X_all[is_server] if is_server.any() else server_split(X, k, server_data=o.server_data).points
     s = _settings(X.shape[1], N, o, public_sample=X_public is not None)
     st = _initial_state(X, client, k, s, X_public=X_public)
     eps_round, q_acc = _calibrate(st.sizes, s)
@@ -1060,16 +1062,6 @@ class _Settings(DPFedCOptions):
     private: bool = param(False, "bool")
     public_sample: bool = param(False, "bool")
     notes: list = param([], "list")
-
-
-def _public_array(server_data, m: int) -> np.ndarray | None:
-    """The server's separate public sample as a float (n_s, m) array, or None."""
-    if server_data is None:
-        return None
-    P = np.asarray(server_data, dtype=np.float64)
-    if P.ndim != 2 or P.shape[1] != m or P.shape[0] == 0:
-        raise ValueError(f"server_data must be a non-empty (n_s, {m}) array, got shape {P.shape}")
-    return P
 
 
 def _server_mask(n: int, server_rows) -> np.ndarray:
