@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedclust.clustering.defaults import DP_CLIP_LABEL, norm_grid
+from fedclust.clustering.defaults import DP_CLIP_LABEL, DP_CLIP_RULE, norm_grid
 from fedclust.clustering.fed_dp_kmeans import holdout_rows
 from fedclust.data.registry import prepare_dataset
 from fedclust.partition import make_partition
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REGISTRY
-from fedclust.registry.clustering import DP_CLIP_RULE
 
 PRIVATE = {"epsilon": 4.0, "delta": 1e-5, "accountant": "rdp"}
 

@@ -50,6 +50,9 @@ from fedclust.privacy.release import release_sum, sum_noise_std
 
 #: The share of the server's points whose norm the clip keeps (the median).
 SERVER_CLIP_QUANTILE = 0.5
+#: The names of the clip rules, as calibrations, run info and reports give them.
+SERVER_CLIP_RULE = "median row norm of the server's public sample"
+DP_CLIP_RULE = "DP median of the row norms (one release of the run's budget)"
 #: Scalings whose declared feature bound gives a clip without server data.
 BOUND_SCALES = ("minmax", "standardize")
 
@@ -86,7 +89,7 @@ def resolve_clip(clip, server_points=None, m: int | None = None, scale: str | No
     if clip is not None:
         return check_number("clip", clip, gt=0), "given"
     if server_points is not None and len(server_points):
-        return server_clip(server_points), "median row norm of the server's public sample"
+        return server_clip(server_points), SERVER_CLIP_RULE
     if m is None:
         raise ValueError("no clip, no server sample and no dimension: give the clip explicitly")
     return bound_clip(m, scale), f"sqrt(m) bound of {scale} scaling"

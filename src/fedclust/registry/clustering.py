@@ -10,7 +10,7 @@ import logging
 
 import numpy as np
 
-from fedclust.clustering.defaults import dp_clip, resolve_clip
+from fedclust.clustering.defaults import DP_CLIP_RULE, SERVER_CLIP_RULE, dp_clip, resolve_clip
 from fedclust.clustering.lloyd import pair_sensitivity
 from fedclust.data.registry import dataset_label, prepare_dataset
 from fedclust.errors import DataError
@@ -118,7 +118,10 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
-    clip, clip_rule, clip_event = run_clip(cfg, dataset, partition, noise, seed) if noise["private"] else (None,) * 3
+    rows, array = server_points(cfg, dataset, seed)  # read once: the start and the clip rule
+    clip, clip_rule, clip_event = (
+        run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
+    )
     result = run_timed(
         fkm.run,
         dataset.X,
@@ -131,7 +134,8 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         clip=clip,
         init=cfg.init,
         init_domain=cfg.init_domain,
-        **server_kwargs(cfg, dataset, seed),
+        server_rows=rows,
+        server_data=array,
         y=true_labels(dataset),
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
@@ -185,14 +189,15 @@ def kmeans_run(method: str):
         kw = cfg.pick("mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
         kw["rounds"] = int(noise.get("rounds", cfg.rounds))
         kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
+        rows, array = server_points(cfg, dataset, seed)  # read once: the start and the clip rule
         clip, clip_rule, clip_event = (
-            run_clip(cfg, dataset, partition, noise, seed) if noise["private"] else (None,) * 3
+            run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
         )
         if noise["private"]:
             kw.update(noise_multiplier=noise["noise_multiplier"], clip=clip)
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
-        kw.update(server_kwargs(cfg, dataset, seed))
+        kw.update(server_rows=rows, server_data=array)
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
         result = run_timed(
             fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
@@ -355,7 +360,7 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         "trust_model": cfg.trust_model,
         "clip": cfg.clip
         if cfg.clip is not None
-        else ("median row norm of the server's public sample" if has_server else "sqrt(m) bound of the scaling"),
+        else (SERVER_CLIP_RULE if has_server else "sqrt(m) bound of the scaling"),
         "server_data": describe_server_data(cfg),
     }
     if eps is None:
@@ -374,24 +379,14 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
     return {**base, "private": True, "noise_multipliers": z, "notes": server_notes(cfg)}
 
 
-def server_kwargs(cfg, dataset, seed: int) -> dict:
-    """``server_rows`` / ``server_data`` of a library run from the config's ``server_data``."""
-    rows, array = server_points(cfg, dataset, seed)
-    return {"server_rows": rows, "server_data": array}
-
-
 def clip_of_config(cfg):
     """The clip of a k-means-family config for its calibration: the number when given, else the
     public rule that gives it when the run starts (:func:`run_clip`)."""
     if cfg.clip is not None:
         return float(cfg.clip)
     if getattr(cfg, "server_data", "none") != "none":
-        return "median row norm of the server's public sample"
+        return SERVER_CLIP_RULE
     return DP_CLIP_RULE
-
-
-#: The clip rule of a private k-means-family run without a clip and without server data.
-DP_CLIP_RULE = "DP median of the row norms (one release of the run's budget)"
 
 
 def clip_releases(cfg) -> int:
@@ -399,12 +394,12 @@ def clip_releases(cfg) -> int:
     return int(clip_of_config(cfg) == DP_CLIP_RULE)
 
 
-def run_clip(cfg, dataset, partition, noise: dict, seed: int) -> tuple[float, str, object]:
+def run_clip(cfg, dataset, partition, noise: dict, seed: int, server: tuple) -> tuple[float, str, object]:
     """``(clip, rule, event)`` of a private k-means-family run: ``cfg.clip`` when given; else the
-    median row norm of the run's server sample (public, no release); else the DP estimate of
-    :func:`fedclust.clustering.defaults.dp_clip` from the clients' rows (``event``: its release, which
-    the calibration counted; None for the other rules)."""
-    rows, array = server_points(cfg, dataset, seed)
+    median row norm of the run's server sample (``server``: :func:`server_points` of the run; public,
+    no release); else the DP estimate of :func:`fedclust.clustering.defaults.dp_clip` from the
+    clients' rows (``event``: its release, which the calibration counted; None for the other rules)."""
+    rows, array = server
     points = np.asarray(dataset.X)[rows] if rows is not None else array
     if cfg.clip is not None or points is not None:
         clip, rule = resolve_clip(cfg.clip, points)
