@@ -372,3 +372,16 @@ def test_a_report_with_rr_cluster_says_when_it_helps_and_where_its_rows_sit():
     (line,) = rr_guidance([rr, {"tags": {"method": "dp_ifca"}, "metrics": {}}])
     assert f"up to about {RR_HELPS_UP_TO:g}" in line and line.endswith("Here: 7.5 per cluster and round.")
     assert rr_guidance([{"tags": {"method": "fkm"}, "metrics": {}}]) == []
+
+
+def test_the_plain_t_interval_is_the_students_t_half_width_and_serves_the_logit_interval():
+    import math
+
+    from scipy import stats
+
+    from fedclust.grids.report import t_interval
+
+    mean, half = t_interval([1.0, 2.0, float("nan"), 3.0])  # NaN dropped: n = 3, sd = 1
+    assert mean == 2.0 and half == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3))
+    assert t_interval([-4.0, 2.0])[0] == -1.0  # no bounds: a paired difference may be negative
+    assert math.isnan(t_interval([0.5])[1]) and all(math.isnan(v) for v in t_interval([]))

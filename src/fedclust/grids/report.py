@@ -100,6 +100,20 @@ def _finite(values) -> np.ndarray:
     )
 
 
+def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
+    """``(mean, half width)`` of the ``level`` Student t-interval of the mean of ``values`` (NaNs
+    dropped; n - 1 degrees of freedom, sample standard deviation): for a quantity without bounds, such
+    as a paired difference of accuracies. The half width is NaN for fewer than two values."""
+    x = _finite(values)
+    if x.size == 0:
+        return math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan
+    q = float(stats.t.ppf(0.5 + level / 2.0, df=x.size - 1))
+    return mean, q * float(x.std(ddof=1)) / math.sqrt(x.size)
+
+
 def logit_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
     """``(mean, low, high)`` of ``values`` in [0, 1] (NaNs dropped): the arithmetic mean and the
     ``level`` Student t-interval (n - 1 degrees of freedom, sample standard deviation) of the mean of
@@ -115,10 +129,8 @@ def logit_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]
         return mean, math.nan, math.nan
     if float(x.max() - x.min()) == 0.0:
         return mean, mean, mean
-    z = logit(np.clip(x, LOGIT_CLIP, 1.0 - LOGIT_CLIP))
-    q = float(stats.t.ppf(0.5 + level / 2.0, df=z.size - 1))
-    half = q * float(z.std(ddof=1)) / math.sqrt(z.size)
-    low, high = float(expit(z.mean() - half)), float(expit(z.mean() + half))
+    z_mean, half = t_interval(logit(np.clip(x, LOGIT_CLIP, 1.0 - LOGIT_CLIP)), level)
+    low, high = float(expit(z_mean - half)), float(expit(z_mean + half))
     return mean, min(low, mean), max(high, mean)
 
 
