@@ -161,6 +161,17 @@ def _gain_text(gain) -> str:
     return f"{mean:+.1f} ± {half:.1f}{mark}"
 
 
+def _rows(records, by, epss, cell) -> None:
+    """Print one table row per regime point and threshold B that ran: ``cell(runs, (M, q, eps, B))``
+    per epsilon."""
+    for M, q in points_of(records):
+        for B in BS:
+            if (M, q, epss[0], B) not in by:
+                continue
+            cells = [cell(list(by[M, q, e, B].values()), (M, q, e, B)) for e in epss]
+            print(f"| {round(q * M) / K:g} | {M} | {q:g} | {B} | " + " | ".join(cells) + " |")
+
+
 def tables(records) -> None:
     by, g = _by(records), gains(records)
     epss = sorted({r["eps"] for r in records})
@@ -177,31 +188,23 @@ def tables(records) -> None:
         "updates moved per round (B = 0 is DP-IFCA)\n"
     )
     print(head + "\n" + sep)
-    for M, q in points_of(records):
-        for B in BS:
-            if (M, q, epss[0], B) not in by:
-                continue
-            cells = []
-            for e in epss:
-                rs = list(by[M, q, e, B].values())
-                gain = _gain_text(g[M, q, e, B]) if B else "-"
-                moved = np.mean([r["moved_per_round"] for r in rs])
-                cells.append(f"{_ci([r['test_accuracy'] for r in rs])} / {gain} / {moved:.2f}")
-            print(f"| {round(q * M) / K:g} | {M} | {q:g} | {B} | " + " | ".join(cells) + " |")
+
+    def accuracy(rs, key):
+        gain = _gain_text(g[key]) if key[-1] else "-"
+        moved = np.mean([r["moved_per_round"] for r in rs])
+        return f"{_ci([r['test_accuracy'] for r in rs])} / {gain} / {moved:.2f}"
+
+    _rows(records, by, epss, accuracy)
     print("\n(+) / (-): the 95 % CI of the gain lies above / below 0.")
     print("\n### Client-clustering ACC % (mean ± 95 % CI; its chance line %, mean) / accounted eps (max over seeds)\n")
     print(head + "\n" + sep)
-    for M, q in points_of(records):
-        for B in BS:
-            if (M, q, epss[0], B) not in by:
-                continue
-            cells = []
-            for e in epss:
-                rs = list(by[M, q, e, B].values())
-                chance = 100 * np.mean([r["client_ACC_chance"] for r in rs])
-                eps_acc = max(r["epsilon_accountant"] for r in rs)
-                cells.append(f"{_ci([r['client_ACC'] for r in rs])} ({chance:.1f}) / {eps_acc:.3f}")
-            print(f"| {round(q * M) / K:g} | {M} | {q:g} | {B} | " + " | ".join(cells) + " |")
+
+    def clustering(rs, key):
+        chance = 100 * np.mean([r["client_ACC_chance"] for r in rs])
+        eps_acc = max(r["epsilon_accountant"] for r in rs)
+        return f"{_ci([r['client_ACC'] for r in rs])} ({chance:.1f}) / {eps_acc:.3f}"
+
+    _rows(records, by, epss, clustering)
     print(
         "\n### Why: smallest noisy cluster of a round before RR (mean over rounds and seeds, DP-IFCA runs) / "
         "chance that a noisy identifier keeps the client's own cluster\n"
