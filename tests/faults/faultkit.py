@@ -74,6 +74,18 @@ class Project:
         after = self.runs()
         return Outcome(proc.returncode, proc.stdout, proc.stderr, [v for k, v in after.items() if k not in before])
 
+    def start(self, *args: str) -> subprocess.Popen:
+        """``kedro run *args`` started in the background (stdout and stderr piped, as text), for a
+        test that acts on the store while the run goes on."""
+        return subprocess.Popen(
+            [KEDRO, "run", *args],
+            cwd=self.root,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def fingerprint(self) -> dict[str, str]:
         """sha256 of every stored result file (reports, grid cells)."""
         out = {}

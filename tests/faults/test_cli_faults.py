@@ -10,14 +10,13 @@ a non-ASCII path. Most stop before the first node (about 8 s each, the cost of s
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 import time
 
 import numpy as np
 import pytest
 import scipy.io
-from faultkit import KEDRO, TINY
+from faultkit import TINY
 
 ERROR = "fedclust: error: "
 
@@ -228,14 +227,7 @@ def test_an_mlflow_store_moved_mid_run_fails_in_one_line_and_the_next_run_kills_
         "fedclust", artifact_location=(project.root / "mlruns").as_uri()
     )
     long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=1500"
-    proc = subprocess.Popen(
-        [KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"],
-        cwd=project.root,
-        env=project.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = project.start(f"--env={env}", "--pipelines=fkm", f"--params={long}")
     try:
         deadline = time.monotonic() + 180
         while not [r for r in _mlflow_runs(folder / "mlflow.db") if r.info.status == "RUNNING"]:

@@ -190,14 +190,7 @@ def test_a_store_locked_mid_run_fails_the_run_which_is_marked_failed_once_the_st
     assert first.code == 0, first.err[-3000:]
     known = set(_runs(db))
     long = "dataset.n_per_class=30,partition.n_clients=6,fkm.train.rounds=6000"
-    proc = subprocess.Popen(
-        [KEDRO, "run", f"--env={env}", "--pipelines=fkm", f"--params={long}"],
-        cwd=project.root,
-        env=project.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = project.start(f"--env={env}", "--pipelines=fkm", f"--params={long}")
     locker = None
     try:
         deadline = time.monotonic() + 120
