@@ -347,6 +347,7 @@ def run_cell(cell: dict) -> list[dict]:
     out = []
     for method in methods:
         tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
+        server = server_data_param(method, eps, config)  # {} when the method holds no server sample
         tm = trust_model(method, eps, config)
         tags["trust_model"] = tm
         params = {
@@ -357,8 +358,8 @@ def run_cell(cell: dict) -> list[dict]:
             "delta": delta,
             "n_clients": n_clients,
             "method": method,
-            "init": "server_sample" if server_data_param(method, eps, config) else init,
-            **server_data_param(method, eps, config),
+            "init": "server_sample" if server else init,
+            **server,
             "trust_model": tm,
             "accountant": config.get("accountant", "rdp"),
         }
