@@ -366,22 +366,14 @@ def test_the_latest_report_is_a_file_at_a_stable_path_and_each_run_keeps_its_cop
 
 
 def test_a_report_with_rr_cluster_says_when_it_helps_and_where_its_rows_sit():
-    from fedclust.grids.report import RR_HELPS_UP_TO, rr_guidance
-
     rr = {"tags": {"method": "rr_cluster"}, "metrics": {"expected_clients_per_cluster": 7.5}}
-    (line,) = rr_guidance([rr, {"tags": {"method": "dp_ifca"}, "metrics": {}}])
-    assert f"up to about {RR_HELPS_UP_TO:g}" in line and line.endswith("Here: 7.5 per cluster and round.")
-    assert rr_guidance([{"tags": {"method": "fkm"}, "metrics": {}}]) == []
+    (line,) = report.rr_guidance([rr, {"tags": {"method": "dp_ifca"}, "metrics": {}}])
+    assert f"up to about {report.RR_HELPS_UP_TO:g}" in line and line.endswith("Here: 7.5 per cluster and round.")
+    assert report.rr_guidance([{"tags": {"method": "fkm"}, "metrics": {}}]) == []
 
 
 def test_the_plain_t_interval_is_the_students_t_half_width_and_serves_the_logit_interval():
-    import math
-
-    from scipy import stats
-
-    from fedclust.grids.report import t_interval
-
-    mean, half = t_interval([1.0, 2.0, float("nan"), 3.0])  # NaN dropped: n = 3, sd = 1
+    mean, half = report.t_interval([1.0, 2.0, float("nan"), 3.0])  # NaN dropped: n = 3, sd = 1
     assert mean == 2.0 and half == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3))
-    assert t_interval([-4.0, 2.0])[0] == -1.0  # no bounds: a paired difference may be negative
-    assert math.isnan(t_interval([0.5])[1]) and all(math.isnan(v) for v in t_interval([]))
+    assert report.t_interval([-4.0, 2.0])[0] == -1.0  # no bounds: a paired difference may be negative
+    assert math.isnan(report.t_interval([0.5])[1]) and all(math.isnan(v) for v in report.t_interval([]))

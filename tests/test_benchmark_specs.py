@@ -92,10 +92,6 @@ def test_specs_without_labels_twice_the_same_label_or_unknown_keys_are_refused(t
 
 
 def test_the_clustered_fl_half_runs_rr_clusters_few_per_cluster_regime_by_name():
-    import pytest as _pytest
-
-    from fedclust.grids import benchmark
-
     config = {"methods": ["rr_cluster", "dp_ifca"], "seeds": 3, "clustered_fl": {"regime": "few_per_cluster"}}
     cells = benchmark.clustered_fl_cells(config, {"mnist": "unused/mnist"})
     inner = [c["cell"] for c in cells]
@@ -106,5 +102,5 @@ def test_the_clustered_fl_half_runs_rr_clusters_few_per_cluster_regime_by_name()
         (1000, 0.03, "mnist")
     }
     assert all("few_per_cluster" in c["partition"] for c in cells)
-    with _pytest.raises(ValueError, match="regime must be one of"):
+    with pytest.raises(ValueError, match="regime must be one of"):
         benchmark.clustered_fl_cells({**config, "clustered_fl": {"regime": "few"}}, {})

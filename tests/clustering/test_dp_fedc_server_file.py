@@ -9,6 +9,7 @@ from fedclust.clustering import dp_fedc
 from fedclust.clustering.fed_dp_kmeans import holdout_rows
 from fedclust.data.registry import prepare_dataset
 from fedclust.partition import make_partition
+from fedclust.registry import REGISTRY
 
 
 @pytest.mark.parametrize("eps_bar", [None, 2.0])
@@ -36,8 +37,6 @@ def test_server_rows_and_an_array_together_are_refused():
 
 
 def test_the_registry_reads_a_server_file_for_dp_fedc():
-    from fedclust.registry import REGISTRY
-
     spec = {"name": "csv", "path": "tests/data/wine.csv", "options": {"label": "label"}, "scale": "minmax"}
     ds = prepare_dataset("csv", path="tests/data/wine.csv", options={"label": "label"}, scale="minmax")
     part = make_partition("iid", y=ds.y, n_clients=5, seed=0)
