@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from fedclust.environment import apply_defaults
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("KEDRO_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# the environment a fedclust command starts with (its kedro.init entry point): the in-process Kedro
+# sessions of the tests run as `kedro run` does (MLflow's telemetry off, its short HTTP retries)
+apply_defaults()
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"

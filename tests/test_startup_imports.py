@@ -2,8 +2,10 @@
 before any command, even ``kedro --version``. Heavy libraries that only some runs use must not be
 imported there; each is loaded by the code that needs it."""
 
+import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -41,11 +43,20 @@ def test_accounting_still_loads_dp_accounting_when_it_accounts():
     assert "dp_accounting" in loaded
 
 
-def mlflow_switches(env: dict[str, str], home: Path) -> list[str]:
+ENV_NAMES = (
+    "MLFLOW_DISABLE_TELEMETRY",
+    "MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+)
+
+
+def mlflow_switches(env: dict[str, str], home: Path, cwd: Path, first: str = "") -> list[str]:
     """MLflow's telemetry and SGC-resumption switches, and whether its telemetry client exists, after
-    the project's settings are imported in a fresh interpreter with ``env``."""
+    ``first`` and then MLflow's import in a fresh interpreter started in ``cwd`` with ``env``."""
     code = (
-        "import os, fedclust.settings\n"
+        f"import os\n{first}\n"
         "from mlflow.telemetry import get_telemetry_client\n"
         "print(os.environ.get('MLFLOW_DISABLE_TELEMETRY'), "
         "os.environ.get('MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS'), "
@@ -54,6 +65,7 @@ def mlflow_switches(env: dict[str, str], home: Path) -> list[str]:
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg", "HOME": str(home), **env},
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=True,
@@ -61,12 +73,86 @@ def mlflow_switches(env: dict[str, str], home: Path) -> list[str]:
     return out.stdout.split()
 
 
-def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path):
-    assert mlflow_switches({}, tmp_path) == ["true", "false", "True"]
+ROOT = SRC.parent
+INIT = "from fedclust.environment import kedro_init; kedro_init()"
+
+
+def test_mlflow_telemetry_is_off_in_the_project_unless_the_user_turns_it_on(tmp_path):
+    # Kedro's first step in every command (the kedro.init entry point), before MLflow loads
+    assert mlflow_switches({}, tmp_path, ROOT, INIT) == ["true", "false", "True"]
     # a user's choice stands
-    assert mlflow_switches({"MLFLOW_DISABLE_TELEMETRY": "false"}, tmp_path) == ["false", "false", "False"]
-    assert mlflow_switches({"MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS": "true"}, tmp_path)[1] == "true"
+    assert mlflow_switches({"MLFLOW_DISABLE_TELEMETRY": "false"}, tmp_path, ROOT, INIT) == ["false", "false", "False"]
+    on = {"MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS": "true"}
+    assert mlflow_switches(on, tmp_path, ROOT, INIT)[1] == "true"
 
 
 def test_sgc_run_resumption_is_left_to_mlflow_on_databricks(tmp_path):
-    assert mlflow_switches({"DATABRICKS_RUNTIME_VERSION": "15.4"}, tmp_path)[1] == "None"
+    assert mlflow_switches({"DATABRICKS_RUNTIME_VERSION": "15.4"}, tmp_path, ROOT, INIT)[1] == "None"
+
+
+def test_another_kedro_project_keeps_its_environment(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "pyproject.toml").write_text('[tool.kedro]\npackage_name = "other"\n')
+    assert mlflow_switches({}, tmp_path, other, INIT)[:2] == ["None", "None"]
+
+
+def test_importing_the_settings_changes_no_environment_variable():
+    code = (
+        "import os, json\nbefore = dict(os.environ)\nimport fedclust.settings\n"
+        "print(json.dumps(sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    changed = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    # MLflow's own import sets variables of its own (a telemetry session id ...): ours are not among them
+    assert not changed & {*ENV_NAMES, "PATH"}, changed
+
+
+def test_the_environment_defaults_are_kedros_first_step():
+    # declared as a kedro.init entry point: Kedro runs those before the settings and any plugin
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["entry-points"]["kedro.init"] == {"fedclust": "fedclust.environment:kedro_init"}
+    # and python -m fedclust applies them before importing Kedro
+    main = (SRC / "fedclust" / "__main__.py").read_text()
+    assert main.index("apply_defaults()") < main.index("from kedro")
+
+
+def test_a_run_tells_mlflow_it_is_no_notebook_without_importing_ipython():
+    code = (
+        "import sys\nfrom fedclust.environment import skip_notebook_probe\nskip_notebook_probe()\n"
+        "from mlflow.tracking.context.jupyter_notebook_context import JupyterNotebookRunContext\n"
+        "print(JupyterNotebookRunContext().in_context(), 'IPython' in sys.modules and sys.modules['IPython'] is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_settings_import_leaves_the_registry_scikit_learn_and_pyplot_unloaded():
+    loaded = modules_after("import fedclust.settings\nimport sys\nprint(*[m for m in sys.modules], sep='\\n')")
+    assert "fedclust" in loaded
+    assert not {"sklearn", "torch", "IPython"} & loaded
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, fedclust.settings\nprint('fedclust.registry' in sys.modules, "
+            "'matplotlib.pyplot' in sys.modules)",
+        ],
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["False", "False"]

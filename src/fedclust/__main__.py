@@ -6,8 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kedro.framework.cli.utils import find_run_command
-from kedro.framework.project import configure_project
+from fedclust.environment import apply_defaults
+
+apply_defaults()  # before Kedro and MLflow load: the environment a fedclust command starts with
+
+from kedro.framework.cli.utils import find_run_command  # noqa: E402  (after the environment defaults)
+from kedro.framework.project import configure_project  # noqa: E402
 
 
 def main(*args, **kwargs) -> Any:

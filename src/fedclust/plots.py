@@ -18,12 +18,11 @@ import math
 from dataclasses import replace
 from typing import Iterable, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 #: the footnote of every figure of values measured on raw data
@@ -62,12 +61,21 @@ _METRIC_NAMES = {
 # ---------------------------------------------------------------------------------------- helpers
 
 
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kw):
+    """``(fig, axes)`` as ``pyplot.subplots`` gives them, on an Agg canvas of the figure's own: no
+    pyplot state, no backend chosen, nothing shown. pyplot is never imported here, which keeps it
+    off the start-up of runs that draw nothing."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kw)
+
+
 def panel_grid(n: int, ncols: int = 3, width: float = 4.0, height: float = 3.0, **kw):
     """``(fig, axes)``: ``n`` panels in rows of at most ``ncols``; unused cells are removed."""
     n = max(int(n), 1)
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
+    fig, axes = subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
     flat = list(axes.ravel())
     for ax in flat[n:]:
         fig.delaxes(ax)
@@ -76,7 +84,7 @@ def panel_grid(n: int, ncols: int = 3, width: float = 4.0, height: float = 3.0, 
 
 def message_figure(text: str, title: str = ""):
     """A small figure that says why there is nothing to plot."""
-    fig, ax = plt.subplots(figsize=(4.5, 2.0))
+    fig, ax = subplots(figsize=(4.5, 2.0))
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
     if title:
@@ -242,7 +250,7 @@ def centroid_images_figure(centroids: np.ndarray, image_shape: Sequence[int], ti
     k = C.shape[0]
     ncols = min(ncols, k)
     nrows = math.ceil(k / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(1.25 * ncols, 1.35 * nrows + 0.5), squeeze=False)
+    fig, axes = subplots(nrows, ncols, figsize=(1.25 * ncols, 1.35 * nrows + 0.5), squeeze=False)
     for i, ax in enumerate(axes.ravel()):
         ax.set_xticks([])
         ax.set_yticks([])
@@ -266,7 +274,7 @@ def centroid_heatmap_figure(centroids: np.ndarray, title: str = ""):
     """Centroids of non-image data: one row per cluster, one column per feature."""
     C = np.asarray(centroids, dtype=float)
     k, m = C.shape
-    fig, ax = plt.subplots(figsize=(min(2.0 + 0.35 * m, 12.0), 1.2 + 0.3 * k))
+    fig, ax = subplots(figsize=(min(2.0 + 0.35 * m, 12.0), 1.2 + 0.3 * k))
     im = ax.imshow(C, aspect="auto", cmap="viridis")
     ax.set_xlabel("feature")
     ax.set_ylabel("cluster")
@@ -292,7 +300,7 @@ def confusion_figure(y_true, y_pred, title: str = ""):
     rows, cols = linear_sum_assignment(table, maximize=True)
     order = list(cols[np.argsort(rows)]) + [c for c in range(len(clusters)) if c not in cols]
     table = table[:, order]
-    fig, ax = plt.subplots(figsize=(0.45 * len(order) + 2.2, 0.45 * len(classes) + 1.6))
+    fig, ax = subplots(figsize=(0.45 * len(order) + 2.2, 0.45 * len(classes) + 1.6))
     im = ax.imshow(table, cmap="Blues")
     if table.size <= 400:
         thr = table.max() / 2
@@ -431,7 +439,7 @@ def rounds_by_epsilon_figure(
     by = multi or by  # series run at one budget only say nothing about budgets: left out when others exist
     eps_all = sorted({e for d in by.values() for e in d}, key=eps_value)
     finite = [e for e in eps_all if math.isfinite(eps_value(e))]
-    cmap = plt.get_cmap("viridis")
+    cmap = colormaps["viridis"]
     color = {e: cmap(0.15 + 0.7 * i / max(len(finite) - 1, 1)) for i, e in enumerate(finite)}
     fig, axes = panel_grid(len(by), ncols=ncols, width=3.8, height=2.9, sharey=False)
     for ax, (s, per_eps) in zip(axes, by.items()):
@@ -608,7 +616,7 @@ def curves_figure(
         ckey = "method" if "method" in d else (varying[0] if varying else None)
         lkey = "epsilon" if "epsilon" in d and ckey != "epsilon" else next((k for k in varying if k != ckey), None)
         c = colors.setdefault(
-            d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else plt.get_cmap("tab20")(len(colors) % 20)
+            d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else colormaps["tab20"](len(colors) % 20)
         )
         ls = lines.setdefault(d.get(lkey), styles[len(lines) % len(styles)])
         return {"color": c, "ls": ls}
@@ -693,7 +701,7 @@ def audit_bars_figure(names: Sequence[str], accounted, audited, noise_off, title
     positive = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in values]) if values else np.array([])
     floor = (positive.min() / 3.0) if positive.size else 1e-3
     x = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.1 * len(names) + 2.5), 3.8))
+    fig, ax = subplots(figsize=(max(5.5, 1.1 * len(names) + 2.5), 3.8))
     w = 0.27
     for i, ((lab, _, color), v) in enumerate(zip(series, values)):
         shown = np.where(np.isfinite(v), np.maximum(v, floor * 1.4), np.nan)

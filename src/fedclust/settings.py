@@ -1,32 +1,12 @@
 """Kedro project settings for fedclust."""
 
-import os
-import sys
-
 from fedclust.gc_pause import long_lived
 
-# MLflow's usage telemetry is off in this project unless the user turns it on
-# (MLFLOW_DISABLE_TELEMETRY=false): a tool for private analyses does not report on its users by
-# default, and its background threads cost a tiny run about a second on our benchmark machine. Set
-# before MLflow is first imported, below.
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-# MLflow resumes the run of a Databricks serverless GPU job on its own; anywhere else its probe only
-# imports IPython (a quarter of a second). Left to MLflow on Databricks.
-if "DATABRICKS_RUNTIME_VERSION" not in os.environ:
-    os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
+# Declarations only: importing this module changes no environment variable. The process environment
+# a fedclust command starts with (MLflow's telemetry off, its HTTP retries, PATH) is set by the command
+# line before Kedro loads anything (fedclust.environment, a kedro.init entry point).
 
-# A tracking server that does not answer ends a run within about half a minute, in one line, rather
-# than after MLflow's default of 7 retries with exponential back-off and 120 s timeouts (about 4
-# minutes per request): 2 retries, 1 s back-off, 10 s per request. MLflow reads these at each request;
-# set them in the environment to wait longer for a flaky server.
-for _name, _value in (
-    ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
-    ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
-):
-    os.environ.setdefault(_name, _value)
-
-with long_lived():  # every command imports MLflow and the method registry here (fedclust.gc_pause)
+with long_lived():  # every command imports MLflow here (fedclust.gc_pause)
     from fedclust.hooks import (
         EffectiveSettingsHook,
         InterruptHook,
@@ -68,9 +48,3 @@ CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
 }
-
-# Tools that plugins start by name (`kedro mlflow ui` runs `mlflow`) come from this environment
-# even when it is not activated (`.venv/bin/kedro mlflow ui`).
-_BIN = os.path.dirname(sys.executable)
-if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])

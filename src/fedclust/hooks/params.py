@@ -8,8 +8,6 @@ from typing import Any
 from kedro.config import OmegaConfigLoader
 from kedro.framework.hooks import hook_impl
 
-from fedclust.registry.checks import check_run_params
-from fedclust.registry.helpers import WORK_LIMIT_DEFAULT, set_work_limit
 from fedclust.threads import apply_thread_setting
 
 logger = logging.getLogger(__name__)
@@ -53,6 +51,10 @@ class ParamsCheckHook:
 
     @hook_impl(tryfirst=True)
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        # here: the method registry (with scikit-learn's metrics, about half a second) loads when a run
+        # needs it, not when Kedro imports the project's settings for every command (kedro --version)
+        from fedclust.registry.helpers import WORK_LIMIT_DEFAULT, set_work_limit
+
         try:
             params = catalog.load("parameters")
         except Exception:  # a catalog without parameters: nothing to check
@@ -64,5 +66,9 @@ class ParamsCheckHook:
         apply_thread_setting((params.get("compute") or {}).get("threads"))
 
     def _check(self, params: dict, pipeline) -> None:
+        # here: the method registry (with scikit-learn's metrics, about half a second) loads when a run
+        # needs it, not when Kedro imports the project's settings for every command (kedro --version)
+        from fedclust.registry.checks import check_run_params
+
         used = {name for n in pipeline.nodes for name in n.inputs if name.startswith("params:")}
         check_run_params(params, self._reference, used)

@@ -19,7 +19,6 @@ from fedclust import progress
 from fedclust.hooks.state import RUN, is_grid_run, method_of
 from fedclust.hooks.tags import fmt_eps
 from fedclust.pipelines.mlflow_io import run_address
-from fedclust.registry.clustered_fl import ONE_MODEL
 
 #: how a one-model method's client clustering is shown (the benchmark report's words)
 ONE_MODEL_FLAG = "n/a (one model)"
@@ -46,6 +45,10 @@ def _utility(met: dict, method: str = "") -> str | None:
         lines += [flag for key, flag in (("at_chance", "AT CHANCE"), ("collapsed", "COLLAPSED")) if met.get(key)]
         return util + (f" ({'; '.join(lines)})" if lines else "")
     if "test_accuracy" in met:
+        # here: the method registry (with scikit-learn's metrics, about half a second) loads when a run
+        # needs it, not when Kedro imports the project's settings for every command (kedro --version)
+        from fedclust.registry.clustered_fl import ONE_MODEL
+
         util = f"test acc {met['test_accuracy']:.3f}"
         if method in ONE_MODEL:  # one model for every client: there is no client clustering to score
             return util + f" · client clustering {ONE_MODEL_FLAG}"

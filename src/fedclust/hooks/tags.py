@@ -28,8 +28,6 @@ from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
 from fedclust.pipelines.mlflow_io import RUN_CONFIG_ARTIFACT, kedro_command, kedro_run_config, needs_config_file
 from fedclust.privacy.report import SCOPE_TAG
-from fedclust.registry import REGISTRY, trust_model_of
-from fedclust.registry.clustering import describe_server_data
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +67,11 @@ def tag_value(v) -> str:
 
 def _server_data(method: str, params: dict) -> str | None:
     """Which server data a method with a server sample uses, in words (None for the others)."""
+    # here: the method registry (with scikit-learn's metrics, about half a second) loads when a run
+    # needs it, not when Kedro imports the project's settings for every command (kedro --version)
+    from fedclust.registry import REGISTRY
+    from fedclust.registry.clustering import describe_server_data
+
     spec = REGISTRY.get(method)
     if spec is None or "server_data" not in {f.name for f in dataclasses.fields(spec.config)}:
         return None
@@ -81,6 +84,10 @@ def _server_data(method: str, params: dict) -> str | None:
 
 def _trust_model(method: str, params: dict, privacy: dict) -> str:
     """The trust model of ``method`` in a run with these parameters (its MLflow tag)."""
+    # here: the method registry (with scikit-learn's metrics, about half a second) loads when a run
+    # needs it, not when Kedro imports the project's settings for every command (kedro --version)
+    from fedclust.registry import trust_model_of
+
     chosen = ((params.get(method) or {}).get("train") or {}).get("trust_model")
     return trust_model_of(method, chosen, privacy.get("epsilon") is not None)
 
