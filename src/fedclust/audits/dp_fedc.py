@@ -15,30 +15,35 @@ randomness: W^0 is one public ``uniform_box`` draw shared by all runs and H^0 is
 nearest-centroid code of W^0 (``h_init="nearest"``), so the noise-free outputs without and with the
 canary, A and B, are two fixed matrices.
 
-The canary is built to move client 0's clipped gradient as far as possible: with u the direction of
-the first initial centroid and v a unit vector orthogonal to every initial centroid (pixel 0, blank in
-every digit, with the centroid span projected out), the canary is ``2 clip (a u + b v)`` (clipped to
-norm ``clip``) and its replacement ``clip (a u - b v)``, a = 0.7, b = sqrt(1 - a^2). Both have a large
-code on centroid 0 and opposite residuals, so their gradient terms ``-2 h (x - W h)'`` point in
-opposite directions; the noise-free shift of client 0's upload is about 0.6 of the sensitivity
-2 G Q2 / eta of eq. (28) (measured; a digit-like canary gives 0.07).
+The canary moves client 0's upload by the whole sensitivity 2 G Q2 / eta_0 of eq. (28). DP must
+hold for every data set of the domain, so client 0's other rows are chosen for the audit: each is
+the first initial centroid c_0, which its code reconstructs exactly, so it adds nothing to the
+gradient. With v a unit vector orthogonal to every initial centroid (pixel 0, blank in every digit,
+with the centroid span projected out), the canary is ``c_0 + s v`` and its replacement ``c_0 - s v``,
+s = 0.999 sqrt(clip^2 - ||c_0||^2) (both within the clip). Both have the code of c_0 (their
+projections on the centroids are equal), so client 0's gradients with the canary and with the
+replacement are exact opposites, each clipped to G, at every one of the Q2 steps: the noise-free
+uploads differ by 2 G Q2 / eta_0, the sensitivity (``shift_over_sensitivity`` = 1 in the record;
+the digit rows used before reached 0.6). Client 1 holds 14 digits rows.
 
-The distinguisher is the likelihood-ratio test between two isotropic Gaussians centred at A and B,
-``||C - A||^2 - ||C - B||^2`` for the released mean C. With the noise off, C equals A or B exactly,
-so the scores separate perfectly: the power check. The score is linear in C, and C is A or B plus
-Gaussian noise, so it is itself a Gaussian statistic with one variance under both hypotheses: the
-case is audited tightly as well (``gaussian=True``).
+What is scored is what the adversary of the trust model sees. Under ``local`` trust the server
+receives every client's noisy upload, so the statistic is client 0's upload U_0 (observed through
+:mod:`fedclust.privacy.observe`), scored by the likelihood-ratio test between two isotropic
+Gaussians centred at the noise-free uploads A_0 and B_0: ``||U_0 - A_0||^2 - ||U_0 - B_0||^2``. With
+the noise off, U_0 equals A_0 or B_0 exactly, so the scores separate perfectly: the power check. The
+score is linear in U_0, and U_0 is A_0 or B_0 plus Gaussian noise of client 0's std, so it is itself
+a Gaussian statistic with one variance under both hypotheses: the case is audited tightly as well
+(``gaussian=True``), and its privacy loss is that of client 0's release, the one accounted.
 
-Measured noise: the released mean minus A (or B) is the noise itself, ``sqrt(sum_i sigma_i^2) / K``
-per entry as claimed (sigma_i: each client's std of eq. (28) in the calibrated run).
+Measured noise: U_0 minus A_0 (or B_0) is client 0's noise itself, sigma_0 per entry as claimed.
 
 Secure aggregation (case ``dp_fedc_secure_aggregation``): the same setting with
 ``trust_model="secure_aggregation"``. The server sees only the sum of the two uploads plus one
 Gaussian whose std is the larger of the two clients' calibrated stds; client 0 (the smaller client,
 so the smaller public eta_0 and the larger sensitivity and std) sets it, so the canary's client gets
-exactly its calibrated noise multiplier and the same accounted epsilon. The released mean carries
-``max_i sigma_i / K`` per entry (instead of ``sqrt(sum_i sigma_i^2) / K``), which is the claimed noise
-the measured-noise audit checks.
+exactly its calibrated noise multiplier and the same accounted epsilon. The server sees only the
+released mean, which carries ``max_i sigma_i / K`` per entry, the claimed noise the measured-noise
+audit checks; the score is the same test on the mean C, between the noise-free means A and B.
 
 Mutant: DP-FedC sets its noise from eps_bar, not from a multiplier, so ``noise_scale`` picks the
 eps_bar at which client 0's noise std is ``noise_scale`` times the calibrated one (found by
@@ -54,19 +59,22 @@ from sklearn.datasets import load_digits
 
 from fedclust.clustering import dp_fedc
 from fedclust.clustering._common import public_centroids
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy.accountants import epsilon as account
 from fedclust.privacy.audit import AuditCase, epsilon_with_noise
+from fedclust.privacy.observe import observe
 
 SIZES = (10, 14)
 K_CLUSTERS = 2
-#: weight of the centroid direction in the canary and its replacement (module docstring)
-CANARY_A = 0.7
+#: the canary's offset from the first centroid, as a share of the largest within the clip (module docstring)
+CANARY_REACH = 0.999
 
 
 @lru_cache(maxsize=1)
 def audit_data() -> dict:
-    """The audit setting: ``X`` (24 digits rows / 16, the replacement in client 0's last row), ``client``,
-    ``canary``, ``slot`` (that row), ``clip`` (the public default sqrt(m)) and ``W0`` (the public init)."""
+    """The audit setting: ``X`` (client 0: the first initial centroid, with the replacement in its last
+    row; client 1: 14 digits rows / 16), ``client``, ``canary``, ``slot`` (that row), ``clip`` (the
+    public default sqrt(m)) and ``W0`` (the public init)."""
 
     n = sum(SIZES)
     X = load_digits().data[:n] / 16.0
@@ -76,15 +84,16 @@ def audit_data() -> dict:
     clip = dp_fedc.domain_clip(m)
     W0 = public_centroids(K_CLUSTERS, m, 0, "uniform_box", clip=clip)  # one public draw for every run
     Q, _ = np.linalg.qr(W0.T)
-    u = W0[0] / np.linalg.norm(W0[0])
     v = np.zeros(m)
     v[0] = 1.0
     v -= Q @ (Q.T @ v)
     v /= np.linalg.norm(v)
-    b = np.sqrt(1.0 - CANARY_A**2)
+    c0 = W0[0]
+    s = CANARY_REACH * np.sqrt(clip**2 - c0 @ c0)
     slot = SIZES[0] - 1
-    X[slot] = clip * (CANARY_A * u - b * v)  # the replacement row
-    canary = 2.0 * clip * (CANARY_A * u + b * v)  # clipped to norm clip by the run
+    X[: SIZES[0]] = c0  # client 0's other rows: reconstructed exactly by their code, no gradient
+    X[slot] = c0 - s * v  # the replacement row
+    canary = c0 + s * v
     return {"X": X, "client": client, "canary": canary, "slot": slot, "clip": clip, "W0": W0}
 
 
@@ -136,13 +145,13 @@ def _dp_fedc_case(
         eps_bar
         if noise_scale == 1.0
         else _eps_bar_for_sigma(
-            lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]),
-            eps_bar,
-            noise_scale * sigma0,
+            lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]), noise_scale * sigma0
         )
     )
-    A = run(*neighbours(False), 0, False).centroids
-    B = run(*neighbours(True), 0, False).centroids
+    seen = _client0_upload if trust_model == "local" else _released_mean  # what the adversary sees
+    A = seen(run, *neighbours(False), 0, False)
+    B = seen(run, *neighbours(True), 0, False)
+    shift = float(np.linalg.norm(B - A)) * (1 if trust_model == "local" else len(SIZES))
 
     def score(C):
         return float(np.square(C - A).sum() - np.square(C - B).sum())
@@ -151,7 +160,7 @@ def _dp_fedc_case(
         Xn, cl = neighbours(canary_in)
         clean = B if canary_in else A
         seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        Cs = np.array([run(Xn, cl, int(s), noise, eb_run).centroids for s in seeds])
+        Cs = np.array([seen(run, Xn, cl, int(s), noise, eb_run) for s in seeds])
         sc = np.array([score(C) for C in Cs])
         return {"score": sc, "gaussian": sc, "noise": (Cs - clean).reshape(len(seeds), -1)}
 
@@ -159,13 +168,13 @@ def _dp_fedc_case(
     eta0 = float(probe.info["alpha_2"]) * dp_fedc.public_lambda(sizes, K_CLUSTERS)[0]  # client 0's eta
     sens = 2.0 * G * Q2 / eta0  # eq. (28)
     sigma = float(probe.info["round_sigma"][0][0])  # client 0's noise std
-    # the released mean of the K uploads carries sqrt(sum_i sigma_i^2) / K per entry (local) or
-    # max_i sigma_i / K (secure aggregation: one draw on the sum): the claimed noise
+    # the claimed noise of what is scored: client 0's upload carries sigma_0 per entry (local); the
+    # released mean carries max_i sigma_i / K (secure aggregation: one draw on the sum)
     if trust_model == "secure_aggregation":
         mean_std = float(probe.info["round_sigma_sum"][0]) / len(SIZES)
         assert mean_std == float(np.max(probe.info["round_sigma"][0])) / len(SIZES)
     else:
-        mean_std = float(np.sqrt(np.sum(np.square(probe.info["round_sigma"][0])))) / len(SIZES)
+        mean_std = sigma
     name = "dp_fedc" if trust_model == "local" else f"dp_fedc_{trust_model}"
     return AuditCase(
         name=name,
@@ -181,8 +190,9 @@ def _dp_fedc_case(
         epsilon_at_noise=lambda r: epsilon_with_noise(probe.dp_events, delta, r),
         description=(
             f"24 digits rows on 2 clients (10, 14), k={K_CLUSTERS}, {rounds} round(s), K=N, public constants, "
-            f"clip={clip:g}, G={G}, trust model {trust_model}; replace-one canary in client 0 (opposite gradient residuals); "
-            "score = ||C-A||^2 - ||C-B||^2 (A, B: noise-free outputs without / with the canary)"
+            f"clip={clip:g}, G={G}, trust model {trust_model}; replace-one canary in client 0 (opposite gradients: "
+            "a shift of the whole sensitivity); score = ||C-A||^2 - ||C-B||^2 on what the server sees (local: "
+            "client 0's upload; secure aggregation: the mean), A, B: its noise-free values without / with the canary"
         ),
         info={
             "eps_bar": eps_bar,
@@ -192,30 +202,32 @@ def _dp_fedc_case(
             "sigma": sigma,
             "sensitivity": sens,
             "noise_multiplier": sigma / sens,
-            "shift_over_sensitivity": float(np.linalg.norm(B - A)) * len(SIZES) / sens,
+            "shift_over_sensitivity": shift / sens,
             "mutant_noise_scale": noise_scale,
             "eps_bar_run": eb_run,
             "trust_model": trust_model,
-            "noise_std_of_mean": mean_std,
+            "noise_std_scored": mean_std,
         },
     )
 
 
-def _eps_bar_for_sigma(sigma_of, eps_bar: float, target: float) -> float:
-    """The eps_bar whose noise std ``sigma_of(eps_bar)`` is ``target`` (std decreases in eps_bar):
-    bisection on log eps_bar to 1e-6 relative."""
-    lo, hi = eps_bar, eps_bar
-    while sigma_of(hi) > target:
-        hi *= 2.0
-    while sigma_of(lo) < target:
-        lo /= 2.0
-    while hi / lo > 1.0 + 1e-6:
-        mid = (lo * hi) ** 0.5
-        if sigma_of(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+def _client0_upload(run, X, client, seed, noise, *eps_bar) -> np.ndarray:
+    """Client 0's first upload, as the server receives it under local trust."""
+    with observe(dp_fedc.UPLOADS) as seen:
+        run(X, client, seed, noise, *eps_bar)
+    ids, uploads = next((ids, u) for ids, u in seen if (ids == 0).any())
+    return uploads[int(np.flatnonzero(ids == 0)[0])]
+
+
+def _released_mean(run, X, client, seed, noise, *eps_bar) -> np.ndarray:
+    """The released mean of the uploads (the new centroids)."""
+    return run(X, client, seed, noise, *eps_bar).centroids
+
+
+def _eps_bar_for_sigma(sigma_of, target: float) -> float:
+    """The eps_bar whose noise std ``sigma_of(eps_bar)`` is ``target`` (the std decreases in eps_bar),
+    to 1e-6 relative, on the safe side (std at most ``target``): the privacy layer's log bisection."""
+    return log_bisect(lambda eb: sigma_of(eb) > target, 1e-6)
 
 
 def _dp_fedc_secure_aggregation_case(

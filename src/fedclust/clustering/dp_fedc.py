@@ -131,6 +131,7 @@ from fedclust.clustering._common import (
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import InitOptions
 from fedclust.options import MethodConfig, check_number, param
+from fedclust.privacy import observe
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
@@ -148,6 +149,9 @@ H_INITS = ("uniform", "nearest")
 #: Who adds the noise of a round (:mod:`fedclust.privacy.release`): every sampled client to its own
 #: upload (``local``, the paper's), or once to the sum of the uploads (``secure_aggregation``).
 DP_FEDC_TRUST_MODELS = ("local", "secure_aggregation")
+#: the observed kind (:mod:`fedclust.privacy.observe`) of the clients' uploads of a round under local
+#: trust (noisy when private): ``(client ids, uploads)`` blocks, the uploads a (clients, k, m) array
+UPLOADS = "dp_fedc_uploads"
 #: k-means++ restarts of the server's k-means on its public sample (the start ``public_sample``)
 PUBLIC_START_RESTARTS = 10
 #: How the noise-relevant constants (rho, mu_h, eta) are set (module docstring): from public
@@ -469,6 +473,8 @@ def round_vectorized(
             xi = sigma[sl, None, None] * rin.noise[sl]
             W += xi
             xi_sum += xi.sum(0)
+        if rin.trust_model == "local" and observe.observing(UPLOADS):  # what the server receives from them
+            observe.report(UPLOADS, (np.asarray(rin.sampled)[sl], W))
         C_sum += W.sum(0)
     sigma_sum = 0.0
     if rin.noise is not None and not local_noise:  # secure aggregation: one draw on the sum
@@ -585,6 +591,8 @@ def round_loop(
             if rin.trust_model == "local":
                 W = W + sig * rin.noise[s]
             sigmas.append(sig)
+        if rin.trust_model == "local" and observe.observing(UPLOADS):  # what the server receives from it
+            observe.report(UPLOADS, (np.array([i]), W[None]))
         uploads.append(W)
     total = sum(uploads)
     if rin.noise is not None and rin.trust_model != "local":
