@@ -10,8 +10,10 @@ from fedclust.privacy.audit import (
     AuditCase,
     audit_case,
     clopper_pearson,
+    distribution_free_ceiling,
     epsilon_lower_bound,
     epsilon_lower_bound_from_scores,
+    runs_for_power,
 )
 
 
@@ -82,3 +84,40 @@ def test_threshold_is_chosen_on_held_out_runs():
     s_out = np.r_[np.zeros(50), np.ones(50)]
     r = epsilon_lower_bound_from_scores(s_in, s_out, 1e-5)
     assert r["epsilon_lower"] == 0.0 and r["tpr"] == 0.0
+
+
+def test_the_distribution_free_ceiling_is_the_bound_of_a_perfect_separation():
+    # n runs per side: the threshold is picked on the first halves, the rates measured on the second
+    for n in (100, 801):
+        h = n - n // 2
+        assert distribution_free_ceiling(n, 1e-5) == epsilon_lower_bound(h, h, 0, h, 1e-5)
+        scores = epsilon_lower_bound_from_scores(np.ones(n), np.zeros(n), 1e-5)
+        assert scores["epsilon_lower"] == pytest.approx(distribution_free_ceiling(n, 1e-5))
+    assert distribution_free_ceiling(100, 1e-5) < 2.6 < 4.0 < distribution_free_ceiling(800, 1e-5)
+
+
+def test_noise_off_runs_grow_until_the_ceiling_clears_the_claim():
+    assert runs_for_power(1.0, 1e-5, 0.05, 100, 4000) == 100  # 100 runs already reach 2.57
+    n = runs_for_power(4.0, 1e-5, 0.05, 100, 4000)
+    assert n == 800 and distribution_free_ceiling(n, 1e-5) > 1.1 * 4.0 >= distribution_free_ceiling(400, 1e-5)
+    assert runs_for_power(30.0, 1e-5, 0.05, 100, 4000) == 4000  # capped
+
+
+def test_the_report_carries_each_bounds_noise_off_power():
+    """A Gaussian mechanism of known shift: with the noise off the scores separate perfectly, the
+    distribution-free bound reaches its ceiling at the noise-off run count (raised for power), and
+    the record says which bounds could have caught a leak."""
+
+    def scores(canary, noise, n, seed):
+        rng = np.random.default_rng(seed)
+        return (1.0 if canary else 0.0) + (rng.standard_normal(n) if noise else np.zeros(n))
+
+    case = AuditCase("g", "g", scores, epsilon=4.0, delta=1e-5, n_runs=200, gaussian=True, power_runs=100)
+    rep = audit_case(case, seed=0)
+    power = rep.to_dict()["noise_off_power"]
+    assert power["n_runs"] == 800 and rep.noise_off.n_runs == 800
+    assert power["distribution_free"] == pytest.approx(power["distribution_free_ceiling"])
+    assert power["distribution_free_powerful"] and power["tight_powerful"]
+    # a case that caps its noise-off runs keeps the cap, and its bound says it has no power
+    capped = audit_case(AuditCase("g", "g", scores, 4.0, 1e-5, n_runs=200, power_runs=100, power_runs_max=100))
+    assert capped.noise_off.n_runs == 100 and not capped.noise_off_power["distribution_free_powerful"]

@@ -4,7 +4,9 @@ Each method's canary audit (:mod:`fedclust.audits`) is run at every budget of ``
 (default 1 and 4) with the noise on and off, and on its halved-noise mutant
 (:func:`fedclust.privacy.audit.audit_case`); a record holds the accounted ε, the audited lower
 bounds (distribution-free; tight where the case has a Gaussian statistic; measured-noise where its
-noise is measured), ``tightness``, the noise-off bound (the audit's power), the mutant's audited ε
+noise is measured), ``tightness``, the noise-off bounds (the audit's power: the distribution-free
+bound with its ceiling at the noise-off run count, which the audit raises where the ceiling would
+stay below the claim, and the tight bound), the mutant's audited ε
 and the verdicts ``sound`` (every audited bound <= accounted), ``powerful`` (noise-off > accounted)
 and ``mutant_caught`` (a mutant bound > accounted). :func:`verdict_errors` names the records that
 fail (the pipeline stops on them). The
@@ -140,9 +142,13 @@ def audit_one(
         "audit_time_s": time.perf_counter() - t0,
     }
     if rep.noise_off is not None:
+        power = rep.noise_off_power
         metrics["epsilon_audited_noise_off"] = rep.noise_off.epsilon_lower
+        metrics["epsilon_audited_noise_off_ceiling"] = power["distribution_free_ceiling"]
+        metrics["noise_off_powerful_distribution_free"] = float(power["distribution_free_powerful"])
         if rep.noise_off.epsilon_tight is not None:
             metrics["epsilon_audited_noise_off_tight"] = rep.noise_off.epsilon_tight
+        metrics["noise_off_runs"] = float(rep.noise_off.n_runs)
         metrics["powerful"] = float(bool(rep.powerful))
     return {
         "name": f"{method}_eps{target:g}",
@@ -275,6 +281,8 @@ COLUMNS = [
     "tightness",
     "look_closer",
     "epsilon_audited_noise_off",
+    "epsilon_audited_noise_off_tight",
+    "noise_off_runs",
     "sound",
     "powerful",
     "mutant_epsilon_audited",
@@ -307,6 +315,8 @@ def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
                 "epsilon": met["epsilon"],
                 "epsilon_audited": met["epsilon_audited"],
                 "epsilon_audited_noise_off": met.get("epsilon_audited_noise_off"),
+                "epsilon_audited_noise_off_tight": met.get("epsilon_audited_noise_off_tight"),
+                "noise_off_runs": met.get("noise_off_runs"),
                 "sound": bool(met["sound"]),
                 "powerful": None if "powerful" not in met else bool(met["powerful"]),
                 "n_runs": r["params"]["n_runs"],

@@ -73,10 +73,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.stats import beta, chi2, norm
 from scipy.stats import t as student_t
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy.accountants import epsilon as accounted_epsilon
 from fedclust.privacy.report import json_ready
 
@@ -132,6 +132,24 @@ def epsilon_lower_bound(tp: int, n_in: int, fp: int, n_out: int, delta: float, a
     if tnr_lo - delta > 0 and fnr_hi > 0:
         best = max(best, math.log((tnr_lo - delta) / fnr_hi))
     return best
+
+
+def distribution_free_ceiling(n_runs: int, delta: float, alpha: float = 0.05) -> float:
+    """The largest distribution-free bound ``n_runs`` runs per side can give: the bound of a perfect
+    separation of the evaluation halves (:func:`epsilon_lower_bound_from_scores` picks the
+    threshold on the first halves). A bound can only show a leak of more than this with more runs."""
+    h = int(n_runs) - int(n_runs) // 2
+    return epsilon_lower_bound(h, h, 0, h, delta, alpha)
+
+
+def runs_for_power(epsilon: float, delta: float, alpha: float, start: int, most: int) -> int:
+    """Runs per side for the noise-off audit: ``start`` doubled until the distribution-free ceiling
+    exceeds ``POWER_MARGIN`` times ``epsilon`` (so a perfect separation with the noise off shows the
+    audit could catch a leak beyond the claim), at most ``most``."""
+    n = max(int(start), 8)
+    while distribution_free_ceiling(n, delta, alpha) <= POWER_MARGIN * epsilon and n < most:
+        n = min(2 * n, int(most))
+    return n
 
 
 def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float, alpha: float) -> float:
@@ -195,10 +213,8 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
 
     if excess(0.0) <= 0:
         return 0.0
-    hi = max(1.0, mu * mu)
-    while excess(hi) > 0:
-        hi *= 2.0
-    return float(brentq(excess, 0.0, hi, xtol=1e-10))
+    # the excess decreases in eps: the privacy layer's log bisection, to 1e-10 relative
+    return float(log_bisect(lambda eps: excess(eps) > 0, 1e-10))
 
 
 def gaussian_audit(stat_in, stat_out, delta: float, alpha: float = 0.05) -> dict:
@@ -280,6 +296,13 @@ def seeded_scores(one_run: Callable[[int], float], n_runs: int, seed: int) -> np
     return np.array([float(one_run(int(s))) for s in seeds])
 
 
+#: the noise-off audit's runs are raised until the distribution-free ceiling is this times the claim
+POWER_MARGIN = 1.1
+#: the most runs per side :func:`audit_case` gives the noise-off audit for distribution-free power
+#: (noise-off runs are cheap: no noise to draw, and a case's own ``power_runs_max`` can lower it)
+POWER_RUNS_MAX = 4000
+
+
 @dataclass(frozen=True)
 class AuditCase:
     """One method's canary audit.
@@ -311,6 +334,9 @@ class AuditCase:
     #: noise-off tight bound is unbounded at any run count and the measured-noise audit sees half
     #: the noise from a few hundred runs; only the distribution-free power check needs many.
     power_runs: int | None = None
+    #: the noise-off audit gets more runs (doubling from ``power_runs``, at most this many) where the
+    #: distribution-free bound needs them to be able to exceed the claim (:func:`runs_for_power`)
+    power_runs_max: int = POWER_RUNS_MAX
     mutant_runs: int | None = None
     noise_std: float | None = None
     epsilon_at_noise: Callable[[float], float] | None = field(default=None, hash=False, compare=False)
@@ -377,6 +403,26 @@ class AuditReport:
         return max(self.noise_off.epsilon_lower, self.noise_off.epsilon_tight or 0.0) > self.case.epsilon
 
     @property
+    def noise_off_power(self) -> dict | None:
+        """What each bound reaches with the noise off, beside the bound itself (its power): the
+        distribution-free bound and its ceiling at the noise-off run count (the most a perfect
+        separation gives), the tight bound of a Gaussian case, and whether each exceeds the accounted
+        ε. The measured-noise audit has no noise-off value (there is no noise to measure): its power
+        is the halved-noise mutant's verdict."""
+        if self.noise_off is None:
+            return None
+        off, eps = self.noise_off, self.case.epsilon
+        df, tight = off.epsilon_lower, off.epsilon_tight
+        return {
+            "distribution_free": df,
+            "distribution_free_ceiling": distribution_free_ceiling(off.n_runs, off.delta, off.alpha),
+            "distribution_free_powerful": df > eps,
+            "tight": tight,
+            "tight_powerful": None if tight is None else tight > eps,
+            "n_runs": off.n_runs,
+        }
+
+    @property
     def tightness(self) -> float | None:
         """Tight audited ε over accounted ε (Gaussian cases)."""
         tight = self.noisy.epsilon_tight
@@ -424,6 +470,7 @@ class AuditReport:
                 "gaussian": self.case.gaussian,
                 "why_not_gaussian": None if self.case.gaussian else self.case.info.get("why_not_gaussian"),
                 "epsilon_audited_noise_off": None if self.noise_off is None else self.noise_off.epsilon_lower,
+                "noise_off_power": self.noise_off_power,
                 "sound": self.sound,
                 "powerful": self.powerful,
                 "mutant": mut,
@@ -515,6 +562,8 @@ def audit_case(
     else:
         n = int(n_runs)
         n_off, n_mut = int(power_runs or n), int(mutant_runs or n)
+    if power_runs is None:  # more noise-off runs where the distribution-free bound needs them
+        n_off = max(n_off, runs_for_power(case.epsilon, case.delta, alpha, n_off, case.power_runs_max))
     if min(n, n_off, n_mut) < 8:
         raise ValueError(f"run counts must be >= 8, got {n}, {n_off}, {n_mut}")
     if mutant is not None and not math.isclose(mutant.epsilon, case.epsilon, rel_tol=1e-9):
