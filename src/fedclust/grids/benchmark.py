@@ -287,29 +287,16 @@ def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> d
     return out
 
 
-def run_cell(cell: dict) -> list[dict]:
-    """The records of one cell (a pure function of ``cell``): every method of a data-clustering
-    cell, or one clustered-FL cell (``kind``: ``cfl``, ``cfl_na``, ``rr``; :func:`clustered_fl_cells`).
-
-    Every method runs through the registry (:func:`run_method`). Times per record: ``compute_time_s``
-    (the method's calibration and run), ``wall_time_s`` (that plus the cell's data and partition
-    steps: what a single run of the method takes) and ``cell_wall_time_s`` (the whole cell)."""
-    kind = cell.get("kind", "data")
-    if kind != "data":
-        return run_clustered_fl_cell(cell)
-    t_cell = time.perf_counter()
-    ds_name, part, seed, eps = cell["dataset"], cell["partition"], cell["seed"], cell["epsilon"]
-    config, data_paths = cell["config"], cell["data_paths"]
-    methods = check_methods(config)
-    delta = float(config.get("delta", 1e-5))
-    n_clients = int(config.get("n_clients", 10))
-    source = cell.get("source")
+def _cell_data(cell: dict):
+    """``(dataset, partition)`` of a data-clustering cell: its labelled data set and its partition
+    (memoised per data set, scheme, clients and seed)."""
+    ds_name, part, seed = cell["dataset"], cell["partition"], cell["seed"]
+    data_paths, source = cell["data_paths"], cell.get("source")
+    n_clients = int(cell["config"].get("n_clients", 10))
     data = load_cached(ds_name, data_paths) if source is None else load_spec_cached(source)
     if not data.labelled:
         raise DataError(f"benchmark: data set {ds_name!r} has no labels; the benchmark scores against labels")
     X, y = data.X.astype(np.float64), data.y
-    k = data.n_classes
-    plabel = _partition_label(part)
     opts = {kk: v for kk, v in part.items() if kk != "scheme"}
     path = data_paths.get(ds_name) if source is None else source.get("path")
     client = memo(
@@ -318,76 +305,96 @@ def run_cell(cell: dict) -> list[dict]:
             make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients, seed=seed, **opts).client
         ),
     )
-    setup_s = time.perf_counter() - t_cell
-    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=k, images=data.images, meta=data.meta)
-    partition = SimpleNamespace(client=client)
-    _, init = shared_init(X, k, seed, eps, config)  # every method derives the same W^0 from (seed, init, clip)
-    out = []
-    for method in methods:
-        tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps)}
-        server = server_data_param(method, eps, config)  # {} when the method holds no server sample
-        tm = trust_model(method, eps, config)
-        tags["trust_model"] = tm
-        params = {
-            "dataset": ds_name,
-            "partition": plabel,
-            "seed": seed,
-            "epsilon": eps_label(eps),
-            "delta": delta,
-            "n_clients": n_clients,
-            "method": method,
-            "init": "server_sample" if server else init,
-            **server,
-            "trust_model": tm,
-            "accountant": config.get("accountant", "rdp"),
-        }
-        name = cell_run_name(ds_name, plabel, eps_label(eps), method, seed)
-        if eps is not None and method not in PRIVATE:
-            why = not_private_note(method)
-            out.append(
-                {
-                    "name": name,
-                    "tags": {**tags, "status": "not applicable"},
-                    "params": {**params, "status": "not applicable"},
-                    "metrics": {},
-                    "history": {},
-                    "note": why,
-                }
-            )
-            continue
-        if method not in REFERENCES:
-            params.update(
-                {
-                    kk: v
-                    for kk, v in method_settings(method, eps, config).items()
-                    if isinstance(v, (int, float, str, bool))
-                }
-            )
-            params["rounds"] = method_rounds(method, eps, config)
-            cfg = REGISTRY[method].config_from(method_settings(method, eps, config))
-            if hasattr(cfg, "seeding_for"):  # DK++: the k-means|| rounds its run resolves
-                params["seeding_rounds"] = cfg.seeding_for(eps is not None)
-        t0 = time.perf_counter()
-        res, noise = run_method(method, dataset, partition, seed, eps, delta, config)
-        compute = time.perf_counter() - t0
-        metrics = scores_with_chance(y, res.labels, seed=seed)
-        metrics["wall_time_s"] = setup_s + compute
-        metrics["uploaded_reals"] = float(res.uploaded_reals)
-        metrics.update(cost_metrics(res, params.get("rounds"), n_clients, compute))
-        metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
-        if noise and "eps_bar" in noise:
-            metrics["dp_fedc_eps_bar"] = float(noise["eps_bar"])
-        hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
-        rec = {
+    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=data.n_classes, images=data.images, meta=data.meta)
+    return dataset, SimpleNamespace(client=client)
+
+
+def _method_params(method: str, cell: dict, init: str) -> tuple[dict, dict]:
+    """``(tags, params)`` of a method's record in a cell."""
+    ds_name, seed, eps, config = cell["dataset"], cell["seed"], cell["epsilon"], cell["config"]
+    plabel = _partition_label(cell["partition"])
+    server = server_data_param(method, eps, config)  # {} when the method holds no server sample
+    tm = trust_model(method, eps, config)
+    tags = {"method": method, "dataset": ds_name, "partition": plabel, "epsilon": eps_label(eps), "trust_model": tm}
+    params = {
+        "dataset": ds_name,
+        "partition": plabel,
+        "seed": seed,
+        "epsilon": eps_label(eps),
+        "delta": float(config.get("delta", 1e-5)),
+        "n_clients": int(config.get("n_clients", 10)),
+        "method": method,
+        "init": "server_sample" if server else init,
+        **server,
+        "trust_model": tm,
+        "accountant": config.get("accountant", "rdp"),
+    }
+    if method not in REFERENCES and not (eps is not None and method not in PRIVATE):
+        settings = method_settings(method, eps, config)
+        params.update({kk: v for kk, v in settings.items() if isinstance(v, (int, float, str, bool))})
+        params["rounds"] = method_rounds(method, eps, config)
+        cfg = REGISTRY[method].config_from(settings)
+        if hasattr(cfg, "seeding_for"):  # DK++: the k-means|| rounds its run resolves
+            params["seeding_rounds"] = cfg.seeding_for(eps is not None)
+    return tags, params
+
+
+def _method_record(method: str, cell: dict, data: tuple, init: str, setup_s: float) -> dict:
+    """The record of one method of a data-clustering cell: not applicable (a method without a DP
+    variant under a finite budget), or its scores, cost and accounted epsilon."""
+    seed, eps, config = cell["seed"], cell["epsilon"], cell["config"]
+    tags, params = _method_params(method, cell, init)
+    name = cell_run_name(cell["dataset"], params["partition"], eps_label(eps), method, seed)
+    if eps is not None and method not in PRIVATE:
+        return {
             "name": name,
-            "tags": {**tags, "status": "ok"},
-            "params": {**params, "status": "ok"},
-            "metrics": metrics,
-            "history": hist,
+            "tags": {**tags, "status": "not applicable"},
+            "params": {**params, "status": "not applicable"},
+            "metrics": {},
+            "history": {},
+            "note": not_private_note(method),
         }
-        if seed == 0 and eps is None:
-            rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
-        out.append(rec)
+    dataset, partition = data
+    delta = params["delta"]
+    t0 = time.perf_counter()
+    res, noise = run_method(method, dataset, partition, seed, eps, delta, config)
+    compute = time.perf_counter() - t0
+    metrics = scores_with_chance(dataset.y, res.labels, seed=seed)
+    metrics["wall_time_s"] = setup_s + compute
+    metrics["uploaded_reals"] = float(res.uploaded_reals)
+    metrics.update(cost_metrics(res, params.get("rounds"), params["n_clients"], compute))
+    metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+    if noise and "eps_bar" in noise:
+        metrics["dp_fedc_eps_bar"] = float(noise["eps_bar"])
+    hist = {h: res.history[h] for h in ("ACC", "objective") if h in res.history}
+    rec = {
+        "name": name,
+        "tags": {**tags, "status": "ok"},
+        "params": {**params, "status": "ok"},
+        "metrics": metrics,
+        "history": hist,
+    }
+    if seed == 0 and eps is None:
+        rec["labels"] = np.asarray(res.labels)  # for the 2-D embedding plot
+    return rec
+
+
+def run_cell(cell: dict) -> list[dict]:
+    """The records of one cell (a pure function of ``cell``): every method of a data-clustering
+    cell, or one clustered-FL cell (``kind``: ``cfl``, ``cfl_na``, ``rr``; :func:`clustered_fl_cells`).
+
+    Every method runs through the registry (:func:`run_method`). Times per record: ``compute_time_s``
+    (the method's calibration and run), ``wall_time_s`` (that plus the cell's data and partition
+    steps: what a single run of the method takes) and ``cell_wall_time_s`` (the whole cell)."""
+    if cell.get("kind", "data") != "data":
+        return run_clustered_fl_cell(cell)
+    t_cell = time.perf_counter()
+    methods = check_methods(cell["config"])
+    data = _cell_data(cell)
+    setup_s = time.perf_counter() - t_cell
+    X, k = data[0].X, data[0].n_classes
+    _, init = shared_init(X, k, cell["seed"], cell["epsilon"], cell["config"])  # every method: the same W^0
+    out = [_method_record(method, cell, data, init, setup_s) for method in methods]
     cell_s = time.perf_counter() - t_cell
     for rec in out:
         rec["tags"]["family"] = "data_clustering"
