@@ -11,8 +11,8 @@ import pytest
 import scipy.io
 
 from fedclust import executors
-from fedclust.executors import store as _store  # noqa: F401 (executors.store, patched below)
 from fedclust.executors import CellStore, code_version, same_results
+from fedclust.executors import store as _store  # noqa: F401 (executors.store, patched below)
 from fedclust.grids import cell_data_digest, cell_sources
 from fedclust.grids import fedsc as grid
 

@@ -3,6 +3,7 @@ as it finishes, resuming what finished (:mod:`fedclust.executors`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -84,6 +85,54 @@ def _module_of(fn: Callable) -> str | None:
     return getattr(fn, "__module__", None) or getattr(type(fn), "__module__", None)
 
 
+@dataclasses.dataclass
+class _Grid:
+    """The cells of one :func:`run_cells` call, where they run, and their results so far."""
+
+    fn: Callable
+    cells: list
+    executor: str
+    options: dict | None
+    label: str
+    store: CellStore | None = None
+    code: str | None = None
+    #: per cell, with a store: its id (settings), its data's hash and its key in the store
+    ids: list[str] = dataclasses.field(default_factory=list)
+    datas: list[str] = dataclasses.field(default_factory=list)
+    keys: list[str] = dataclasses.field(default_factory=list)
+    results: list = dataclasses.field(default_factory=list)
+    have: list[bool] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.cells)
+        self.have = [False] * len(self.cells)
+
+    def key_cells(self, data_of: Callable[[Any], str] | None) -> None:
+        """The store keys of the cells: settings, code version and input data."""
+        self.code = self.code or code_version(_module_of(self.fn))
+        self.ids = [cell_key(c) for c in self.cells]
+        self.datas = [data_of(c) if data_of is not None else "" for c in self.cells]
+        self.keys = [store_key(i, self.code, d) for i, d in zip(self.ids, self.datas)]
+
+    def resume(self) -> None:
+        """Take the cells already in the store; say how many stored ones are stale, and why."""
+        stored = self.store.load_shared()
+        changed = {"data": 0, "code": 0}
+        for i, k in enumerate(self.keys):
+            if k in stored:
+                self.results[i], self.have[i] = stored[k], True
+            elif self.ids[i] in self.store.seen:
+                changed["data" if self.store.seen[self.ids[i]][1] != self.datas[i] else "code"] += 1
+        if changed["data"] or changed["code"]:
+            logger.info(
+                "%s: %d stored cell(s) are recomputed because their input data changed and %d "
+                "because their code changed",
+                self.label,
+                changed["data"],
+                changed["code"],
+            )
+
+
 def run_cells(
     fn: Callable,
     cells: Sequence,
@@ -106,51 +155,24 @@ def run_cells(
     version (``code``; default :func:`code_version` of ``fn``'s module) and the hash of its input
     data (``data_of(cell)``, e.g. :func:`fedclust.grids.cell_data_digest`) are all the same.
     """
-    cells = list(cells)
     if isinstance(store, (str, os.PathLike)):
         store = CellStore(store)
-    keys: list[str] = []
-    ids: list[str] = []
-    datas: list[str] = []
+    grid = _Grid(fn, list(cells), executor, options, label, store=store, code=code)
     if store is not None:
-        code = code or code_version(_module_of(fn))
-        ids = [cell_key(c) for c in cells]
-        datas = [data_of(c) if data_of is not None else "" for c in cells]
-        keys = [store_key(i, code, d) for i, d in zip(ids, datas)]
-    results: list = [None] * len(cells)
-    have = [False] * len(cells)
-    if store is not None:
+        grid.key_cells(data_of)
         if resume:
-            stored = store.load_shared()
-            changed = {"data": 0, "code": 0}
-            for i, k in enumerate(keys):
-                if k in stored:
-                    results[i], have[i] = stored[k], True
-                elif ids[i] in store.seen:
-                    changed["data" if store.seen[ids[i]][1] != datas[i] else "code"] += 1
-            if changed["data"] or changed["code"]:
-                logger.info(
-                    "%s: %d stored cell(s) are recomputed because their input data changed and %d "
-                    "because their code changed",
-                    label,
-                    changed["data"],
-                    changed["code"],
-                )
+            grid.resume()
         else:
             store.clear()
-    todo = [i for i in range(len(cells)) if not have[i]]
-    n_resumed = len(cells) - len(todo)
-    if n_resumed:
+    n = len(grid.cells)
+    todo = [i for i in range(n) if not grid.have[i]]
+    if n - len(todo):
         logger.info(
-            "%s: %d of %d cells resumed from %s (resume: false recomputes them)",
-            label,
-            n_resumed,
-            len(cells),
-            store.path,
+            "%s: %d of %d cells resumed from %s (resume: false recomputes them)", label, n - len(todo), n, store.path
         )
-    for i in range(len(cells)):
-        if have[i] and on_done is not None:
-            on_done(i, results[i], True)
+    for i in range(n):
+        if grid.have[i] and on_done is not None:
+            on_done(i, grid.results[i], True)
     logger.info("%s: %d cell(s) to run on executor %r", label, len(todo), executor)
     t_all = time.perf_counter()
     bar = _CellProgress(label, len(todo))
@@ -158,79 +180,81 @@ def run_cells(
 
     def finished(i: int, res, resumed: bool) -> None:
         nonlocal done
-        results[i], have[i] = res, True
+        grid.results[i], grid.have[i] = res, True
         if on_done is not None:
             on_done(i, res, resumed)
         done += 1
-        desc = name(cells[i]) if name else f"cell {i}"
+        desc = name(grid.cells[i]) if name else f"cell {i}"
         bar.advance(desc)
         logger.debug("%s: %s done (%d/%d, %.0f s)", label, desc, done, len(todo), time.perf_counter() - t_all)
 
     try:
         if store is None:
-            for i, res in iter_cells(fn, cells, executor, options, todo):
+            for i, res in iter_cells(fn, grid.cells, executor, options, todo):
                 finished(i, res, False)
         else:
-            _run_shared(fn, cells, executor, options, todo, store, keys, ids, datas, code, finished, have, label)
+            _run_shared(grid, todo, finished)
     finally:
         bar.close()
     logger.info("%s: %d cell(s) in %.1f s", label, len(todo), time.perf_counter() - t_all)
-    return results
+    return grid.results
 
 
 #: the most cells one process claims at a time on a parallel executor: one open lock file each
 CLAIM_BATCH = 256
 
 
-def _run_shared(fn, cells, executor, options, todo, store, keys, ids, datas, code, finished, have, label) -> None:
+def _run_shared(grid: _Grid, todo: list[int], finished: Callable[[int, Any, bool], None]) -> None:
     """Run the cells ``todo`` with a store that other processes may share: claim a cell before
     computing it (the serial executor one at a time, so that two runs share the work; a parallel one
     a batch at a time), take from the store what another process stored meanwhile, skip the cells
     another process is computing and come back to them at the end, waiting for their claims."""
     pending = list(todo)
-    batch = 1 if executor == "serial" else CLAIM_BATCH
+    batch = 1 if grid.executor == "serial" else CLAIM_BATCH
     waiting_said = False
     while pending:
-        newer = store.refresh()
+        newer = grid.store.refresh()
         if newer:  # cells another process finished since this one last looked
             for i in pending:
-                if keys[i] in newer:
-                    finished(i, newer[keys[i]], True)
-            pending = [i for i in pending if keys[i] not in newer]
+                if grid.keys[i] in newer:
+                    finished(i, newer[grid.keys[i]], True)
+            pending = [i for i in pending if grid.keys[i] not in newer]
         claims: dict[int, FileLock] = {}
         busy: list[int] = []
         for i in pending:
             if len(claims) >= batch:
                 break
-            lock = store.claim(keys[i])
+            lock = grid.store.claim(grid.keys[i])
             if lock is None:
                 busy.append(i)
             else:
                 claims[i] = lock
-        newer = store.refresh() if claims else None  # stored between our last look and the claim
-        for i in [i for i in claims if newer and keys[i] in newer]:
-            store.unclaim(claims.pop(i), stored=True)
-            finished(i, newer[keys[i]], True)
+        newer = grid.store.refresh() if claims else None  # stored between our last look and the claim
+        for i in [i for i in claims if newer and grid.keys[i] in newer]:
+            grid.store.unclaim(claims.pop(i), stored=True)
+            finished(i, newer[grid.keys[i]], True)
         if claims:
             try:
-                for i, res in iter_cells(fn, cells, executor, options, list(claims)):
-                    store.append(keys[i], cells[i], res, cell_id=ids[i], code=code, data=datas[i])
-                    store.unclaim(claims.pop(i), stored=True)
+                for i, res in iter_cells(grid.fn, grid.cells, grid.executor, grid.options, list(claims)):
+                    grid.store.append(
+                        grid.keys[i], grid.cells[i], res, cell_id=grid.ids[i], code=grid.code, data=grid.datas[i]
+                    )
+                    grid.store.unclaim(claims.pop(i), stored=True)
                     finished(i, res, False)
             finally:
                 for lock in claims.values():  # a failed or interrupted batch: its cells are free again
-                    store.unclaim(lock, stored=False)
+                    grid.store.unclaim(lock, stored=False)
         elif busy:
             if not waiting_said:
                 logger.info(
                     "%s: %d cell(s) are being computed by another run on %s; waiting for them",
-                    label,
+                    grid.label,
                     len(busy),
-                    store.path,
+                    grid.store.path,
                 )
                 waiting_said = True
-            store.wait_for(keys[busy[0]])
-        pending = [i for i in pending if not have[i]]
+            grid.store.wait_for(grid.keys[busy[0]])
+        pending = [i for i in pending if not grid.have[i]]
 
 
 def same_results(a, b, ignore: Sequence[str] = ("wall_time_s",)) -> bool:
