@@ -73,16 +73,30 @@ def run_grid(
 ) -> list[dict]:
     """``module.run_cell`` on every cell of ``module.cells(config, data_paths)`` with the executor
     of ``config`` (:func:`fedclust.executors.execution`); the records of all cells, in cell order."""
-    ex = execution(config)
-    cells = module.cells(config, data_paths)
+    plan = {"cells": module.cells(config, data_paths), **execution(config)}
+    return run_planned(module, plan, label=label, store=store, on_done=on_done)
+
+
+def run_planned(
+    module: ModuleType,
+    plan: dict,
+    *,
+    label: str = "grid",
+    store: CellStore | str | None = None,
+    on_done: Callable[[int, Any, bool], None] | None = None,
+) -> list[dict]:
+    """The one grid runner: ``module.run_cell`` on ``plan["cells"]`` with ``plan``'s ``executor``,
+    ``options`` and ``resume`` (:func:`fedclust.executors.execution`), each cell named, keyed by
+    its data and the grid's code, stored and handed to ``on_done`` as it finishes (the library's
+    :func:`run_grid` and the Kedro grid pipelines both run here); the records of all cells, in cell order."""
     results = run_cells(
         module.run_cell,
-        cells,
-        ex["executor"],
-        ex["options"],
+        plan["cells"],
+        plan["executor"],
+        plan["options"],
         on_done=on_done,
         store=store,
-        resume=ex["resume"],
+        resume=plan["resume"],
         label=label,
         name=cell_name,
         data_of=cell_data_digest,
