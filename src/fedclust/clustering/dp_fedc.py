@@ -630,7 +630,13 @@ class Schedule(MethodConfig):
     clients_per_round: int | None = param(
         30, "int", count=True, doc="K clients sampled per round; None = all", conf_default=5
     )
-    q2: int | str = param("diminishing", ("str", "int"), doc="'diminishing' or a constant Q2 >= 1", loop="client")
+    q2: int | str = param(
+        "diminishing",
+        ("int", "str"),
+        choices=("diminishing",),
+        doc="'diminishing' or a constant Q2 >= 1",
+        loop="client",
+    )
     Qhat: int = param(10, "int", count=True, doc="Qhat of the diminishing schedule", loop="client")
     b: int = param(50, "int", count=True, doc="minibatch size (a client with n_i < b uses n_i)")
     c0: float = param(1.0, "float", gt=0, doc="constant of eq. (32)")

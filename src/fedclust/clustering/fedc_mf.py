@@ -655,8 +655,8 @@ class _SolverOptions(MethodConfig):
 class _StepOptions(_SolverOptions):
     """Local steps per round: ``Q1`` H steps then ``Q2`` W steps, with the step rule."""
 
-    Q1: int = param(10, "int", ge=0, doc="H steps per round", loop="client")
-    Q2: int = param(1, "int", ge=0, doc="W steps per round", loop="client")
+    Q1: int = param(10, "int", count=True, doc="H steps per round", loop="client")
+    Q2: int = param(1, "int", count=True, doc="W steps per round", loop="client")
     step_rule: str = param("lipschitz", "str", choices=STEP_RULES, doc="the step-size rule")
 
 
@@ -671,7 +671,7 @@ class FedCGdsOptions(_StepOptions):
     docstring ("Partial participation and the rho trigger") for why and when it matters."""
 
     GROUP: ClassVar[str] = "fedcgds"
-    Q2: int = param(100, "int", ge=0, doc="W steps per round", loop="server")
+    Q2: int = param(100, "int", count=True, doc="W steps per round", loop="server")
     clients_per_round: int | None = param(None, "int", count=True, doc="m clients per round; None = all")
     recompute_stats: bool = param(False, "bool", doc="recompute G1, G2 every round", conf=False)
     rho_trigger: str = param("round", "str", choices=RHO_TRIGGERS, doc="when eps is tested")
@@ -711,6 +711,7 @@ class SNCPOptions(_StepOptions):
     GROUP: ClassVar[str] = "sncp"
     rounds: int = param(1000, "int", count=True, doc="rounds (at most)")
     Q1: int = param(1, "int", ge=0, doc="H steps per round")
+    Q2: int = param(1, "int", ge=0, doc="W steps per round (0: H steps only)")
     continuation: str | None = param("sncp", "str", choices=("sncp",), doc="None | sncp")
 
 

@@ -67,7 +67,7 @@ class _ServerDataMixin:
 
 @_frozen
 class _KMeansKeys(_ServerDataMixin, _RoundsMixin, MethodConfig):
-    k: int | None = param(None, **K, doc="null = number of classes")
+    k: int | None = param(None, **K)
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS, loop="round")
     server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
@@ -129,8 +129,6 @@ class _DPFedCKeys(MethodConfig):
 
     def problems(self, where):
         found = server_file_problems(self.server_data, f"{where}.server_data")
-        if isinstance(self.q2, str) and self.q2 != "diminishing":
-            found.append(f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2!r}")
         if isinstance(self.q2, int) and self.q2 < 1:
             found.append(f"{where}.q2 must be 'diminishing' or an integer >= 1, got {self.q2}")
         return found
