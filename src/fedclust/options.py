@@ -355,11 +355,11 @@ class MethodConfig:
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
-    def options(self, *, exclude: tuple[str, ...] = (), **run: Any):
-        """The library options of a run of a registry config (:func:`config_class`): the config's
-        value of every options field it holds (a null value: the library's default), except those
-        named in ``exclude`` (values that the calibration or the run resolves), with ``run`` (the
-        seed, the noise, the server's points ...) laid over them."""
+    def run_settings(self, *, exclude: tuple[str, ...] = (), **run: Any) -> dict[str, Any]:
+        """The library keyword arguments of a run of a registry config (:func:`config_class`): the
+        config's value of every options field it holds (a null value: left out, the library's
+        default), except those named in ``exclude`` (values that the calibration or the run
+        resolves), with ``run`` (the seed, the noise, the server's points ...) laid over them."""
         if self.OPTIONS is None:
             raise TypeError(f"{type(self).__name__} is not generated from a library options class")
         own = self.fields()
@@ -371,4 +371,9 @@ class MethodConfig:
             value = getattr(self, f.name)
             if value is not None:
                 values[f.name] = value
-        return self.OPTIONS.build(None, {**values, **run})
+        return {**values, **run}
+
+    def options(self, *, exclude: tuple[str, ...] = (), **run: Any):
+        """The library options object of a run: :meth:`run_settings`, validated by the options class."""
+        settings = self.run_settings(exclude=exclude, **run)  # raises for a config without options class
+        return self.OPTIONS.build(None, settings)

@@ -67,17 +67,16 @@ def test_the_yaml_check_names_every_difference():
     ]
 
 
-CLUSTERING = [name for name, spec in REGISTRY.items() if spec.family == "clustering"]
-
-
-@pytest.mark.parametrize("method", CLUSTERING)
-def test_a_clustering_config_is_generated_from_its_library_options(method):
+@pytest.mark.parametrize("method", list(REGISTRY))
+def test_a_config_is_generated_from_its_library_options(method):
     """Every key of the library options class that a pipeline run sets (``param(conf=True)``) is a key
     of the config with the same default (or the declared ``conf_default``), bounds and doc: adding an
     option to the options class adds it to ``<method>.train``, and a run passes it to the library."""
     config = REGISTRY[method].config
     options = config.OPTIONS
-    assert options is not None and REGISTRY[method].library_run.__module__ == options.__module__
+    assert options is not None
+    if REGISTRY[method].family == "clustering":  # in the method's module (clustered FL: clustered_fl.options)
+        assert REGISTRY[method].library_run.__module__ == options.__module__
     mine = config.fields()
     for name, field in options.fields().items():
         meta = dict(field.metadata)

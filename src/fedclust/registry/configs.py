@@ -176,9 +176,9 @@ _GENERATING = threading.Lock()
 
 
 def __getattr__(name: str):
-    """A clustering method's config, generated from its options class when first asked for: the
-    method's module (and what it imports: SciPy, scikit-learn) loads when the method is used, not
-    at every start of the registry."""
+    """A method's config, generated from its options class when first asked for: the method's
+    module (and what it imports: SciPy, scikit-learn, torch) loads when the method is used, not at
+    every start of the registry."""
     if name not in _GENERATED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     with _GENERATING:
@@ -190,22 +190,15 @@ def __getattr__(name: str):
 
 
 # ---- clustered federated learning ----------------------------------------------------------------
+# Generated from the options classes of :mod:`fedclust.clustered_fl.options` (loaded, with torch, when
+# a clustered-FL method's config is first asked for); the keys below are a pipeline run's own: ``k``,
+# the model spec, and RR-Cluster's method and calibration choices.
 
 _MLP = {"type": "mlp", "hidden": 32}
 
 
 @_frozen
-class _EngineConfig(MethodConfig):
-    rounds: int = param(60, **K, loop="round")
-    lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(10, **K, loop="client")
-    participation: float = param(0.25, "float", gt=0, le=1)
-    eval_every: int = param(5, "int", ge=0)
-    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 256")
-    defer_updates: bool = param(True, "bool", doc="false = local steps one by one (last-bit differences)")
-    device: str = param(
-        "cpu", "str", choices=("cpu", "cuda", "auto"), doc="where the engine trains; auto = CUDA when present"
-    )
+class _EngineKeys(MethodConfig):
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
 
     def problems(self, where):
@@ -216,46 +209,25 @@ class _EngineConfig(MethodConfig):
 
 
 @_frozen
-class CFLMGDConfig(_EngineConfig):
+class _CFLMGDKeys(_EngineKeys):
     k: int | None = param(None, **K, doc="null = number of rotation groups")
-    option: str = param("II", "str", choices=("I", "II"))
-    beta: float = param(0.9, "float", ge=0, lt=1)
-    lr_decay: float = param(1.0, "float", gt=0)
-    batch_size: int | None = param(None, **K)
 
 
 @_frozen
-class IFCAConfig(_EngineConfig):
+class _IFCAKeys(_EngineKeys):
     k: int | None = param(None, **K)
-    aggregation: str = param("model", "str", choices=("model", "gradient"))
-
-
-@_frozen
-class FedAvgConfig(_EngineConfig):
-    pass
 
 
 RR_METHODS = ("rr_cluster", "dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox", "dp_fedper")
 
 
 @_frozen
-class RRClusterConfig(MethodConfig):
+class _RRKeys(MethodConfig):
     method: str = param("rr_cluster", "str", choices=RR_METHODS)
-    base: str = param("ifca", "str", choices=("ifca", "fesem", "fedcam"))
     k: int | None = param(None, **K)
-    B: int = param(4, "int", ge=0, doc="every cluster gets >= B updates (B <= participation * clients / k)")
     rho_s: float = param(0.5, "float", ge=0, lt=1)
-    C_s: float = param(0.1, "float", gt=0, le=1)
-    clip: float = param(0.3, "float", gt=0)
-    noise_calibration: str = param("replace_one", "str", choices=("replace_one", "paper_literal"))
     calibration_bound: str = param("accountant", "str", choices=("accountant", "wang_general"))
-    server_lr: float = param(1.0, "float", gt=0)
     mu: float = param(0.01, "float", ge=0)
-    rounds: int = param(30, **K, loop="round")
-    lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(5, **K, loop="client")
-    participation: float = param(0.5, "float", gt=0, le=1)
-    eval_every: int = param(5, "int", ge=0)
     model: dict = param(_MLP, "dict")
 
     def feasibility(self, n_clients: int, k: int, where: str = "rr_cluster.train") -> list[str]:
@@ -270,3 +242,13 @@ class RRClusterConfig(MethodConfig):
                 f"(needs B <= m/k = {m // k}): lower B or raise participation / clustered_fl.data.n_clients"
             ]
         return []
+
+
+_GENERATED.update(
+    {
+        "CFLMGDConfig": ("fedclust.clustered_fl.options", "CFLMGDOptions", _CFLMGDKeys, ()),
+        "IFCAConfig": ("fedclust.clustered_fl.options", "IFCAOptions", _IFCAKeys, ()),
+        "FedAvgConfig": ("fedclust.clustered_fl.options", "FedAvgOptions", _EngineKeys, ()),
+        "RRClusterConfig": ("fedclust.clustered_fl.options", "RRClusterOptions", _RRKeys, ()),
+    }
+)
