@@ -65,6 +65,121 @@ def clustered_fl_methods(config: dict) -> list[str]:
     return [m for m in config.get("methods", ()) if m in CFL_METHODS]
 
 
+def _settings(config: dict) -> dict:
+    """The clustered-FL half's settings: ``config["clustered_fl"]``, where a method setting left out
+    is the registry's default (RR-Cluster's rounds, steps, clip and B; the engine's share of clients
+    and MLP), and the benchmark's seeds and delta."""
+    cfg = dict(config.get("clustered_fl") or {})
+    engine, rr_cfg = REGISTRY["cfl_mgd"].config(), REGISTRY["rr_cluster"].config()
+    return {
+        "rotation": {
+            "n_groups": int(cfg.get("n_groups", 4)),
+            "n_clients": int(cfg.get("n_clients", 100)),
+            "samples_per_client": int(cfg.get("samples_per_client", 14)),
+            "test_per_client": int(cfg.get("test_per_client", 3)),
+        },
+        "train": {
+            "rounds": int(cfg.get("rounds", rr_cfg.rounds)),
+            "lr": float(cfg.get("lr", rr_cfg.lr)),
+            "local_steps": int(cfg.get("local_steps", rr_cfg.local_steps)),
+            "participation": float(cfg.get("participation", engine.participation)),
+            "eval_every": engine.eval_every,
+        },
+        "public_train": {
+            "beta": engine.beta,
+            "model": {**engine.model, "hidden": int(cfg.get("hidden", engine.model["hidden"]))},
+        },
+        "clip": float(cfg.get("clip", rr_cfg.clip)),
+        "B": int(cfg.get("B", rr_cfg.B)),
+        "epsilons": cfg.get("epsilons", [None, 8.0]),
+        "datasets": cfg.get("datasets", ["digits"]),
+        "regime": cfg.get("regime") or "many_per_cluster",
+        "seeds": int(config.get("seeds", 2)),
+        "delta": float(config.get("delta", 1e-5)),
+    }
+
+
+def _public_cells(ds: str, methods: list[str], s: dict, data_paths, partition: str) -> list[dict]:
+    """The non-private methods on data set ``ds``: cells of :mod:`fedclust.grids.cfl`, and one
+    ``cfl_na`` cell for the finite budgets (no private variant)."""
+    # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
+    from fedclust.grids import cfl
+
+    sub = {
+        "datasets": [ds],
+        "methods": methods,
+        "seeds": s["seeds"],
+        "rotation": s["rotation"],
+        "train": {**s["train"], **s["public_train"]},
+    }
+    out = [{"kind": "cfl", "cell": c} for c in cfl.cells(sub, data_paths)]
+    finite = [e for e in s["epsilons"] if e is not None]
+    if finite:
+        out.append(
+            {
+                "kind": "cfl_na",
+                "dataset": ds,
+                "epsilons": finite,
+                "methods": methods,
+                "seeds": s["seeds"],
+                "partition": partition,
+            }
+        )
+    return out
+
+
+def _private_cells(ds: str, methods: list[str], s: dict, data_paths, partition: str) -> list[dict]:
+    """RR-Cluster and the DP baselines on data set ``ds``, calibrated to every budget (cells of
+    :mod:`fedclust.grids.rr`)."""
+    # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
+    from fedclust.grids import rr
+
+    rotation, train = s["rotation"], s["train"]
+    sub = {
+        "dataset": ds,
+        "settings": ["balanced"],
+        "n_clients": rotation["n_clients"],
+        "samples_per_client": rotation["samples_per_client"],
+        "test_per_client": rotation["test_per_client"],
+        "participation": train["participation"],
+        "rounds": train["rounds"],
+        "lr": train["lr"],
+        "local_steps": train["local_steps"],
+        "hidden": [],
+        "clip": s["clip"],
+        "delta": s["delta"],
+        "epsilons": s["epsilons"],
+        "seeds": s["seeds"],
+        "methods": methods,
+        "Bs": [s["B"]],
+    }
+    return [{"kind": "rr", "cell": c, "partition": partition} for c in rr.cells(sub, data_paths)]
+
+
+def _regime_cells(s: dict, data_paths) -> list[dict]:
+    """A regime of rr_grid by name (its data, clients, budgets, thresholds and methods) with the
+    benchmark's seeds and delta, at one RR threshold per table row: the preset's largest B (about its
+    clients per cluster and round); the preset is applied here, so rr.cells gets a plain config."""
+    # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
+    from fedclust.grids import rr
+
+    regime, train = s["regime"], s["train"]
+    preset = rr.apply_regime(
+        {
+            "regime": regime,
+            "seeds": s["seeds"],
+            "delta": s["delta"],
+            "lr": train["lr"],
+            "local_steps": train["local_steps"],
+            "hidden": [],
+            "clip": s["clip"],
+        }
+    )
+    preset.update(Bs=[max(preset["Bs"])], regime=None)
+    label = f"rotation({regime}: {preset['n_clients']} clients, q={preset['participation']:g}, B={preset['Bs'][0]})"
+    return [{"kind": "rr", "cell": c, "partition": label} for c in rr.cells(preset, data_paths)]
+
+
 def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     """The clustered-FL half's cells: every method of :func:`clustered_fl_methods` (none: no cell)
     on the same rotated clients, budgets and seeds, with the settings of ``config["clustered_fl"]``.
@@ -75,102 +190,25 @@ def clustered_fl_cells(config: dict, data_paths: dict | None = None) -> list[dic
     cells of :mod:`fedclust.grids.rr`.
     """
     # the clustered-FL grids (and torch) load only when the benchmark has a clustered-FL part
-    from fedclust.grids import cfl, rr
+    from fedclust.grids import rr
 
-    cfg = dict(config.get("clustered_fl") or {})
-    engine = REGISTRY["cfl_mgd"].config()  # the engine's defaults, every non-private method's
     methods = clustered_fl_methods(config)
     if not methods:
         return []
-    regime = cfg.get("regime") or "many_per_cluster"
-    if regime not in rr.REGIMES:
-        raise ValueError(f"benchmark.config.clustered_fl.regime must be one of {list(rr.REGIMES)}, got {regime!r}")
-    rotation = {
-        "n_groups": int(cfg.get("n_groups", 4)),
-        "n_clients": int(cfg.get("n_clients", 100)),
-        "samples_per_client": int(cfg.get("samples_per_client", 14)),
-        "test_per_client": int(cfg.get("test_per_client", 3)),
-    }
-    train = {
-        "rounds": int(cfg.get("rounds", 30)),
-        "lr": float(cfg.get("lr", 0.1)),
-        "local_steps": int(cfg.get("local_steps", 5)),
-        "participation": float(cfg.get("participation", 0.25)),
-        "eval_every": engine.eval_every,
-    }
-    epsilons = cfg.get("epsilons", [None, 8.0])
-    seeds = int(config.get("seeds", 2))
-    partition = f"rotation({rotation['n_groups']} groups)"
-    out: list[dict] = []
+    s = _settings(config)
+    if s["regime"] not in rr.REGIMES:
+        raise ValueError(f"benchmark.config.clustered_fl.regime must be one of {list(rr.REGIMES)}, got {s['regime']!r}")
+    partition = f"rotation({s['rotation']['n_groups']} groups)"
     public = [m for m in methods if m not in CFL_PRIVATE]
-    for ds in cfg.get("datasets", ["digits"]):
+    private = [m for m in methods if m in CFL_PRIVATE]
+    out: list[dict] = []
+    for ds in s["datasets"]:
         if public:
-            sub = {
-                "datasets": [ds],
-                "methods": public,
-                "seeds": seeds,
-                "rotation": rotation,
-                "train": {
-                    **train,
-                    "beta": engine.beta,
-                    "model": {**engine.model, "hidden": int(cfg.get("hidden", engine.model["hidden"]))},
-                },
-            }
-            out += [{"kind": "cfl", "cell": c} for c in cfl.cells(sub, data_paths)]
-            finite = [e for e in epsilons if e is not None]
-            if finite:
-                out.append(
-                    {
-                        "kind": "cfl_na",
-                        "dataset": ds,
-                        "epsilons": finite,
-                        "methods": public,
-                        "seeds": seeds,
-                        "partition": partition,
-                    }
-                )
-        private = [m for m in methods if m in CFL_PRIVATE]
-        if private and regime != "many_per_cluster":
-            continue  # a regime preset runs once, on its own data (below)
-        if private:
-            sub = {
-                "dataset": ds,
-                "settings": ["balanced"],
-                "n_clients": rotation["n_clients"],
-                "samples_per_client": rotation["samples_per_client"],
-                "test_per_client": rotation["test_per_client"],
-                "participation": train["participation"],
-                "rounds": train["rounds"],
-                "lr": train["lr"],
-                "local_steps": train["local_steps"],
-                "hidden": [],
-                "clip": float(cfg.get("clip", 0.3)),
-                "delta": float(config.get("delta", 1e-5)),
-                "epsilons": epsilons,
-                "seeds": seeds,
-                "methods": private,
-                "Bs": [int(cfg.get("B", 4))],
-            }
-            out += [{"kind": "rr", "cell": c, "partition": partition} for c in rr.cells(sub, data_paths)]
-    if regime != "many_per_cluster" and any(m in CFL_PRIVATE for m in methods):
-        # a regime of rr_grid by name (its data, clients, budgets, thresholds and methods), the
-        # benchmark's seeds and delta
-        preset = rr.apply_regime(
-            {
-                "regime": regime,
-                "seeds": seeds,
-                "delta": float(config.get("delta", 1e-5)),
-                "lr": float(cfg.get("lr", 0.1)),
-                "local_steps": int(cfg.get("local_steps", 5)),
-                "hidden": [],
-                "clip": float(cfg.get("clip", 0.3)),
-            }
-        )
-        # one RR threshold per table row: the preset's largest B (about its clients per cluster and
-        # round); the preset is applied here, so rr.cells gets a plain config
-        preset.update(Bs=[max(preset["Bs"])], regime=None)
-        label = f"rotation({regime}: {preset['n_clients']} clients, q={preset['participation']:g}, B={preset['Bs'][0]})"
-        out += [{"kind": "rr", "cell": c, "partition": label} for c in rr.cells(preset, data_paths)]
+            out += _public_cells(ds, public, s, data_paths, partition)
+        if private and s["regime"] == "many_per_cluster":
+            out += _private_cells(ds, private, s, data_paths, partition)
+    if private and s["regime"] != "many_per_cluster":
+        out += _regime_cells(s, data_paths)  # a regime preset runs once, on its own data
     return out
 
 
