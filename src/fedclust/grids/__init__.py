@@ -5,9 +5,9 @@ carry everything a cell needs), ``run_cell(cell) -> list[record]`` (a pure, modu
 the same cell gives the same records on any executor), ``run(config, data_paths) -> list[record]``
 (both, through :func:`run_grid`) and ``tables(records) -> dict[name, DataFrame]``. A cell names its
 data (:func:`cell_sources`), and the key under which it is stored covers a hash of that data's
-content (:func:`cell_data_digest`) and of the grid's code. The Kedro
-``<name>_grid`` pipelines call ``cells`` and ``run_cell`` through :func:`fedclust.executors.run_cells`
-and log every cell as a nested MLflow run as soon as it finishes.
+content (:func:`cell_data_digest`) and of the grid's code. :func:`run_planned` is the one grid runner
+(over :func:`fedclust.executors.run_cells`): :func:`run_grid` and the Kedro ``<name>_grid`` pipelines
+(which log every cell as a nested MLflow run as soon as it finishes) both run their cells there.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One frozen config class per method: the keys of ``<method>.train`` with their defaults.
 
-A federated data clustering method's config is generated from its library options class
-(:func:`fedclust.options.config_class`), which is the one home of each default, bound, choice and
-doc; the registry adds only the keys of a pipeline run (``k``, the server's data as a file spec, the
+A method's config is generated from its library options class (:func:`fedclust.options.config_class`;
+``fedclust.clustering.<method>``, ``fedclust.clustered_fl.options``), which is the one home of each
+default, bound, choice and doc; the registry adds only the keys of a pipeline run (``k``, the server's data as a file spec, the
 calibration's choices). ``conf/base/parameters_<...>.yml`` shows the same defaults (``tests/registry``
 checks that they agree and names every difference). ``None`` as a default means "resolved by the method's documented rule" (``k``: the number
 of classes / rotation groups; ``clients_per_round``: all clients; ``init``: data rows when not

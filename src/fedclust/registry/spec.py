@@ -3,7 +3,8 @@ the benchmark (no second dispatch table).
 
 A spec names the method's config class (its parameters, defaults and checks), its ``calibrate``
 (privacy budget -> noise; a non-private method's records epsilon = inf) and its ``run`` adapter,
-and what it releases. Adding a method: its library ``run``, an adapter + config class here, and a
+and what it releases. Adding a method: its library ``run`` and options class, an adapter here and its
+config generated from the options class (:mod:`fedclust.registry.configs`), and a
 ``conf/base/parameters_<name>.yml`` with the same defaults (``tests/registry`` checks the two agree).
 """
 
