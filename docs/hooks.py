@@ -251,8 +251,8 @@ def reference(base: Path = BASE, registry=REGISTRY) -> dict[str, list[Group]]:
 
 
 def _method_group(name: str, spec, train: tuple, text: str, lines: list[str], intro: str) -> Group:
-    """The rows of ``<name>.train``: the config class's keys in its order, with the file's defaults and
-    comments, then any key the file has and the class lacks. A key's description is its comment in the
+    """The rows of ``<name>.train``: the config class's keys in the file's order (then any the file
+    lacks), with the file's defaults and comments, then any key the file has and the class lacks. A key's description is its comment in the
     file, else the config class's, else the library options class's, else :data:`COMMON`'s."""
     config, library = spec.config, library_docs(spec)
     train_key, train_node = train
@@ -260,7 +260,9 @@ def _method_group(name: str, spec, train: tuple, text: str, lines: list[str], in
     in_file = {k.value: (k, v) for k, v in train_node.value}
     group = Group(f"{name}.train", " ".join(p for p in (intro, train_comment) if p), config=config)
     fields = config.fields()
-    for key, field in fields.items():
+    order = [k for k in in_file if k in fields] + [k for k in fields if k not in in_file]
+    for key in order:
+        field = fields[key]
         doc = field.metadata.get("doc", "") or library.get(key, "")
         default = config.defaults()[key]
         if key in in_file:
@@ -311,7 +313,11 @@ def render(base: Path = BASE, registry=REGISTRY) -> str:
             if group.intro and group.intro != intro:
                 out += [_cell(group.intro), ""]
             if group.config is not None:
-                out += [f"Checked by `{group.config.__module__}.{group.config.__name__}`.", ""]
+                checked = f"Checked by `{group.config.__module__}.{group.config.__name__}`"
+                home = getattr(group.config, "OPTIONS", None)
+                if home is not None:  # generated from the library options class, where the defaults live
+                    checked += f", generated from `{home.__module__}.{home.__name__}`"
+                out += [checked + ".", ""]
                 out += ["| key | default | accepts | meaning |", "|---|---|---|---|"]
                 out += [f"| `{r.key}` | `{r.default}` | {r.checks} | {_cell(r.meaning)} |" for r in group.rows]
             else:

@@ -7,6 +7,7 @@ import pytest
 
 from fedclust.grids import benchmark
 from fedclust.params_check import check_params
+from fedclust.registry import REGISTRY
 
 
 @pytest.fixture(scope="module")
@@ -196,5 +197,6 @@ def test_benchmark_settings_override_the_registry_defaults_only_where_set():
     assert benchmark.method_settings("fkm", 4.0, cfg)["clip"] == 8.0
     assert "rounds" not in benchmark.method_settings("fkm", 4.0, cfg)  # null: the method's own default
     assert benchmark.method_settings("fedsc", None, cfg) == {"d_max": 100}  # FedSC has clip_tau, not clip
-    assert benchmark.method_settings("dk_pp", 4.0, cfg)["seeding_rounds"] == 0  # its DP variant
+    dk_pp = REGISTRY["dk_pp"].config_from(benchmark.method_settings("dk_pp", 4.0, cfg))
+    assert dk_pp.seeding_for(True) == 0  # the registry resolves its DP variant
     assert benchmark.method_rounds("fkm", 4.0, cfg) == 5 and benchmark.method_rounds("fkm", None, cfg) == 20

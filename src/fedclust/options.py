@@ -51,18 +51,36 @@ _KIND_NAMES = {
 LOOPS = ("round", "client", "server", "once")
 
 
+#: ``param(conf_default=...)`` left out: a pipeline run uses the library default
+_SAME = object()
+
+
 def _meta(
-    kind, *, choices=None, ge=None, gt=None, le=None, lt=None, count=False, doc="", allow_inf=False, loop=None
+    kind,
+    *,
+    choices=None,
+    ge=None,
+    gt=None,
+    le=None,
+    lt=None,
+    count=False,
+    doc="",
+    allow_inf=False,
+    loop=None,
+    conf=True,
+    conf_default=_SAME,
 ) -> dict:
-    """What :func:`check_value` checks a value against: its kinds, choices, bounds, ``count``; and
-    ``loop``, the loop the value bounds (:data:`LOOPS`), for the work estimate."""
+    """What :func:`check_value` checks a value against: its kinds, choices, bounds, ``count``;
+    ``loop``, the loop the value bounds (:data:`LOOPS`), for the work estimate; and whether the field
+    is a key of ``<method>.train`` (``conf``) with the default a pipeline run gives it
+    (``conf_default``, see :func:`config_class`)."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     choices = tuple(choices) if choices else None
     bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
     if loop is not None and loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
     meta = {"kind": kinds, "choices": choices, **bounds, "count": count, "doc": doc, "allow_inf": allow_inf}
-    return {**meta, "loop": loop}
+    return {**meta, "loop": loop, "conf": conf, "conf_default": conf_default}
 
 
 def param(
@@ -77,14 +95,62 @@ def param(
     count: bool = False,
     doc: str = "",
     loop: str | None = None,
+    conf: bool = True,
+    conf_default: Any = _SAME,
 ) -> Any:
     """A config field: ``default`` (``None``: resolved by the method's rule), its ``kind`` and limits;
-    ``loop``: the loop it bounds (:data:`LOOPS`), so that the work estimate covers it."""
-    meta = _meta(kind, choices=choices, ge=ge, gt=gt, le=le, lt=lt, count=count, doc=doc, loop=loop)
+    ``loop``: the loop it bounds (:data:`LOOPS`), so that the work estimate covers it.
+
+    For a method's library options: ``conf=False`` marks a value that the run supplies (the seed,
+    the calibrated noise, arrays) rather than a key of ``<method>.train``; ``conf_default`` is the
+    default of a pipeline run where it differs from a library call's (the baselines' library calls
+    keep their papers' 100 rounds of 30 clients, a pipeline run 20 rounds of every client)."""
+    meta = _meta(
+        kind,
+        choices=choices,
+        ge=ge,
+        gt=gt,
+        le=le,
+        lt=lt,
+        count=count,
+        doc=doc,
+        loop=loop,
+        conf=conf,
+        conf_default=conf_default,
+    )
+    return _field(default, meta)
+
+
+def _field(default, meta: dict) -> dataclasses.Field:
     if isinstance(default, (dict, list)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def _default_of(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def config_class(name: str, options: type, keys: type, *, module: str, drop: tuple[str, ...] = ()) -> type:
+    """The registry config of a method, generated from its library ``options`` class, so that each
+    default, bound, choice and doc has one home (the options class).
+
+    Its fields are those of ``keys`` (a frozen :class:`MethodConfig` dataclass with the keys a
+    pipeline run adds: ``k``, the server's data as a file spec, the calibration's choices; its
+    methods hold the checks between keys), then every field of ``options`` declared as a key of
+    ``<method>.train`` (``param(conf=True)``, the default) that ``keys`` does not redeclare and
+    ``drop`` does not name, with its ``conf_default`` where one is declared. :meth:`MethodConfig.options`
+    of a config gives the library options of a run."""
+    own = {f.name for f in dataclasses.fields(keys)}
+    fields = []
+    for f in dataclasses.fields(options):
+        if f.name in own or f.name in drop or not f.metadata.get("conf", True):
+            continue
+        default = f.metadata.get("conf_default", _SAME)
+        fields.append((f.name, f.type, _field(_default_of(f) if default is _SAME else default, dict(f.metadata))))
+    namespace = {"OPTIONS": options, "__module__": module, "__qualname__": name}
+    return dataclasses.make_dataclass(name, fields, bases=(keys,), frozen=True, namespace=namespace)
 
 
 def _matches(value, kind: str) -> bool:
@@ -187,6 +253,8 @@ class MethodConfig:
 
     #: the parameter group it is read from, for messages (``fkm.train``)
     GROUP: ClassVar[str] = "train"
+    #: a registry config's library options class (:func:`config_class`); None for the others
+    OPTIONS: ClassVar[type | None] = None
 
     def __post_init__(self) -> None:
         """A config validates itself when it is built, however it is built (``from_params``, the
@@ -212,10 +280,7 @@ class MethodConfig:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """Every key with its default, as YAML writes it."""
-        out = {}
-        for name, f in cls.fields().items():
-            out[name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        return out
+        return {name: _default_of(f) for name, f in cls.fields().items()}
 
     @classmethod
     def collect(cls, params: Mapping[str, Any] | None, where: str | None = None) -> tuple[dict, list[str]]:
@@ -289,3 +354,26 @@ class MethodConfig:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def run_settings(self, *, exclude: tuple[str, ...] = (), **run: Any) -> dict[str, Any]:
+        """The library keyword arguments of a run of a registry config (:func:`config_class`): the
+        config's value of every options field it holds (a null value: left out, the library's
+        default), except those named in ``exclude`` (values that the calibration or the run
+        resolves), with ``run`` (the seed, the noise, the server's points ...) laid over them."""
+        if self.OPTIONS is None:
+            raise TypeError(f"{type(self).__name__} is not generated from a library options class")
+        own = self.fields()
+        values = {}
+        for f in dataclasses.fields(self.OPTIONS):
+            mine = own.get(f.name)
+            if mine is None or f.name in exclude or mine.metadata != f.metadata:
+                continue  # not a key, or a key of the registry's own of the same name (server_data)
+            value = getattr(self, f.name)
+            if value is not None:
+                values[f.name] = value
+        return {**values, **run}
+
+    def options(self, *, exclude: tuple[str, ...] = (), **run: Any):
+        """The library options object of a run: :meth:`run_settings`, validated by the options class."""
+        settings = self.run_settings(exclude=exclude, **run)  # raises for a config without options class
+        return self.OPTIONS.build(None, settings)

@@ -12,6 +12,7 @@ import scipy.io
 
 from fedclust import executors
 from fedclust.executors import CellStore, code_version, same_results
+from fedclust.executors import store as _store  # noqa: F401 (executors.store, patched below)
 from fedclust.grids import cell_data_digest, cell_sources
 from fedclust.grids import fedsc as grid
 
@@ -99,7 +100,7 @@ def test_the_data_digest_follows_content_not_names(tmp_path):
 def test_editing_a_module_the_grid_does_not_import_keeps_its_cells(two_files, tmp_path, monkeypatch):
     package = tmp_path / "pkg" / "fedclust"
     shutil.copytree(executors._ROOT, package, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(executors, "_ROOT", package)  # the code versions are read from this copy
+    monkeypatch.setattr(executors.store, "_ROOT", package)  # the code versions are read from this copy
     base = code_version("fedclust.grids.fedsc")
     store = tmp_path / "cells.jsonl"
     assert _run(two_files, store, monkeypatch)[0] == ["A", "B"]
@@ -116,7 +117,7 @@ def test_editing_a_module_the_grid_does_not_import_keeps_its_cells(two_files, tm
 
 def test_code_version_covers_the_numerical_packages(monkeypatch):
     base = code_version("fedclust.grids.fedsc")
-    monkeypatch.setattr(executors, "version", lambda dist: "0.0-other" if dist == "numpy" else "1")
+    monkeypatch.setattr(executors.store, "version", lambda dist: "0.0-other" if dist == "numpy" else "1")
     assert code_version("fedclust.grids.fedsc") != base
 
 

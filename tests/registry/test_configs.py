@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fedclust.options import _SAME
 from fedclust.params_check import ParameterError
 from fedclust.registry import REGISTRY
 
@@ -31,15 +32,71 @@ def test_every_method_pipeline_group_is_registered():
     assert set(_base_train_groups()) == set(REGISTRY)
 
 
+def _differences(method: str, yaml_train: dict) -> list[str]:
+    """Every difference between ``<method>.train`` in conf/base and the defaults of the method's
+    config (for a clustering method: those of its library options class, the one home of each)."""
+    config = REGISTRY[method].config
+    defaults = config.defaults()
+    home = f"{config.OPTIONS.__module__}.{config.OPTIONS.__name__}" if config.OPTIONS else config.__name__
+    out = [f"{method}.train.{key}: in conf/base, not a key of {home}" for key in yaml_train.keys() - defaults.keys()]
+    out += [
+        f"{method}.train.{key}: a key of {home}, missing in conf/base" for key in defaults.keys() - yaml_train.keys()
+    ]
+    for key in yaml_train.keys() & defaults.keys():
+        value, default = yaml_train[key], defaults[key]
+        if value != default or type(value) is not type(default):
+            out.append(f"{method}.train.{key}: conf/base says {value!r}, {home} {default!r}")
+    return out
+
+
 @pytest.mark.parametrize("method", list(REGISTRY))
 def test_config_defaults_equal_the_yaml_defaults(method):
     yaml_train = _base_train_groups()[method]
-    defaults = REGISTRY[method].config.defaults()
-    assert set(defaults) == set(yaml_train), set(defaults) ^ set(yaml_train)
-    for key, value in yaml_train.items():
-        assert defaults[key] == value and type(defaults[key]) is type(value), (key, defaults[key], value)
+    assert _differences(method, yaml_train) == []
     # and the YAML group itself is valid (null means default: it builds the default config)
     assert REGISTRY[method].config_from(yaml_train) == REGISTRY[method].config()
+
+
+def test_the_yaml_check_names_every_difference():
+    yaml_train = {**_base_train_groups()["fkm"], "rounds": 21, "roundz": 5}
+    del yaml_train["project"]
+    assert sorted(_differences("fkm", yaml_train)) == [
+        "fkm.train.project: a key of fedclust.clustering.fkm.FKMOptions, missing in conf/base",
+        "fkm.train.rounds: conf/base says 21, fedclust.clustering.fkm.FKMOptions 20",
+        "fkm.train.roundz: in conf/base, not a key of fedclust.clustering.fkm.FKMOptions",
+    ]
+
+
+@pytest.mark.parametrize("method", list(REGISTRY))
+def test_a_config_is_generated_from_its_library_options(method):
+    """Every key of the library options class that a pipeline run sets (``param(conf=True)``) is a key
+    of the config with the same default (or the declared ``conf_default``), bounds and doc: adding an
+    option to the options class adds it to ``<method>.train``, and a run passes it to the library."""
+    config = REGISTRY[method].config
+    options = config.OPTIONS
+    assert options is not None
+    if REGISTRY[method].family == "clustering":  # in the method's module (clustered FL: clustered_fl.options)
+        assert REGISTRY[method].library_run.__module__ == options.__module__
+    mine = config.fields()
+    for name, field in options.fields().items():
+        meta = dict(field.metadata)
+        if not meta["conf"] or name not in mine or mine[name].metadata != field.metadata:
+            continue  # a value the run supplies, dropped, or a key the registry declares itself
+        want = meta["conf_default"] if meta["conf_default"] is not _SAME else options.defaults()[name]
+        assert config.defaults()[name] == want, name
+    run_keys = [n for n, f in options.fields().items() if f.metadata["conf"]]
+    assert set(run_keys) - set(mine) <= {"project"}  # fed_dp_kmeans always projects
+    cfg = config()
+    lib = cfg.options()
+    for name in run_keys:
+        if name in mine and mine[name].metadata == options.fields()[name].metadata and getattr(cfg, name) is not None:
+            assert getattr(lib, name) == getattr(cfg, name), name
+
+
+def test_a_run_value_overrides_the_config_and_excluded_keys_keep_the_library_default():
+    cfg = REGISTRY["fedsc"].config_from({"rounds": 3})
+    lib = cfg.options(exclude=("data_domain",), seed=4)
+    assert (lib.rounds, lib.seed, lib.d_max, lib.data_domain) == (3, 4, 500, None)
 
 
 def test_resolved_disagreements_take_the_documented_values():

@@ -38,17 +38,25 @@ MECHANISMS = ("classical", "analytic")
 class SampledRounds(MethodConfig):
     """Rounds, sampled clients and seed (the baselines' defaults: 100 rounds of 30 clients)."""
 
-    rounds: int = param(100, "int", count=True, doc="communication rounds R")
-    clients_per_round: int | None = param(30, "int", count=True, doc="K clients sampled per round; None = all")
-    seed: int = param(0, "int", doc="seed of every random stream of the run")
+    rounds: int = param(100, "int", count=True, doc="communication rounds R", loop="round", conf_default=20)
+    clients_per_round: int | None = param(
+        30, "int", count=True, doc="K clients sampled per round; None = all", conf_default=None
+    )
+    seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
 
 
 @_frozen
 class NoiseOptions(MethodConfig):
     """The Gaussian noise of the uploads and the public bound that makes it DP."""
 
-    noise_multiplier: float = param(0.0, "float", ge=0, doc="z >= 0; 0 = not private")
-    clip: float | None = param(None, "float", gt=0, doc="public L2 bound on every sample (required when private)")
+    noise_multiplier: float = param(0.0, "float", ge=0, doc="z >= 0; 0 = not private", conf=False)
+    clip: float | None = param(
+        None,
+        "float",
+        gt=0,
+        doc="public L2 bound on every sample (required when private); a pipeline run's null: the public rule "
+        "(fedclust.clustering.defaults: the server sample's median row norm, else a DP estimate)",
+    )
 
 
 @_frozen
@@ -56,8 +64,10 @@ class BaselineNoiseOptions(NoiseOptions):
     """:class:`NoiseOptions`, or a per-round (epsilon, delta) calibrated by ``mechanism`` at unit
     sensitivity (``epsilon`` wins when given)."""
 
-    epsilon: float | None = param(None, "float", gt=0, doc="per-round epsilon (instead of noise_multiplier)")
-    delta: float = param(1e-4, "float", gt=0, lt=1, doc="per-round delta with epsilon")
+    epsilon: float | None = param(
+        None, "float", gt=0, doc="per-round epsilon (instead of noise_multiplier)", conf=False
+    )
+    delta: float = param(1e-4, "float", gt=0, lt=1, doc="per-round delta with epsilon", conf=False)
     mechanism: str = param("classical", "str", choices=MECHANISMS, doc="Gaussian mechanism of the calibration")
 
 
@@ -65,7 +75,9 @@ class BaselineNoiseOptions(NoiseOptions):
 class InitOptions(MethodConfig):
     """How the initial centres W^0 are chosen."""
 
-    init_centroids: Any = param(None, "any", doc="(k, m) shared initial centres, taken as public; overrides init")
+    init_centroids: Any = param(
+        None, "any", doc="(k, m) shared initial centres, taken as public; overrides init", conf=False
+    )
     init: str | None = param(
         None,
         "str",
@@ -73,7 +85,9 @@ class InitOptions(MethodConfig):
         doc="None: k data rows when not private (the papers' choice), uniform_box when private; "
         "data in a private run releases private rows (epsilon = inf)",
     )
-    init_domain: Any = param(None, "any", doc="[low, high] public feature domain of uniform_box (None: [0, 1])")
+    init_domain: list | None = param(
+        None, "list", doc="[low, high] public feature domain of uniform_box (None: [0, 1])"
+    )
 
 
 @_frozen
@@ -91,9 +105,9 @@ class KMeansInitOptions(InitOptions):
         "choice) and uniform_box when private; data in a private run releases private rows (epsilon = inf)",
     )
     server_rows: Any = param(
-        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data"
+        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data", conf=False
     )
-    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array the server holds")
+    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array the server holds", conf=False)
 
     def problems(self, where: str) -> list[str]:
         found = list(super().problems(where))

@@ -88,9 +88,17 @@ class DKPPOptions(ReleaseOptions, KMeansInitOptions, BaselineNoiseOptions, Sampl
     are the initial candidate set) and the k-means|| seeding."""
 
     GROUP: ClassVar[str] = "dk_pp"
-    seeding_rounds: int = param(5, "int", ge=0, doc="k-means|| rounds (5 in Bahmani et al.)")
+    seeding_rounds: int = param(
+        5,
+        "int",
+        ge=0,
+        doc="k-means|| rounds (5 in Bahmani et al.); a pipeline run's null: 5 (at most rounds - 2) without DP, "
+        "0 (the DP variant) with DP",
+        loop="round",
+        conf_default=None,
+    )
     oversampling: float | None = param(None, "float", gt=0, doc="ell > 0 points expected per seeding round (None: 2k)")
-    recluster_iters: int = param(50, "int", count=True, doc="weighted Lloyd iterations on the candidates")
+    recluster_iters: int = param(50, "int", count=True, doc="weighted Lloyd iterations on the candidates", conf=False)
 
     def problems(self, where: str) -> list[str]:
         found = super().problems(where)

@@ -104,10 +104,12 @@ class DKMOptions(KMeansInitOptions, BaselineNoiseOptions, SampledRounds):
     not DP whatever the noise: epsilon = inf, see the module docstring) and the coreset settings."""
 
     GROUP: ClassVar[str] = "dkm"
-    coreset_size: int | None = param(None, "int", count=True, doc="t_c points sampled per round (None: 20 k)")
-    local_iters: int = param(5, "int", count=True, doc="local Lloyd iterations")
-    server_iters: int = param(10, "int", count=True, doc="weighted Lloyd iterations on the server")
-    server_restarts: int = param(1, "int", ge=0, doc="weighted k-means++ restarts on the server")
+    coreset_size: int | None = param(
+        None, "int", count=True, doc="t_c points sampled per round (None: 20 k)", loop="server"
+    )
+    local_iters: int = param(5, "int", count=True, doc="local Lloyd iterations", loop="client")
+    server_iters: int = param(10, "int", count=True, doc="weighted Lloyd iterations on the server", loop="server")
+    server_restarts: int = param(1, "int", count=True, doc="weighted k-means++ restarts on the server", loop="server")
 
 
 @common.with_blas_limit

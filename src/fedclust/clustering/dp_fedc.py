@@ -634,10 +634,18 @@ class Schedule(MethodConfig):
     q_{i,t} = Q2^t b_i / n_i."""
 
     GROUP: ClassVar[str] = "dp_fedc"
-    rounds: int = param(100, "int", count=True, doc="communication rounds R")
-    clients_per_round: int | None = param(30, "int", count=True, doc="K clients sampled per round; None = all")
-    q2: int | str = param("diminishing", ("str", "int"), doc="'diminishing' or a constant Q2 >= 1")
-    Qhat: int = param(10, "int", ge=0, doc="Qhat of the diminishing schedule")
+    rounds: int = param(100, "int", count=True, doc="communication rounds R", loop="round", conf_default=30)
+    clients_per_round: int | None = param(
+        30, "int", count=True, doc="K clients sampled per round; None = all", conf_default=5
+    )
+    q2: int | str = param(
+        "diminishing",
+        ("int", "str"),
+        choices=("diminishing",),
+        doc="'diminishing' or a constant Q2 >= 1",
+        loop="client",
+    )
+    Qhat: int = param(10, "int", count=True, doc="Qhat of the diminishing schedule", loop="client")
     b: int = param(50, "int", count=True, doc="minibatch size (a client with n_i < b uses n_i)")
     c0: float = param(1.0, "float", gt=0, doc="constant of eq. (32)")
     q_cap: float = param(0.99, "float", gt=0, lt=1, doc="cap on the data sampling ratio q_{i,t}")
@@ -907,18 +915,26 @@ class DPFedCOptions(InitOptions, Schedule):
     """
 
     GROUP: ClassVar[str] = "dp_fedc"
-    seed: int = param(0, "int", doc="seed of every random stream of the run")
-    Q1: int = param(10, "int", count=True, doc="H steps per round")
-    rho_factor: float = param(1e-2, "float", ge=0, doc="rho = rho_factor E / N")
+    seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
+    Q1: int = param(10, "int", count=True, doc="H steps per round", loop="client")
+    rho_factor: float = param(1e-2, "float", gt=0, doc="rho = rho_factor E / N")
     mu_h_factor: float = param(1e-10, "float", ge=0, doc="mu_h = mu_h_factor E / N")
     mu_w: float = param(0.0, "float", ge=0, doc="W regulariser")
     h_step: str = param("stable", "str", choices=H_STEPS, doc="the H step rule")
     alpha_1: float | None = param(None, "float", gt=0, doc="H step factor (None: 1.0 stable, 1.1 fast)")
     eta_rule: str = param("per_client", "str", choices=ETA_RULES, doc="the W step size rule")
     alpha_2: float | None = param(None, "float", gt=0, doc="eta_i = alpha_2 Lambda_i (None: ALPHA_2 of constants)")
-    eps_bar: float | None = param(None, "float", gt=0, doc="total privacy budget of Theorem 3; None = no DP")
-    delta: float = param(1e-4, "float", gt=0, lt=1, doc="delta of the budget")
-    G: float | None = param(None, "float", gt=0, doc="clip bound on every minibatch W gradient")
+    eps_bar: float | None = param(
+        None, "float", gt=0, doc="total privacy budget of Theorem 3; None = no DP", conf=False
+    )
+    delta: float = param(1e-4, "float", gt=0, lt=1, doc="delta of the budget", conf=False)
+    G: float | None = param(
+        None,
+        "float",
+        gt=0,
+        doc="clip bound on every minibatch W gradient (a private pipeline run's)",
+        conf_default=0.03,
+    )
     all_clients_update_H: bool = param(True, "bool", doc="the paper's (True) or only the sampled clients")
     literal_2rho: bool = param(False, "bool", doc="the paper's 2 rho 1 1' H in the H gradient (eq. 80)")
     h_init: str | None = param(
@@ -932,9 +948,13 @@ class DPFedCOptions(InitOptions, Schedule):
         "any",
         doc="indices of rows of X the server holds as a public sample (out of the clients' data); "
         "None: no public sample",
+        conf=False,
     )
     server_data: Any = param(
-        None, "any", doc="or a separate public (n_s, m) array the server holds (no client's data); not both"
+        None,
+        "any",
+        doc="or a separate public (n_s, m) array the server holds (no client's data); not both",
+        conf=False,
     )
     trust_model: str = param(
         "local", "str", choices=DP_FEDC_TRUST_MODELS, doc="local (the paper: noise per upload) | secure_aggregation"
@@ -944,7 +964,11 @@ class DPFedCOptions(InitOptions, Schedule):
     )
     clip: float | None = param(None, "float", gt=0, doc="public L2 bound on every sample")
     blas_threads: int | None = param(
-        1, "int", count=True, doc="BLAS threads during the rounds (1: many small products); None leaves them alone"
+        1,
+        "int",
+        count=True,
+        doc="BLAS threads during the rounds (1: many small products); None leaves them alone",
+        conf=False,
     )
 
     def problems(self, where: str) -> list[str]:

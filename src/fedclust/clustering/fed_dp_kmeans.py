@@ -219,10 +219,10 @@ class FedDPKMeansOptions(ReleaseOptions):
 
     GROUP: ClassVar[str] = "fed_dp_kmeans"
     server_rows: Any = param(
-        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data"
+        None, "any", doc="indices of rows of X the server holds (public); taken out of the clients' data", conf=False
     )
-    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array; neither: DP candidates")
-    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation")
+    server_data: Any = param(None, "any", doc="or a separate public (n_s, m) array; neither: DP candidates", conf=False)
+    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation", loop="round")
     projection: str | None = param(
         None,
         "str",
@@ -239,7 +239,10 @@ class FedDPKMeansOptions(ReleaseOptions):
         "(fedclust.clustering.defaults), or sqrt(m) under data_scale without server points",
     )
     data_scale: str | None = param(
-        None, "str", doc="the scaling of X (minmax | standardize | ...): declares the clip without server points"
+        None,
+        "str",
+        doc="the scaling of X (minmax | standardize | ...): declares the clip without server points",
+        conf=False,
     )
     weight_threshold: float | None = param(
         None,
@@ -248,10 +251,16 @@ class FedDPKMeansOptions(ReleaseOptions):
         doc="server points kept when their noisy weight >= max(1, this x its noise std); "
         "None: the normal quantile at 1 - 1/(server points), at most one empty point kept on average",
     )
-    noise: dict | None = param(None, "dict", doc="noise multiplier per release (noise_multipliers); None: not private")
-    n_candidates: int | None = param(None, "int", count=True, doc="DP candidates without server data (None: 50 k)")
-    server_restarts: int = param(10, "int", ge=0, doc="k-means++ restarts of the server's weighted k-means")
-    seed: int = param(0, "int", doc="seed of every random stream of the run")
+    noise: dict | None = param(
+        None, "dict", doc="noise multiplier per release (noise_multipliers); None: not private", conf=False
+    )
+    n_candidates: int | None = param(
+        None, "int", count=True, doc="DP candidates without server data (None: 50 k)", conf=False
+    )
+    server_restarts: int = param(
+        10, "int", count=True, doc="k-means++ restarts of the server's weighted k-means", loop="once"
+    )
+    seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
 
     def problems(self, where: str) -> list[str]:
         found = []

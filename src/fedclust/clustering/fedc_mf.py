@@ -637,24 +637,26 @@ class _SolverOptions(MethodConfig):
     ``rho_growth`` when the relative change of F falls below ``rho_tol``; the run stops when it
     falls below ``tol``, None: 1e-8 with continuation, else 0)."""
 
-    rounds: int = param(100, "int", count=True, doc="rounds (at most)")
-    seed: int = param(0, "int", doc="seed of every random stream of the run")
-    init: Any = param(None, "any", doc="initial point {'W', 'H'}; None: make_init")
+    rounds: int = param(100, "int", count=True, doc="rounds (at most)", loop="round", conf_default=60)
+    seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
+    init: Any = param(None, "any", doc="initial point {'W', 'H'}; None: make_init", conf=False)
     gamma: float = param(1.1, "float", ge=1, doc="step factor (> 1 for a decreasing objective)")
-    rho: float = param(1e-8, "float", ge=0, doc="penalty rho")
+    rho: float = param(1e-8, "float", gt=0, doc="penalty rho")
     nu: float = param(1e-10, "float", ge=0, doc="penalty nu")
     continuation: str | None = param(None, "str", choices=("sncp",), doc="None | sncp")
-    rho_growth: float = param(1.5, "float", gt=1, doc="factor of rho at a continuation step")
-    rho_tol: float = param(2e-5, "float", ge=0, doc="relative change of F that triggers a continuation step")
-    tol: float | None = param(None, "float", ge=0, doc="relative change of F that stops the run")
+    rho_growth: float = param(1.5, "float", gt=1, doc="factor of rho at a continuation step", conf=False)
+    rho_tol: float = param(
+        2e-5, "float", gt=0, doc="relative change of F that triggers a continuation step", conf_default=8e-5
+    )
+    tol: float | None = param(None, "float", ge=0, doc="relative change of F that stops the run", conf=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class _StepOptions(_SolverOptions):
     """Local steps per round: ``Q1`` H steps then ``Q2`` W steps, with the step rule."""
 
-    Q1: int = param(10, "int", ge=0, doc="H steps per round")
-    Q2: int = param(1, "int", ge=0, doc="W steps per round")
+    Q1: int = param(10, "int", count=True, doc="H steps per round", loop="client")
+    Q2: int = param(1, "int", count=True, doc="W steps per round", loop="client")
     step_rule: str = param("lipschitz", "str", choices=STEP_RULES, doc="the step-size rule")
 
 
@@ -669,9 +671,9 @@ class FedCGdsOptions(_StepOptions):
     docstring ("Partial participation and the rho trigger") for why and when it matters."""
 
     GROUP: ClassVar[str] = "fedcgds"
-    Q2: int = param(100, "int", ge=0, doc="W steps per round")
+    Q2: int = param(100, "int", count=True, doc="W steps per round", loop="server")
     clients_per_round: int | None = param(None, "int", count=True, doc="m clients per round; None = all")
-    recompute_stats: bool = param(False, "bool", doc="recompute G1, G2 every round")
+    recompute_stats: bool = param(False, "bool", doc="recompute G1, G2 every round", conf=False)
     rho_trigger: str = param("round", "str", choices=RHO_TRIGGERS, doc="when eps is tested")
 
 
@@ -683,10 +685,12 @@ class FedCAvgOptions(_StepOptions):
     "global" ((2/N) lmax(HH^T)). ``d_schedule``: "thm2" (d = gamma L_W) or "thm1" (d = (s+1) L_W)."""
 
     GROUP: ClassVar[str] = "fedcavg"
-    q_hat: int | None = param(None, "int", ge=0, doc="diminishing Q2 schedule (None: constant Q2)")
-    lw: str = param("clients", "str", choices=LW_RULES, doc="the Lipschitz constant of the W step")
-    d_schedule: str = param("thm2", "str", choices=D_SCHEDULES, doc="the W step constant")
-    q_hat_restart: bool = param(False, "bool", doc="restart the schedule at every rho stage")
+    q_hat: int | None = param(
+        None, "int", ge=0, doc="diminishing Q2 schedule (None: constant Q2)", loop="client", conf_default=10
+    )
+    lw: str = param("clients", "str", choices=LW_RULES, doc="the Lipschitz constant of the W step", conf=False)
+    d_schedule: str = param("thm2", "str", choices=D_SCHEDULES, doc="the W step constant", conf=False)
+    q_hat_restart: bool = param(False, "bool", doc="restart the schedule at every rho stage", conf=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -707,6 +711,7 @@ class SNCPOptions(_StepOptions):
     GROUP: ClassVar[str] = "sncp"
     rounds: int = param(1000, "int", count=True, doc="rounds (at most)")
     Q1: int = param(1, "int", ge=0, doc="H steps per round")
+    Q2: int = param(1, "int", ge=0, doc="W steps per round (0: H steps only)")
     continuation: str | None = param("sncp", "str", choices=("sncp",), doc="None | sncp")
 
 

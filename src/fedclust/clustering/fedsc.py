@@ -58,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -599,42 +599,47 @@ class FedSCOptions(MethodConfig):
     """
 
     GROUP: ClassVar[str] = "fedsc"
-    seed: int = param(0, "int", doc="seed of every random stream of the run")
-    rounds: int = param(20, "int", count=True, doc="Stage I rounds S")
+    seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
+    rounds: int = param(20, "int", count=True, doc="Stage I rounds S", loop="round")
     d: int | None = param(None, "int", count=True, doc="dictionary size (None: the eigenvalue rule)")
     d_tol: float = param(0.99, "float", gt=0, le=1, doc="energy kept by the eigenvalue rule of d")
-    d_max: int | None = param(None, "int", count=True, doc="cap on the rule's d")
+    d_max: int | None = param(None, "int", count=True, doc="cap on the rule's d", conf_default=500)
     r: float | None = param(None, "float", gt=0, doc="kernel width (None: r_rule)")
-    r_rule: str = param("global", "str", choices=("global", "federated"), doc="eq. 40 (global) or eq. 42")
-    lam: float = param(1e-3, "float", ge=0, doc="ridge weight of the C-step")
+    r_rule: str = param("global", "str", choices=("global", "federated"), doc="eq. 40 (global) or eq. 42", conf=False)
+    lam: float = param(1e-3, "float", gt=0, doc="ridge weight of the C-step")
     z_step: str = param("official", "str", choices=tuple(Z_STEPS), doc="official | gradient (aliases allowed)")
-    local_steps: int = param(1, "int", count=True, doc="gradient steps per round")
+    local_steps: int = param(1, "int", count=True, doc="gradient steps per round", conf=False)
     z_lr: float | None = param(None, "float", gt=0, doc="gradient step (None: 1/L by backtracking)")
     participation: float = param(1.0, "float", gt=0, le=1, doc="fraction of clients uploading per round")
-    data_noise_std: float = param(0.0, "float", ge=0, doc="sigma of the perturbed data")
+    data_noise_std: float = param(0.0, "float", ge=0, doc="sigma of the perturbed data", conf=False)
     data_noise_beta: float = param(0.0, "float", ge=0, doc="sigma = beta std(X) (not DP)")
     clip_tau: float | None = param(None, "float", gt=0, doc="row clip before the data noise")
-    data_domain: Any = param(
-        None, "any", doc="declared feature domain [low, high] (None: none declared, the paper's 2 tau_X sensitivity)"
+    data_domain: list | None = param(
+        None,
+        "list",
+        doc="declared feature domain [low, high] (None: none declared, the paper's 2 tau_X sensitivity)",
+        conf_default=[0.0, 1.0],
     )
-    z_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every Z_p upload")
+    z_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every Z_p upload", conf=False)
     z_noise_alpha: float = param(0.0, "float", ge=0, doc="std = alpha std(Z_p) (not DP)")
-    c_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every C_p upload")
+    c_noise_std: float = param(0.0, "float", ge=0, doc="std of the noise on every C_p upload", conf=False)
     c_noise_alpha: float = param(0.0, "float", ge=0, doc="std = alpha std(C_p) (not DP)")
     tau_z: float | None = param(None, "float", gt=0, doc="Frobenius clip of every dictionary")
     tau_c: float | None = param(None, "float", gt=0, doc="clip of every column of C")
-    knn: int | None = param(None, "int", count=True, doc="kNN k of the graph (None: ceil(ln n))")
-    include_self: bool = param(True, "bool", doc="a point is its own neighbour")
-    n_init: int = param(50, "int", count=True, doc="k-means restarts of the spectral embedding")
-    eigen_solver: str = param("arpack", "str", doc="eigen-solver of the spectral embedding")
+    knn: int | None = param(None, "int", count=True, doc="kNN k of the graph (None: ceil(ln n))", conf=False)
+    include_self: bool = param(True, "bool", doc="a point is its own neighbour", conf=False)
+    n_init: int = param(50, "int", count=True, doc="k-means restarts of the spectral embedding", loop="once")
+    eigen_solver: str = param("arpack", "str", doc="eigen-solver of the spectral embedding", conf=False)
     graph: str = param("min_connected_k", "str", choices=spectral.GRAPHS, doc="the kNN graph rule")
     final_c: str = param("projection", "str", choices=FINAL_C, doc="the C sent to Stage II")
-    code_compat_pairing: bool = param(False, "bool", doc="the code's (Z^S, C^{S-1}) pairing")
-    track_reconstruction: bool | None = param(None, "bool", doc="reconstruction error every round / at the end")
-    attack: bool = param(False, "bool", doc="also run the attack on C")
-    return_factors: bool = param(False, "bool", doc="put Z and C in info")
-    return_uploads: bool = param(False, "bool", doc="put the released arrays in info['uploads']")
-    cluster: bool = param(True, "bool", doc="run Stage II (False: labels all -1)")
+    code_compat_pairing: bool = param(False, "bool", doc="the code's (Z^S, C^{S-1}) pairing", conf=False)
+    track_reconstruction: bool | None = param(
+        None, "bool", doc="reconstruction error every round / at the end", conf=False
+    )
+    attack: bool = param(False, "bool", doc="also run the attack on C", conf=False)
+    return_factors: bool = param(False, "bool", doc="put Z and C in info", conf=False)
+    return_uploads: bool = param(False, "bool", doc="put the released arrays in info['uploads']", conf=False)
+    cluster: bool = param(True, "bool", doc="run Stage II (False: labels all -1)", conf=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

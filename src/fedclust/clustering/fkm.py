@@ -103,7 +103,7 @@ class FKMOptions(ReleaseOptions, KMeansInitOptions, NoiseOptions, SampledRounds)
     give the paper's rule (count >= 1); both only matter in a private run."""
 
     GROUP: ClassVar[str] = "fkm"
-    rounds: int = param(20, "int", count=True, doc="communication rounds R")
+    rounds: int = param(20, "int", count=True, doc="communication rounds R", loop="round")
     clients_per_round: int | None = param(None, "int", count=True, doc="K clients sampled per round; None = all")
 
     def problems(self, where: str) -> list[str]:

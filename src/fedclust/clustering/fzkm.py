@@ -142,9 +142,9 @@ class FZKMOptions(ReleaseOptions, KMeansInitOptions, BaselineNoiseOptions, Sampl
     fuzzifier: float | None = param(
         None, "float", gt=1, doc="f > 1; None: 1 + 1/sqrt(m), a rule on the dimension (2 = the usual FCM)"
     )
-    local_iters: int = param(1, "int", count=True, doc="local FCM iterations (> 1 is not DP)")
-    server_iters: int = param(20, "int", count=True, doc="weighted Lloyd iterations on the server")
-    server_restarts: int = param(2, "int", ge=0, doc="weighted k-means++ restarts on the server")
+    local_iters: int = param(1, "int", count=True, doc="local FCM iterations (> 1 is not DP)", loop="client")
+    server_iters: int = param(20, "int", count=True, doc="weighted Lloyd iterations on the server", loop="server")
+    server_restarts: int = param(2, "int", count=True, doc="weighted k-means++ restarts on the server", loop="server")
 
 
 @with_blas_limit

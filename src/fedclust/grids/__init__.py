@@ -5,9 +5,9 @@ carry everything a cell needs), ``run_cell(cell) -> list[record]`` (a pure, modu
 the same cell gives the same records on any executor), ``run(config, data_paths) -> list[record]``
 (both, through :func:`run_grid`) and ``tables(records) -> dict[name, DataFrame]``. A cell names its
 data (:func:`cell_sources`), and the key under which it is stored covers a hash of that data's
-content (:func:`cell_data_digest`) and of the grid's code. The Kedro
-``<name>_grid`` pipelines call ``cells`` and ``run_cell`` through :func:`fedclust.executors.run_cells`
-and log every cell as a nested MLflow run as soon as it finishes.
+content (:func:`cell_data_digest`) and of the grid's code. :func:`run_planned` is the one grid runner
+(over :func:`fedclust.executors.run_cells`): :func:`run_grid` and the Kedro ``<name>_grid`` pipelines
+(which log every cell as a nested MLflow run as soon as it finishes) both run their cells there.
 """
 
 from __future__ import annotations
@@ -73,16 +73,30 @@ def run_grid(
 ) -> list[dict]:
     """``module.run_cell`` on every cell of ``module.cells(config, data_paths)`` with the executor
     of ``config`` (:func:`fedclust.executors.execution`); the records of all cells, in cell order."""
-    ex = execution(config)
-    cells = module.cells(config, data_paths)
+    plan = {"cells": module.cells(config, data_paths), **execution(config)}
+    return run_planned(module, plan, label=label, store=store, on_done=on_done)
+
+
+def run_planned(
+    module: ModuleType,
+    plan: dict,
+    *,
+    label: str = "grid",
+    store: CellStore | str | None = None,
+    on_done: Callable[[int, Any, bool], None] | None = None,
+) -> list[dict]:
+    """The one grid runner: ``module.run_cell`` on ``plan["cells"]`` with ``plan``'s ``executor``,
+    ``options`` and ``resume`` (:func:`fedclust.executors.execution`), each cell named, keyed by
+    its data and the grid's code, stored and handed to ``on_done`` as it finishes (the library's
+    :func:`run_grid` and the Kedro grid pipelines both run here); the records of all cells, in cell order."""
     results = run_cells(
         module.run_cell,
-        cells,
-        ex["executor"],
-        ex["options"],
+        plan["cells"],
+        plan["executor"],
+        plan["options"],
         on_done=on_done,
         store=store,
-        resume=ex["resume"],
+        resume=plan["resume"],
         label=label,
         name=cell_name,
         data_of=cell_data_digest,

@@ -17,9 +17,9 @@ import pandas as pd
 from kedro.pipeline import Pipeline, node
 
 from fedclust import plots
-from fedclust.executors import execution, run_cells
+from fedclust.executors import execution
 from fedclust.experiments import to_markdown
-from fedclust.grids import cell_data_digest, cell_name, grid_code
+from fedclust.grids import run_planned
 from fedclust.grids._data import load as load_grid_data
 from fedclust.pipelines.mlflow_io import cell_run_logger
 
@@ -83,20 +83,7 @@ def run_cells_node(module, name: str, on_record: Callable[[dict], None] | None =
             for rec in records if on_record is not None else ():
                 on_record(rec)
 
-        results = run_cells(
-            module.run_cell,
-            plan["cells"],
-            plan["executor"],
-            plan["options"],
-            on_done=on_done,
-            store=cell_store,
-            resume=plan["resume"],
-            label=name,
-            name=cell_name,
-            data_of=cell_data_digest,
-            code=grid_code(module),
-        )
-        return [rec for res in results for rec in res]
+        return run_planned(module, plan, label=name, store=cell_store, on_done=on_done)
 
     run_cells_.__name__ = "run_cells"
     return run_cells_

@@ -24,9 +24,6 @@ from fedclust.registry.privacy import check_privacy_params, non_private_calibrat
 
 logger = logging.getLogger(__name__)
 
-_ENGINE_KEYS = ("rounds", "lr", "local_steps", "participation", "eval_every", "max_chunk_mb", "defer_updates", "device")
-_SPECIFIC = {"cfl_mgd": ("option", "beta", "lr_decay", "batch_size"), "ifca": ("aggregation",), "fedavg": ()}
-
 
 def n_groups(rotated) -> int:
     return len(rotated.angles)
@@ -68,7 +65,7 @@ def clustered_run(method: str):
 
         k = _check_k(method, cfg, rotated) if method != "fedavg" else None
         data, model = tensors_and_model(rotated, cfg.model)
-        kw = cfg.pick(*_ENGINE_KEYS, *_SPECIFIC[method])
+        kw = cfg.run_settings()
         t0 = time.perf_counter()
         res = run_clustered(method, data, model, k, seed=seed, **kw)
         res.info["wall_time_s"] = time.perf_counter() - t0
@@ -241,7 +238,8 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
     if problems:
         raise ParameterError(problems[0])
     data, model = tensors_and_model(rotated, cfg.model)
-    kw = cfg.pick("rounds", "lr", "local_steps", "eval_every", "server_lr")
+    # the clip of a private run is its calibration's (none without DP)
+    kw = cfg.run_settings(exclude=("clip",), seed=int(seed))
     sigmas = {key: noise.get(key) for key in ("sigma_s", "sigma_theta", "sigma_g", "sigma")}
     sigmas["sigma"] = sigmas["sigma"] or 0.0
     t0 = time.perf_counter()
@@ -252,13 +250,7 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
         k,
         sigmas=sigmas,
         clip=noise.get("clip") if noise["private"] else None,
-        B=cfg.B,
-        base=cfg.base,
-        C_s=cfg.C_s,
         mu=cfg.mu,
-        noise_calibration=cfg.noise_calibration,
-        participation=float(cfg.participation),
-        seed=int(seed),
         **kw,
     )
     res.info["wall_time_s"] = time.perf_counter() - t0

@@ -122,22 +122,16 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
     clip, clip_rule, clip_event = (
         run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
     )
-    result = run_timed(
-        fkm.run,
-        dataset.X,
-        partition.client,
-        n_clusters(cfg.k, dataset),
+    options = cfg.options(
         rounds=int(noise.get("rounds", cfg.rounds)),
-        clients_per_round=cfg.clients_per_round,
         seed=int(seed),
         noise_multiplier=float(noise["noise_multiplier"]),
         clip=clip,
-        init=cfg.init,
-        init_domain=cfg.init_domain,
         server_rows=rows,
         server_data=array,
-        y=true_labels(dataset),
-        **cfg.pick("trust_model", "count_threshold", "project"),
+    )
+    result = run_timed(
+        fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
     )
     return with_clip(result, clip, clip_rule, clip_event)
 
@@ -147,19 +141,6 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
 #: Gaussians released per round by each baseline. DK++: one in its DP variant (seeding_rounds = 0:
 #: a counts round, then Lloyd rounds); its seeding rounds release two, but they are not DP anyway.
 KMEANS_MECHANISMS = {"fzkm": 1, "dk_pp": 1, "dkm": 4}
-_KMEANS_SPECIFIC = {
-    "fzkm": (
-        "fuzzifier",
-        "local_iters",
-        "server_iters",
-        "server_restarts",
-        "trust_model",
-        "count_threshold",
-        "project",
-    ),
-    "dk_pp": ("seeding_rounds", "oversampling", "trust_model", "count_threshold", "project"),
-    "dkm": ("coreset_size", "local_iters", "server_iters", "server_restarts"),
-}
 
 
 def kmeans_calibrate(method: str):
@@ -186,22 +167,22 @@ def kmeans_run(method: str):
 
         require_all_assigned(partition, method)
         check_sizes(method, cfg, dataset, partition)
-        kw = cfg.pick("mechanism", "init", "init_domain", *_KMEANS_SPECIFIC[method])
-        kw["rounds"] = int(noise.get("rounds", cfg.rounds))
-        kw["clients_per_round"] = cfg.clients_per_round or n_clients_of(partition)  # null = all
+        kw = {
+            "rounds": int(noise.get("rounds", cfg.rounds)),
+            "clients_per_round": cfg.clients_per_round or n_clients_of(partition),  # null = all
+            "seed": int(seed),
+        }
         rows, array = server_points(cfg, dataset, seed)  # read once: the start and the clip rule
         clip, clip_rule, clip_event = (
             run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
         )
         if noise["private"]:
-            kw.update(noise_multiplier=noise["noise_multiplier"], clip=clip)
+            kw["noise_multiplier"] = noise["noise_multiplier"]
         if method == "dk_pp":
             kw["seeding_rounds"] = cfg.seeding_for(noise["private"])
-        kw.update(server_rows=rows, server_data=array)
+        options = cfg.options(clip=clip, server_rows=rows, server_data=array, **kw)
         fn = {"fzkm": fzkm, "dk_pp": dk_pp, "dkm": dkm}[method].run
-        result = run_timed(
-            fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
-        )
+        result = run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset))
         return with_clip(result, clip, clip_rule, clip_event)
 
     run.__name__ = f"{method}_run"
@@ -209,31 +190,6 @@ def kmeans_run(method: str):
 
 
 # ---- DP-FedC ---------------------------------------------------------------------------------------
-
-_DP_FEDC_RUN_KEYS = (
-    "rounds",
-    "Q1",
-    "q2",
-    "Qhat",
-    "b",
-    "rho_factor",
-    "mu_h_factor",
-    "mu_w",
-    "h_step",
-    "alpha_1",
-    "eta_rule",
-    "alpha_2",
-    "c0",
-    "q_cap",
-    "all_clients_update_H",
-    "literal_2rho",
-    "h_init",
-    "trust_model",
-    "init",
-    "init_domain",
-    "constants",
-    "clip",
-)
 
 
 def dp_fedc_server_rows(cfg: C.DPFedCConfig, n: int):
@@ -313,22 +269,17 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
 
     require_all_assigned(partition, "dp_fedc")
     check_sizes("dp_fedc", cfg, dataset, partition)
-    kw = cfg.pick(*_DP_FEDC_RUN_KEYS)
-    kw["server_rows"] = dp_fedc_server_rows(cfg, int(dataset.X.shape[0]))
+    kw = {"seed": int(seed), "server_rows": dp_fedc_server_rows(cfg, int(dataset.X.shape[0]))}
     if isinstance(cfg.server_data, dict):  # a public file: read with the data sets' loaders
         kw["server_data"] = server_points(cfg, dataset, seed)[1]
     n_clients = _dp_fedc_client_sizes(cfg, dataset, partition).size
     kw["clients_per_round"] = min(cfg.clients_per_round or n_clients, n_clients)  # null = all clients
     if noise["private"]:
         kw.update(eps_bar=noise["eps_bar"], delta=noise["delta"], G=noise["G"])
+    # G clips the gradients of a private run only (its calibration gives it)
+    options = cfg.options(exclude=("G",), **kw)
     result = run_timed(
-        dp_fedc.run,
-        dataset.X,
-        partition.client,
-        n_clusters(cfg.k, dataset),
-        seed=int(seed),
-        y=true_labels(dataset),
-        **kw,
+        dp_fedc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
     )
     # keep the pickled result small: the soft assignments and the sampling log are large and derivable
     for big in ("H", "sampled_clients"):
@@ -467,27 +418,15 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
     require_all_assigned(partition, "fed_dp_kmeans")
     check_sizes("fed_dp_kmeans", cfg, dataset, partition)
     rows, array = server_points(cfg, dataset, seed)
-    result = run_timed(
-        fed_dp_kmeans.run,
-        dataset.X,
-        partition.client,
-        n_clusters(cfg.k, dataset),
+    options = cfg.options(
         server_rows=rows,
         server_data=array,
         noise=noise.get("noise_multipliers") if noise["private"] else None,
-        clip=cfg.clip,
         data_scale=dataset_scale(dataset),
         seed=int(seed),
-        y=true_labels(dataset),
-        **cfg.pick(
-            "steps",
-            "projection",
-            "n_components",
-            "trust_model",
-            "count_threshold",
-            "weight_threshold",
-            "server_restarts",
-        ),
+    )
+    result = run_timed(
+        fed_dp_kmeans.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
     )
     result.info["rounds"] = result.info["steps"] + 1 + (result.info["projection"] == "dp_pca")
     result.info["server_data"] = describe_server_data(cfg)
@@ -501,23 +440,6 @@ def dataset_scale(dataset) -> str | None:
 
 # ---- FedCAvg, FedCGds ------------------------------------------------------------------------------
 
-_FEDC_MF_KEYS = {
-    "fedc_avg": ("rounds", "Q1", "Q2", "q_hat", "gamma", "step_rule", "rho", "nu", "continuation", "rho_tol"),
-    "fedc_gds": (
-        "rounds",
-        "Q1",
-        "Q2",
-        "clients_per_round",
-        "gamma",
-        "step_rule",
-        "rho",
-        "nu",
-        "continuation",
-        "rho_tol",
-        "rho_trigger",
-    ),
-}
-
 
 def fedc_mf_calibrate(method: str):
     def calibrate(privacy: dict, cfg, dataset, partition) -> dict:
@@ -527,15 +449,13 @@ def fedc_mf_calibrate(method: str):
     return calibrate
 
 
-def fedc_mf_kwargs(method: str, cfg) -> dict:
-    """The library keyword arguments of a FedCAvg/FedCGds config (``q_hat: 0`` and
-    ``continuation: none`` are the library's ``None``)."""
-    kw = cfg.pick(*_FEDC_MF_KEYS[method])
-    if kw.get("q_hat") == 0:
+def fedc_mf_options(cfg, seed: int):
+    """The library options of a FedCAvg/FedCGds config (``q_hat: 0`` and ``continuation: none``
+    are the library's ``None``: null means the default in a parameter file)."""
+    kw = {"seed": int(seed), "continuation": None if cfg.continuation == "none" else cfg.continuation}
+    if getattr(cfg, "q_hat", None) == 0:
         kw["q_hat"] = None
-    if kw.get("continuation") == "none":
-        kw["continuation"] = None
-    return kw
+    return cfg.options(**kw)
 
 
 def fedc_mf_run(method: str):
@@ -546,15 +466,8 @@ def fedc_mf_run(method: str):
         require_all_assigned(partition, method)
         check_sizes(method, cfg, dataset, partition)
         fn = {"fedc_avg": fedc_mf.run_fedcavg, "fedc_gds": fedc_mf.run_fedcgds}[method]
-        result = run_timed(
-            fn,
-            dataset.X,
-            partition.client,
-            n_clusters(cfg.k, dataset),
-            seed=int(seed),
-            y=true_labels(dataset),
-            **fedc_mf_kwargs(method, cfg),
-        )
+        options = fedc_mf_options(cfg, seed)
+        result = run_timed(fn, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset))
         result.info["metrics"] = (
             {"rho_final": float(result.info.get("rho_final", float("nan")))} if "rho_final" in result.info else {}
         )
@@ -784,22 +697,8 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     }
 
 
-_FEDSC_RUN_KEYS = (
-    "rounds",
-    "d",
-    "d_max",
-    "d_tol",
-    "r",
-    "lam",
-    "z_step",
-    "z_lr",
-    "participation",
-    "n_init",
-    "tau_z",
-    "tau_c",
-    "graph",
-    "final_c",
-)
+#: values of ``fedsc.train`` that reach the library through the calibration (its noise), not as set
+_FEDSC_CALIBRATED = ("clip_tau", "data_domain", *_SWEEP_KEYS)
 
 
 def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
@@ -809,7 +708,7 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
     require_all_assigned(partition, "fedsc")
     n = int(dataset.X.shape[0])
     check_sizes("fedsc", cfg, dataset, None, d=(cfg.d, n, "the number of samples n"))
-    kw = cfg.pick(*_FEDSC_RUN_KEYS)
+    kw = {"seed": int(seed)}
     if noise.get("private"):
         kw["clip_tau"] = noise["clip_tau"]
         if noise["variant"] == "data":
@@ -817,11 +716,12 @@ def fedsc_run(dataset, partition, noise: dict, cfg: C.FedSCConfig, seed: int):
         else:
             kw.update(z_noise_std=noise["z_noise_std"], c_noise_std=noise["c_noise_std"], r=noise["r"], d=noise["d"])
             kw.update(z_step="gradient", local_steps=1, tau_c=noise["tau_c"], z_lr=noise["z_lr"])
-            kw.pop("d_max", None)
+            kw["d_max"] = None  # d is the calibration's
     else:
         kw.update({k: noise[k] for k in _SWEEP_KEYS if noise.get(k)})
+    options = cfg.options(exclude=_FEDSC_CALIBRATED, **kw)
     result = run_timed(
-        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), seed=int(seed), y=true_labels(dataset), **kw
+        fedsc.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
     )
     if noise.get("private") and noise.get("kernel_constants") == "data":
         result.dp_events.append(

@@ -1,7 +1,10 @@
 """One frozen config class per method: the keys of ``<method>.train`` with their defaults.
 
-``conf/base/parameters_<...>.yml`` shows the same defaults (``tests/registry`` checks that they
-agree). ``None`` as a default means "resolved by the method's documented rule" (``k``: the number
+A method's config is generated from its library options class (:func:`fedclust.options.config_class`;
+``fedclust.clustering.<method>``, ``fedclust.clustered_fl.options``), which is the one home of each
+default, bound, choice and doc; the registry adds only the keys of a pipeline run (``k``, the server's data as a file spec, the
+calibration's choices). ``conf/base/parameters_<...>.yml`` shows the same defaults (``tests/registry``
+checks that they agree and names every difference). ``None`` as a default means "resolved by the method's documented rule" (``k``: the number
 of classes / rotation groups; ``clients_per_round``: all clients; ``init``: data rows when not
 private, ``uniform_box`` when private; ...).
 """
@@ -9,37 +12,22 @@ private, ``uniform_box`` when private; ...).
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import threading
 
-from fedclust.clustering.common_options import INITS, KMEANS_INITS, MECHANISMS
-from fedclust.clustering.fed_dp_kmeans import PROJECTIONS
 from fedclust.data.registry import SPEC_KEYS
-from fedclust.options import MethodConfig, param
-from fedclust.privacy.release import TRUST_MODELS
+from fedclust.options import MethodConfig, config_class, param
 
 _frozen = dataclasses.dataclass(frozen=True)
 
 K = dict(kind="int", count=True)
-_KMEANS_INIT_DOC = (
-    "W^0: null = server with server_data: holdout, else data rows when not private and uniform_box when "
-    "private; server = k-means on the server's public sample"
-)
 _SERVER_DATA = dict(
     choices=("holdout", "none"),
     doc="holdout: a held-out slice of the data set is the server's public sample (never also client data); "
     "none: the server holds no data; or a public file {name, path, options, scale, label}",
 )
-_CLIP_DOC = (
-    "L2 bound on every sample when private; null: the public rule (the median row norm of the server's "
-    "sample with server_data, else sqrt(m) for minmax / standardize scaling)"
-)
 _SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
-_TM = dict(
-    choices=TRUST_MODELS,
-    doc="where the noise is added: local (every client, the paper's baseline) | "
-    "secure_aggregation (once on the sum) | central",
-)
 _PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over them)")
-_THRESH = dict(doc="a centre moves only when its noisy count >= max(1, this x the count noise std)")
 
 #: The named kinds of server data; a mapping instead names a public file (:func:`server_file_problems`).
 SERVER_DATA_CHOICES = ("holdout", "none")
@@ -58,6 +46,10 @@ def server_file_problems(spec, where: str) -> list[str]:
 
 
 # ---- federated data clustering -------------------------------------------------------------------
+# A method's config is generated from its library options class (the one home of every default,
+# bound, choice and doc, :func:`fedclust.options.config_class`); the classes below hold only the keys
+# that a pipeline run adds (k, the server's data as a file spec, the calibration's choices) and the
+# checks between keys.
 
 
 class _RoundsMixin:
@@ -74,62 +66,15 @@ class _ServerDataMixin:
 
 
 @_frozen
-class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
-    k: int | None = param(None, **K, doc="null = number of classes")
-    rounds: int = param(20, **K, loop="round")
-    private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS, loop="round")
-    clients_per_round: int | None = param(None, **K, doc="null = all clients every round")
-    clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
-    init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
-    server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
-    server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
-    init_domain: list | None = param(None, "list", doc="[low, high] public feature domain (null = [0, 1])")
-    trust_model: str = param("secure_aggregation", "str", **_TM)
-    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
-    project: bool = param(True, "bool", doc="released centres projected onto the clip ball")
-
-
-@_frozen
-class _KMeansBaselineConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
+class _KMeansKeys(_ServerDataMixin, _RoundsMixin, MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(20, **K, loop="round")
     private_rounds: int | None = param(5, **K, **_PRIVATE_ROUNDS, loop="round")
-    clients_per_round: int | None = param(None, **K)
-    mechanism: str = param("classical", "str", choices=MECHANISMS)
-    clip: float | None = param(None, "float", gt=0, doc=_CLIP_DOC)
-    init: str | None = param(None, "str", choices=KMEANS_INITS, doc=_KMEANS_INIT_DOC)
     server_data: str | dict = param("none", ("str", "dict"), **_SERVER_DATA)
     server_fraction: float = param(0.05, "float", **_SERVER_FRACTION)
-    init_domain: list | None = param(None, "list")
 
 
 @_frozen
-class FZKMConfig(_KMeansBaselineConfig):
-    fuzzifier: float | None = param(
-        None, "float", gt=1, doc="null = 1 + 1/sqrt(m) (a rule on the dimension); 2 = the usual FCM"
-    )
-    local_iters: int = param(1, **K, doc="> 1 is not DP", loop="client")
-    server_iters: int = param(20, **K, loop="server")
-    server_restarts: int = param(2, **K, loop="server")
-    trust_model: str = param("secure_aggregation", "str", **_TM)
-    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
-    project: bool = param(True, "bool")
-
-
-@_frozen
-class DKPPConfig(_KMeansBaselineConfig):
-    seeding_rounds: int | None = param(
-        None,
-        "int",
-        ge=0,
-        doc="k-means|| rounds; null: 5 (at most rounds - 2) without DP, 0 (the DP variant) with DP",
-        loop="round",
-    )
-    oversampling: float | None = param(None, "float", gt=0, doc="null = 2k")
-    trust_model: str = param("secure_aggregation", "str", **_TM)
-    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
-    project: bool = param(True, "bool")
-
+class _DKPPKeys(_KMeansKeys):
     def seeding_for(self, private: bool) -> int:
         """The k-means|| rounds of a run: as set, else 0 in a private run (the seeding uploads
         data-selected private rows, so only 0 is DP) and 5 (Bahmani et al.; at most ``rounds - 2``,
@@ -140,7 +85,7 @@ class DKPPConfig(_KMeansBaselineConfig):
 
 
 @_frozen
-class FedDPKMeansConfig(MethodConfig):
+class _FedDPKMeansKeys(MethodConfig):
     k: int | None = param(None, **K)
     server_fraction: float = param(
         0.05,
@@ -156,28 +101,10 @@ class FedDPKMeansConfig(MethodConfig):
         doc="holdout: a held-out slice; none: DP candidates (needs projection dp_pca); "
         "or a public file {name, path, options, scale, label}",
     )
-    steps: int = param(1, "int", ge=0, doc="private Lloyd steps after the initialisation", loop="round")
-    projection: str | None = param(
-        None,
-        "str",
-        choices=PROJECTIONS,
-        doc="dp_pca (the paper's) | server_pca (no release) | none (data space); "
-        "null = server_pca when the server holds >= 4m points and k < m, else none (dp_pca without server data)",
-    )
-    n_components: int | None = param(None, **K, doc="projection dimension; null = k")
-    clip: float | None = param(
-        None, "float", gt=0, doc="null = median row norm of the server's public sample (sqrt(m) bound without one)"
-    )
-    trust_model: str = param("secure_aggregation", "str", **_TM)
-    count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
-    weight_threshold: float | None = param(
-        None, "float", ge=0, doc="server points kept at noisy weight >= this x sigma; null = z_{1-1/n_s}"
-    )
     shares: dict | None = param(
         None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
     )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
-    server_restarts: int = param(10, **K, loop="once")
 
     def problems(self, where):
         if self.server_data == "none" and self.projection not in ("dp_pca", None):
@@ -186,38 +113,9 @@ class FedDPKMeansConfig(MethodConfig):
 
 
 @_frozen
-class DKMConfig(_KMeansBaselineConfig):
-    coreset_size: int | None = param(None, **K, doc="null = 20k", loop="server")
-    local_iters: int = param(5, **K, loop="client")
-    server_iters: int = param(10, **K, loop="server")
-    server_restarts: int = param(1, **K, loop="server")
-
-
-@_frozen
-class DPFedCConfig(MethodConfig):
+class _DPFedCKeys(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(30, **K, loop="round")
-    clients_per_round: int | None = param(5, **K)
-    Q1: int = param(10, **K, loop="client")
-    q2: int | str = param("diminishing", ("int", "str"), choices=("diminishing",), loop="client")
-    Qhat: int = param(10, **K, loop="client")
-    b: int = param(50, **K)
-    rho_factor: float = param(1.0e-2, "float", gt=0)
-    mu_h_factor: float = param(1.0e-10, "float", ge=0)
-    mu_w: float = param(0.0, "float", ge=0)
-    h_step: str = param("stable", "str", choices=("stable", "fast", "paper_literal"))
-    alpha_1: float | None = param(None, "float", gt=0)
-    eta_rule: str = param("per_client", "str", choices=("per_client", "rms"))
-    alpha_2: float | None = param(None, "float", gt=0)
     budget: str = param("accountant", "str", choices=("accountant", "paper"))
-    G: float = param(0.03, "float", gt=0)
-    c0: float = param(1.0, "float", gt=0)
-    q_cap: float = param(0.99, "float", gt=0, lt=1)
-    all_clients_update_H: bool = param(True, "bool")
-    literal_2rho: bool = param(False, "bool")
-    h_init: str | None = param(
-        None, "str", choices=("uniform", "nearest"), doc="null = nearest from the public sample's W^0, else uniform"
-    )
     server_data: str | dict = param(
         "holdout",
         ("str", "dict"),
@@ -228,11 +126,6 @@ class DPFedCConfig(MethodConfig):
     server_fraction: float = param(
         0.05, "float", gt=0, lt=1, doc="share of the data set held out as the server's sample"
     )
-    trust_model: str = param("local", "str", choices=("local", "secure_aggregation"))
-    constants: str | None = param(None, "str", choices=("public", "data"))
-    clip: float | None = param(None, "float", gt=0)
-    init: str | None = param(None, "str", choices=INITS)
-    init_domain: list | None = param(None, "list")
 
     def problems(self, where):
         found = server_file_problems(self.server_data, f"{where}.server_data")
@@ -242,42 +135,16 @@ class DPFedCConfig(MethodConfig):
 
 
 @_frozen
-class FedSCConfig(MethodConfig):
+class _FedSCKeys(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(20, **K, loop="round")
-    d: int | None = param(None, **K, doc="dictionary size; null = eigenvalue rule (eq. 43)")
-    d_tol: float = param(0.99, "float", gt=0, le=1, doc="the eigenvalue rule's share")
-    d_max: int | None = param(500, **K)
-    r: float | None = param(None, "float", gt=0)
-    lam: float = param(1.0e-3, "float", gt=0)
-    z_step: str = param("official", "str", choices=("official", "fixed_point", "gradient", "gd"))
-    z_lr: float | None = param(None, "float", gt=0)
-    participation: float = param(1.0, "float", gt=0, le=1)
-    n_init: int = param(50, **K, loop="once")
-    graph: str = param("min_connected_k", "str", choices=("paper", "min_connected_k", "mst"))
-    final_c: str = param(
-        "projection",
-        "str",
-        choices=("projection", "paper"),
-        doc="the C sent to Stage II: final C-step with a 1e-6 jitter, or the paper's lam",
-    )
     privacy_variant: str = param("data", "str", choices=("data", "factors"))
-    clip_tau: float | None = param(None, "float", gt=0, doc="row clip; null = sqrt(m) max|data_domain| / 2")
-    data_domain: list | None = param(
-        [0.0, 1.0], "list", doc="declared feature domain [low, high]; null = none (the paper's 2 clip_tau)"
-    )
     data_sensitivity: str = param(
         "domain", "str", choices=("domain", "paper"), doc="domain (smallest bound of the declared domain) | paper"
     )
     mechanism: str = param("accountant", "str", choices=("accountant", "classical", "analytic"))
-    tau_z: float | None = param(None, "float", gt=0)
-    tau_c: float | None = param(None, "float", gt=0)
     factor_budget_z: float = param(0.5, "float", gt=0, lt=1)
     factor_calibration: str = param("accountant", "str", choices=("accountant", "paper"))
     kernel_constants: str = param("public", "str", choices=("public", "data"))
-    data_noise_beta: float = param(0.0, "float", ge=0)
-    z_noise_alpha: float = param(0.0, "float", ge=0)
-    c_noise_alpha: float = param(0.0, "float", ge=0)
 
     def problems(self, where):
         if self.d is not None and self.d_max is not None and self.d > self.d_max:
@@ -286,57 +153,52 @@ class FedSCConfig(MethodConfig):
 
 
 @_frozen
-class _FedCMFConfig(MethodConfig):
+class _FedCMFKeys(MethodConfig):
     k: int | None = param(None, **K)
-    rounds: int = param(60, **K, loop="round")
-    Q1: int = param(10, **K, loop="client")
+    #: the YAML spelling of the library's ``continuation=None`` is ``none`` (null means the default)
+    continuation: str = param("sncp", "str", choices=("sncp", "none"), doc="sncp (rho-continuation) | none")
 
 
-_CONT = dict(choices=("sncp", "none"), doc="sncp (rho-continuation) | none")
+#: ``config name: (library module, options class, registry keys, options fields that are no keys)``;
+#: FedDP-KMeans always projects its released centres (``project`` is no key of fed_dp_kmeans.train)
+_GENERATED = {
+    "FKMConfig": ("fedclust.clustering.fkm", "FKMOptions", _KMeansKeys, ()),
+    "FZKMConfig": ("fedclust.clustering.fzkm", "FZKMOptions", _KMeansKeys, ()),
+    "DKPPConfig": ("fedclust.clustering.dk_pp", "DKPPOptions", _DKPPKeys, ()),
+    "DKMConfig": ("fedclust.clustering.dkm", "DKMOptions", _KMeansKeys, ()),
+    "FedDPKMeansConfig": ("fedclust.clustering.fed_dp_kmeans", "FedDPKMeansOptions", _FedDPKMeansKeys, ("project",)),
+    "DPFedCConfig": ("fedclust.clustering.dp_fedc", "DPFedCOptions", _DPFedCKeys, ()),
+    "FedSCConfig": ("fedclust.clustering.fedsc", "FedSCOptions", _FedSCKeys, ()),
+    "FedCAvgConfig": ("fedclust.clustering.fedc_mf", "FedCAvgOptions", _FedCMFKeys, ()),
+    "FedCGdsConfig": ("fedclust.clustering.fedc_mf", "FedCGdsOptions", _FedCMFKeys, ()),
+}
+_GENERATING = threading.Lock()
 
 
-@_frozen
-class FedCAvgConfig(_FedCMFConfig):
-    Q2: int = param(1, **K, loop="client")
-    q_hat: int = param(10, "int", ge=0, doc="diminishing Q2^s = floor(q_hat/s)+1; 0 = constant Q2", loop="client")
-    gamma: float = param(1.1, "float", gt=0)
-    step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
-    rho: float = param(1.0e-8, "float", gt=0)
-    nu: float = param(1.0e-10, "float", ge=0)
-    continuation: str = param("sncp", "str", **_CONT)
-    rho_tol: float = param(8.0e-5, "float", gt=0)
-
-
-@_frozen
-class FedCGdsConfig(_FedCMFConfig):
-    Q2: int = param(100, **K, loop="server")
-    clients_per_round: int | None = param(None, **K)
-    gamma: float = param(1.1, "float", gt=0)
-    step_rule: str = param("lipschitz", "str", choices=("lipschitz", "paper"))
-    rho: float = param(1.0e-8, "float", gt=0)
-    nu: float = param(1.0e-10, "float", ge=0)
-    continuation: str = param("sncp", "str", **_CONT)
-    rho_tol: float = param(8.0e-5, "float", gt=0)
-    rho_trigger: str = param("round", "str", choices=("round", "epoch"))
+def __getattr__(name: str):
+    """A method's config, generated from its options class when first asked for: the method's
+    module (and what it imports: SciPy, scikit-learn, torch) loads when the method is used, not at
+    every start of the registry."""
+    if name not in _GENERATED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _GENERATING:
+        if name not in globals():
+            module, options, keys, drop = _GENERATED[name]
+            options = getattr(importlib.import_module(module), options)
+            globals()[name] = config_class(name, options, keys, module=__name__, drop=drop)
+    return globals()[name]
 
 
 # ---- clustered federated learning ----------------------------------------------------------------
+# Generated from the options classes of :mod:`fedclust.clustered_fl.options` (loaded, with torch, when
+# a clustered-FL method's config is first asked for); the keys below are a pipeline run's own: ``k``,
+# the model spec, and RR-Cluster's method and calibration choices.
 
 _MLP = {"type": "mlp", "hidden": 32}
 
 
 @_frozen
-class _EngineConfig(MethodConfig):
-    rounds: int = param(60, **K, loop="round")
-    lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(10, **K, loop="client")
-    participation: float = param(0.25, "float", gt=0, le=1)
-    eval_every: int = param(5, "int", ge=0)
-    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 256")
-    defer_updates: bool = param(True, "bool", doc="false = local steps one by one (last-bit differences)")
-    device: str = param(
-        "cpu", "str", choices=("cpu", "cuda", "auto"), doc="where the engine trains; auto = CUDA when present"
-    )
+class _EngineKeys(MethodConfig):
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
 
     def problems(self, where):
@@ -347,46 +209,25 @@ class _EngineConfig(MethodConfig):
 
 
 @_frozen
-class CFLMGDConfig(_EngineConfig):
+class _CFLMGDKeys(_EngineKeys):
     k: int | None = param(None, **K, doc="null = number of rotation groups")
-    option: str = param("II", "str", choices=("I", "II"))
-    beta: float = param(0.9, "float", ge=0, lt=1)
-    lr_decay: float = param(1.0, "float", gt=0)
-    batch_size: int | None = param(None, **K)
 
 
 @_frozen
-class IFCAConfig(_EngineConfig):
+class _IFCAKeys(_EngineKeys):
     k: int | None = param(None, **K)
-    aggregation: str = param("model", "str", choices=("model", "gradient"))
-
-
-@_frozen
-class FedAvgConfig(_EngineConfig):
-    pass
 
 
 RR_METHODS = ("rr_cluster", "dp_ifca", "dp_fesem", "dp_fedcam", "dp_fedavg", "dp_fedprox", "dp_fedper")
 
 
 @_frozen
-class RRClusterConfig(MethodConfig):
+class _RRKeys(MethodConfig):
     method: str = param("rr_cluster", "str", choices=RR_METHODS)
-    base: str = param("ifca", "str", choices=("ifca", "fesem", "fedcam"))
     k: int | None = param(None, **K)
-    B: int = param(4, "int", ge=0, doc="every cluster gets >= B updates (B <= participation * clients / k)")
     rho_s: float = param(0.5, "float", ge=0, lt=1)
-    C_s: float = param(0.1, "float", gt=0, le=1)
-    clip: float = param(0.3, "float", gt=0)
-    noise_calibration: str = param("replace_one", "str", choices=("replace_one", "paper_literal"))
     calibration_bound: str = param("accountant", "str", choices=("accountant", "wang_general"))
-    server_lr: float = param(1.0, "float", gt=0)
     mu: float = param(0.01, "float", ge=0)
-    rounds: int = param(30, **K, loop="round")
-    lr: float = param(0.1, "float", gt=0)
-    local_steps: int = param(5, **K, loop="client")
-    participation: float = param(0.5, "float", gt=0, le=1)
-    eval_every: int = param(5, "int", ge=0)
     model: dict = param(_MLP, "dict")
 
     def feasibility(self, n_clients: int, k: int, where: str = "rr_cluster.train") -> list[str]:
@@ -401,3 +242,13 @@ class RRClusterConfig(MethodConfig):
                 f"(needs B <= m/k = {m // k}): lower B or raise participation / clustered_fl.data.n_clients"
             ]
         return []
+
+
+_GENERATED.update(
+    {
+        "CFLMGDConfig": ("fedclust.clustered_fl.options", "CFLMGDOptions", _CFLMGDKeys, ()),
+        "IFCAConfig": ("fedclust.clustered_fl.options", "IFCAOptions", _IFCAKeys, ()),
+        "FedAvgConfig": ("fedclust.clustered_fl.options", "FedAvgOptions", _EngineKeys, ()),
+        "RRClusterConfig": ("fedclust.clustered_fl.options", "RRClusterOptions", _RRKeys, ()),
+    }
+)

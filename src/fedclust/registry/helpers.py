@@ -9,18 +9,22 @@ from typing import Callable
 import numpy as np
 
 from fedclust.errors import FedclustError
+from fedclust.options import MethodConfig
 from fedclust.params_check import ParameterError
 
 logger = logging.getLogger("fedclust.registry")
 
 
 def run_timed(fn: Callable, *args, **kwargs):
-    """Call a library ``run`` and record its wall time and rounds in ``result.info``."""
+    """Call a library ``run`` and record its wall time and rounds (a keyword, or the options
+    object's) in ``result.info``."""
     t0 = time.perf_counter()
     result = fn(*args, **kwargs)
     result.info["wall_time_s"] = time.perf_counter() - t0
-    if "rounds" in kwargs:
-        result.info.setdefault("rounds", kwargs["rounds"])
+    options = next((a for a in args if isinstance(a, MethodConfig)), None)
+    rounds = kwargs.get("rounds", getattr(options, "rounds", None))
+    if rounds is not None:
+        result.info.setdefault("rounds", rounds)
     return result
 
 

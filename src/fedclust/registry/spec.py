@@ -3,7 +3,8 @@ the benchmark (no second dispatch table).
 
 A spec names the method's config class (its parameters, defaults and checks), its ``calibrate``
 (privacy budget -> noise; a non-private method's records epsilon = inf) and its ``run`` adapter,
-and what it releases. Adding a method: its library ``run``, an adapter + config class here, and a
+and what it releases. Adding a method: its library ``run`` and options class, an adapter here and its
+config generated from the options class (:mod:`fedclust.registry.configs`), and a
 ``conf/base/parameters_<name>.yml`` with the same defaults (``tests/registry`` checks the two agree).
 """
 
@@ -35,7 +36,8 @@ class MethodSpec:
 
     name: str
     family: Literal["clustering", "clustered_fl"]
-    config: type[MethodConfig]
+    #: the config class, or its name in :mod:`fedclust.registry.configs` (generated when first used)
+    config_ref: type[MethodConfig] | str
     calibrate: Callable
     run: Callable
     #: does it have a differentially private variant (else its report says epsilon = inf)
@@ -53,6 +55,12 @@ class MethodSpec:
     library: str = ""
     #: the trust models a private run can use (:mod:`fedclust.privacy.release`), the default first
     trust_models: tuple[str, ...] = ()
+
+    @property
+    def config(self) -> type[MethodConfig]:
+        """The method's config class (its parameters, defaults and checks)."""
+        ref = self.config_ref
+        return getattr(C, ref) if isinstance(ref, str) else ref
 
     @property
     def default_trust_model(self) -> str | None:
@@ -114,7 +122,7 @@ def _clustered(name, config, in_tour=True) -> MethodSpec:
 _SPECS = [
     _clustering(
         "fkm",
-        C.FKMConfig,
+        "FKMConfig",
         cl.fkm_calibrate,
         cl.fkm_run,
         private=True,
@@ -127,7 +135,7 @@ _SPECS = [
     ),
     _clustering(
         "fedsc",
-        C.FedSCConfig,
+        "FedSCConfig",
         cl.fedsc_calibrate,
         cl.fedsc_run,
         private=True,
@@ -138,7 +146,7 @@ _SPECS = [
     ),
     _clustering(
         "dp_fedc",
-        C.DPFedCConfig,
+        "DPFedCConfig",
         cl.dp_fedc_calibrate,
         cl.dp_fedc_run,
         private=True,
@@ -149,7 +157,7 @@ _SPECS = [
     ),
     _clustering(
         "fed_dp_kmeans",
-        C.FedDPKMeansConfig,
+        "FedDPKMeansConfig",
         cl.fed_dp_kmeans_calibrate,
         cl.fed_dp_kmeans_run,
         private=True,
@@ -159,13 +167,13 @@ _SPECS = [
         library="fedclust.clustering.fed_dp_kmeans:run",
         trust_models=_ALL_MODELS,
     ),
-    _kmeans("fzkm", C.FZKMConfig, "noisy fuzzy sums and weights every round"),
-    _kmeans("dk_pp", C.DKPPConfig, "noisy sums and counts every round (k-means|| seeding not DP)"),
+    _kmeans("fzkm", "FZKMConfig", "noisy fuzzy sums and weights every round"),
+    _kmeans("dk_pp", "DKPPConfig", "noisy sums and counts every round (k-means|| seeding not DP)"),
     # DKM has no DP variant: a private run adds the calibrated noise but reports epsilon = inf
-    _kmeans("dkm", C.DKMConfig, "coresets and local centres (no DP variant)", private=False),
+    _kmeans("dkm", "DKMConfig", "coresets and local centres (no DP variant)", private=False),
     _clustering(
         "fedc_avg",
-        C.FedCAvgConfig,
+        "FedCAvgConfig",
         cl.fedc_mf_calibrate("fedc_avg"),
         cl.fedc_mf_run("fedc_avg"),
         private=False,
@@ -175,7 +183,7 @@ _SPECS = [
     ),
     _clustering(
         "fedc_gds",
-        C.FedCGdsConfig,
+        "FedCGdsConfig",
         cl.fedc_mf_calibrate("fedc_gds"),
         cl.fedc_mf_run("fedc_gds"),
         private=False,
@@ -183,13 +191,13 @@ _SPECS = [
         in_tour=True,
         library="fedclust.clustering.fedc_mf:run_fedcgds",
     ),
-    _clustered("ifca", C.IFCAConfig),
-    _clustered("cfl_mgd", C.CFLMGDConfig),
-    _clustered("fedavg", C.FedAvgConfig),
+    _clustered("ifca", "IFCAConfig"),
+    _clustered("cfl_mgd", "CFLMGDConfig"),
+    _clustered("fedavg", "FedAvgConfig"),
     MethodSpec(
         "rr_cluster",
         "clustered_fl",
-        C.RRClusterConfig,
+        "RRClusterConfig",
         cfl.rr_calibrate,
         cfl.rr_run,
         private=True,
