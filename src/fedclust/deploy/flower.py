@@ -1,0 +1,214 @@
+"""The Flower backend of FedDP-KMeans and FKM: the same stages, run as a Flower ServerApp and ClientApp.
+
+:func:`run` runs a method on Flower's simulation engine (one virtual SuperNode per client, in Ray
+workers): the ServerApp (:func:`make_server_app`) runs the method's stage code with every sum
+released through SecAgg+ (:class:`fedclust.deploy.server_app.SecAggRelease`), and the ClientApp
+(:func:`fedclust.deploy.client_app.make_client_app`) holds one client's rows each. The result is the
+method's :class:`~fedclust.clustering.base.ClusteringResult`, with ``info["aggregation"]``
+describing the secure aggregation and the noise that reached every sum, and ``dp_events``
+accounting that noise.
+
+:data:`server_app` is the ServerApp of a real deployment (``flwr run`` against a SuperLink; see
+``docs/howto/flower.md``): it reads its job from the run config and writes its result as JSON.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.simulation import run_simulation
+
+from fedclust.clustering import fed_dp_kmeans, fkm
+from fedclust.clustering._common import client_rows, new_history, round_logger, server_split
+from fedclust.clustering.base import check_inputs
+from fedclust.clustering.lloyd import update_centres
+from fedclust.deploy import digits
+from fedclust.deploy.client_app import make_client_app, partition_of
+from fedclust.deploy.server_app import PROTOCOL, SecAggRelease, partitions, wait_for_nodes
+from fedclust.metrics import clustering_scores
+from fedclust.privacy.observe import report
+from fedclust.privacy.report import privacy_report
+
+#: The default reconstruction threshold of SecAgg+, as a fraction of a release's clients.
+DEFAULT_THRESHOLD = 0.8
+
+#: Ray's resources for the simulation engine: one CPU per virtual client, no GPU, no dashboard.
+RAY_CONFIG = {
+    "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+    "init_args": {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False, "logging_level": "error"},
+}
+
+# the stage of every release of FedDP-KMeans (fed_dp_kmeans.release_names)
+_STAGE_OF = {"projection": "projection", "mean": "projection", "size": "projection", "weighting": "weighting"}
+
+
+def _stage_of(name: str) -> str:
+    return _STAGE_OF.get(name) or name.split("_")[0]
+
+
+def serve_fed_dp_kmeans(grid: Grid, context: Context, job: Job) -> object:
+    """FedDP-KMeans's server: :func:`fed_dp_kmeans.run_stages` with SecAgg+ releases."""
+    plan = job.plan
+    release = job.release(grid, context, "fed_dp_kmeans", plan.clip, plan.clip)
+    hist = new_history(job.y)
+    log_step = round_logger("fed_dp_kmeans", hist, job.X, job.y, plan.o.steps + 1, job.progress)
+    C, state = fed_dp_kmeans.run_stages(plan, release, log_step)
+    z_present = {name: float(z) * release.noise_factor(_stage_of(name)) for name, z in plan.z.items()}
+    result = fed_dp_kmeans.result_of(job.X, plan, C, state, hist, events_z=z_present)
+    return with_aggregation(result, release, z_present)
+
+
+def serve_fkm(grid: Grid, context: Context, job: Job) -> object:
+    """FKM's server: :func:`fkm.run_rounds`, each round's totals through SecAgg+."""
+    plan = job.plan
+    scale = plan.o.clip or float(np.abs(job.X).max() * np.sqrt(job.X.shape[1])) or 1.0
+    release = job.release(grid, context, "fkm", plan.o.clip, scale)
+    std = plan.release.sum_std
+
+    def update(C, chosen, _labels):
+        out = release("lloyd", {"centres": C}, {"sums": std, "counts": std}, clients=chosen)
+        report("lloyd_totals", (out["sums"], out["counts"]))
+        return update_centres(C, out["sums"], out["counts"], plan.release, len(chosen))
+
+    C, labels, history = fkm.run_rounds(job.X, plan, update, job.y, job.progress)
+    z = plan.o.noise_multiplier * release.noise_factor("lloyd")
+    result = fkm.result_of(plan, C, labels, history, noise_multiplier=z)
+    return with_aggregation(result, release, {"fkm": z} if plan.private else {})
+
+
+def with_aggregation(result, release: SecAggRelease, z_present: dict):
+    result.info["backend"] = "flower"
+    result.info["aggregation_protocol"] = PROTOCOL
+    result.info["aggregation"] = {**release.summary(), "noise_multipliers_present": z_present}
+    return result
+
+
+SERVE = {"fed_dp_kmeans": serve_fed_dp_kmeans, "fkm": serve_fkm}
+
+
+@dataclasses.dataclass
+class Job:
+    """One run on the server: the method's plan, the data it is scored on (experimenter-side, as in
+    the simulation backend), and the SecAgg+ settings (``threshold``, ``rows``, ``timeout``)."""
+
+    method: str
+    plan: object
+    X: np.ndarray
+    y: np.ndarray | None
+    n_clients: int
+    threshold: float = DEFAULT_THRESHOLD
+    rows: int = 0
+    timeout: float | None = None
+    progress: Callable | None = None
+
+    def release(self, grid: Grid, context: Context, method: str, clip, scale) -> SecAggRelease:
+        nodes = partitions(grid, wait_for_nodes(grid, self.n_clients))
+        settings = {"threshold": self.threshold, "rows": self.rows, "clip": clip, "scale": scale}
+        return SecAggRelease(grid, context, method, nodes, {**settings, "timeout": self.timeout})
+
+
+def make_server_app(serve: Callable[[Grid, Context], None]) -> ServerApp:
+    """A ServerApp whose main is ``serve(grid, context)``, run in the caller's context variables (the
+    simulation engine runs it in a thread, where the caller's release observers would be lost)."""
+    app = ServerApp()
+    caller = contextvars.copy_context()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        caller.copy().run(serve, grid, context)
+
+    return app
+
+
+def client_partitions(method: str, X, client, k: int, o) -> list[np.ndarray]:
+    """Every client's raw rows, in client order, exactly as the method's plan numbers the clients."""
+    if method == "fed_dp_kmeans":
+        is_server, _ = fed_dp_kmeans.server_points(X, o, k)
+        _, cl = np.unique(client[~is_server], return_inverse=True)
+        Xp = X[~is_server]
+    else:
+        Xp, cl, _ = client_rows(X, client, server_split(X, k, o.server_rows, o.server_data))
+    return [Xp[cl == i] for i in range(int(cl.max()) + 1)]
+
+
+def run(method: str, X, client, k: int, options=None, *, y=None, progress=None, flower: dict | None = None, **kw):
+    """Run ``method`` (``fed_dp_kmeans`` or ``fkm``) on Flower's simulation engine; ``options`` and
+    ``kw`` as the method's ``run``; ``flower``: ``threshold`` (SecAgg+'s t as a fraction of the
+    clients), ``drop`` (tests: ``drop(partition, config) -> bool`` makes a client fail a release)."""
+    flower = dict(flower or {})
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # nothing leaves the machine
+    mod = {"fed_dp_kmeans": fed_dp_kmeans, "fkm": fkm}[method]
+    Options = mod.FedDPKMeansOptions if method == "fed_dp_kmeans" else mod.FKMOptions
+    o = Options.build(options, kw)
+    X, client, _ = check_inputs(X, client, k)
+    if o.trust_model != "secure_aggregation":
+        raise ValueError(f"the Flower backend releases through SecAgg+: trust_model secure_aggregation, not {o.trust_model!r}")
+    plan = mod.plan_run(X, client, k, o)
+    rows = client_partitions(method, X, client, k, o)
+    job = Job(method, plan, X, y, len(rows), float(flower.get("threshold", DEFAULT_THRESHOLD)), X.shape[0])
+    job.progress = progress
+    holder: dict = {}
+
+    def serve(grid, context):
+        try:
+            holder["result"] = SERVE[method](grid, context, job)
+        except BaseException as err:  # handed to the caller below, whatever the engine does with it
+            holder["error"] = err
+
+    client_app = make_client_app(lambda ctx: rows[partition_of(ctx)], flower.get("drop"))
+    run_simulation(make_server_app(serve), client_app, num_supernodes=len(rows), backend_config=RAY_CONFIG)
+    if "error" in holder:
+        raise holder["error"]
+    if "result" not in holder:
+        raise RuntimeError(f"Flower's simulation engine ended without a {method} result")
+    return holder["result"]
+
+
+# ---- the deployment's ServerApp ----------------------------------------------------------------------
+def deployment_job(cfg: dict) -> Job:
+    """The FedDP-KMeans job of a one-machine deployment on digits, from the run config."""
+    n_parts = int(cfg.get("num-partitions", 3))
+    seed = int(cfg.get("seed", 0))
+    X, y = digits.scaled()
+    server, client = digits.split(n_parts, int(cfg.get("data-seed", 0)), float(cfg.get("server-fraction", 0.05)))
+    client = np.where(client < 0, 0, client)  # the server's rows are taken out by server_rows
+    k, steps = int(cfg.get("k", 10)), int(cfg.get("steps", 1))
+    base = dict(server_rows=server, steps=steps, seed=seed)
+    plan = fed_dp_kmeans.plan_run(X, client, k, fed_dp_kmeans.FedDPKMeansOptions.build(None, base))
+    eps = float(cfg.get("epsilon", 0.0))
+    if eps > 0:
+        z = fed_dp_kmeans.noise_multipliers(eps, float(cfg.get("delta", 1e-5)), projection=plan.projection, steps=steps)
+        o = fed_dp_kmeans.FedDPKMeansOptions.build(None, {**base, "noise": z, "projection": plan.projection})
+        plan = fed_dp_kmeans.plan_run(X, client, k, o)
+    job = Job("fed_dp_kmeans", plan, X, y, n_parts, float(cfg.get("threshold", DEFAULT_THRESHOLD)), X.shape[0])
+    job.timeout = float(cfg.get("timeout", 120.0))
+    return job
+
+
+def _serve_deployment(grid: Grid, context: Context) -> None:
+    cfg = dict(context.run_config)
+    job = deployment_job(cfg)
+    result = serve_fed_dp_kmeans(grid, context, job)
+    delta = float(cfg.get("delta", 1e-5))
+    rep = privacy_report(list(result.dp_events), delta, method="fed_dp_kmeans", mechanism="gaussian")
+    out = {
+        "ACC": clustering_scores(job.y, result.labels)["ACC"],
+        "centres": np.asarray(result.centroids).tolist(),
+        "epsilon": rep["epsilon"],
+        "delta": delta,
+        "aggregation": result.info["aggregation"],
+    }
+    path = Path(str(cfg.get("out", "fedclust-flower-result.json")))
+    path.write_text(json.dumps(out, indent=1, default=float), encoding="utf-8")
+
+
+#: The deployment's ServerApp (``[tool.flwr.app.components] serverapp`` of the Flower App).
+server_app = make_server_app(_serve_deployment)
