@@ -150,7 +150,9 @@ def run(method: str, X, client, k: int, options=None, *, y=None, progress=None, 
     o = Options.build(options, kw)
     X, client, _ = check_inputs(X, client, k)
     if o.trust_model != "secure_aggregation":
-        raise ValueError(f"the Flower backend releases through SecAgg+: trust_model secure_aggregation, not {o.trust_model!r}")
+        raise ValueError(
+            f"the Flower backend releases through SecAgg+: trust_model secure_aggregation, not {o.trust_model!r}"
+        )
     plan = mod.plan_run(X, client, k, o)
     rows = client_partitions(method, X, client, k, o)
     job = Job(method, plan, X, y, len(rows), float(flower.get("threshold", DEFAULT_THRESHOLD)), X.shape[0])

@@ -108,7 +108,9 @@ class SecAggRelease:
         legacy = LegacyContext(self.context, strategy=collect)
         legacy.state.config_records["config"] = ConfigRecord({"current_round": int(config["release"])})
         legacy.state.array_records["parameters"] = ArrayRecord()  # read by the workflow; we send our own
-        workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=t, timeout=self.timeout, **enc.workflow_kwargs())
+        workflow = SecAggPlusWorkflow(
+            num_shares=1.0, reconstruction_threshold=t, timeout=self.timeout, **enc.workflow_kwargs()
+        )
         workflow(self.grid, legacy)
         if collect.average is None:
             raise SecAggFailure(

@@ -123,7 +123,7 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
     )
     result = run_timed(
-        fkm.run,
+        backend_run("fkm", fkm.run, cfg),
         dataset.X,
         partition.client,
         n_clusters(cfg.k, dataset),
@@ -140,6 +140,21 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
         **cfg.pick("trust_model", "count_threshold", "project"),
     )
     return with_clip(result, clip, clip_rule, clip_event)
+
+
+def backend_run(method: str, simulation_run, cfg):
+    """The library run of ``cfg.backend``: the method's own ``run`` (``simulation``), or the same stages
+    on Flower with every sum through SecAgg+ (``flower``, :mod:`fedclust.deploy.flower`), with the
+    method's keyword arguments either way."""
+    if getattr(cfg, "backend", "simulation") != "flower":
+        return simulation_run
+    # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
+    from fedclust.deploy import flower
+
+    def run_flower(X, client, k, **kwargs):
+        return flower.run(method, X, client, k, flower={"threshold": cfg.secagg_threshold}, **kwargs)
+
+    return run_flower
 
 
 # ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
@@ -468,7 +483,7 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
     check_sizes("fed_dp_kmeans", cfg, dataset, partition)
     rows, array = server_points(cfg, dataset, seed)
     result = run_timed(
-        fed_dp_kmeans.run,
+        backend_run("fed_dp_kmeans", fed_dp_kmeans.run, cfg),
         dataset.X,
         partition.client,
         n_clusters(cfg.k, dataset),

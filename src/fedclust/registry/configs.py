@@ -33,6 +33,19 @@ _CLIP_DOC = (
     "sample with server_data, else sqrt(m) for minmax / standardize scaling)"
 )
 _SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
+#: Where a k-means-family run executes (FKM, FedDP-KMeans): in this process, or on Flower with SecAgg+.
+BACKENDS = ("simulation", "flower")
+_BACKEND = dict(
+    choices=BACKENDS,
+    doc="simulation (sums computed and noised in this process) | flower (a Flower ServerApp and ClientApp on "
+    "Flower's simulation engine; every sum through SecAgg+, each client adding a noise share)",
+)
+_SECAGG_T = dict(
+    gt=0,
+    le=1,
+    doc="flower backend: SecAgg+'s reconstruction threshold t as a share of a release's clients; each client "
+    "adds noise variance sigma^2/t, so any t survivors carry the accounted noise",
+)
 _TM = dict(
     choices=TRUST_MODELS,
     doc="where the noise is added: local (every client, the paper's baseline) | "
@@ -87,6 +100,8 @@ class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     trust_model: str = param("secure_aggregation", "str", **_TM)
     count_threshold: float = param(3.0, "float", ge=0, **_THRESH)
     project: bool = param(True, "bool", doc="released centres projected onto the clip ball")
+    backend: str = param("simulation", "str", **_BACKEND)
+    secagg_threshold: float = param(0.8, "float", **_SECAGG_T)
 
 
 @_frozen
@@ -178,6 +193,8 @@ class FedDPKMeansConfig(MethodConfig):
     )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
     server_restarts: int = param(10, **K, loop="once")
+    backend: str = param("simulation", "str", **_BACKEND)
+    secagg_threshold: float = param(0.8, "float", **_SECAGG_T)
 
     def problems(self, where):
         if self.server_data == "none" and self.projection not in ("dp_pca", None):
