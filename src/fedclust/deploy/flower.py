@@ -54,10 +54,9 @@ def _stage_of(name: str) -> str:
     return _STAGE_OF.get(name) or name.split("_")[0]
 
 
-def serve_fed_dp_kmeans(grid: Grid, context: Context, job: Job) -> object:
+def serve_fed_dp_kmeans(job: Job, release: SecAggRelease) -> object:
     """FedDP-KMeans's server: :func:`fed_dp_kmeans.run_stages` with SecAgg+ releases."""
     plan = job.plan
-    release = job.release(grid, context, "fed_dp_kmeans", plan.clip, plan.clip)
     hist = new_history(job.y)
     log_step = round_logger("fed_dp_kmeans", hist, job.X, job.y, plan.o.steps + 1, job.progress)
     C, state = fed_dp_kmeans.run_stages(plan, release, log_step)
@@ -66,11 +65,9 @@ def serve_fed_dp_kmeans(grid: Grid, context: Context, job: Job) -> object:
     return with_aggregation(result, release, z_present)
 
 
-def serve_fkm(grid: Grid, context: Context, job: Job) -> object:
+def serve_fkm(job: Job, release: SecAggRelease) -> object:
     """FKM's server: :func:`fkm.run_rounds`, each round's totals through SecAgg+."""
     plan = job.plan
-    scale = plan.o.clip or float(np.abs(job.X).max() * np.sqrt(job.X.shape[1])) or 1.0
-    release = job.release(grid, context, "fkm", plan.o.clip, scale)
     std = plan.release.sum_std
 
     def update(C, chosen, _labels):
@@ -109,10 +106,18 @@ class Job:
     timeout: float | None = None
     progress: Callable | None = None
 
-    def release(self, grid: Grid, context: Context, method: str, clip, scale) -> SecAggRelease:
+    def settings(self) -> dict:
+        """The release settings of :class:`SecAggRelease`: the clip, and the unit of sums (the clip;
+        without one, non-private FKM, a bound on a sample's norm from the data's largest entry)."""
+        X = self.X
+        clip = self.plan.clip if self.method == "fed_dp_kmeans" else self.plan.o.clip
+        scale = clip or float(np.abs(X).max() * np.sqrt(X.shape[1])) or 1.0
+        return {"threshold": self.threshold, "rows": self.rows, "clip": clip, "scale": scale, "timeout": self.timeout}
+
+    def serve(self, grid: Grid, context: Context):
+        """The method's server on a Flower grid, once its nodes are connected."""
         nodes = partitions(grid, wait_for_nodes(grid, self.n_clients))
-        settings = {"threshold": self.threshold, "rows": self.rows, "clip": clip, "scale": scale}
-        return SecAggRelease(grid, context, method, nodes, {**settings, "timeout": self.timeout})
+        return SERVE[self.method](self, SecAggRelease(grid, context, self.method, nodes, self.settings()))
 
 
 def make_server_app(serve: Callable[[Grid, Context], None]) -> ServerApp:
@@ -139,6 +144,22 @@ def client_partitions(method: str, X, client, k: int, o) -> list[np.ndarray]:
     return [Xp[cl == i] for i in range(int(cl.max()) + 1)]
 
 
+def build_job(method: str, X, client, k: int, options, settings: dict, *, y=None, threshold=None):
+    """The server's job of a run and every client's raw rows (for the simulation engine's ClientApps)."""
+    mod = {"fed_dp_kmeans": fed_dp_kmeans, "fkm": fkm}[method]
+    Options = mod.FedDPKMeansOptions if method == "fed_dp_kmeans" else mod.FKMOptions
+    o = Options.build(options, settings)
+    X, client, _ = check_inputs(X, client, k)
+    if o.trust_model != "secure_aggregation":
+        raise ValueError(
+            f"the Flower backend releases through SecAgg+ (trust_model secure_aggregation), not {o.trust_model!r}"
+        )
+    plan = mod.plan_run(X, client, k, o)
+    rows = client_partitions(method, X, client, k, o)
+    t = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+    return Job(method, plan, X, y, len(rows), t, X.shape[0]), rows
+
+
 def run(method: str, X, client, k: int, options=None, *, y=None, progress=None, flower: dict | None = None, **kw):
     """Run ``method`` (``fed_dp_kmeans`` or ``fkm``) on Flower's simulation engine; ``options`` and
     ``kw`` as the method's ``run``; ``flower``: ``threshold`` (SecAgg+'s t as a fraction of the
@@ -161,7 +182,7 @@ def run(method: str, X, client, k: int, options=None, *, y=None, progress=None, 
 
     def serve(grid, context):
         try:
-            holder["result"] = SERVE[method](grid, context, job)
+            holder["result"] = job.serve(grid, context)
         except BaseException as err:  # handed to the caller below, whatever the engine does with it
             holder["error"] = err
 
@@ -198,7 +219,7 @@ def deployment_job(cfg: dict) -> Job:
 def _serve_deployment(grid: Grid, context: Context) -> None:
     cfg = dict(context.run_config)
     job = deployment_job(cfg)
-    result = serve_fed_dp_kmeans(grid, context, job)
+    result = job.serve(grid, context)
     delta = float(cfg.get("delta", 1e-5))
     rep = privacy_report(list(result.dp_events), delta, method="fed_dp_kmeans", mechanism="gaussian")
     out = {

@@ -104,20 +104,13 @@ class SecAggRelease:
         arrays, names = pack(broadcast)
         config = release_config(self.method, stage, self.clip, self.scale, names, shares)
         config["release"] = len(self.releases) + 1
-        collect = _Collect(self.grid, node_ids, FitIns(ndarrays_to_parameters(arrays), config))
-        legacy = LegacyContext(self.context, strategy=collect)
-        legacy.state.config_records["config"] = ConfigRecord({"current_round": int(config["release"])})
-        legacy.state.array_records["parameters"] = ArrayRecord()  # read by the workflow; we send our own
-        workflow = SecAggPlusWorkflow(
-            num_shares=1.0, reconstruction_threshold=t, timeout=self.timeout, **enc.workflow_kwargs()
-        )
-        workflow(self.grid, legacy)
-        if collect.average is None:
+        fit_ins = FitIns(ndarrays_to_parameters(arrays), config)
+        average, s = self.aggregate(node_ids, fit_ins, t, enc)
+        if average is None:
             raise SecAggFailure(
                 f"SecAgg+ could not complete the {stage} release: fewer than t={t} of the {n} sampled clients "
                 "stayed in the protocol, so the sum cannot be unmasked and the round is lost"
             )
-        s = collect.n_results
         self.releases.append(
             {
                 "stage": stage,
@@ -132,7 +125,18 @@ class SecAggRelease:
                 "noise_std_accounted": {nm: float(v) for nm, v in stds.items()},
             }
         )
-        return {nm: exact_sum(a, s, enc) * unit(nm, self.scale) for nm, a in zip(stds, collect.average)}
+        return {nm: exact_sum(a, s, enc) * unit(nm, self.scale) for nm, a in zip(stds, average)}
+
+    def aggregate(self, node_ids: list[int], fit_ins: FitIns, t: int, enc):
+        """One run of Flower's SecAgg+ workflow over ``node_ids``: the unmasked weighted average of the
+        uploads and the number of clients in it (None, 0 when the protocol halted)."""
+        collect = _Collect(self.grid, node_ids, fit_ins)
+        legacy = LegacyContext(self.context, strategy=collect)
+        legacy.state.config_records["config"] = ConfigRecord({"current_round": int(fit_ins.config["release"])})
+        legacy.state.array_records["parameters"] = ArrayRecord()  # read by the workflow; we send our own
+        kw = enc.workflow_kwargs()
+        SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=t, timeout=self.timeout, **kw)(self.grid, legacy)
+        return collect.average, collect.n_results
 
     def summary(self) -> dict:
         """What the run's info and privacy report say about the aggregation."""
