@@ -22,7 +22,7 @@ from typing import Callable
 from fedclust.privacy.audit import AuditCase
 
 #: The family modules, in report order.
-FAMILIES = ("kmeans", "dp_fedc", "fedsc", "clustered_fl")
+FAMILIES = ("kmeans", "flower", "dp_fedc", "fedsc", "clustered_fl")
 
 
 def cases() -> dict[str, Callable[..., AuditCase]]:
