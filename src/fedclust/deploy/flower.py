@@ -116,7 +116,11 @@ class Job:
 
     def serve(self, grid: Grid, context: Context):
         """The method's server on a Flower grid, once its nodes are connected."""
-        nodes = partitions(grid, wait_for_nodes(grid, self.n_clients))
+        ids = wait_for_nodes(grid, self.n_clients)
+        # which node holds which partition matters only when the server samples some of them (FKM with
+        # clients_per_round), to sample the clients the simulation samples; a query round costs seconds
+        sampled = self.method == "fkm" and self.plan.K < self.plan.n_clients
+        nodes = partitions(grid, ids) if sampled else dict(enumerate(ids))
         return SERVE[self.method](self, SecAggRelease(grid, context, self.method, nodes, self.settings()))
 
 
@@ -221,7 +225,7 @@ def _serve_deployment(grid: Grid, context: Context) -> None:
     job = deployment_job(cfg)
     result = job.serve(grid, context)
     delta = float(cfg.get("delta", 1e-5))
-    rep = privacy_report(list(result.dp_events), delta, method="fed_dp_kmeans", mechanism="gaussian")
+    rep = privacy_report(list(result.dp_events), delta, method="fed_dp_kmeans", mechanism="gaussian", accountant="pld")
     out = {
         "ACC": clustering_scores(job.y, result.labels)["ACC"],
         "centres": np.asarray(result.centroids).tolist(),
