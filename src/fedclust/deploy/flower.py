@@ -29,6 +29,7 @@ from flwr.simulation import run_simulation
 from fedclust.clustering import fed_dp_kmeans, fkm
 from fedclust.clustering._common import client_rows, new_history, round_logger, server_split
 from fedclust.clustering.base import check_inputs
+from fedclust.clustering.defaults import DP_CLIP_RULE, clip_from_counts, clip_release
 from fedclust.clustering.lloyd import update_centres
 from fedclust.deploy import digits
 from fedclust.deploy.client_app import make_client_app, partition_of
@@ -65,8 +66,23 @@ def serve_fed_dp_kmeans(job: Job, release: SecAggRelease) -> object:
     return with_aggregation(result, release, z_present)
 
 
+def clip_stage(job: Job, release: SecAggRelease):
+    """FKM's DP clip estimate through SecAgg+ (a private run with neither a clip nor server data): the
+    clients' norm histograms, summed with noise multiplier ``job.clip_noise``; the run's plan is then
+    made with the estimated clip. Returns the estimate's accountable event."""
+    z = float(job.clip_noise)
+    noisy = release("clip", {}, {"norm_counts": z})["norm_counts"]
+    clip = clip_from_counts(noisy, z)
+    job.plan = fkm.plan_run(job.X, job.client, job.k, dataclasses.replace(job.plan.o, clip=clip))
+    release.clip = release.scale = clip
+    job.clip_rule = DP_CLIP_RULE
+    return clip_release(z * release.noise_factor("clip"), "secure_aggregation")
+
+
 def serve_fkm(job: Job, release: SecAggRelease) -> object:
-    """FKM's server: :func:`fkm.run_rounds`, each round's totals through SecAgg+."""
+    """FKM's server: :func:`fkm.run_rounds`, each round's totals through SecAgg+ (after the DP clip
+    estimate, when the run needs one)."""
+    clip_event = clip_stage(job, release) if job.clip_noise else None
     plan = job.plan
     std = plan.release.sum_std
 
@@ -78,6 +94,9 @@ def serve_fkm(job: Job, release: SecAggRelease) -> object:
     C, labels, history = fkm.run_rounds(job.X, plan, update, job.y, job.progress)
     z = plan.o.noise_multiplier * release.noise_factor("lloyd")
     result = fkm.result_of(plan, C, labels, history, noise_multiplier=z)
+    if clip_event is not None:
+        result.dp_events.insert(0, clip_event)
+        result.info.update(clip=plan.o.clip, clip_rule=job.clip_rule)
     return with_aggregation(result, release, {"fkm": z} if plan.private else {})
 
 
@@ -105,6 +124,10 @@ class Job:
     rows: int = 0
     timeout: float | None = None
     progress: Callable | None = None
+    client: np.ndarray | None = None
+    k: int = 0
+    clip_noise: float | None = None  # FKM: the noise multiplier of a DP clip estimate to release first
+    clip_rule: str | None = None
 
     def settings(self) -> dict:
         """The release settings of :class:`SecAggRelease`: the clip, and the unit of sums (the clip;
@@ -148,10 +171,13 @@ def client_partitions(method: str, X, client, k: int, o) -> list[np.ndarray]:
     return [Xp[cl == i] for i in range(int(cl.max()) + 1)]
 
 
-def build_job(method: str, X, client, k: int, options, settings: dict, *, y=None, threshold=None):
-    """The server's job of a run and every client's raw rows (for the simulation engine's ClientApps)."""
+def build_job(method: str, X, client, k: int, options, settings: dict, *, y=None, threshold=None, clip_noise=None):
+    """The server's job of a run and every client's raw rows (for the simulation engine's ClientApps);
+    ``clip_noise`` (FKM): release a DP clip estimate at this noise multiplier before the rounds."""
     mod = {"fed_dp_kmeans": fed_dp_kmeans, "fkm": fkm}[method]
     Options = mod.FedDPKMeansOptions if method == "fed_dp_kmeans" else mod.FKMOptions
+    if clip_noise and method == "fkm":  # a placeholder clip until the clip stage has released the estimate
+        settings = {**settings, "clip": 1.0}
     o = Options.build(options, settings)
     X, client, _ = check_inputs(X, client, k)
     if o.trust_model != "secure_aggregation":
@@ -159,28 +185,27 @@ def build_job(method: str, X, client, k: int, options, settings: dict, *, y=None
             f"the Flower backend releases through SecAgg+ (trust_model secure_aggregation), not {o.trust_model!r}"
         )
     plan = mod.plan_run(X, client, k, o)
+    per_release = plan.K if method == "fkm" else plan.n_contributors
+    if per_release < 2:
+        raise ValueError(
+            f"SecAgg+ sums the uploads of at least 2 clients; this {method} run has {per_release} per release"
+        )
     rows = client_partitions(method, X, client, k, o)
     t = DEFAULT_THRESHOLD if threshold is None else float(threshold)
-    return Job(method, plan, X, y, len(rows), t, X.shape[0]), rows
+    job = Job(method, plan, X, y, len(rows), t, X.shape[0], client=client, k=k, clip_noise=clip_noise)
+    return job, rows
 
 
 def run(method: str, X, client, k: int, options=None, *, y=None, progress=None, flower: dict | None = None, **kw):
     """Run ``method`` (``fed_dp_kmeans`` or ``fkm``) on Flower's simulation engine; ``options`` and
     ``kw`` as the method's ``run``; ``flower``: ``threshold`` (SecAgg+'s t as a fraction of the
-    clients), ``drop`` (tests: ``drop(partition, config) -> bool`` makes a client fail a release)."""
+    clients), ``clip_noise`` (FKM: release a DP clip estimate at this multiplier first), ``drop``
+    (tests: ``drop(partition, config) -> bool`` makes a client fail a release)."""
     flower = dict(flower or {})
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # nothing leaves the machine
-    mod = {"fed_dp_kmeans": fed_dp_kmeans, "fkm": fkm}[method]
-    Options = mod.FedDPKMeansOptions if method == "fed_dp_kmeans" else mod.FKMOptions
-    o = Options.build(options, kw)
-    X, client, _ = check_inputs(X, client, k)
-    if o.trust_model != "secure_aggregation":
-        raise ValueError(
-            f"the Flower backend releases through SecAgg+: trust_model secure_aggregation, not {o.trust_model!r}"
-        )
-    plan = mod.plan_run(X, client, k, o)
-    rows = client_partitions(method, X, client, k, o)
-    job = Job(method, plan, X, y, len(rows), float(flower.get("threshold", DEFAULT_THRESHOLD)), X.shape[0])
+    job, rows = build_job(
+        method, X, client, k, options, kw, y=y, threshold=flower.get("threshold"), clip_noise=flower.get("clip_noise")
+    )
     job.progress = progress
     holder: dict = {}
 

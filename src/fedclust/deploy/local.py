@@ -69,8 +69,8 @@ class LocalSecAgg(SecAggRelease):
         return secagg_sum(uploads, enc), len(live)
 
 
-def run(method: str, X, client, k: int, options=None, *, y=None, threshold=None, drop=(), **settings):
+def run(method: str, X, client, k: int, options=None, *, y=None, threshold=None, clip_noise=None, drop=(), **settings):
     """The Flower backend's run of ``method`` in this process (see the module docstring)."""
-    job, rows = build_job(method, X, client, k, options, settings, y=y, threshold=threshold)
+    job, rows = build_job(method, X, client, k, options, settings, y=y, threshold=threshold, clip_noise=clip_noise)
     release = LocalSecAgg(method, rows, job.settings(), job.plan.o.seed, drop)
     return SERVE[method](job, release)

@@ -22,13 +22,14 @@ import numpy as np
 
 from fedclust.clustering import fed_dp_kmeans, fkm
 from fedclust.clustering._common import clip_data
+from fedclust.clustering.defaults import norm_counts
 
 METHODS = ("fed_dp_kmeans", "fkm")
 
 #: The power of the clip that is the unit of every uploaded array: a sum of clipped samples is at
 #: most clip per sample, a second moment clip^2, a count or a histogram 1. In these units every
 #: entry of a client's statistic is at most its number of samples.
-UNIT_POWER = {"sums": 1, "sum": 1, "second_moment": 2, "counts": 0, "weights": 0, "size": 0}
+UNIT_POWER = {"sums": 1, "sum": 1, "second_moment": 2, "counts": 0, "weights": 0, "size": 0, "norm_counts": 0}
 
 
 def unit(name: str, scale: float) -> float:
@@ -71,6 +72,8 @@ def statistic(method: str, stage: str, X_raw: np.ndarray, clip, broadcast: dict)
     Xc = clip_data(X_raw, clip or None)
     if method == "fed_dp_kmeans":
         return fed_dp_kmeans.STATISTICS[stage](Xc, broadcast)
+    if method == "fkm" and stage == "clip":  # the DP clip estimate: the histogram of the raw row norms
+        return {"norm_counts": norm_counts(X_raw)}
     if method == "fkm":
         return fkm.client_statistic(X_raw, Xc, broadcast["centres"])
     raise ValueError(f"the Flower backend runs {list(METHODS)}, not {method!r}")

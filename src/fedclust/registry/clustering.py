@@ -119,11 +119,15 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
     rows, array = server_points(cfg, dataset, seed)  # read once: the start and the clip rule
+    # on Flower a DP clip estimate is a release like the others: its server makes it through SecAgg+
+    flower_clip = cfg.backend == "flower" and noise["private"] and cfg.clip is None and rows is None and array is None
     clip, clip_rule, clip_event = (
-        run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
+        run_clip(cfg, dataset, partition, noise, seed, (rows, array))
+        if noise["private"] and not flower_clip
+        else (None,) * 3
     )
     result = run_timed(
-        backend_run("fkm", fkm.run, cfg),
+        backend_run("fkm", fkm.run, cfg, clip_noise=float(noise["noise_multiplier"]) if flower_clip else None),
         dataset.X,
         partition.client,
         n_clusters(cfg.k, dataset),
@@ -142,17 +146,19 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
     return with_clip(result, clip, clip_rule, clip_event)
 
 
-def backend_run(method: str, simulation_run, cfg):
+def backend_run(method: str, simulation_run, cfg, clip_noise: float | None = None):
     """The library run of ``cfg.backend``: the method's own ``run`` (``simulation``), or the same stages
     on Flower with every sum through SecAgg+ (``flower``, :mod:`fedclust.deploy.flower`), with the
-    method's keyword arguments either way."""
+    method's keyword arguments either way; ``clip_noise``: FKM's DP clip estimate, made by the Flower
+    server through SecAgg+ at this noise multiplier)."""
     if getattr(cfg, "backend", "simulation") != "flower":
         return simulation_run
     # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
     from fedclust.deploy import flower
 
     def run_flower(X, client, k, **kwargs):
-        return flower.run(method, X, client, k, flower={"threshold": cfg.secagg_threshold}, **kwargs)
+        settings = {"threshold": cfg.secagg_threshold, "clip_noise": clip_noise}
+        return flower.run(method, X, client, k, flower=settings, **kwargs)
 
     return run_flower
 

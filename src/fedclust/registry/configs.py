@@ -40,6 +40,15 @@ _BACKEND = dict(
     doc="simulation (sums computed and noised in this process) | flower (a Flower ServerApp and ClientApp on "
     "Flower's simulation engine; every sum through SecAgg+, each client adding a noise share)",
 )
+
+
+def backend_problems(cfg, where: str) -> list[str]:
+    """The Flower backend implements one trust model: SecAgg+ is secure aggregation."""
+    if cfg.backend == "flower" and cfg.trust_model != "secure_aggregation":
+        return [f"{where}.backend=flower releases every sum through SecAgg+: it needs trust_model=secure_aggregation"]
+    return []
+
+
 _SECAGG_T = dict(
     gt=0,
     le=1,
@@ -102,6 +111,9 @@ class FKMConfig(_ServerDataMixin, _RoundsMixin, MethodConfig):
     project: bool = param(True, "bool", doc="released centres projected onto the clip ball")
     backend: str = param("simulation", "str", **_BACKEND)
     secagg_threshold: float = param(0.8, "float", **_SECAGG_T)
+
+    def problems(self, where):
+        return super().problems(where) + backend_problems(self, where)
 
 
 @_frozen
@@ -199,7 +211,7 @@ class FedDPKMeansConfig(MethodConfig):
     def problems(self, where):
         if self.server_data == "none" and self.projection not in ("dp_pca", None):
             return [f"{where}.server_data=none needs {where}.projection=dp_pca (the candidates come from it)"]
-        return server_file_problems(self.server_data, f"{where}.server_data")
+        return server_file_problems(self.server_data, f"{where}.server_data") + backend_problems(self, where)
 
 
 @_frozen
