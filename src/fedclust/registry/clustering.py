@@ -153,8 +153,12 @@ def backend_run(method: str, simulation_run, cfg, clip_noise: float | None = Non
     server through SecAgg+ at this noise multiplier)."""
     if getattr(cfg, "backend", "simulation") != "flower":
         return simulation_run
-    # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
-    from fedclust.deploy import flower
+    try:  # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
+        from fedclust.deploy import flower
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] != "flwr":
+            raise
+        raise ImportError(f"{method}.train.backend=flower needs Flower: pip install -e '.[deploy]'") from err
 
     def run_flower(X, client, k, **kwargs):
         settings = {"threshold": cfg.secagg_threshold, "clip_noise": clip_noise}
