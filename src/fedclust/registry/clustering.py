@@ -153,7 +153,8 @@ def backend_run(method: str, simulation_run, cfg, clip_noise: float | None = Non
     server through SecAgg+ at this noise multiplier)."""
     if getattr(cfg, "backend", "simulation") != "flower":
         return simulation_run
-    try:  # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
+    try:
+        # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
         from fedclust.deploy import flower
     except ModuleNotFoundError as err:
         if (err.name or "").split(".")[0] != "flwr":
