@@ -50,10 +50,7 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
     agg = result.info.get("aggregation")
     if agg:  # the Flower backend: the protocol that carried every sum, and the noise that reached it
         rep["aggregation_protocol"] = agg["protocol"]
-        rep["aggregation"] = {k: v for k, v in agg.items() if k != "releases"}
-        rep["aggregation"]["releases"] = [
-            {k: r[k] for k in ("stage", "clients_sampled", "clients_in_sum", "threshold_t")} for r in agg["releases"]
-        ]
+        rep["aggregation"] = agg  # per release: clients, t, SecAgg+'s encoding and error, the noise std present
         rep["notes"].append(
             f"{agg['protocol']}: t={agg['threshold_t']}, at least {agg['fewest_clients_in_sum']} of "
             f"{agg['clients']} clients' noise shares reached every sum; epsilon accounts the noise present"
