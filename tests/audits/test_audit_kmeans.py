@@ -25,7 +25,8 @@ from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
 
-DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans")
+# the Flower backend's cases run its server, release and client code in one process (fedclust.audits.flower)
+DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans", "fkm_flower", "fed_dp_kmeans_flower")
 N_RUNS = 300  # per side; 150 evaluation runs reach bounds up to ~3.7
 
 

@@ -22,14 +22,27 @@ from typing import Callable
 from fedclust.privacy.audit import AuditCase
 
 #: The family modules, in report order.
-FAMILIES = ("kmeans", "dp_fedc", "fedsc", "clustered_fl")
+FAMILIES = ("kmeans", "flower", "dp_fedc", "fedsc", "clustered_fl")
+#: Families whose backend is an optional extra: left out (with their cases) when it is not installed.
+OPTIONAL = {"flower": "flwr"}
+
+
+def _family(fam: str):
+    try:
+        return importlib.import_module(f"fedclust.audits.{fam}")
+    except ModuleNotFoundError as err:
+        if fam in OPTIONAL and (err.name or "").split(".")[0] == OPTIONAL[fam]:
+            return None  # the `deploy` extra is not installed: no Flower backend to audit
+        raise
 
 
 def cases() -> dict[str, Callable[..., AuditCase]]:
     """Every registered audit case factory, by method name."""
     out: dict[str, Callable[..., AuditCase]] = {}
     for fam in FAMILIES:
-        mod = importlib.import_module(f"fedclust.audits.{fam}")
+        mod = _family(fam)
+        if mod is None:
+            continue
         for name, factory in mod.CASES.items():
             if name in out:
                 raise ValueError(f"audit case {name!r} is registered twice")

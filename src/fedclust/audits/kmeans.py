@@ -147,14 +147,19 @@ def _fkm_case(
     n_runs: int = 1000,
     noise_scale: float = 1.0,
 ) -> AuditCase:
+    return fkm_audit(epsilon, delta, clip, rounds, n_runs, noise_scale)
 
+
+def fkm_audit(epsilon, delta, clip, rounds, n_runs, noise_scale, runner=fkm.run, name: str = "fkm") -> AuditCase:
+    """FKM's audit case with ``runner`` as the run (``fkm.run``, or a backend's run of the same
+    method with its keyword arguments)."""
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
     X0, client0, canary = with_canary(False)
 
     def run(X, client, seed, zz):
         # the run's public W^0 (uniform_box from the seed), passed explicitly so the auditor knows it
         W0 = public_centroids(K_CLUSTERS, X.shape[1], seed, "uniform_box", clip=clip)
-        return fkm.run(
+        return runner(
             X, client, K_CLUSTERS, rounds=rounds, seed=seed, noise_multiplier=zz, clip=clip, init_centroids=W0
         ), W0
 
@@ -171,7 +176,7 @@ def _fkm_case(
     scores = canary_scores(one, lambda noise: z * noise_scale if noise else 0.0)
 
     return AuditCase(
-        name="fkm",
+        name=name,
         method="fkm",
         scores=scores,
         epsilon=eps,
@@ -374,13 +379,20 @@ def _fed_dp_kmeans_case(
     n_runs: int = 1000,
     noise_scale: float = 1.0,
 ) -> AuditCase:
+    return fed_dp_kmeans_audit(epsilon, delta, clip, steps, n_runs, noise_scale)
+
+
+def fed_dp_kmeans_audit(
+    epsilon, delta, clip, steps, n_runs, noise_scale, runner=fed_dp_kmeans.run, name: str = "fed_dp_kmeans"
+) -> AuditCase:
     """FedDP-KMeans with a public server sample (20 other digits rows, never client data): the
     weighting histogram, then ``steps`` Lloyd steps, every release calibrated by the run's budget
     split (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`, accounted with PLD as the
     method is). The Gaussian statistic adds the weighting count of the (clipped) server point nearest
     the clipped canary, others' count removed, and the first Lloyd step's released totals
     (:func:`lloyd_statistic`; every stage assigns clipped samples), each term weighted by its shift over its
-    claimed noise variance: its mu is the composition of the three releases the canary touches."""
+    claimed noise variance: its mu is the composition of the three releases the canary touches.
+    ``runner``: the run (``fed_dp_kmeans.run``, or a backend's run with the same keyword arguments)."""
     server = load_digits().data[N_PER_CLIENT * N_CLIENTS : N_PER_CLIENT * N_CLIENTS + 20] / 16.0
     z = fed_dp_kmeans.noise_multipliers(epsilon, delta, projection="none", steps=steps, accountant="pld")
     mutated = {key: v * noise_scale for key, v in z.items()}
@@ -396,7 +408,7 @@ def _fed_dp_kmeans_case(
     n_w = float(np.sum(nearest(others, server_c)[0] == j_w))
 
     def run(X, client, seed, zz):
-        return fed_dp_kmeans.run(
+        return runner(
             X,
             client,
             K_CLUSTERS,
@@ -426,7 +438,7 @@ def _fed_dp_kmeans_case(
     scores = canary_scores(one, lambda noise: mutated if noise else None)
 
     return AuditCase(
-        name="fed_dp_kmeans",
+        name=name,
         method="fed_dp_kmeans",
         scores=scores,
         epsilon=eps,

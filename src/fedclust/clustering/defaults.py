@@ -164,17 +164,35 @@ def dp_clip(
     bin whose noisy cumulative count (negative counts read as 0) reaches ``quantile`` of the total."""
     check_number("quantile", quantile, gt=0, le=1)
     z = check_number("noise_multiplier", noise_multiplier, ge=0)  # 0: no noise (an audit's power check)
-    edges = norm_grid()
-    counts = np.bincount(norm_bins(X), minlength=edges.size).astype(np.float64)
     n_clients = np.unique(np.asarray(client)).size
-    noisy = release_sum(counts, z, n_clients, trust_model, rng)
+    noisy = release_sum(norm_counts(X), z, n_clients, trust_model, rng)
+    return ClipEstimate(
+        clip=clip_from_counts(noisy, sum_noise_std(z, n_clients, trust_model), quantile),
+        histogram=noisy,
+        event=clip_release(z, trust_model),
+    )
+
+
+def norm_counts(X: np.ndarray) -> np.ndarray:
+    """How many rows of ``X`` fall in each bin of :func:`norm_grid` (one client's statistic of the DP
+    clip estimate)."""
+    return np.bincount(norm_bins(X), minlength=norm_grid().size).astype(np.float64)
+
+
+def clip_from_counts(noisy: np.ndarray, sigma: float, quantile: float = DP_CLIP_QUANTILE) -> float:
+    """The clip from the released norm histogram ``noisy`` (noise std ``sigma`` on the sum)."""
+    edges = norm_grid()
     # post-processing: a bin counts only when its noisy count passes the same threshold as a server
     # point's weight (z_{1 - 1/bins} noise stds: on average at most one empty bin passes); the many
     # empty bins' positive noise would otherwise pull the median towards the middle of the grid
-    sigma = sum_noise_std(z, n_clients, trust_model)
     cdf = np.cumsum(np.where(noisy >= weight_threshold(edges.size) * sigma, noisy, 0.0))
     j = int(np.searchsorted(cdf, quantile * cdf[-1], side="left")) if cdf[-1] > 0 else edges.size - 1
-    event = GaussianRelease(
+    return float(edges[min(j, edges.size - 1)])
+
+
+def clip_release(z: float, trust_model: str) -> GaussianRelease:
+    """The accountable event of the DP clip estimate at noise multiplier ``z``."""
+    return GaussianRelease(
         noise_multipliers=(z,),
         count=1,
         sampling="none",
@@ -183,4 +201,3 @@ def dp_clip(
         label=DP_CLIP_LABEL,
         extra={"trust_model": trust_model},
     )
-    return ClipEstimate(clip=float(edges[min(j, edges.size - 1)]), histogram=noisy, event=event)

@@ -62,7 +62,7 @@ from fedclust.clustering._common import clip_data, nearest, new_history, round_l
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import ReleaseOptions
 from fedclust.clustering.defaults import projection_rule, resolve_clip, weight_threshold
-from fedclust.clustering.lloyd import LloydRelease, lloyd_step, min_count
+from fedclust.clustering.lloyd import LloydRelease, cluster_totals, min_count, update_centres
 from fedclust.options import param
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
 from fedclust.privacy.events import GaussianRelease
@@ -193,16 +193,6 @@ def _top_components(M: np.ndarray, n: int) -> np.ndarray:
     return vecs[:, ::-1][:, :n]
 
 
-def _symmetric_noise(m: int, std: float, K: int, trust_model: str, rng) -> np.ndarray:
-    """Gaussian noise on the upper triangle of an (m, m) matrix, mirrored (one release of M)."""
-    if std <= 0:
-        return np.zeros((m, m))
-    iu = np.triu_indices(m)
-    E = np.zeros((m, m))
-    E[iu] = release_sum(np.zeros(iu[0].size), std, K, trust_model, rng)
-    return E + np.triu(E, 1).T
-
-
 def holdout_rows(n: int, fraction: float, seed: int) -> np.ndarray:
     """Indices of a random ``fraction`` of ``n`` rows (stream ``"server_data"``): the server's
     sample, held out of the clients' data."""
@@ -274,154 +264,304 @@ class FedDPKMeansOptions(ReleaseOptions):
         return found
 
 
-def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None, progress=None, **settings):
-    """Run FedDP-KMeans (:class:`FedDPKMeansOptions`; keyword ``settings`` override ``options``);
-    the arguments are every method's (:mod:`fedclust.clustering.common_options`; ``client`` is
-    ignored for the server's rows, ``progress`` is called after every step)."""
-    o = FedDPKMeansOptions.build(options, settings)
-    server_rows, server_data, steps, projection = o.server_rows, o.server_data, o.steps, o.projection
-    clip, trust_model, count_threshold, seed = o.clip, o.trust_model, o.count_threshold, o.seed
-    X, client, _ = check_inputs(X, client, k)
+@dataclasses.dataclass
+class Plan:
+    """What the server knows before the first release: the public choices of a run (clip,
+    projection, noise), its server points, and the clients' clipped rows (``Xc``, ``client``: only
+    the simulation backend holds them; the Flower backend's clients hold their own)."""
+
+    o: FedDPKMeansOptions
+    k: int
+    m: int
+    n_contributors: int
+    clip: float
+    clip_rule: str
+    projection: str
+    Xs_c: np.ndarray | None
+    z: dict
+    Xc: np.ndarray | None = None
+    client: np.ndarray | None = None
+
+    @property
+    def private(self) -> bool:
+        return bool(self.z)
+
+    def std(self, name: str, sens: float) -> float:
+        """The noise std of release ``name`` of sensitivity ``sens`` (0 when not private)."""
+        return float(self.z[name]) * sens if self.private else 0.0
+
+
+def server_points(X: np.ndarray, o: FedDPKMeansOptions, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows the server holds (``is_server`` mask) and its public points (None: DP candidates)."""
     n, m = X.shape
-    check_trust_model(trust_model, method="fed_dp_kmeans")
-    private = bool(o.noise)
     is_server = np.zeros(n, dtype=bool)
-    if server_rows is not None:
-        is_server[np.asarray(server_rows, dtype=np.int64)] = True
+    if o.server_rows is not None:
+        is_server[np.asarray(o.server_rows, dtype=np.int64)] = True
         Xs = X[is_server]
-    elif server_data is not None:
-        Xs = np.asarray(server_data, dtype=np.float64)
+    elif o.server_data is not None:
+        Xs = np.asarray(o.server_data, dtype=np.float64)
         if Xs.ndim != 2 or Xs.shape[1] != m:
             raise ValueError(f"server_data must be (n_s, {m}), got shape {Xs.shape}")
     else:
         Xs = None
     if Xs is not None and Xs.shape[0] < k:
         raise ValueError(f"the server holds {Xs.shape[0]} points, fewer than k={k}")
+    return is_server, Xs
+
+
+def plan_run(X, client, k: int, o: FedDPKMeansOptions) -> Plan:
+    """Check the inputs and fix the run's public choices (the server's side before any release);
+    the clients' clipped rows go into the plan for the simulation backend."""
+    X, client, _ = check_inputs(X, client, k)
+    m = X.shape[1]
+    check_trust_model(o.trust_model, method="fed_dp_kmeans")
+    is_server, Xs = server_points(X, o, k)
     priv = ~is_server
-    Xp_raw, cl = X[priv], client[priv]
-    _, cl = np.unique(cl, return_inverse=True)
-    K = int(cl.max()) + 1  # clients taking part in every release
-    clip, clip_rule = resolve_clip(clip, Xs, m, o.data_scale)
+    _, cl = np.unique(client[priv], return_inverse=True)
+    clip, clip_rule = resolve_clip(o.clip, Xs, m, o.data_scale)
+    projection = o.projection
     if projection is None:
         projection = "dp_pca" if Xs is None else projection_rule(Xs.shape[0], m, k)
+    z = dict(o.noise or {})
+    expected = release_names(projection, o.steps, Xs is not None)
+    if z and sorted(z) != sorted(expected):
+        raise ValueError(f"noise must give a multiplier for each of {expected}, got {sorted(z)}")
     # Every stage matches and sums the clipped rows, the server's points clipped alike: matching clipped
     # client rows to unclipped server points piles the samples onto the server's short rows.
-    Xc = clip_data(Xp_raw, clip)
-    Xs_c = clip_data(Xs, clip) if Xs is not None else None
-    z = dict(o.noise or {})
-    expected = release_names(projection, steps, Xs is not None)
-    if private and sorted(z) != sorted(expected):
-        raise ValueError(f"noise must give a multiplier for each of {expected}, got {sorted(z)}")
-
-    def std(name: str, sens: float) -> float:
-        return float(z[name]) * sens if private else 0.0
-
-    rng = stream(seed, "noise") if private else None
-    rng_server = stream(seed, "server")
-    hist = new_history(y)
-    log_step = round_logger("fed_dp_kmeans", hist, X, y, steps + 1, progress, logger)
-    q = o.n_components or k
-    uploaded = 0
-
-    # 1. projection
-    if projection == "dp_pca":
-        M = Xc.T @ Xc + _symmetric_noise(m, std("projection", clip**2), K, trust_model, rng)
-        V = _top_components(M, min(q, m))
-        uploaded += K * m * (m + 1) // 2
-        if Xs is None:
-            total = release_sum(Xc.sum(0), std("mean", clip), K, trust_model, rng)
-            size = release_sum(np.array([float(Xc.shape[0])]), std("size", 1.0), K, trust_model, rng)[0]
-            size = max(size, 1.0)
-            mean = total / size
-            second = M / size - np.outer(mean, mean)
-            mu_p, cov_p = mean @ V, V.T @ second @ V
-            vals, vecs = np.linalg.eigh((cov_p + cov_p.T) / 2)
-            root = vecs * np.sqrt(np.maximum(vals, 0.0))
-            n_c = int(o.n_candidates or 50 * k)
-            Ps = mu_p + stream(seed, "server").standard_normal((n_c, V.shape[1])) @ root.T
-            uploaded += K * (m + 1)
-        else:
-            Ps = Xs_c @ V
-    elif projection == "server_pca":  # the server's own public points: no release, no budget
-        V = _top_components(Xs_c.T @ Xs_c, min(q, m))
-        Ps = Xs_c @ V
-    else:
-        V = None
-        Ps = Xs_c
-    Pc = Xc @ V if V is not None else Xc
-
-    # 2. weighting of the server points, weighted k-means on the server
-    sigma_w = sum_noise_std(std("weighting", 1.0), K, trust_model)
-    lab, _ = nearest(Pc, Ps)
-    w = release_sum(
-        np.bincount(lab, minlength=Ps.shape[0]).astype(np.float64), std("weighting", 1.0), K, trust_model, rng
+    return Plan(
+        o=o,
+        k=k,
+        m=m,
+        n_contributors=int(cl.max()) + 1,  # clients taking part in every release
+        clip=clip,
+        clip_rule=clip_rule,
+        projection=projection,
+        Xs_c=clip_data(Xs, clip) if Xs is not None else None,
+        z=z,
+        Xc=clip_data(X[priv], clip),
+        client=cl,
     )
+
+
+# ---- the client side of every stage: what one client computes from its clipped rows and the broadcast
+def upper_triangle(M: np.ndarray) -> np.ndarray:
+    """The upper triangle (diagonal included) of a symmetric matrix, row by row."""
+    return M[np.triu_indices(M.shape[0])]
+
+
+def symmetric_from(upper: np.ndarray, m: int) -> np.ndarray:
+    """The symmetric (m, m) matrix whose upper triangle is ``upper`` (:func:`upper_triangle`)."""
+    M = np.zeros((m, m))
+    M[np.triu_indices(m)] = upper
+    return M + np.triu(M, 1).T
+
+
+def projection_statistic(Xc: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
+    """Stage 1 at a client: the upper triangle of ``sum_x x x^T`` (and, without server data, the
+    sum of the samples and their number)."""
+    out = {"second_moment": upper_triangle(Xc.T @ Xc)}
+    if "candidates" in broadcast:
+        out["sum"] = Xc.sum(0)
+        out["size"] = np.array([float(Xc.shape[0])])
+    return out
+
+
+def _projected(Xc: np.ndarray, broadcast: dict) -> np.ndarray:
+    return Xc @ broadcast["V"] if "V" in broadcast else Xc
+
+
+def weighting_statistic(Xc: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
+    """Stage 2 at a client: how many of its projected samples are nearest each server point."""
+    points = broadcast["points"]
+    lab, _ = nearest(_projected(Xc, broadcast), points)
+    return {"weights": np.bincount(lab, minlength=points.shape[0]).astype(np.float64)}
+
+
+def lloyd_statistic(Xc: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
+    """Stages 3 and 4 at a client: per-cluster sums and counts of its clipped samples under their
+    nearest broadcast centre (in the projected space when a projection ``V`` is broadcast)."""
+    C = broadcast["centres"]
+    lab, _ = nearest(_projected(Xc, broadcast), C)
+    sums, counts = cluster_totals(Xc, lab, C.shape[0])
+    return {"sums": sums, "counts": counts}
+
+
+#: The client-side statistic of every stage, by the stage's name.
+STATISTICS = {
+    "projection": projection_statistic,
+    "weighting": weighting_statistic,
+    "lift": lloyd_statistic,
+    "step": lloyd_statistic,
+}
+
+
+class SimulatedSums:
+    """The simulation backend's release of a stage: the stage's client statistic on the union of the
+    clients' rows (the statistics are sums over samples, so this is the sum of the clients' own),
+    each array noised under the trust model (:func:`fedclust.privacy.release.release_sum`)."""
+
+    def __init__(self, plan: Plan, rng: np.random.Generator | None):
+        self.plan, self.rng = plan, rng
+        self.n_contributors = plan.n_contributors
+
+    def __call__(self, stage: str, broadcast: dict, stds: dict[str, float]) -> dict[str, np.ndarray]:
+        stats = STATISTICS[stage](self.plan.Xc, broadcast)
+        p = self.plan
+        return {
+            name: release_sum(value, stds.get(name, 0.0), p.n_contributors, p.o.trust_model, self.rng)
+            for name, value in stats.items()
+        }
+
+
+# ---- the server side of every stage: the next state from the released sums
+def projection_stage(plan: Plan, release, seed: int):
+    """Stage 1: the projection ``V`` (None: data space) and the server's projected points."""
+    o, m, k, clip = plan.o, plan.m, plan.k, plan.clip
+    q = min(o.n_components or k, m)
+    if plan.projection == "server_pca":  # the server's own public points: no release, no budget
+        V = _top_components(plan.Xs_c.T @ plan.Xs_c, q)
+        return V, plan.Xs_c @ V, 0
+    if plan.projection != "dp_pca":
+        return None, plan.Xs_c, 0
+    K = release.n_contributors
+    bc = {} if plan.Xs_c is not None else {"candidates": np.ones(1)}
+    stds = {"second_moment": plan.std("projection", clip**2)}
+    if "candidates" in bc:
+        stds.update(sum=plan.std("mean", clip), size=plan.std("size", 1.0))
+    out = release("projection", bc, stds)
+    M = symmetric_from(out["second_moment"], m)
+    V = _top_components(M, q)
+    if plan.Xs_c is not None:
+        return V, plan.Xs_c @ V, K * m * (m + 1) // 2
+    size = max(out["size"][0], 1.0)
+    mean = out["sum"] / size
+    second = M / size - np.outer(mean, mean)
+    mu_p, cov_p = mean @ V, V.T @ second @ V
+    vals, vecs = np.linalg.eigh((cov_p + cov_p.T) / 2)
+    root = vecs * np.sqrt(np.maximum(vals, 0.0))
+    n_c = int(o.n_candidates or 50 * k)
+    Ps = mu_p + stream(o.seed, "server").standard_normal((n_c, V.shape[1])) @ root.T
+    return V, Ps, K * m * (m + 1) // 2 + K * (m + 1)
+
+
+def weighting_stage(plan: Plan, release, V, Ps, rng_server):
+    """Stage 2: the noisy weights of the server points, the trusted ones, and k centres ``Cp`` in the
+    projected space from the server's weighted k-means."""
+    o, k = plan.o, plan.k
+    K = release.n_contributors
+    std_w = plan.std("weighting", 1.0)
+    sigma_w = sum_noise_std(std_w, K, o.trust_model)
+    bc = {"points": Ps} if V is None else {"points": Ps, "V": V}
+    w = release("weighting", bc, {"weights": std_w})["weights"]
     report("weights", w)
-    uploaded += K * Ps.shape[0]
     w_thr = weight_threshold(Ps.shape[0]) if o.weight_threshold is None else float(o.weight_threshold)
-    threshold = max(1.0, w_thr * sigma_w)
-    keep = w >= threshold
+    keep = w >= max(1.0, w_thr * sigma_w)
     if keep.sum() < k:  # too few trusted points: keep the k heaviest
         keep = np.zeros_like(keep)
         keep[np.argsort(-w, kind="stable")[:k]] = True
     Cp = server_kmeans(
         Ps[keep], np.maximum(w[keep], 0.0), None, rng_server, iters=50, n_init=max(1, o.server_restarts), k=k
     )
+    return Cp, keep, w_thr
 
-    # 3. lift to the data space
-    if projection == "server_pca":  # back along the public projection; the Lloyd steps leave the subspace
+
+def lloyd_release(plan: Plan, stage: str) -> LloydRelease:
+    """The release of the lift (``stage="lift"``) or of one Lloyd step (``"step"``)."""
+    private = plan.private and (stage == "lift" or plan.o.steps > 0)
+    return LloydRelease(
+        sum_std=plan.std(f"{stage}_sums", plan.clip) if private else 0.0,
+        count_std=plan.std(f"{stage}_counts", 1.0) if private else 0.0,
+        trust_model=plan.o.trust_model,
+        count_threshold=plan.o.count_threshold,
+        clip=plan.clip,
+        project=plan.o.project,
+    )
+
+
+def lloyd_stage(release, stage: str, broadcast: dict, rel: LloydRelease) -> np.ndarray:
+    """Stages 3 and 4: the released per-cluster sums and counts under the broadcast centres, and the
+    server's update (:func:`fedclust.clustering.lloyd.update_centres`) from ``broadcast["start"]``
+    (the lift's start in data space) or the broadcast centres."""
+    out = release(stage, broadcast, {"sums": rel.sum_std, "counts": rel.count_std})
+    report("lloyd_totals", (out["sums"], out["counts"]))
+    start = broadcast.get("start", broadcast["centres"])
+    return update_centres(start, out["sums"], out["counts"], rel, release.n_contributors)
+
+
+def run_stages(plan: Plan, release, log_step) -> tuple[np.ndarray, dict]:
+    """Every stage of a run in order, each a ``release(stage, broadcast, stds)`` of the sum of the
+    clients' statistics followed by the server's update; the same code serves both backends
+    (``release``: :class:`SimulatedSums` or the Flower backend's secure aggregation)."""
+    o, clip = plan.o, plan.clip
+    V, Ps, uploaded = projection_stage(plan, release, o.seed)
+    Cp, keep, w_thr = weighting_stage(plan, release, V, Ps, stream(o.seed, "server"))
+    K = release.n_contributors
+    uploaded += K * Ps.shape[0]
+    if plan.projection == "server_pca":  # back along the public projection; the Lloyd steps leave the subspace
         C = clip_data(Cp @ V.T, clip)
     elif V is not None:
-        start = clip_data(Cp @ V.T, clip)
-        lift = LloydRelease(
-            sum_std=std("lift_sums", clip),
-            count_std=std("lift_counts", 1.0),
-            trust_model=trust_model,
-            count_threshold=count_threshold,
-            clip=clip,
-            project=o.project,
-        )
-        labp, _ = nearest(Pc, Cp)
-        C = lloyd_step(Xc, labp, start, lift, K, rng)
-        uploaded += K * k * (m + 1)
+        bc = {"centres": Cp, "V": V, "start": clip_data(Cp @ V.T, clip)}
+        C = lloyd_stage(release, "lift", bc, lloyd_release(plan, "lift"))
+        uploaded += K * plan.k * (plan.m + 1)
     else:
         C = np.array(Cp, dtype=np.float64)
     log_step(1, C)
-
-    # 4. private Lloyd steps
-    step = LloydRelease(
-        sum_std=std("step_sums", clip) if steps else 0.0,
-        count_std=std("step_counts", 1.0) if steps else 0.0,
-        trust_model=trust_model,
-        count_threshold=count_threshold,
-        clip=clip,
-        project=o.project,
-    )
-    for t in range(steps):
-        labs, _ = nearest(Xc, C)
-        C = lloyd_step(Xc, labs, C, step, K, rng)
-        uploaded += K * k * (m + 1)
+    step = lloyd_release(plan, "step")
+    for t in range(o.steps):
+        C = lloyd_stage(release, "step", {"centres": C}, step)
+        uploaded += K * plan.k * (plan.m + 1)
         log_step(t + 2, C)
-
-    labels, _ = nearest(clip_data(X, clip), C)
-    info = {
-        "trust_model": trust_model,
-        "projection": projection,
-        "steps": int(steps),
-        "clip": clip,
-        "clip_rule": clip_rule,
+    state = {
         "weight_threshold": w_thr,
         "n_server_points": int(Ps.shape[0]),
         "server_points_kept": int(keep.sum()),
-        "server_data": "rows" if server_rows is not None else ("array" if server_data is not None else "dp_candidates"),
-        "noise_multipliers": z,
+        "uploaded": int(uploaded),
         "min_count": min_count(step, K),
     }
+    return C, state
+
+
+def result_of(X, plan: Plan, C: np.ndarray, state: dict, hist: dict, events_z: dict | None = None):
+    """The run's :class:`ClusteringResult` (``events_z``: the noise multipliers to account, when they
+    differ from the planned ones)."""
+    o = plan.o
+    labels, _ = nearest(clip_data(np.asarray(X, dtype=np.float64), plan.clip), C)
+    info = {
+        "trust_model": o.trust_model,
+        "projection": plan.projection,
+        "steps": int(o.steps),
+        "clip": plan.clip,
+        "clip_rule": plan.clip_rule,
+        "weight_threshold": state["weight_threshold"],
+        "n_server_points": state["n_server_points"],
+        "server_points_kept": state["server_points_kept"],
+        "server_data": "rows"
+        if o.server_rows is not None
+        else ("array" if o.server_data is not None else "dp_candidates"),
+        "noise_multipliers": plan.z,
+        "min_count": state["min_count"],
+    }
+    z = plan.z if events_z is None else events_z
     return ClusteringResult(
         labels=labels,
         centroids=C,
         history=hist,
-        dp_events=events(z, steps, trust_model) if private else [],
-        uploaded_reals=int(uploaded),
+        dp_events=events(z, o.steps, o.trust_model) if plan.private else [],
+        uploaded_reals=state["uploaded"],
         info=info,
     )
+
+
+def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None, progress=None, **settings):
+    """Run FedDP-KMeans (:class:`FedDPKMeansOptions`; keyword ``settings`` override ``options``);
+    the arguments are every method's (:mod:`fedclust.clustering.common_options`; ``client`` is
+    ignored for the server's rows, ``progress`` is called after every step). The simulation backend:
+    every stage's sum is computed here and noised under the trust model."""
+    o = FedDPKMeansOptions.build(options, settings)
+    X, client, _ = check_inputs(X, client, k)
+    plan = plan_run(X, client, k, o)
+    hist = new_history(y)
+    log_step = round_logger("fed_dp_kmeans", hist, X, y, o.steps + 1, progress, logger)
+    release = SimulatedSums(plan, stream(o.seed, "noise") if plan.private else None)
+    C, state = run_stages(plan, release, log_step)
+    return result_of(X, plan, C, state, hist)

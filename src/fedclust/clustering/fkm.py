@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from fedclust.clustering._common import (
 )
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import KMeansInitOptions, NoiseOptions, ReleaseOptions, SampledRounds
-from fedclust.clustering.lloyd import LloydRelease, kmeans_release, lloyd_step, pair_sensitivity
+from fedclust.clustering.lloyd import LloydRelease, cluster_totals, kmeans_release, lloyd_step, pair_sensitivity
 from fedclust.metrics import clustering_scores
 from fedclust.options import param
 from fedclust.privacy.events import GaussianRelease
@@ -113,13 +113,31 @@ class FKMOptions(ReleaseOptions, KMeansInitOptions, NoiseOptions, SampledRounds)
         return found
 
 
-def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progress=None, **settings):
-    """Run federated Lloyd (:class:`FKMOptions`; keyword ``settings`` override ``options``); the
-    arguments are every method's (:mod:`fedclust.clustering.common_options`)."""
-    o = FKMOptions.build(options, settings)
-    X, client, _ = check_inputs(X, client, k)
-    n, m = X.shape
-    rounds, seed, clip, trust_model = o.rounds, o.seed, o.clip, o.trust_model
+@dataclasses.dataclass
+class Plan:
+    """A run's public choices before its first round (``W^0``, the release, the clients per round)
+    and, for the simulation backend, the clients' rows (``Xc`` clipped, ``client`` their owners)."""
+
+    o: FKMOptions
+    k: int
+    m: int
+    n_clients: int
+    K: int
+    init: str
+    C0: np.ndarray
+    release: LloydRelease
+    std: float
+    server: Any
+    Xc: np.ndarray
+    client: np.ndarray
+
+    @property
+    def private(self) -> bool:
+        return self.o.noise_multiplier > 0
+
+
+def plan_run(X, client, k: int, o: FKMOptions) -> Plan:
+    """Check the inputs and fix the run's public choices (the server's side before any round)."""
     # the server's public points; rows held out for it are no client data (X stays whole for scoring)
     server = server_split(X, k, o.server_rows, o.server_data)
     Xcl, ccl, n_clients = client_rows(X, client, server)
@@ -127,32 +145,44 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
     private = o.noise_multiplier > 0
     init = check_init(o.init, private, server.points is not None)
     C = initial_centroids(
-        Xcl, k, seed, o.init_centroids, init=init, clip=clip, domain=o.init_domain, server_points=server.points
+        Xcl, k, o.seed, o.init_centroids, init=init, clip=o.clip, domain=o.init_domain, server_points=server.points
     )
-
-    Xc = clip_data(Xcl, clip)
-    sens = pair_sensitivity(clip) if private else 0.0
-    std = o.noise_multiplier * sens
+    std = o.noise_multiplier * (pair_sensitivity(o.clip) if private else 0.0)
     release = kmeans_release(
-        std, trust_model=trust_model, count_threshold=o.count_threshold, project=o.project, clip=clip, method="fkm"
+        std, trust_model=o.trust_model, count_threshold=o.count_threshold, project=o.project, clip=o.clip, method="fkm"
     )
+    return Plan(o, k, X.shape[1], n_clients, K, init, C, release, std, server, clip_data(Xcl, o.clip), ccl)
 
-    r_sampling = stream(seed, "sampling")
-    r_noise = stream(seed, "noise")
+
+def client_statistic(X_raw: np.ndarray, Xc: np.ndarray, C: np.ndarray) -> dict[str, np.ndarray]:
+    """One client's upload before noise (steps 2-3 of a round): its raw samples assigned to the nearest
+    broadcast centre (eq. 9), the per-cluster sums of its clipped samples and the counts."""
+    labels, _ = nearest(X_raw, C)
+    sums, counts = cluster_totals(Xc, labels, C.shape[0])
+    return {"sums": sums, "counts": counts}
+
+
+def run_rounds(X: np.ndarray, plan: Plan, update, y=None, progress=None):
+    """The rounds of a run: the server samples the round's clients, ``update(C, chosen, labels)``
+    returns the next centres from their released totals (``labels``: the clients' rows' nearest
+    broadcast centre, which the simulation backend reuses), and the round is scored. Returns the final
+    centres, every row's label and the history."""
+    n = X.shape[0]
+    r_sampling = stream(plan.o.seed, "sampling")
     history: dict[str, list[float]] = {"objective": []}
     if y is not None:
         history["ACC"], history["NMI"] = [], []
-    uploaded = 0
+    C = plan.C0
     # Clients assign their raw samples to the nearest broadcast centroid (eq. 9); the assignment of
     # every sample under the current C is computed once per round and serves both the evaluation of
     # round t (every row, the server's too) and the local step of round t+1 (the clients' rows).
     x_sq = np.einsum("ij,ij->i", X, X)
     lab_all, _ = nearest(X, C, x_sq)
+    rounds = plan.o.rounds
     for t in range(1, rounds + 1):
-        chosen = np.sort(r_sampling.choice(n_clients, size=K, replace=False))
-        lab_cl = lab_all if server.clients is None else lab_all[server.clients]
-        C = aggregate_round(Xc, ccl, lab_cl, C, chosen, n_clients, release, r_noise)
-        uploaded += K * k * (m + 1)
+        chosen = np.sort(r_sampling.choice(plan.n_clients, size=plan.K, replace=False))
+        lab_cl = lab_all if plan.server.clients is None else lab_all[plan.server.clients]
+        C = update(C, chosen, lab_cl)
         lab_all, d2 = nearest(X, C, x_sq)
         history["objective"].append(float(d2.sum() / n))
         if y is not None:
@@ -163,19 +193,24 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
         report_round("round", t, rounds)
         if progress is not None:
             progress(t, history)
+    return C, lab_all, history
 
-    labels = lab_all
-    events = init_release(private, init, o.init_centroids, "initial centroids")
-    if private:
+
+def result_of(plan: Plan, C, labels, history, noise_multiplier: float | None = None) -> ClusteringResult:
+    """The run's :class:`ClusteringResult` (``noise_multiplier``: the one to account, when it differs
+    from the planned one)."""
+    o = plan.o
+    events = init_release(plan.private, plan.init, o.init_centroids, "initial centroids")
+    if plan.private:
         events.append(
             GaussianRelease(
-                noise_multipliers=(o.noise_multiplier,),
-                count=rounds,
+                noise_multipliers=(o.noise_multiplier if noise_multiplier is None else noise_multiplier,),
+                count=o.rounds,
                 sampling="none",  # conservative: a sample may be uploaded in every round
                 neighbouring="add_remove",
                 unit="sample",
                 label="fkm per-cluster sums and counts",
-                extra={"trust_model": trust_model},
+                extra={"trust_model": o.trust_model},
             )
         )
     return ClusteringResult(
@@ -183,15 +218,32 @@ def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progres
         centroids=C,
         history=history,
         dp_events=events,
-        uploaded_reals=int(uploaded),
+        uploaded_reals=int(o.rounds * plan.K * plan.k * (plan.m + 1)),
         info={
-            "noise_std": std,
-            "aggregate_noise_std": sum_noise_std(std, K, trust_model),
-            "trust_model": trust_model,
-            "clip": clip,
-            "clients_per_round": K,
-            "n_clients": n_clients,
-            "init": "given" if o.init_centroids is not None else init,
-            **server.info(),
+            "noise_std": plan.std,
+            "aggregate_noise_std": sum_noise_std(plan.std, plan.K, o.trust_model),
+            "trust_model": o.trust_model,
+            "clip": o.clip,
+            "clients_per_round": plan.K,
+            "n_clients": plan.n_clients,
+            "init": "given" if o.init_centroids is not None else plan.init,
+            **plan.server.info(),
         },
     )
+
+
+def run(X, client, k: int, options: FKMOptions | None = None, *, y=None, progress=None, **settings):
+    """Run federated Lloyd (:class:`FKMOptions`; keyword ``settings`` override ``options``); the
+    arguments are every method's (:mod:`fedclust.clustering.common_options`). The simulation
+    backend: a round's totals are computed here over the chosen clients' rows and released under
+    the trust model."""
+    o = FKMOptions.build(options, settings)
+    X, client, _ = check_inputs(X, client, k)
+    plan = plan_run(X, client, k, o)
+    r_noise = stream(o.seed, "noise")
+
+    def update(C, chosen, lab_cl):
+        return aggregate_round(plan.Xc, plan.client, lab_cl, C, chosen, plan.n_clients, plan.release, r_noise)
+
+    C, labels, history = run_rounds(X, plan, update, y, progress)
+    return result_of(plan, C, labels, history)

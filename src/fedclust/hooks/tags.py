@@ -92,6 +92,13 @@ def _trust_model(method: str, params: dict, privacy: dict) -> str:
     return trust_model_of(method, chosen, privacy.get("epsilon") is not None)
 
 
+def _backend_tags(method: str, params: dict) -> dict[str, str]:
+    """Where ``method``'s sums were computed (its ``backend`` parameter, ``simulation`` for the methods
+    without one) and by which aggregation: Flower's SecAgg+, or simulated in this process."""
+    backend = str(((params.get(method) or {}).get("train") or {}).get("backend") or "simulation")
+    return {"backend": backend, "aggregation_protocol": "SecAgg+" if backend == "flower" else "simulated"}
+
+
 def _pipeline_label(run_params: dict) -> str:
     # Kedro >= 1.0 records the requested pipelines as a list under "pipeline_names"
     names = run_params.get("pipeline_names") or (
@@ -145,6 +152,7 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         RUN.tags["dp_scope"] = SCOPE_TAG
     if len(methods) == 1:
         RUN.tags["trust_model"] = _trust_model(methods[0], params, priv)
+        RUN.tags.update(_backend_tags(methods[0], params))
         server = _server_data(methods[0], params)
         if server:
             RUN.tags["server_data"] = server
@@ -162,6 +170,7 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
                 "partition": scheme,
                 "n_clients": n_clients,
                 "trust_model": _trust_model(m, params, priv),
+                **_backend_tags(m, params),
             }
             RUN.method_tags[m] = tags
             RUN.method_names[m] = run_name(m, tags["dataset"], scheme, eps, seed)

@@ -119,21 +119,47 @@ def fkm_run(dataset, partition, noise: dict, cfg: C.FKMConfig, seed: int):
     require_all_assigned(partition, "fkm")
     check_sizes("fkm", cfg, dataset, partition)
     rows, array = server_points(cfg, dataset, seed)  # read once: the start and the clip rule
+    # on Flower a DP clip estimate is a release like the others: its server makes it through SecAgg+
+    flower_clip = cfg.backend == "flower" and noise["private"] and cfg.clip is None and rows is None and array is None
     clip, clip_rule, clip_event = (
-        run_clip(cfg, dataset, partition, noise, seed, (rows, array)) if noise["private"] else (None,) * 3
+        run_clip(cfg, dataset, partition, noise, seed, (rows, array))
+        if noise["private"] and not flower_clip
+        else (None,) * 3
     )
     options = cfg.options(
         rounds=int(noise.get("rounds", cfg.rounds)),
         seed=int(seed),
         noise_multiplier=float(noise["noise_multiplier"]),
-        clip=clip,
+        # on Flower the server releases the DP clip estimate first and replaces this placeholder
+        clip=1.0 if flower_clip else clip,
         server_rows=rows,
         server_data=array,
     )
-    result = run_timed(
-        fkm.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
-    )
+    run = backend_run("fkm", fkm.run, cfg, clip_noise=float(noise["noise_multiplier"]) if flower_clip else None)
+    result = run_timed(run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset))
     return with_clip(result, clip, clip_rule, clip_event)
+
+
+def backend_run(method: str, simulation_run, cfg, clip_noise: float | None = None):
+    """The library run of ``cfg.backend``: the method's own ``run`` (``simulation``), or the same stages
+    on Flower with every sum through SecAgg+ (``flower``, :mod:`fedclust.deploy.flower`), with the
+    method's keyword arguments either way; ``clip_noise``: FKM's DP clip estimate, made by the Flower
+    server through SecAgg+ at this noise multiplier)."""
+    if getattr(cfg, "backend", "simulation") != "flower":
+        return simulation_run
+    try:
+        # Flower (and Ray under it) load only for a flower run: the registry loads at every kedro start
+        from fedclust.deploy import flower
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] != "flwr":
+            raise
+        raise ImportError(f"{method}.train.backend=flower needs Flower: pip install -e '.[deploy]'") from err
+
+    def run_flower(X, client, k, options=None, **kwargs):
+        settings = {"threshold": cfg.secagg_threshold, "clip_noise": clip_noise}
+        return flower.run(method, X, client, k, options, flower=settings, **kwargs)
+
+    return run_flower
 
 
 # ---- FZKM, DK++, DKM -------------------------------------------------------------------------------
@@ -425,9 +451,8 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
         data_scale=dataset_scale(dataset),
         seed=int(seed),
     )
-    result = run_timed(
-        fed_dp_kmeans.run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset)
-    )
+    run = backend_run("fed_dp_kmeans", fed_dp_kmeans.run, cfg)
+    result = run_timed(run, dataset.X, partition.client, n_clusters(cfg.k, dataset), options, y=true_labels(dataset))
     result.info["rounds"] = result.info["steps"] + 1 + (result.info["projection"] == "dp_pca")
     result.info["server_data"] = describe_server_data(cfg)
     return result

@@ -27,6 +27,28 @@ _SERVER_DATA = dict(
     "none: the server holds no data; or a public file {name, path, options, scale, label}",
 )
 _SERVER_FRACTION = dict(gt=0, lt=1, doc="share of the data set held out for the server with server_data: holdout")
+#: Where a k-means-family run executes (FKM, FedDP-KMeans): in this process, or on Flower with SecAgg+.
+BACKENDS = ("simulation", "flower")
+_BACKEND = dict(
+    choices=BACKENDS,
+    doc="simulation (sums computed and noised in this process) | flower (a Flower ServerApp and ClientApp on "
+    "Flower's simulation engine; every sum through SecAgg+, each client adding a noise share)",
+)
+
+
+def backend_problems(cfg, where: str) -> list[str]:
+    """The Flower backend implements one trust model: SecAgg+ is secure aggregation."""
+    if cfg.backend == "flower" and cfg.trust_model != "secure_aggregation":
+        return [f"{where}.backend=flower releases every sum through SecAgg+: it needs trust_model=secure_aggregation"]
+    return []
+
+
+_SECAGG_T = dict(
+    gt=0,
+    le=1,
+    doc="flower backend: SecAgg+'s reconstruction threshold t as a share of a release's clients; each client "
+    "adds noise variance sigma^2/t, so any t survivors carry the accounted noise",
+)
 _PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over them)")
 
 #: The named kinds of server data; a mapping instead names a public file (:func:`server_file_problems`).
@@ -74,6 +96,15 @@ class _KMeansKeys(_ServerDataMixin, _RoundsMixin, MethodConfig):
 
 
 @_frozen
+class _FKMKeys(_KMeansKeys):
+    backend: str = param("simulation", "str", **_BACKEND)
+    secagg_threshold: float = param(0.8, "float", **_SECAGG_T)
+
+    def problems(self, where):
+        return super().problems(where) + backend_problems(self, where)
+
+
+@_frozen
 class _DKPPKeys(_KMeansKeys):
     def seeding_for(self, private: bool) -> int:
         """The k-means|| rounds of a run: as set, else 0 in a private run (the seeding uploads
@@ -105,11 +136,13 @@ class _FedDPKMeansKeys(MethodConfig):
         None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
     )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
+    backend: str = param("simulation", "str", **_BACKEND)
+    secagg_threshold: float = param(0.8, "float", **_SECAGG_T)
 
     def problems(self, where):
         if self.server_data == "none" and self.projection not in ("dp_pca", None):
             return [f"{where}.server_data=none needs {where}.projection=dp_pca (the candidates come from it)"]
-        return server_file_problems(self.server_data, f"{where}.server_data")
+        return server_file_problems(self.server_data, f"{where}.server_data") + backend_problems(self, where)
 
 
 @_frozen
@@ -162,7 +195,7 @@ class _FedCMFKeys(MethodConfig):
 #: ``config name: (library module, options class, registry keys, options fields that are no keys)``;
 #: FedDP-KMeans always projects its released centres (``project`` is no key of fed_dp_kmeans.train)
 _GENERATED = {
-    "FKMConfig": ("fedclust.clustering.fkm", "FKMOptions", _KMeansKeys, ()),
+    "FKMConfig": ("fedclust.clustering.fkm", "FKMOptions", _FKMKeys, ()),
     "FZKMConfig": ("fedclust.clustering.fzkm", "FZKMOptions", _KMeansKeys, ()),
     "DKPPConfig": ("fedclust.clustering.dk_pp", "DKPPOptions", _DKPPKeys, ()),
     "DKMConfig": ("fedclust.clustering.dkm", "DKMOptions", _KMeansKeys, ()),

@@ -47,4 +47,12 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
     if tm:
         rep["trust_model_meaning"] = DESCRIPTIONS.get(tm, "")
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}
+    agg = result.info.get("aggregation")
+    if agg:  # the Flower backend: the protocol that carried every sum, and the noise that reached it
+        rep["aggregation_protocol"] = agg["protocol"]
+        rep["aggregation"] = agg  # per release: clients, t, SecAgg+'s encoding and error, the noise std present
+        rep["notes"].append(
+            f"{agg['protocol']}: t={agg['threshold_t']}, at least {agg['fewest_clients_in_sum']} of "
+            f"{agg['clients']} clients' noise shares reached every sum; epsilon accounts the noise present"
+        )
     return rep
