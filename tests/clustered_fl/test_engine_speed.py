@@ -8,7 +8,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, local_train
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, local_train
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
@@ -31,15 +31,9 @@ def test_client_major_blocks_equal_all_clients_at_once(kw):
         eng = ClusteredFLEngine(
             data,
             model,
-            2,
-            rounds=3,
-            lr=0.3,
-            local_steps=3,
-            participation=0.5,
-            seed=2,
-            client_block=block,
-            device="cpu",
-            **kw,
+            EngineConfig(
+                k=2, rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2, client_block=block, device="cpu", **kw
+            ),
         )
         runs.append((eng, eng.run()))
     (e0, r0), *rest = runs
@@ -78,7 +72,7 @@ def test_resolve_device_and_errors():
         with pytest.raises(ValueError, match="cuda"):
             resolve_device("cuda")
     with pytest.raises(ValueError, match="client_block"):
-        ClusteredFLEngine(_data(), MLP(8, 6, 3), 2, client_block=0)
+        ClusteredFLEngine(_data(), MLP(8, 6, 3), EngineConfig(k=2, client_block=0))
 
 
 @pytest.mark.allow_skip("needs a CUDA device: runs where one is lent")
@@ -88,8 +82,8 @@ def test_cuda_run_matches_cpu_run():
     bookkeeping (choices, sizes) exactly, and the results come back on the CPU."""
     data = _data()
     kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "beta": 0.9, "batch_size": 3}
-    cpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cpu", **kw).run()
-    gpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cuda", **kw).run()
+    cpu = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, device="cpu", **kw)).run()
+    gpu = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, device="cuda", **kw)).run()
     for n in cpu.params:
         assert gpu.params[n].device.type == "cpu"
         torch.testing.assert_close(gpu.params[n], cpu.params[n], atol=1e-4, rtol=1e-4)
@@ -200,7 +194,7 @@ def test_engine_defers_by_default_and_defer_updates_false_steps():
         model = MLP(8, 64, 3)
         ran = _force_plan(model, "samples") if defer is not False else []
         model_kw = {} if defer is None else {"defer_updates": defer}
-        eng = ClusteredFLEngine(data, model, 2, **model_kw, **kw)
+        eng = ClusteredFLEngine(data, model, EngineConfig(k=2, **model_kw, **kw))
         runs[defer] = (eng.run(), ran, eng.defer_updates)
     assert runs[None][2] is True and runs[False][2] is False
     assert runs[None][1] == ["samples"] * 2 and runs[False][1] == []
@@ -222,10 +216,10 @@ def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
         "local_epochs": 2,
         "device": "cpu",
     }
-    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=False, **kw).run()
+    a = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, defer_updates=False, **kw)).run()
     model = MLP(8, 6, 3)
     ran = _force_plan(model, "samples")
-    b = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
+    b = ClusteredFLEngine(data, model, EngineConfig(k=2, defer_updates=True, **kw)).run()
     assert ran == []
     for n in a.params:
         assert torch.equal(a.params[n], b.params[n])
@@ -237,10 +231,10 @@ def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step(plan):
     kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
     model = MLP(8, 6, 3)
     mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20
-    steps = ClusteredFLEngine(data, model, 2, defer_updates=False, **kw).run()
+    steps = ClusteredFLEngine(data, model, EngineConfig(k=2, defer_updates=False, **kw)).run()
     _force_plan(model, plan)
-    whole = ClusteredFLEngine(data, model, 2, **kw).run()
-    chunked = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **kw).run()
+    whole = ClusteredFLEngine(data, model, EngineConfig(k=2, **kw)).run()
+    chunked = ClusteredFLEngine(data, model, EngineConfig(k=2, max_chunk_mb=mb, **kw)).run()
     assert chunked.info["chunks_per_round"] > 1
     for n in whole.params:
         assert torch.equal(whole.params[n], chunked.params[n])
