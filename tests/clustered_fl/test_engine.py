@@ -18,6 +18,7 @@ from fedclust.clustered_fl import (
     FederatedTensors,
     GradientAveraging,
     LinearRegression,
+    LocalTraining,
     ModelAveraging,
     RoundContext,
     ServerState,
@@ -83,7 +84,9 @@ def test_batched_local_train_equals_per_client_loop_mlp(impl, beta, client_block
     B = X.shape[0]
     params = model.init(B, seed=3)
     mom = {k: 0.1 * torch.randn_like(v) for k, v in params.items()}
-    got_p, got_u = local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta, client_block=client_block)
+    got_p, got_u = local_train(
+        model, params, mom, X, y, n, LocalTraining(steps=3, lr=0.2, beta=beta, client_block=client_block)
+    )
     ref_p, ref_u = _loop_local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta)
     for k in params:
         assert torch.allclose(got_p[k], ref_p[k], atol=1e-6, rtol=0), k
@@ -101,7 +104,7 @@ def test_batched_local_train_equals_loop_cnn_with_penalty():
     model = ifca_cnn(in_channels=1, image_size=8, weight_decay=0.004)
     params = model.init(3, seed=0)
     mom = {k: 0.01 * torch.randn_like(v) for k, v in params.items()}
-    got_p, got_u = local_train(model, params, mom, X, y, n, steps=2, lr=0.05, beta=0.9)
+    got_p, got_u = local_train(model, params, mom, X, y, n, LocalTraining(steps=2, lr=0.05, beta=0.9))
 
     def pen(p):
         return 0.5 * 0.004 * ((p["fc1.weight"] ** 2).sum() + (p["fc2.weight"] ** 2).sum())

@@ -8,7 +8,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, local_train
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
@@ -52,9 +52,18 @@ def test_local_train_blocks_leave_inputs_untouched_and_train_every_block():
     n = torch.tensor([6, 3, 5, 6, 2, 4, 6])
     params = model.init(7, 0)
     before = {k: v.clone() for k, v in params.items()}
-    whole, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5))
+    whole, _ = local_train(
+        model, params, None, X, y, n, LocalTraining(steps=2, lr=0.5, batch_size=2), gen=np.random.default_rng(5)
+    )
     blocks, _ = local_train(
-        model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5), client_block=3
+        model,
+        params,
+        None,
+        X,
+        y,
+        n,
+        LocalTraining(steps=2, lr=0.5, batch_size=2, client_block=3),
+        gen=np.random.default_rng(5),
     )
     for k in params:
         assert torch.equal(params[k], before[k])
@@ -149,11 +158,8 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block, batch
         X,
         y,
         n,
-        steps=steps,
-        lr=0.3,
-        batch_size=batch_size,
+        LocalTraining(steps=steps, lr=0.3, batch_size=batch_size, client_block=client_block),
         gen=np.random.default_rng(2),
-        client_block=client_block,
     )
     assert ran == [plan] * (1 if client_block is None else 3)
     if batch_size is None:
@@ -254,8 +260,8 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
         model = MLP(12, (16,), 4)
         ran = _force_plan(model, None)
         gen = np.random.default_rng(5)
-        kw = {"steps": 4, "lr": 0.3, "batch_size": batch_size, "gen": gen, "defer_updates": defer}
-        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, **kw)[0], gen.random())
+        settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, defer_updates=defer)
+        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, settings, gen=gen)[0], gen.random())
         assert ran == []
     for k in out[True][0]:
         assert torch.equal(out[True][0][k], out[False][0][k]), k

@@ -88,6 +88,7 @@ from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRu
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB,
+    LocalTraining,
     _Batcher,
     _DrawTape,
     assign_clusters,
@@ -118,6 +119,7 @@ __all__ = [
     "client_model_losses",
     "assign_clusters",
     "local_train",
+    "LocalTraining",
     "local_gradient",
     "ClusteredFLResult",
     "ClusteredFLEngine",

@@ -26,6 +26,7 @@ from fedclust.clustered_fl.engine.aggregation import (
 from fedclust.clustered_fl.engine.config import EngineConfig
 from fedclust.clustered_fl.engine.data import ClientRows, FederatedTensors, Params, gather_train
 from fedclust.clustered_fl.engine.distributed import (
+    ChunkInput,
     ChunkRunner,
     chunk_losses_of,
     n_draws,
@@ -35,6 +36,7 @@ from fedclust.clustered_fl.engine.distributed import (
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB,
+    LocalTraining,
     _DrawTape,
     assign_clusters,
     bytes_per_client,
@@ -370,21 +372,19 @@ class ClusteredFLEngine:
 
     def train_models(self, start: dict, mom0: dict | None, X, y, n, lr: float, gen, beta: float | None = None):
         """Local training (Option II) of the gathered clients from ``start`` (and momenta ``mom0``) with
-        the engine's settings (steps, batch size, epochs, client blocks, deferred updates); ``beta``
-        overrides the engine's momentum. Returns (params, momentum) as :func:`local_train`."""
-        return local_train(
-            self.model,
-            start,
-            mom0,
-            X,
-            y,
-            n,
+        the engine's settings (:meth:`local_training`); ``beta`` overrides the engine's momentum.
+        Returns (params, momentum) as :func:`local_train`."""
+        return local_train(self.model, start, mom0, X, y, n, self.local_training(lr, beta), gen=gen)
+
+    def local_training(self, lr: float, beta: float | None = None) -> LocalTraining:
+        """The engine's local training settings (steps, batch size, epochs, client blocks, deferred
+        updates) at step size ``lr``, with momentum ``beta`` (None: the engine's)."""
+        return LocalTraining(
             steps=self.local_steps,
             lr=lr,
             beta=self.beta if beta is None else beta,
             batch_size=self.batch_size,
             local_epochs=self.local_epochs,
-            gen=gen,
             client_block=self.client_block,
             defer_updates=self.defer_updates,
         )
@@ -548,17 +548,8 @@ class ClusteredFLEngine:
         return [gen.random((S, n_max)) for _ in range(n)]
 
     def _chunk_settings(self, lr: float) -> dict:
-        """The local training settings a worker needs for one chunk of this round."""
-        return {
-            "local_update": self.local_update,
-            "steps": self.local_steps,
-            "lr": lr,
-            "beta": self.beta,
-            "batch_size": self.batch_size,
-            "local_epochs": self.local_epochs,
-            "client_block": self.client_block,
-            "defer_updates": self.defer_updates,
-        }
+        """The local update a worker runs on one chunk of this round: the option and its settings."""
+        return {"local_update": self.local_update, "training": self.local_training(lr)}
 
     def _fold_worker_sums(self, job: _RemoteRound, ctx: RoundContext, fold: BlockFold) -> float:
         """Chunks whose workers return per-cluster sums (and the rows of cut blocks) folded in chunk
@@ -569,15 +560,14 @@ class ClusteredFLEngine:
 
         def per_chunk():
             for rows in job.slices:
-                yield (
-                    job.clients[rows],
-                    job.chosen[rows],
-                    job.losses[rows],
-                    self._worker_rows(job.clients[rows]),
-                    [dr[rows] for dr in job.draws],
-                    job.settings,
-                    fold.templates(rows),
+                chunk = ChunkInput(
+                    clients=job.clients[rows],
+                    chosen=job.chosen[rows],
+                    losses=job.losses[rows],
+                    rows=self._worker_rows(job.clients[rows]),
+                    draws=[dr[rows] for dr in job.draws],
                 )
+                yield chunk, job.settings, fold.templates(rows)
 
         t_agg = 0.0
         for rows, pieces in zip(job.slices, self.chunk_runner.map(train_chunk_sums, shared, per_chunk())):
