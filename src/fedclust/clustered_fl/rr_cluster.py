@@ -117,7 +117,7 @@ from fedclust.clustered_fl.engine import (
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.clustered_fl.rebalance import check_threshold, random_rebalance
 from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
-from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import CalibrationSearch, calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import add_gaussian_noise
 from fedclust.privacy.observe import observing, report
@@ -181,7 +181,7 @@ def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int,
         sample_size=m,
         neighbouring="replace_one",
         weights=weights,
-        rtol=1e-4,
+        search=CalibrationSearch(rtol=1e-4),
     )
 
 

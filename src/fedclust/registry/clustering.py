@@ -728,14 +728,9 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             eps * (1 - share),
             delta * (1 - share),
             rounds=max(z_rounds, 1),
-            tau_x=tau_x,
-            tau_c=tau_c,
-            tau_z=float(tau_z),
-            upsilon=paper["ups"],
-            r=r,
-            d=d,
-            lam=lam,
-            eta=z_lr,
+            bounds=fedsc_privacy.FactorBounds(
+                tau_x=tau_x, tau_c=tau_c, tau_z=float(tau_z), upsilon=paper["ups"], r=r, d=d, lam=lam, eta=z_lr
+            ),
         )
         sigma_z, sigma_c, paper_eps = s["sigma_z"], s["sigma_c"], s["epsilon"]
         notes.append(
