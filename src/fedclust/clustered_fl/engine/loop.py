@@ -125,7 +125,7 @@ class ClusteredFLEngine:
 
     def __init__(self, data: FederatedTensors, model: BatchedModel, config: EngineConfig):
         if not isinstance(config, EngineConfig):
-            raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
+            raise ValueError(f"config must be an EngineConfig (e.g. EngineConfig(k=2)), got {type(config).__name__}")
         _check_data_and_model(data, model)
         self.config = config
         self._set_schedule(config)
