@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from fedclust import bench
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, ServerState
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, FederatedTensors, ServerState
 
 
 def build_data(n_clients=1200, n=16, n_test=4, seed=0, tile=4) -> FederatedTensors:
@@ -135,17 +135,17 @@ def run(args):
     rows = []
     engines = {}
     for impl in ("bmm", "vmap"):
-        eng = ClusteredFLEngine(data, MLP(64, 32, 10, impl=impl), 4, **cfg)
+        eng = ClusteredFLEngine(data, MLP(64, 32, 10, impl=impl), EngineConfig(k=4, **cfg))
         st0 = eng.init_state()
         eng.step(st0)  # warm-up (not timed), then reset the streams for a fair comparison
-        eng = ClusteredFLEngine(data, MLP(64, 32, 10, impl=impl), 4, **cfg)
+        eng = ClusteredFLEngine(data, MLP(64, 32, 10, impl=impl), EngineConfig(k=4, **cfg))
         st0 = eng.init_state()
         st_common, dt_common = time_rounds(lambda s: eng.step(s)[0], st0, loop_rounds)
         _, dt = time_rounds(lambda s: eng.step(s)[0], st_common, vec_rounds - loop_rounds)
         rows.append((f"vectorized ({impl})", vec_rounds, dt_common + dt))
         engines[impl] = st_common
 
-    ref = ClusteredFLEngine(data, MLP(64, 32, 10), 4, **cfg)
+    ref = ClusteredFLEngine(data, MLP(64, 32, 10), EngineConfig(k=4, **cfg))
     loop = LoopEngine(ref)
     st_loop, dt_loop = time_rounds(loop.step, ref.init_state(), loop_rounds)
     rows.append(("per-client loop", loop_rounds, dt_loop))
@@ -168,7 +168,9 @@ def run(args):
         f"{'yes' if speed >= 10 else 'NO'}"
     )
 
-    res, wall = bench.timed(ClusteredFLEngine(data, MLP(64, 32, 10), 4, **{**cfg, "test_select": "train"}).run)
+    res, wall = bench.timed(
+        ClusteredFLEngine(data, MLP(64, 32, 10), EngineConfig(k=4, **{**cfg, "test_select": "train"})).run
+    )
     fin = res.info["final"]
     print(
         f"\nfull vectorized CFL-MGD run, {full_rounds} rounds incl. final evaluation: "

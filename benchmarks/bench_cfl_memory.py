@@ -85,7 +85,7 @@ METHODS = ("ifca", "fedavg", "rr_cluster", "dp_ifca", "dp_fedavg", "dp_fedprox",
 
 def build_engine(method: str, data, S: int, rounds: int, chunk_mb: float):
     """A configured engine of ``method`` on the benchmark workload (same local training for all)."""
-    from fedclust.clustered_fl import MLP, ClusteredFLEngine, rr_cluster
+    from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, rr_cluster
     from fedclust.clustered_fl import dp_baselines as dpb
 
     model = MLP(784, 200, 10)
@@ -100,27 +100,27 @@ def build_engine(method: str, data, S: int, rounds: int, chunk_mb: float):
         max_chunk_mb=chunk_mb,
     )
     if method in ("ifca", "fedavg"):
-        return ClusteredFLEngine(data, model, K if method == "ifca" else 1, method=method, **common)
-    private = dict(sigma_theta=1.0, clip=1.0)
+        return ClusteredFLEngine(data, model, EngineConfig(k=K if method == "ifca" else 1, method=method, **common))
     if method in ("rr_cluster", "dp_ifca"):
-        return rr_cluster.build_engine(
-            data, model, K, B=8 if method == "rr_cluster" else 0, sigma_s=1.0, **private, **common
-        )
-    single = dict(base="ifca", B=0, sigma_s=None, **private, **common)
+        release = rr_cluster.ReleaseSettings(sigma_s=1.0, sigma_theta=1.0, clip=1.0)
+        B = 8 if method == "rr_cluster" else 0
+        return rr_cluster.build_engine(data, model, EngineConfig(k=K, **common), release, B=B)
+    single = EngineConfig(k=1, **common)
+    release = rr_cluster.ReleaseSettings(sigma_s=None, sigma_theta=1.0, clip=1.0)
     if method == "dp_fedavg":
-        return rr_cluster.build_engine(data, model, 1, **single)
+        return rr_cluster.build_engine(data, model, single, release, B=0)
     if method == "dp_fedprox":
-        return rr_cluster.build_engine(data, dpb.ProximalModel(model, 0.01), 1, engine_cls=dpb._ProxEngine, **single)
+        prox = dpb.ProximalModel(model, 0.01)
+        return rr_cluster.build_engine(data, prox, single, release, B=0, engine_cls=dpb._ProxEngine)
     if method == "dp_fedper":
         keys = dpb.last_layer_keys(model.init(1, 0))
 
         class _Eng(dpb.FedPerEngine):
-            def __init__(self, *a, **kw):
-                super().__init__(*a, head_keys=keys, **kw)
+            def __init__(self, data, model, config):
+                super().__init__(data, model, config, head_keys=keys)
 
-        return rr_cluster.build_engine(
-            data, model, 1, engine_cls=_Eng, aggregator_kwargs={"frozen_keys": keys}, **single
-        )
+        frozen = {"frozen_keys": keys}
+        return rr_cluster.build_engine(data, model, single, release, B=0, engine_cls=_Eng, aggregator_kwargs=frozen)
     raise ValueError(f"unknown method {method!r}; one of {METHODS}")
 
 

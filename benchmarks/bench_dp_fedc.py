@@ -256,7 +256,7 @@ def timing(X, y, G, R_full, reps, quick=False):
         rin = dp_fedc.RoundInput(
             S, local + lay.offsets[S][:, None, None], mask, bi, Q2, noise, lambda eta, q2: 0.01 * q2 / eta
         )
-        kw = dict(
+        rs = dp_fedc.RoundSettings(
             Q1=10,
             rho=rho,
             mu_h=mu_h,
@@ -270,15 +270,15 @@ def timing(X, y, G, R_full, reps, quick=False):
             all_clients_update_H=True,
         )
         with dp_fedc._blas_threads(1):
-            dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)  # warm-up (caches, allocator)
-            dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw)
+            dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, rs)  # warm-up (caches, allocator)
+            dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, rs)
             res: dict = {}
             med = bench.interleaved(
                 {
-                    "vec": lambda: dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, **kw),
-                    "loop": lambda: dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, **kw),
+                    "vec": lambda: dp_fedc.round_vectorized(Xs, lay.sizes, lay.offsets, H, C, rin, rs),
+                    "loop": lambda: dp_fedc.round_loop(Xs, lay.sizes, lay.offsets, H, C, rin, rs),
                     "textbook": lambda: dp_fedc.round_loop(
-                        Xs, lay.sizes, lay.offsets, H, C, rin, h_grad_form="textbook", **kw
+                        Xs, lay.sizes, lay.offsets, H, C, rin, rs, h_grad_form="textbook"
                     ),
                 },
                 reps,

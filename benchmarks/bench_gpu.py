@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fedclust import bench
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, FederatedTensors
 
 D, N_TRAIN, N_TEST, K = 784, 30, 10, 4
 
@@ -53,17 +53,19 @@ def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = Non
     eng = ClusteredFLEngine(
         data,
         MLP(D, 200, 10),
-        K,
-        rounds=rounds + 1,
-        lr=0.1,
-        local_steps=10,
-        batch_size=10,
-        clients_per_round=S,
-        eval_every=0,
-        seed=0,
-        device=device,
-        method="ifca",
-        max_chunk_mb=chunk_mb,
+        EngineConfig(
+            k=K,
+            rounds=rounds + 1,
+            lr=0.1,
+            local_steps=10,
+            batch_size=10,
+            clients_per_round=S,
+            eval_every=0,
+            seed=0,
+            device=device,
+            method="ifca",
+            max_chunk_mb=chunk_mb,
+        ),
     )
     st = eng.init_state()
     st, _, _ = eng.step(st)  # warm-up round

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from fedclust import bench
 from fedclust.clustered_fl import MLP
-from fedclust.clustered_fl.engine import local_train
+from fedclust.clustered_fl.engine import LocalTraining, local_train
 
 SIZES, N, STEPS, BATCH, LR = (784, 200, 10), 30, 10, 10, 0.1
 
@@ -112,12 +112,8 @@ def main():
                 X,
                 y,
                 n,
-                steps=STEPS,
-                lr=LR,
-                batch_size=BATCH,
+                LocalTraining(steps=STEPS, lr=LR, batch_size=BATCH, client_block=block, defer_updates=defer),
                 gen=np.random.default_rng(7),
-                client_block=block,
-                defer_updates=defer,
             )[0]
 
         W_all = params["0.weight"]

@@ -56,7 +56,7 @@ import torch
 from fedclust import bench
 from fedclust.clustered_fl import MLP, FederatedTensors, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl.engine import client_model_losses, local_train
+from fedclust.clustered_fl.engine import LocalTraining, client_model_losses, local_train
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.rng import stream
 
@@ -142,7 +142,7 @@ def loop_reference(data, model, k, *, T, S, lr, H, C, ss, st, f, seed):
             X, y, n = data.X_train[i : i + 1], data.y_train[i : i + 1], data.n_train[i : i + 1]
             j = int(torch.argmin(client_model_losses(model, params, X, y, n)[0][0]))
             start = {nm: v[j : j + 1] for nm, v in params.items()}
-            w, _ = local_train(model, start, None, X, y, n, steps=H, lr=lr)
+            w, _ = local_train(model, start, None, X, y, n, LocalTraining(steps=H, lr=lr))
             chosen.append(j)
             deltas.append({nm: (w[nm] - start[nm])[0] for nm in params})
         s = np.zeros((S, k))

@@ -201,26 +201,28 @@ DEFER_UPDATES = True
 
 
 def make_engine(data, k: int, init: dict, rounds: int, seed: int):
-    from fedclust.clustered_fl import MLP, ClusteredFLEngine
+    from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig
     from fedclust.clustered_fl.engine import ModelAveraging
 
     return ClusteredFLEngine(
         data,
         MLP(*SIZES),
-        k,
-        rounds=rounds,
-        lr=LR,
-        beta=0.0,
-        local_update="model",
-        local_steps=STEPS,
-        batch_size=BATCH,
-        clients_per_round=S,
-        aggregator=ModelAveraging(),
-        seed=seed,
-        init_params=init,
-        eval_every=0,
-        defer_updates=DEFER_UPDATES,
-        method="ifca" if k > 1 else "fedavg",
+        EngineConfig(
+            k=k,
+            rounds=rounds,
+            lr=LR,
+            beta=0.0,
+            local_update="model",
+            local_steps=STEPS,
+            batch_size=BATCH,
+            clients_per_round=S,
+            aggregator=ModelAveraging(),
+            seed=seed,
+            init_params=init,
+            eval_every=0,
+            defer_updates=DEFER_UPDATES,
+            method="ifca" if k > 1 else "fedavg",
+        ),
     )
 
 

@@ -559,73 +559,62 @@ def sweeps_figure(tables: dict[str, pd.DataFrame], metric: str = "ACC", max_pane
     return fig
 
 
-def curves_figure(
-    records: list[dict],
-    keys: Sequence[str],
-    metrics: Sequence[str] = ("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
-    max_curves: int = 10,
-    focus: Sequence[str] = ("dataset", "partition", "setting"),
-):
-    """Convergence: per-round histories averaged over seeds, one panel per metric that some record
-    holds, one line per combination of ``keys`` among the records that hold that metric.
+def _param_or_tag(r: dict, k: str):
+    """A record's parameter ``k``, else its tag ``k`` (None when neither)."""
+    return (r.get("params") or {}).get(k, (r.get("tags") or {}).get(k))
 
-    ``focus`` keys (among ``keys``) are fixed to their first value, and keys that are the same for
-    every curve are left out of the labels. Where histories hold ``comm_reals``, a last panel shows
-    the objective against uploaded reals. Every curve is drawn: a metric with more than
-    ``max_curves`` curves is split into one panel per method (facets), each of at most ``max_curves``
-    lines; one legend for all panels sits outside them, at the right.
-    """
 
-    def val(r, k):
-        return (r.get("params") or {}).get(k, (r.get("tags") or {}).get(k))
+def _panel_groups(recs: list[dict], metric: str, keys: Sequence[str], focus: Sequence[str]):
+    """(groups, fixed, varying) of the records that hold ``metric``: focus keys fixed to their first value."""
+    val = _param_or_tag
+    sub = [r for r in recs if len(r["history"].get(metric) or [])]
+    fixed = []
+    for k in focus:
+        if k in keys and len({str(val(r, k)) for r in sub}) > 1:
+            first = val(sub[0], k)
+            sub = [r for r in sub if val(r, k) == first]
+            fixed.append(f"{k} {first}")
+    varying = [k for k in keys if len({str(val(r, k)) for r in sub}) > 1]
+    groups: dict[tuple, list[dict]] = {}
+    for r in sub:
+        groups.setdefault(tuple((k, val(r, k)) for k in varying), []).append(r["history"])
+    return groups, fixed, varying
 
-    recs = [r for r in records if r.get("history")]
-    if not recs:
-        return message_figure("no run recorded a per-round history")
-    shown = [m for m in metrics if any(len(r["history"].get(m) or []) for r in recs)]
-    comm = any("comm_reals" in r["history"] and "objective" in r["history"] for r in recs)
-    if not shown and not comm:
-        return message_figure(f"no history of {', '.join(metrics)}")
-    styles = ["-", "--", ":", "-."]
 
-    def panel_groups(metric: str):
-        """(groups, fixed, varying) of the records that hold ``metric``: focus keys fixed to their first value."""
-        sub = [r for r in recs if len(r["history"].get(metric) or [])]
-        fixed = []
-        for k in focus:
-            if k in keys and len({str(val(r, k)) for r in sub}) > 1:
-                first = val(sub[0], k)
-                sub = [r for r in sub if val(r, k) == first]
-                fixed.append(f"{k} {first}")
-        varying = [k for k in keys if len({str(val(r, k)) for r in sub}) > 1]
-        groups: dict[tuple, list[dict]] = {}
-        for r in sub:
-            groups.setdefault(tuple((k, val(r, k)) for k in varying), []).append(r["history"])
-        return groups, fixed, varying
+def _curve_label(g) -> str:
+    """The legend label of a curve's group ``g`` ((key, value) pairs)."""
+    return ", ".join(f"{k}={v}" if k != "method" else str(v) for k, v in g if v is not None) or "all"
 
-    def label(g):
-        return ", ".join(f"{k}={v}" if k != "method" else str(v) for k, v in g if v is not None) or "all"
 
-    colors: dict = {}
-    lines: dict = {}
+class _CurveStyles:
+    """Color by method (else the first varying key), line style by epsilon (else the next key): the
+    same curve looks the same in every panel."""
 
-    def style(g, varying):
-        """Color by method (else the first varying key), line style by epsilon (else the next key): the
-        same curve looks the same in every panel."""
+    STYLES = ("-", "--", ":", "-.")
+
+    def __init__(self):
+        self.colors: dict = {}
+        self.lines: dict = {}
+
+    def __call__(self, g, varying) -> dict:
         d = dict(g)
         ckey = "method" if "method" in d else (varying[0] if varying else None)
         lkey = "epsilon" if "epsilon" in d and ckey != "epsilon" else next((k for k in varying if k != ckey), None)
+        colors, lines = self.colors, self.lines
         c = colors.setdefault(
             d.get(ckey), f"C{len(colors) % 10}" if len(colors) < 10 else colormaps["tab20"](len(colors) % 20)
         )
-        ls = lines.setdefault(d.get(lkey), styles[len(lines) % len(styles)])
+        ls = lines.setdefault(d.get(lkey), self.STYLES[len(lines) % len(self.STYLES)])
         return {"color": c, "ls": ls}
 
-    # every curve is drawn: a metric with more than max_curves curves gets one panel per method (or
-    # per value of its first varying key), in panels of at most max_curves curves
-    panels = []  # (metric, title, items, varying)
+
+def _curve_panels(recs, shown, keys, focus, max_curves: int) -> list:
+    """The panels ``(metric, title, items, varying)``: every curve is drawn; a metric with more than
+    ``max_curves`` curves gets one panel per method (or per value of its first varying key), in panels
+    of at most ``max_curves`` curves."""
+    panels = []
     for metric in shown:
-        groups, fixed, varying = panel_groups(metric)
+        groups, fixed, varying = _panel_groups(recs, metric, keys, focus)
         first_seen = list(dict.fromkeys(str(g[0][1]) if g else "" for g in groups))
         items = sorted(
             groups.items(),
@@ -651,35 +640,72 @@ def curves_figure(
                         varying,
                     )
                 )
+    return panels
+
+
+def _draw_curve_panel(ax, metric: str, title: str, items, varying, style: _CurveStyles) -> None:
+    """One panel: every group's history of ``metric``, averaged over its seeds."""
+    for g, hists in items:
+        series = [h[metric] for h in hists if len(h.get(metric) or [])]
+        n = min(len(s_) for s_ in series)
+        mean = np.mean([np.asarray(s_[:n], dtype=float) for s_ in series], axis=0)
+        ax.plot(range(1, n + 1), mean, label=_curve_label(g), marker="." if n < 25 else None, **style(g, varying))
+    ax.set_xlabel("round" if metric != "test_accuracy" else "evaluation")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3)
+    if metric == "objective":
+        ax.set_yscale("log")
+
+
+def _draw_comm_panel(ax, recs, keys, focus, style: _CurveStyles) -> None:
+    """The objective against the uploaded reals (first seed of every group)."""
+    groups, _, varying = _panel_groups(recs, "objective", keys, focus)
+    for g, hists in groups.items():
+        h = next((h for h in hists if "comm_reals" in h and "objective" in h), None)
+        if h:
+            n = min(len(h["comm_reals"]), len(h["objective"]))
+            ax.plot(h["comm_reals"][:n], h["objective"][:n], label=_curve_label(g), **style(g, varying))
+    ax.set_xlabel("uploaded reals (first seed)")
+    ax.set_ylabel("objective")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title("objective against communication", fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def curves_figure(
+    records: list[dict],
+    keys: Sequence[str],
+    metrics: Sequence[str] = ("objective", "ACC", "test_accuracy", "train_loss", "n_moved"),
+    max_curves: int = 10,
+    focus: Sequence[str] = ("dataset", "partition", "setting"),
+):
+    """Convergence: per-round histories averaged over seeds, one panel per metric that some record
+    holds, one line per combination of ``keys`` among the records that hold that metric.
+
+    ``focus`` keys (among ``keys``) are fixed to their first value, and keys that are the same for
+    every curve are left out of the labels. Where histories hold ``comm_reals``, a last panel shows
+    the objective against uploaded reals. Every curve is drawn: a metric with more than
+    ``max_curves`` curves is split into one panel per method (facets), each of at most ``max_curves``
+    lines; one legend for all panels sits outside them, at the right.
+    """
+    recs = [r for r in records if r.get("history")]
+    if not recs:
+        return message_figure("no run recorded a per-round history")
+    shown = [m for m in metrics if any(len(r["history"].get(m) or []) for r in recs)]
+    comm = any("comm_reals" in r["history"] and "objective" in r["history"] for r in recs)
+    if not shown and not comm:
+        return message_figure(f"no history of {', '.join(metrics)}")
+    style = _CurveStyles()
+    panels = _curve_panels(recs, shown, keys, focus, max_curves)
     n_panels = len(panels) + int(comm)
     fig, axes = panel_grid(n_panels, ncols=2 if n_panels <= 4 else 3, width=4.6, height=3.2)
     for ax, (metric, title, items, varying) in zip(axes, panels):
-        for g, hists in items:
-            series = [h[metric] for h in hists if len(h.get(metric) or [])]
-            n = min(len(s_) for s_ in series)
-            mean = np.mean([np.asarray(s_[:n], dtype=float) for s_ in series], axis=0)
-            ax.plot(range(1, n + 1), mean, label=label(g), marker="." if n < 25 else None, **style(g, varying))
-        ax.set_xlabel("round" if metric != "test_accuracy" else "evaluation")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(metric)
-        ax.set_title(title, fontsize=8)
-        ax.grid(alpha=0.3)
-        if metric == "objective":
-            ax.set_yscale("log")
+        _draw_curve_panel(ax, metric, title, items, varying, style)
     if comm:
-        groups, _, varying = panel_groups("objective")
-        ax = axes[-1]
-        for g, hists in groups.items():
-            h = next((h for h in hists if "comm_reals" in h and "objective" in h), None)
-            if h:
-                n = min(len(h["comm_reals"]), len(h["objective"]))
-                ax.plot(h["comm_reals"][:n], h["objective"][:n], label=label(g), **style(g, varying))
-        ax.set_xlabel("uploaded reals (first seed)")
-        ax.set_ylabel("objective")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title("objective against communication", fontsize=9)
-        ax.grid(alpha=0.3)
+        _draw_comm_panel(axes[-1], recs, keys, focus, style)
     fig.suptitle("convergence, mean over seeds (every curve is in MLflow)", fontsize=9)
     fig.tight_layout()
     _legend_right(fig, axes)  # one legend for every panel, outside the axes (saved with bbox_inches="tight")

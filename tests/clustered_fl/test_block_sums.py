@@ -9,7 +9,14 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors, GradientAveraging, rr_cluster
+from fedclust.clustered_fl import (
+    MLP,
+    ClusteredFLEngine,
+    EngineConfig,
+    FederatedTensors,
+    GradientAveraging,
+    rr_cluster,
+)
 from fedclust.clustered_fl.engine import ChunkRunner, ProcessChunkRunner, RayChunkRunner
 from fedclust.clustered_fl.engine.aggregation import (
     SUM_BLOCK,
@@ -50,14 +57,16 @@ def _engine_cls(chunk):
 
 
 COMMON = {"rounds": 2, "lr": 0.3, "local_steps": 2, "participation": 1.0, "seed": 3, "device": "cpu"}
-PRIVATE = {"B": 3, "sigma_s": 1.0, "sigma_theta": 0.8, "clip": 0.2}
+RELEASE = rr_cluster.ReleaseSettings(sigma_s=1.0, sigma_theta=0.8, clip=0.2)
 CASES = {
-    "momentum_minibatch": lambda d, cls, **kw: cls(d, MLP(D, 5, N_CLASSES), 2, beta=0.6, batch_size=3, **kw).run(),
+    "momentum_minibatch": lambda d, cls, **kw: cls(
+        d, MLP(D, 5, N_CLASSES), EngineConfig(k=2, beta=0.6, batch_size=3, **kw)
+    ).run(),
     "option_I": lambda d, cls, **kw: cls(
-        d, MLP(D, 5, N_CLASSES), 2, local_update="gradient", aggregator=GradientAveraging(), **kw
+        d, MLP(D, 5, N_CLASSES), EngineConfig(k=2, local_update="gradient", aggregator=GradientAveraging(), **kw)
     ).run(),
     "rr_cluster": lambda d, cls, **kw: rr_cluster.build_engine(
-        d, MLP(D, 5, N_CLASSES), 2, engine_cls=cls, batch_size=3, **PRIVATE, **kw
+        d, MLP(D, 5, N_CLASSES), EngineConfig(k=2, batch_size=3, **kw), RELEASE, B=3, engine_cls=cls
     ).run(),
 }
 
@@ -111,7 +120,9 @@ def test_a_strategy_without_split_sums_gets_the_models_back_row_by_row():
     data = _data()
     runs = {}
     for name, (chunk, rec) in {"whole": (None, None), "serial": (48, None), "runner": (48, _Recording())}.items():
-        eng = _engine_cls(chunk)(data, MLP(D, 5, N_CLASSES), 2, aggregator=_RowByRow(), chunk_runner=rec, **COMMON)
+        eng = _engine_cls(chunk)(
+            data, MLP(D, 5, N_CLASSES), EngineConfig(k=2, aggregator=_RowByRow(), chunk_runner=rec, **COMMON)
+        )
         runs[name] = (eng.run(), rec)
     (whole, _), (serial, _), (remote, rec) = runs.values()
     for n in whole.params:  # row by row in every case: the same order, so the same bits
@@ -125,8 +136,10 @@ def test_worker_sums_read_memory_mapped_rows_themselves(tmp_path):
     data = _data()
     data.to_npy(tmp_path)
     kw = {**COMMON, "beta": 0.6, "batch_size": 3}
-    a = _engine_cls(64)(data, MLP(D, 5, N_CLASSES), 2, chunk_runner=ChunkRunner(), **kw).run()
-    b = _engine_cls(64)(FederatedTensors.from_npy(tmp_path), MLP(D, 5, N_CLASSES), 2, chunk_runner=ChunkRunner(), **kw)
+    a = _engine_cls(64)(data, MLP(D, 5, N_CLASSES), EngineConfig(k=2, chunk_runner=ChunkRunner(), **kw)).run()
+    b = _engine_cls(64)(
+        FederatedTensors.from_npy(tmp_path), MLP(D, 5, N_CLASSES), EngineConfig(k=2, chunk_runner=ChunkRunner(), **kw)
+    )
     sent = []
     orig = b._worker_rows
     b._worker_rows = lambda clients: sent.append(orig(clients)) or sent[-1]

@@ -11,6 +11,7 @@ from cfl_synthetic import two_group_clients
 from fedclust.clustered_fl import (
     MLP,
     ClusteredFLEngine,
+    EngineConfig,
     GradientAveraging,
     rr_cluster,
 )
@@ -53,7 +54,9 @@ def _pair(kw, runner):
         kw2 = dict(kw)
         if "aggregator" in kw2:
             kw2["aggregator"] = GradientAveraging("sampled")
-        eng = ClusteredFLEngine(data, MLP(D, 6, N_CLASSES), 2, max_chunk_mb=mb, chunk_runner=r, **common, **kw2)
+        eng = ClusteredFLEngine(
+            data, MLP(D, 6, N_CLASSES), EngineConfig(k=2, max_chunk_mb=mb, chunk_runner=r, **common, **kw2)
+        )
         out.append((eng, eng.run()))
     return out
 
@@ -99,7 +102,7 @@ def test_runner_with_rr_cluster_server_equals_serial():
 
 def test_chunk_runner_is_validated():
     with pytest.raises(ValueError, match="chunk_runner"):
-        ClusteredFLEngine(_data(), MLP(D, 6, N_CLASSES), 2, chunk_runner="ray")
+        ClusteredFLEngine(_data(), MLP(D, 6, N_CLASSES), EngineConfig(k=2, chunk_runner="ray"))
 
 
 @pytest.mark.slow

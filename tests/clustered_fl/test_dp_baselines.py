@@ -8,7 +8,7 @@ import torch
 
 from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState, fedavg, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
-from fedclust.clustered_fl.engine import ClientUpdates, RoundContext
+from fedclust.clustered_fl.engine import ClientUpdates, EngineConfig, RoundContext
 from fedclust.data.synthetic import mixed_regression_1d
 from fedclust.rng import stream
 
@@ -108,9 +108,8 @@ def test_fedper_head_stays_on_clients_and_personalizes():
 def test_fesem_e_step_uses_parameter_distance_and_client_state():
     data = _digits(groups=2)
     model = MLP(64, 8, 10)
-    eng = rr_cluster.build_engine(
-        data, model, 3, base="fesem", B=0, rounds=2, lr=0.5, local_steps=3, clients_per_round=10, seed=0
-    )
+    config = EngineConfig(k=3, rounds=2, lr=0.5, local_steps=3, clients_per_round=10, seed=0)
+    eng = rr_cluster.build_engine(data, model, config, rr_cluster.ReleaseSettings(), base="fesem", B=0)
     st = eng.init_state()
     clients = np.arange(10)
     up = eng.client_round(st, clients, 0.5)

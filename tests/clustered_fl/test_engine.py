@@ -14,9 +14,11 @@ from fedclust.clustered_fl import (
     ClientUpdates,
     ClusteredFLEngine,
     DeltaAveraging,
+    EngineConfig,
     FederatedTensors,
     GradientAveraging,
     LinearRegression,
+    LocalTraining,
     ModelAveraging,
     RoundContext,
     ServerState,
@@ -82,7 +84,9 @@ def test_batched_local_train_equals_per_client_loop_mlp(impl, beta, client_block
     B = X.shape[0]
     params = model.init(B, seed=3)
     mom = {k: 0.1 * torch.randn_like(v) for k, v in params.items()}
-    got_p, got_u = local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta, client_block=client_block)
+    got_p, got_u = local_train(
+        model, params, mom, X, y, n, LocalTraining(steps=3, lr=0.2, beta=beta, client_block=client_block)
+    )
     ref_p, ref_u = _loop_local_train(model, params, mom, X, y, n, steps=3, lr=0.2, beta=beta)
     for k in params:
         assert torch.allclose(got_p[k], ref_p[k], atol=1e-6, rtol=0), k
@@ -100,7 +104,7 @@ def test_batched_local_train_equals_loop_cnn_with_penalty():
     model = ifca_cnn(in_channels=1, image_size=8, weight_decay=0.004)
     params = model.init(3, seed=0)
     mom = {k: 0.01 * torch.randn_like(v) for k, v in params.items()}
-    got_p, got_u = local_train(model, params, mom, X, y, n, steps=2, lr=0.05, beta=0.9)
+    got_p, got_u = local_train(model, params, mom, X, y, n, LocalTraining(steps=2, lr=0.05, beta=0.9))
 
     def pen(p):
         return 0.5 * 0.004 * ((p["fc1.weight"] ** 2).sum() + (p["fc2.weight"] ** 2).sum())
@@ -206,7 +210,9 @@ def test_option_one_is_cluster_level_heavy_ball_eq32():
     model = LinearRegression(d)
     lr, beta = 0.5, 0.7
     eng = ClusteredFLEngine(
-        data, model, 1, rounds=5, lr=lr, beta=beta, local_update="gradient", participation=1.0, eval_every=0, seed=1
+        data,
+        model,
+        EngineConfig(k=1, rounds=5, lr=lr, beta=beta, local_update="gradient", participation=1.0, eval_every=0, seed=1),
     )
     st = eng.init_state()
     chis = [st.params["weight"][0, 0].clone()]
@@ -243,18 +249,16 @@ def test_engine_assignment_ties_with_identical_models():
     w = torch.zeros(3, 1, 3)
     w[0] = 5.0  # model 0 is bad; models 1 and 2 are identical and perfect
     eng = ClusteredFLEngine(
-        data, LinearRegression(3), 3, rounds=1, participation=1.0, init_params={"weight": w}, eval_every=0
+        data,
+        LinearRegression(3),
+        EngineConfig(k=3, rounds=1, participation=1.0, init_params={"weight": w}, eval_every=0),
     )
     upd = eng.client_round(eng.init_state(), np.arange(6), lr=0.1)
     assert upd.chosen.tolist() == [1] * 6
     eng2 = ClusteredFLEngine(
         data,
         LinearRegression(3),
-        3,
-        rounds=1,
-        participation=1.0,
-        init_params={"weight": torch.ones(3, 1, 3)},
-        eval_every=0,
+        EngineConfig(k=3, rounds=1, participation=1.0, init_params={"weight": torch.ones(3, 1, 3)}, eval_every=0),
     )
     assert eng2.client_round(eng2.init_state(), np.arange(6), lr=0.1).chosen.tolist() == [0] * 6
 
@@ -268,16 +272,18 @@ def test_empty_cluster_keeps_model_and_momentum(option):
     eng = ClusteredFLEngine(
         data,
         LinearRegression(3),
-        3,
-        rounds=1,
-        participation=1.0,
-        beta=0.9,
-        lr=0.1,
-        local_update="gradient" if option == "I" else "model",
-        local_steps=2,
-        init_params={"weight": w},
-        init_momentum={"weight": u},
-        eval_every=0,
+        EngineConfig(
+            k=3,
+            rounds=1,
+            participation=1.0,
+            beta=0.9,
+            lr=0.1,
+            local_update="gradient" if option == "I" else "model",
+            local_steps=2,
+            init_params={"weight": w},
+            init_momentum={"weight": u},
+            eval_every=0,
+        ),
     )
     st0 = eng.init_state()
     st1, upd, agg = eng.step(st0)
@@ -366,7 +372,7 @@ def test_custom_aggregator_plugs_in_and_records_dp_events():
             return [("release", rounds, n_sampled)]
 
     res = ClusteredFLEngine(
-        data, LinearRegression(3), 2, rounds=3, participation=0.5, aggregator=Noisy(), eval_every=1
+        data, LinearRegression(3), EngineConfig(k=2, rounds=3, participation=0.5, aggregator=Noisy(), eval_every=1)
     ).run()
     assert res.dp_events == [("release", 3, 3)]
     assert res.history["noise_draws"] == [6.0, 6.0, 6.0]
@@ -408,13 +414,13 @@ def test_from_arrays_and_engine_errors_name_the_parameter():
         ({"train_eval": "x"}, "train_eval"),
     ]:
         with pytest.raises(ValueError, match=name):
-            ClusteredFLEngine(data, m, 2, **kw)
+            ClusteredFLEngine(data, m, EngineConfig(k=2, **kw))
     with pytest.raises(ValueError, match="k"):
-        ClusteredFLEngine(data, m, 0)
+        ClusteredFLEngine(data, m, EngineConfig(k=0))
     with pytest.raises(ValueError, match="input features"):
-        ClusteredFLEngine(data, LinearRegression(4), 2)
+        ClusteredFLEngine(data, LinearRegression(4), EngineConfig(k=2))
     with pytest.raises(ValueError, match="init_params"):
-        ClusteredFLEngine(data, m, 2, init_params={"weight": torch.zeros(3, 1, 3)}).init_state()
+        ClusteredFLEngine(data, m, EngineConfig(k=2, init_params={"weight": torch.zeros(3, 1, 3)})).init_state()
 
 
 def test_minibatches_are_within_client_and_epochs_cover_each_sample_once():
@@ -498,7 +504,9 @@ def test_ifca_restart_heuristic_reaches_min_fraction():
     yv = (X * W[group[client]]).sum(1)
     data = FederatedTensors.from_arrays(X, yv, client, group=group)
     eng = ClusteredFLEngine(
-        data, LinearRegression(d), 4, rounds=1, participation=0.5, init_min_fraction=0.1, init_max_restarts=200, seed=0
+        data,
+        LinearRegression(d),
+        EngineConfig(k=4, rounds=1, participation=0.5, init_min_fraction=0.1, init_max_restarts=200, seed=0),
     )
     st = eng.init_state()
     assert eng.init_info["init_min_fraction_reached"] >= 0.1
@@ -507,7 +515,9 @@ def test_ifca_restart_heuristic_reaches_min_fraction():
 
 def test_poisson_sampling_varies_and_empty_round_changes_nothing():
     data = _zero_target_regression(m=6)
-    eng = ClusteredFLEngine(data, LinearRegression(3), 2, rounds=1, participation=0.3, sampling="poisson", seed=0)
+    eng = ClusteredFLEngine(
+        data, LinearRegression(3), EngineConfig(k=2, rounds=1, participation=0.3, sampling="poisson", seed=0)
+    )
     sizes = [len(eng.sample_clients()) for _ in range(200)]
     assert min(sizes) == 0 and max(sizes) >= 4
     assert np.mean(sizes) == pytest.approx(0.3 * 6, abs=0.3)
@@ -540,7 +550,7 @@ def test_final_model_is_evaluated_once_with_the_numbers_of_two_evaluations(train
 
     kw = {"rounds": 3, "lr": 0.3, "local_steps": 2, "participation": 0.5, "seed": 1, "device": "cpu"}
     eng = ClusteredFLEngine(
-        data, MLP(6, 5, 3), 2, eval_every=eval_every, train_eval=train_eval, evaluator=counting, **kw
+        data, MLP(6, 5, 3), EngineConfig(k=2, eval_every=eval_every, train_eval=train_eval, evaluator=counting, **kw)
     )
     res = eng.run()
     assert len(calls) == (3 if eval_every else 1)
@@ -564,4 +574,4 @@ def test_evaluator_is_validated():
     X, y, n = _padded_classification()
     data = FederatedTensors(X, y, n)
     with pytest.raises(ValueError, match="evaluator"):
-        ClusteredFLEngine(data, MLP(12, 4, 4), 2, evaluator="evaluate")
+        ClusteredFLEngine(data, MLP(12, 4, 4), EngineConfig(k=2, evaluator="evaluate"))

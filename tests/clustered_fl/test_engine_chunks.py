@@ -9,7 +9,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, DeltaAveraging, GradientAveraging
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, DeltaAveraging, EngineConfig, GradientAveraging
 from fedclust.clustered_fl.engine import bytes_per_client
 from fedclust.privacy.mechanisms import add_gaussian_noise
 
@@ -30,7 +30,7 @@ def _budget(model, data, clients, **kw):
 def _run(data, chunk_mb, **kw):
     model = MLP(D, 8, N_CLASSES)
     kw = {"rounds": 4, "lr": 0.2, "local_steps": 3, "participation": 0.5, "eval_every": 2, "seed": 3, **kw}
-    eng = ClusteredFLEngine(data, model, 2, max_chunk_mb=chunk_mb, **kw)
+    eng = ClusteredFLEngine(data, model, EngineConfig(k=2, max_chunk_mb=chunk_mb, **kw))
     return eng, eng.run()
 
 
@@ -109,12 +109,12 @@ def test_chunked_round_keeps_updates_without_the_per_client_stack():
 def test_max_chunk_mb_is_validated_and_bounds_the_chunk():
     data = _data()
     with pytest.raises(ValueError, match="max_chunk_mb"):
-        ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), 2, max_chunk_mb=0)
+        ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), EngineConfig(k=2, max_chunk_mb=0))
     with pytest.raises(ValueError, match="max_chunk_mb"):
-        ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), 2, max_chunk_mb="big")
+        ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), EngineConfig(k=2, max_chunk_mb="big"))
     # a bigger model gets proportionally fewer clients per chunk under the same budget
-    small = ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), 2, max_chunk_mb=0.5)
-    big = ClusteredFLEngine(data, MLP(D, 256, N_CLASSES), 2, max_chunk_mb=0.5)
+    small = ClusteredFLEngine(data, MLP(D, 8, N_CLASSES), EngineConfig(k=2, max_chunk_mb=0.5))
+    big = ClusteredFLEngine(data, MLP(D, 256, N_CLASSES), EngineConfig(k=2, max_chunk_mb=0.5))
     small.init_state(), big.init_state()
     assert 1 <= big.chunk_clients < small.chunk_clients
     assert big.chunk_clients * big.bytes_per_client <= 0.5 * 2**20

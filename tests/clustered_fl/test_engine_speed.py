@@ -8,7 +8,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, local_train
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
@@ -31,15 +31,9 @@ def test_client_major_blocks_equal_all_clients_at_once(kw):
         eng = ClusteredFLEngine(
             data,
             model,
-            2,
-            rounds=3,
-            lr=0.3,
-            local_steps=3,
-            participation=0.5,
-            seed=2,
-            client_block=block,
-            device="cpu",
-            **kw,
+            EngineConfig(
+                k=2, rounds=3, lr=0.3, local_steps=3, participation=0.5, seed=2, client_block=block, device="cpu", **kw
+            ),
         )
         runs.append((eng, eng.run()))
     (e0, r0), *rest = runs
@@ -58,9 +52,18 @@ def test_local_train_blocks_leave_inputs_untouched_and_train_every_block():
     n = torch.tensor([6, 3, 5, 6, 2, 4, 6])
     params = model.init(7, 0)
     before = {k: v.clone() for k, v in params.items()}
-    whole, _ = local_train(model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5))
+    whole, _ = local_train(
+        model, params, None, X, y, n, LocalTraining(steps=2, lr=0.5, batch_size=2), gen=np.random.default_rng(5)
+    )
     blocks, _ = local_train(
-        model, params, None, X, y, n, steps=2, lr=0.5, batch_size=2, gen=np.random.default_rng(5), client_block=3
+        model,
+        params,
+        None,
+        X,
+        y,
+        n,
+        LocalTraining(steps=2, lr=0.5, batch_size=2, client_block=3),
+        gen=np.random.default_rng(5),
     )
     for k in params:
         assert torch.equal(params[k], before[k])
@@ -78,7 +81,7 @@ def test_resolve_device_and_errors():
         with pytest.raises(ValueError, match="cuda"):
             resolve_device("cuda")
     with pytest.raises(ValueError, match="client_block"):
-        ClusteredFLEngine(_data(), MLP(8, 6, 3), 2, client_block=0)
+        ClusteredFLEngine(_data(), MLP(8, 6, 3), EngineConfig(k=2, client_block=0))
 
 
 @pytest.mark.allow_skip("needs a CUDA device: runs where one is lent")
@@ -88,8 +91,8 @@ def test_cuda_run_matches_cpu_run():
     bookkeeping (choices, sizes) exactly, and the results come back on the CPU."""
     data = _data()
     kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "beta": 0.9, "batch_size": 3}
-    cpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cpu", **kw).run()
-    gpu = ClusteredFLEngine(data, MLP(8, 6, 3), 2, device="cuda", **kw).run()
+    cpu = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, device="cpu", **kw)).run()
+    gpu = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, device="cuda", **kw)).run()
     for n in cpu.params:
         assert gpu.params[n].device.type == "cpu"
         torch.testing.assert_close(gpu.params[n], cpu.params[n], atol=1e-4, rtol=1e-4)
@@ -155,11 +158,8 @@ def test_deferred_first_layer_equals_per_client_loop(hidden, client_block, batch
         X,
         y,
         n,
-        steps=steps,
-        lr=0.3,
-        batch_size=batch_size,
+        LocalTraining(steps=steps, lr=0.3, batch_size=batch_size, client_block=client_block),
         gen=np.random.default_rng(2),
-        client_block=client_block,
     )
     assert ran == [plan] * (1 if client_block is None else 3)
     if batch_size is None:
@@ -200,7 +200,7 @@ def test_engine_defers_by_default_and_defer_updates_false_steps():
         model = MLP(8, 64, 3)
         ran = _force_plan(model, "samples") if defer is not False else []
         model_kw = {} if defer is None else {"defer_updates": defer}
-        eng = ClusteredFLEngine(data, model, 2, **model_kw, **kw)
+        eng = ClusteredFLEngine(data, model, EngineConfig(k=2, **model_kw, **kw))
         runs[defer] = (eng.run(), ran, eng.defer_updates)
     assert runs[None][2] is True and runs[False][2] is False
     assert runs[None][1] == ["samples"] * 2 and runs[False][1] == []
@@ -222,10 +222,10 @@ def test_deferred_path_falls_back_on_empty_batches_and_agrees_with_steps():
         "local_epochs": 2,
         "device": "cpu",
     }
-    a = ClusteredFLEngine(data, MLP(8, 6, 3), 2, defer_updates=False, **kw).run()
+    a = ClusteredFLEngine(data, MLP(8, 6, 3), EngineConfig(k=2, defer_updates=False, **kw)).run()
     model = MLP(8, 6, 3)
     ran = _force_plan(model, "samples")
-    b = ClusteredFLEngine(data, model, 2, defer_updates=True, **kw).run()
+    b = ClusteredFLEngine(data, model, EngineConfig(k=2, defer_updates=True, **kw)).run()
     assert ran == []
     for n in a.params:
         assert torch.equal(a.params[n], b.params[n])
@@ -237,10 +237,10 @@ def test_deferred_engine_chunked_equals_whole_and_matches_step_by_step(plan):
     kw = {"rounds": 3, "lr": 0.3, "local_steps": 3, "participation": 0.5, "seed": 2, "batch_size": 3, "device": "cpu"}
     model = MLP(8, 6, 3)
     mb = 3.5 * bytes_per_client(model, model.init(1, 0), int(data.X_train.shape[1]), data.d, batch_size=3) / 2**20
-    steps = ClusteredFLEngine(data, model, 2, defer_updates=False, **kw).run()
+    steps = ClusteredFLEngine(data, model, EngineConfig(k=2, defer_updates=False, **kw)).run()
     _force_plan(model, plan)
-    whole = ClusteredFLEngine(data, model, 2, **kw).run()
-    chunked = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **kw).run()
+    whole = ClusteredFLEngine(data, model, EngineConfig(k=2, **kw)).run()
+    chunked = ClusteredFLEngine(data, model, EngineConfig(k=2, max_chunk_mb=mb, **kw)).run()
     assert chunked.info["chunks_per_round"] > 1
     for n in whole.params:
         assert torch.equal(whole.params[n], chunked.params[n])
@@ -260,8 +260,8 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
         model = MLP(12, (16,), 4)
         ran = _force_plan(model, None)
         gen = np.random.default_rng(5)
-        kw = {"steps": 4, "lr": 0.3, "batch_size": batch_size, "gen": gen, "defer_updates": defer}
-        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, **kw)[0], gen.random())
+        settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, defer_updates=defer)
+        out[defer] = (local_train(model, model.init(B, 1), None, X, y, n, settings, gen=gen)[0], gen.random())
         assert ran == []
     for k in out[True][0]:
         assert torch.equal(out[True][0][k], out[False][0][k]), k

@@ -11,7 +11,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, FederatedTensors
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, FederatedTensors
 from fedclust.clustered_fl.engine import ChunkRunner, bytes_per_client
 from fedclust.clustered_fl.engine.data import write_client_npy
 
@@ -67,8 +67,8 @@ def test_memory_mapped_run_equals_in_memory_run_bit_for_bit(tmp_path, runner):
         max_chunk_mb=mb,
         chunk_runner=runner,
     )
-    a = ClusteredFLEngine(data, MLP(D, 6, N_CLASSES), 2, **kw).run()
-    b = ClusteredFLEngine(FederatedTensors.from_npy(tmp_path), MLP(D, 6, N_CLASSES), 2, **kw).run()
+    a = ClusteredFLEngine(data, MLP(D, 6, N_CLASSES), EngineConfig(k=2, **kw)).run()
+    b = ClusteredFLEngine(FederatedTensors.from_npy(tmp_path), MLP(D, 6, N_CLASSES), EngineConfig(k=2, **kw)).run()
     assert a.info["chunks_per_round"] == b.info["chunks_per_round"] > 1
     for n in a.params:
         assert torch.equal(a.params[n], b.params[n]), n
@@ -98,7 +98,9 @@ def test_a_round_reads_only_the_sampled_clients_rows(tmp_path):
     file_kb = path.stat().st_size // 1024
     assert _mapped_kb(path) < file_kb // 100  # opening reads nothing (no whole-array check or copy)
     eng = ClusteredFLEngine(
-        data, MLP(d, 8, N_CLASSES), 2, clients_per_round=S, local_steps=2, batch_size=5, max_chunk_mb=0.5
+        data,
+        MLP(d, 8, N_CLASSES),
+        EngineConfig(k=2, clients_per_round=S, local_steps=2, batch_size=5, max_chunk_mb=0.5),
     )
     st, upd, _ = eng.step(eng.init_state())
     assert eng.chunk_clients < S  # a chunked round: every chunk gathers its own rows
@@ -115,7 +117,7 @@ def test_non_finite_rows_are_caught_when_their_client_is_gathered(tmp_path):
         FederatedTensors(X_train=X, y_train=data.y_train, n_train=data.n_train)
     write_client_npy(tmp_path, N_CLIENTS, [{"X_train": X, "y_train": data.y_train, "n_train": data.n_train}])
     m = FederatedTensors.from_npy(tmp_path)  # opening does not read the rows
-    eng = ClusteredFLEngine(m, MLP(D, 6, N_CLASSES), 2, participation=1.0)
+    eng = ClusteredFLEngine(m, MLP(D, 6, N_CLASSES), EngineConfig(k=2, participation=1.0))
     eng.init_state()
     eng.client_data(np.array([0, 1, 2]))  # clean rows
     with pytest.raises(ValueError, match="NaN or infinite"):

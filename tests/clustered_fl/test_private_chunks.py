@@ -11,7 +11,7 @@ import pytest
 import torch
 from cfl_synthetic import two_group_clients
 
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, rr_cluster
+from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, rr_cluster
 from fedclust.clustered_fl import dp_baselines as dpb
 from fedclust.clustered_fl.engine import bytes_per_client
 from fedclust.clustered_fl.engine.aggregation import SUM_BLOCK, chunk_size
@@ -74,16 +74,12 @@ def test_fedper_heads_are_kept_per_client_across_chunks():
         eng = rr_cluster.build_engine(
             data,
             model,
-            1,
+            EngineConfig(k=1, max_chunk_mb=mb, **kw),
+            rr_cluster.ReleaseSettings(sigma_s=None, sigma_theta=0.5, clip=0.2),
             base="ifca",
             B=0,
-            sigma_s=None,
-            sigma_theta=0.5,
-            clip=0.2,
             engine_cls=_fedper_engine(model),
-            max_chunk_mb=mb,
             aggregator_kwargs={"frozen_keys": dpb.last_layer_keys(model.init(1, 0))},
-            **kw,
         )
         eng.run()
         engines.append(eng)
@@ -140,8 +136,9 @@ def test_a_clipping_aggregator_sizes_smaller_chunks():
     n_max = int(data.X_train.shape[1])
     per = bytes_per_client(model, params, n_max, D, batch_size=COMMON["batch_size"])
     mb = 64 * per / 2**20  # room for 64 clients by the engine's own estimate (two blocks of the sums)
-    ifca = ClusteredFLEngine(data, model, 2, max_chunk_mb=mb, **COMMON)
-    private = rr_cluster.build_engine(data, model, 2, B=3, **PRIVATE, max_chunk_mb=mb, **COMMON)
+    ifca = ClusteredFLEngine(data, model, EngineConfig(k=2, max_chunk_mb=mb, **COMMON))
+    config = EngineConfig(k=2, max_chunk_mb=mb, **COMMON)
+    private = rr_cluster.build_engine(data, model, config, rr_cluster.ReleaseSettings(**PRIVATE), B=3)
     ifca._set_chunk(params)
     private._set_chunk(params)
     assert ifca.chunk_clients == 64

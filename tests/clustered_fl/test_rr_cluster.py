@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedclust.clustered_fl import MLP, FederatedTensors, LinearRegression, ServerState, dp_baselines, rr_cluster
-from fedclust.clustered_fl.engine import ClientUpdates, RoundContext, client_model_losses, local_train
+from fedclust.clustered_fl.engine import ClientUpdates, LocalTraining, RoundContext, client_model_losses, local_train
 from fedclust.clustered_fl.rebalance import random_rebalance
 from fedclust.data.synthetic import mixed_regression_1d
 from fedclust.privacy.paper import rr_cluster as paper
@@ -48,7 +48,7 @@ def _reference_dp_ifca(data, model, k, *, T, S, lr, H, C, sigma_s, sigma_theta, 
             losses, _ = client_model_losses(model, params, X, y, n)
             j = int(torch.argmin(losses[0]))
             start = {name: v[j : j + 1] for name, v in params.items()}
-            w, _ = local_train(model, start, None, X, y, n, steps=H, lr=lr)
+            w, _ = local_train(model, start, None, X, y, n, LocalTraining(steps=H, lr=lr))
             chosen.append(j)
             deltas.append({name: (w[name] - start[name])[0] for name in params})
         s = np.zeros((S, k))

@@ -118,8 +118,9 @@ def _vec_and_loop(X, client, C, H, N, **over):
     )
     kw.update(over)
     form = kw.pop("h_grad_form", "hoisted")
-    H1, C1, s1 = D.round_vectorized(Xs, lay.sizes, lay.offsets, Hs, C, rin, **kw)
-    H2, C2, s2 = D.round_loop(Xs, lay.sizes, lay.offsets, Hs, C, rin, h_grad_form=form, **kw)
+    rs = D.RoundSettings(**kw)
+    H1, C1, s1 = D.round_vectorized(Xs, lay.sizes, lay.offsets, Hs, C, rin, rs)
+    H2, C2, s2 = D.round_loop(Xs, lay.sizes, lay.offsets, Hs, C, rin, rs, h_grad_form=form)
     return (H1, C1, s1), (H2, C2, s2), Hs
 
 

@@ -170,24 +170,9 @@ def test_run_is_the_composition_of_its_stages(iris):
         Xt, client, fedsc.FedSCOptions(seed=2), on_private_data=False, perturbed=True, info=info, events=[]
     )
     assert (r, d) == (res.info["r"], res.info["d"])
-    s1 = fedsc.stage1(
-        Xt,
-        fedsc.ClientLayout(Xt, client, np.bincount(client)),
-        d=d,
-        r=r,
-        lam=1e-3,
-        rounds=6,
-        z_step="official",
-        local_steps=1,
-        z_lr=None,
-        participation=1.0,
-        tau_z=None,
-        tau_c=None,
-        z_noise_std=0.0,
-        z_noise_alpha=0.0,
-        seed=2,
-        track=True,
-    )
+    layout = fedsc.ClientLayout(Xt, client, np.bincount(client))
+    o = fedsc.FedSCOptions(seed=2, rounds=6, lam=1e-3, z_step="official", local_steps=1, participation=1.0)
+    s1 = fedsc.stage1(Xt, layout, o, d=d, r=r, track=True)
     assert np.array_equal(s1["Z"], res.info["Z"]) and np.array_equal(s1["C"], res.info["C"])
     assert s1["history"] == res.history
     labels, _ = fedsc.reconstruct_and_cluster(s1["Z"], s1["C"], 3, r, seed=2)

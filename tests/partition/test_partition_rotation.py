@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedclust.partition import RotatedData, partition_stats, rotation
+from fedclust.partition import HeldOut, RotatedData, partition_stats, rotation
 
 
 def check_rotations(rd, images, images_test=None):
@@ -86,7 +86,8 @@ def test_given_test_split_and_channels_axis(digits):
     _, y, img = digits
     colour = np.stack([img, img + 1, img * 2], axis=1)  # (n, 3, 8, 8)
     tr, te = colour[:1500], colour[1500:]
-    rd = rotation(tr, y[:1500], n_groups=4, n_clients=20, images_test=te, y_test=y[1500:], seed=4, shuffle_test=False)
+    test = HeldOut(images=te, y=y[1500:], shuffle=False)
+    rd = rotation(tr, y[:1500], n_groups=4, n_clients=20, test=test, seed=4)
     assert rd.images_train.shape[1:] == (3, 8, 8) and rd.X_train.shape[1] == 192
     assert rd.meta["samples_per_client"] == 1500 // 5 and rd.meta["test_per_client"] == 297 // 5
     check_rotations(rd, tr, te)
@@ -139,8 +140,7 @@ def test_rotation_bad_parameters(digits):
             n_groups=1,
             n_clients=2,
             samples_per_client=10,
-            images_test=img[100:110],
-            y_test=y[100:110],
+            test=HeldOut(images=img[100:110], y=y[100:110]),
             test_per_client=6,
             seed=0,
         )

@@ -47,9 +47,8 @@ def test_factor_sigmas_hand_values_and_inverse():
 
 
 def test_perturbed_factors_bundle_and_accountant():
-    out = fedsc.perturbed_factors_sigmas(
-        1.0, 1e-5, 0.5, 1e-5, rounds=20, tau_x=1, tau_c=1, tau_z=2, upsilon=3, r=2, d=4, lam=0.5, eta=0.5
-    )
+    bounds = fedsc.FactorBounds(tau_x=1, tau_c=1, tau_z=2, upsilon=3, r=2, d=4, lam=0.5, eta=0.5)
+    out = fedsc.perturbed_factors_sigmas(1.0, 1e-5, 0.5, 1e-5, rounds=20, bounds=bounds)
     assert out["sigma_z"] == pytest.approx(85.8389, abs=1e-3)
     assert out["sigma_c"] == pytest.approx(77.516, abs=1e-3)
     assert out["epsilon"] == 1.5 and out["delta"] == pytest.approx(2e-5)

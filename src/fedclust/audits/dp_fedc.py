@@ -52,6 +52,7 @@ bisection on the run's own reported std); the accounted epsilon stays that of th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -107,6 +108,77 @@ def neighbours(with_canary: bool) -> tuple[np.ndarray, np.ndarray]:
     return X, d["client"]
 
 
+@dataclass(frozen=True)
+class _DPFedCRuns:
+    """The runs of the DP-FedC audit: :func:`fedclust.clustering.dp_fedc.run` with the keyword
+    ``settings`` at the calibrated ``eps_bar`` (or without noise)."""
+
+    settings: dict
+    eps_bar: float
+
+    def run(self, X, client, seed, noise, eb=None):
+        """One run at ``eb`` (default the calibrated eps_bar); the noise-off run is the same mechanism
+        (constants, clip, init, sampling) without the Gaussian."""
+        eb = self.eps_bar if eb is None else eb
+        return dp_fedc.run(X, client, K_CLUSTERS, seed=seed, eps_bar=eb if noise else None, **self.settings)
+
+
+def _client0_upload(runs: _DPFedCRuns, X, client, seed, noise, eb=None) -> np.ndarray:
+    """Client 0's first upload, as the server receives it under local trust."""
+    with observe(dp_fedc.UPLOADS) as seen:
+        runs.run(X, client, seed, noise, eb)
+    ids, uploads = next((ids, u) for ids, u in seen if (ids == 0).any())
+    return uploads[int(np.flatnonzero(ids == 0)[0])]
+
+
+def _released_mean(runs: _DPFedCRuns, X, client, seed, noise, eb=None) -> np.ndarray:
+    """The released mean of the uploads (the new centroids)."""
+    return runs.run(X, client, seed, noise, eb).centroids
+
+
+#: what the server of each trust model sees of a run: client 0's own upload (local), the mean (secure aggregation)
+SEEN = {"local": _client0_upload, "secure_aggregation": _released_mean}
+
+
+@dataclass(frozen=True)
+class _DPFedCScores:
+    """The audit statistic: ``||C - A||^2 - ||C - B||^2`` of what the server sees (``SEEN``), C, with
+    A and B its noise-free values without and with the canary; runs at ``eps_bar_run``."""
+
+    runs: _DPFedCRuns
+    eps_bar_run: float
+    trust_model: str
+    A: np.ndarray
+    B: np.ndarray
+
+    def seen(self, X, client, seed, noise, eb=None) -> np.ndarray:
+        """What the server of the trust model sees of one run."""
+        return SEEN[self.trust_model](self.runs, X, client, seed, noise, eb)
+
+    def score(self, C) -> float:
+        """The statistic of one release."""
+        return float(np.square(C - self.A).sum() - np.square(C - self.B).sum())
+
+    def scores(self, canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        """The statistic and the noise of ``n`` runs on one side of the neighbouring pair."""
+        Xn, cl = neighbours(canary_in)
+        clean = self.B if canary_in else self.A
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        Cs = np.array([self.seen(Xn, cl, int(s), noise, self.eps_bar_run) for s in seeds])
+        sc = np.array([self.score(C) for C in Cs])
+        return {"score": sc, "gaussian": sc, "noise": (Cs - clean).reshape(len(seeds), -1)}
+
+
+def _scored_noise_std(probe, trust_model: str) -> float:
+    """The claimed noise std per entry of what is scored: client 0's upload carries sigma_0 (local);
+    the released mean carries max_i sigma_i / K (secure aggregation: one draw on the sum)."""
+    if trust_model == "secure_aggregation":
+        mean_std = float(probe.info["round_sigma_sum"][0]) / len(SIZES)
+        assert mean_std == float(np.max(probe.info["round_sigma"][0])) / len(SIZES)
+        return mean_std
+    return float(probe.info["round_sigma"][0][0])
+
+
 def _dp_fedc_case(
     epsilon: float = 1.0,
     delta: float = 1e-5,
@@ -116,13 +188,12 @@ def _dp_fedc_case(
     noise_scale: float = 1.0,
     trust_model: str = "local",
 ) -> AuditCase:
-
     d = audit_data()
     sizes = np.bincount(d["client"])
     clip, W0 = d["clip"], d["W0"]  # the run's public defaults (features in [0, 1])
     sched = dict(rounds=rounds, clients_per_round=len(SIZES), q2="diminishing", Qhat=10, b=50)
     eps_bar = dp_fedc.eps_bar_for_budget(epsilon, delta, sizes, **sched)
-    kw = dict(
+    settings = dict(
         sched,
         G=G,
         delta=delta,
@@ -133,53 +204,31 @@ def _dp_fedc_case(
         trust_model=trust_model,
         blas_threads=None,
     )
-
-    def run(X, client, seed, noise, eb=eps_bar):
-        # the noise-off run is the same mechanism (constants, clip, init, sampling) without the Gaussian
-        return dp_fedc.run(X, client, K_CLUSTERS, seed=seed, eps_bar=eb if noise else None, **kw)
-
-    probe = run(*neighbours(True), 0, True)
+    runs = _DPFedCRuns(settings=settings, eps_bar=eps_bar)
+    probe = runs.run(*neighbours(True), 0, True)
     eps = account(probe.dp_events, delta)
     sigma0 = float(probe.info["round_sigma"][0][0])
     eb_run = (
         eps_bar
         if noise_scale == 1.0
         else _eps_bar_for_sigma(
-            lambda eb: float(run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]), noise_scale * sigma0
+            lambda eb: float(runs.run(*neighbours(True), 0, True, eb).info["round_sigma"][0][0]), noise_scale * sigma0
         )
     )
-    seen = _client0_upload if trust_model == "local" else _released_mean  # what the adversary sees
-    A = seen(run, *neighbours(False), 0, False)
-    B = seen(run, *neighbours(True), 0, False)
+    A = SEEN[trust_model](runs, *neighbours(False), 0, False)
+    B = SEEN[trust_model](runs, *neighbours(True), 0, False)
     shift = float(np.linalg.norm(B - A)) * (1 if trust_model == "local" else len(SIZES))
-
-    def score(C):
-        return float(np.square(C - A).sum() - np.square(C - B).sum())
-
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        Xn, cl = neighbours(canary_in)
-        clean = B if canary_in else A
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        Cs = np.array([seen(run, Xn, cl, int(s), noise, eb_run) for s in seeds])
-        sc = np.array([score(C) for C in Cs])
-        return {"score": sc, "gaussian": sc, "noise": (Cs - clean).reshape(len(seeds), -1)}
-
+    stat = _DPFedCScores(runs=runs, eps_bar_run=eb_run, trust_model=trust_model, A=A, B=B)
     Q2 = int(probe.history["Q2"][0])
     eta0 = float(probe.info["alpha_2"]) * dp_fedc.public_lambda(sizes, K_CLUSTERS)[0]  # client 0's eta
     sens = 2.0 * G * Q2 / eta0  # eq. (28)
     sigma = float(probe.info["round_sigma"][0][0])  # client 0's noise std
-    # the claimed noise of what is scored: client 0's upload carries sigma_0 per entry (local); the
-    # released mean carries max_i sigma_i / K (secure aggregation: one draw on the sum)
-    if trust_model == "secure_aggregation":
-        mean_std = float(probe.info["round_sigma_sum"][0]) / len(SIZES)
-        assert mean_std == float(np.max(probe.info["round_sigma"][0])) / len(SIZES)
-    else:
-        mean_std = sigma
+    mean_std = _scored_noise_std(probe, trust_model)  # the claimed noise of what is scored
     name = "dp_fedc" if trust_model == "local" else f"dp_fedc_{trust_model}"
     return AuditCase(
         name=name,
         method="dp_fedc",
-        scores=scores,
+        scores=stat.scores,
         epsilon=eps,
         delta=delta,
         n_runs=n_runs,
@@ -209,19 +258,6 @@ def _dp_fedc_case(
             "noise_std_scored": mean_std,
         },
     )
-
-
-def _client0_upload(run, X, client, seed, noise, *eps_bar) -> np.ndarray:
-    """Client 0's first upload, as the server receives it under local trust."""
-    with observe(dp_fedc.UPLOADS) as seen:
-        run(X, client, seed, noise, *eps_bar)
-    ids, uploads = next((ids, u) for ids, u in seen if (ids == 0).any())
-    return uploads[int(np.flatnonzero(ids == 0)[0])]
-
-
-def _released_mean(run, X, client, seed, noise, *eps_bar) -> np.ndarray:
-    """The released mean of the uploads (the new centroids)."""
-    return run(X, client, seed, noise, *eps_bar).centroids
 
 
 def _eps_bar_for_sigma(sigma_of, target: float) -> float:

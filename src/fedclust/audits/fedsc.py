@@ -35,6 +35,7 @@ that of the calibrated run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -174,6 +175,92 @@ def _fedsc_data_domain_case(
     )
 
 
+@dataclass(frozen=True)
+class _FactorsAudit:
+    """The runs and statistics of the perturbed-factor audit: FedSC with the keyword ``settings``,
+    noise stds ``sz``/``sc`` (Z uploads, C) times ``noise_scale``; client 0's rows ``own`` (row 0 the
+    replaced sample), the clipped sample and canary ``xs[False]``/``xs[True]``, and the constants
+    the noise-free uploads are recomputed with."""
+
+    settings: dict
+    sz: float
+    sc: float
+    noise_scale: float
+    own: np.ndarray
+    xs: dict
+    r: float
+    lam: float
+    tau_c: float
+    z_lr: float
+    tau_z: float
+
+    def run(self, X, client, seed, noise, scale=None):
+        """One FedSC run, with its noise (times ``scale``, default ``noise_scale``) or without."""
+        scale = self.noise_scale if scale is None else scale
+        return fedsc.run(
+            X,
+            client,
+            K_CLUSTERS,
+            seed=seed,
+            z_noise_std=self.sz * scale if noise else 0.0,
+            c_noise_std=self.sc * scale if noise else 0.0,
+            **self.settings,
+        )
+
+    def c_col(self, Z, x):
+        """The noise-free column of C of the sample ``x`` under the dictionary ``Z``."""
+        Kzz = spectral.gaussian_kernel(Z, Z, self.r)
+        C = fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, x[None], self.r), self.lam)
+        return fedsc._clip_columns(C, self.tau_c)
+
+    def z_upload(self, Z, x):
+        """Client 0's noise-free Z upload from ``Z`` with its row 0 replaced by ``x``."""
+        Xp = self.own.copy()
+        Xp[0] = x
+        r = self.r
+        Kzz = spectral.gaussian_kernel(Z, Z, r)
+        Cp = fedsc._clip_columns(
+            fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, Xp, r), self.lam), self.tau_c
+        )
+        return fedsc.clip_frobenius(Z - self.z_lr * fedsc.z_gradient(Z, Xp, Cp, r), self.tau_z)
+
+    def score(self, res) -> float:
+        """The Gaussian log-likelihood ratio of client 0's Z upload and column c_0 (canary against sample)."""
+        up = res.info["uploads"]
+        Z1 = up["Z_server"][0]  # the server dictionary the round-2 uploads start from
+        Z2 = up["Z_server"][1]  # the final dictionary C is computed from
+        xa, xb = self.xs[False], self.xs[True]
+        sz_ = _llr(up["Z_released"][0][0], self.z_upload(Z1, xa), self.z_upload(Z1, xb), self.sz)
+        sc_ = _llr(up["C_released"][:, 0], self.c_col(Z2, xa)[:, 0], self.c_col(Z2, xb)[:, 0], self.sc)
+        return sz_ + sc_
+
+    def residual(self, res, canary_in: bool) -> np.ndarray:
+        """Client 0's released Z upload and column c_0 minus their noise-free values under the side's
+        sample, each divided by its claimed std: unit-variance noise."""
+        up = res.info["uploads"]
+        Z1, Z2 = up["Z_server"][0], up["Z_server"][1]
+        x = self.xs[canary_in]
+        rz = (up["Z_released"][0][0] - self.z_upload(Z1, x)).ravel() / self.sz
+        rc = (up["C_released"][:, 0] - self.c_col(Z2, x)[:, 0]).ravel() / self.sc
+        return np.concatenate([rz, rc])
+
+    def scores(self, canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        """The scores and noise residuals of ``n`` runs on one side of the neighbouring pair."""
+        X, cl = neighbour(canary_in)
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        runs = [self.run(X, cl, int(s), noise) for s in seeds]
+        return {
+            "score": np.array([self.score(r) for r in runs]),
+            "noise": np.array([self.residual(r, canary_in) for r in runs]),
+        }
+
+
+def _llr(released, mu_a, mu_b, std) -> float:
+    """The Gaussian log-likelihood ratio of ``released`` between the means ``mu_b`` and ``mu_a``."""
+    diff = (mu_b - mu_a).ravel()
+    return float(np.dot(released.ravel() - 0.5 * (mu_a + mu_b).ravel(), diff)) / std**2
+
+
 def _fedsc_factors_case(
     epsilon: float = 1.0,
     delta: float = 1e-5,
@@ -188,10 +275,8 @@ def _fedsc_factors_case(
     n_runs: int = 500,
     noise_scale: float = 1.0,
 ) -> AuditCase:
-
     cal = fedsc.factor_noise_stds(epsilon, delta, rounds=2, d=d, r=r, tau_c=tau_c, z_lr=z_lr, share_z=share_z)
-    sz, sc = cal["z_noise_std"], cal["c_noise_std"]
-    kw = dict(
+    settings = dict(
         rounds=2,
         d=d,
         r=r,
@@ -204,68 +289,27 @@ def _fedsc_factors_case(
         cluster=False,
         return_uploads=True,
     )
-
-    def run(X, client, seed, noise, scale=noise_scale):
-        return fedsc.run(
-            X,
-            client,
-            K_CLUSTERS,
-            seed=seed,
-            z_noise_std=sz * scale if noise else 0.0,
-            c_noise_std=sc * scale if noise else 0.0,
-            **kw,
-        )
-
-    probe = run(*neighbour(True), 0, True, 1.0)  # the claim of the calibrated run
-    eps = account(probe.dp_events, delta)
     X0, client = audit_data()
-    own = fedsc.clip_rows(X0[client == 0], clip_tau)  # client 0's rows, row 0 to be replaced
     xa, xb = fedsc.clip_rows(np.stack([SAMPLE, CANARY]), clip_tau)
-
-    def c_col(Z, x):
-        Kzz = spectral.gaussian_kernel(Z, Z, r)
-        return fedsc._clip_columns(fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, x[None], r), lam), tau_c)
-
-    def z_upload(Z, x):
-        Xp = own.copy()
-        Xp[0] = x
-        Kzz = spectral.gaussian_kernel(Z, Z, r)
-        Cp = fedsc._clip_columns(fedsc.ridge_coefficients(Kzz, spectral.gaussian_kernel(Z, Xp, r), lam), tau_c)
-        return fedsc.clip_frobenius(Z - z_lr * fedsc.z_gradient(Z, Xp, Cp, r), tau_z)
-
-    def llr(released, mu_a, mu_b, std):
-        diff = (mu_b - mu_a).ravel()
-        return float(np.dot(released.ravel() - 0.5 * (mu_a + mu_b).ravel(), diff)) / std**2
-
-    def score(res) -> float:
-        up = res.info["uploads"]
-        Z1 = up["Z_server"][0]  # the server dictionary the round-2 uploads start from
-        Z2 = up["Z_server"][1]  # the final dictionary C is computed from
-        sz_ = llr(up["Z_released"][0][0], z_upload(Z1, xa), z_upload(Z1, xb), sz)
-        sc_ = llr(up["C_released"][:, 0], c_col(Z2, xa)[:, 0], c_col(Z2, xb)[:, 0], sc)
-        return sz_ + sc_
-
-    xs = {False: xa, True: xb}
-
-    def residual(res, canary_in: bool) -> np.ndarray:
-        # client 0's released Z upload and column c_0 minus their noise-free values under the side's
-        # sample, each divided by its claimed std: unit-variance noise
-        up = res.info["uploads"]
-        Z1, Z2 = up["Z_server"][0], up["Z_server"][1]
-        rz = (up["Z_released"][0][0] - z_upload(Z1, xs[canary_in])).ravel() / sz
-        rc = (up["C_released"][:, 0] - c_col(Z2, xs[canary_in])[:, 0]).ravel() / sc
-        return np.concatenate([rz, rc])
-
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, cl = neighbour(canary_in)
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        runs = [run(X, cl, int(s), noise) for s in seeds]
-        return {"score": np.array([score(r) for r in runs]), "noise": np.array([residual(r, canary_in) for r in runs])}
-
+    audit = _FactorsAudit(
+        settings=settings,
+        sz=cal["z_noise_std"],
+        sc=cal["c_noise_std"],
+        noise_scale=noise_scale,
+        own=fedsc.clip_rows(X0[client == 0], clip_tau),  # client 0's rows, row 0 to be replaced
+        xs={False: xa, True: xb},
+        r=r,
+        lam=lam,
+        tau_c=tau_c,
+        z_lr=z_lr,
+        tau_z=tau_z,
+    )
+    probe = audit.run(*neighbour(True), 0, True, 1.0)  # the claim of the calibrated run
+    eps = account(probe.dp_events, delta)
     return AuditCase(
         name="fedsc_factors",
         method="fedsc",
-        scores=scores,
+        scores=audit.scores,
         epsilon=eps,
         delta=delta,
         n_runs=n_runs,
@@ -276,8 +320,8 @@ def _fedsc_factors_case(
         f"r={r}, tau_c={tau_c}, z_lr={z_lr}; sample (-1, 0) replaced by the canary (8, 0); "
         "score = Gaussian log-likelihood ratio of client 0's Z upload and column c_0",
         info={
-            "z_noise_std": sz,
-            "c_noise_std": sc,
+            "z_noise_std": audit.sz,
+            "c_noise_std": audit.sc,
             "sensitivity_z": cal["sensitivity_z"],
             "sensitivity_c": cal["sensitivity_c"],
             "variant": "factors",

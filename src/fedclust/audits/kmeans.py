@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -194,6 +195,72 @@ def fkm_audit(epsilon, delta, clip, rounds, n_runs, noise_scale, runner=fkm.run,
     )
 
 
+@dataclass(frozen=True)
+class _FZKMAudit:
+    """The runs of the FZKM audit: one round of FZKM (``local_iters = 1``) on the audit data ``X0``
+    (clients ``client0``), with or without the ``canary`` added to client 0, from the public start
+    ``W0``; and the released totals of its first round."""
+
+    X0: np.ndarray
+    client0: np.ndarray
+    canary: np.ndarray
+    W0: np.ndarray
+    rounds: int
+    clip: float
+
+    def data(self, canary_in: bool):
+        """The audit data with the canary (client 0's extra sample) or without."""
+        if canary_in:
+            return np.vstack([self.X0, self.canary]), np.append(self.client0, 0)
+        return self.X0, self.client0
+
+    def run(self, X, client, seed, zz):
+        """One FZKM run with noise multiplier ``zz``."""
+        return fzkm.run(
+            X,
+            client,
+            K_CLUSTERS,
+            rounds=self.rounds,
+            clients_per_round=N_CLIENTS,
+            seed=seed,
+            local_iters=1,
+            server_restarts=1,
+            noise_multiplier=zz,
+            clip=self.clip,
+            init_centroids=self.W0,
+            blas_threads=None,
+        )
+
+    def totals(self, X, client, seed, zz) -> np.ndarray:
+        """Round 1's released totals (sums | counts), k x (m+1)."""
+        with observed_totals() as seen:
+            self.run(X, client, seed, zz)
+        return np.hstack([seen[0][0], seen[0][1][:, None]])
+
+
+@dataclass(frozen=True)
+class _FZKMScores:
+    """The likelihood-ratio statistic ``<T - T_out, T_in - T_out>`` of the released totals T of runs
+    with noise multiplier ``z * noise_scale``."""
+
+    audit: _FZKMAudit
+    T_out: np.ndarray
+    T_in: np.ndarray
+    z: float
+    noise_scale: float
+
+    def scores(self, canary_in: bool, noise: bool, n: int, seed: int) -> dict:
+        """The statistic and the noise of ``n`` runs on one side of the neighbouring pair."""
+        X, client = self.audit.data(canary_in)
+        clean = self.T_in if canary_in else self.T_out
+        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
+        zz = self.z * self.noise_scale if noise else 0.0
+        with quiet_rounds():
+            T = np.array([self.audit.totals(X, client, int(s), zz) for s in seeds])
+        stat = np.einsum("nkm,km->n", T - self.T_out, self.T_in - self.T_out)
+        return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
+
+
 def _fzkm_case(
     epsilon: float = 1.0,
     delta: float = 1e-5,
@@ -216,61 +283,24 @@ def _fzkm_case(
     z = calibrate_noise_multiplier(epsilon, delta, steps=rounds)
     X0, client0, _ = with_canary(False)
     W0 = public_centroids(K_CLUSTERS, X0.shape[1], 0, "uniform_box", clip=clip)
-    canary = W0[0].copy()
-
-    def data(canary_in: bool):
-        if canary_in:
-            return np.vstack([X0, canary]), np.append(client0, 0)
-        return X0, client0
-
-    def run(X, client, seed, zz):
-        return fzkm.run(
-            X,
-            client,
-            K_CLUSTERS,
-            rounds=rounds,
-            clients_per_round=N_CLIENTS,
-            seed=seed,
-            local_iters=1,
-            server_restarts=1,
-            noise_multiplier=zz,
-            clip=clip,
-            init_centroids=W0,
-            blas_threads=None,
-        )
-
-    def totals(X, client, seed, zz) -> np.ndarray:
-        with observed_totals() as seen:
-            run(X, client, seed, zz)
-        return np.hstack([seen[0][0], seen[0][1][:, None]])  # round 1's released (sums | counts), k x (m+1)
-
-    events = run(*data(True), 0, z).dp_events
+    audit = _FZKMAudit(X0=X0, client0=client0, canary=W0[0].copy(), W0=W0, rounds=rounds, clip=clip)
+    events = audit.run(*audit.data(True), 0, z).dp_events
     eps = account(events, delta)  # the claim of the calibrated run
     with quiet_rounds():
-        T_out, T_in = totals(*data(False), 0, 0.0), totals(*data(True), 0, 0.0)
+        T_out, T_in = audit.totals(*audit.data(False), 0, 0.0), audit.totals(*audit.data(True), 0, 0.0)
     direction = T_in - T_out
-    pair_std = z * pair_sensitivity(clip)
-
-    def scores(canary_in: bool, noise: bool, n: int, seed: int) -> dict:
-        X, client = data(canary_in)
-        clean = T_in if canary_in else T_out
-        seeds = np.random.SeedSequence(int(seed)).generate_state(int(n), dtype=np.uint32)
-        with quiet_rounds():
-            T = np.array([totals(X, client, int(s), z * noise_scale if noise else 0.0) for s in seeds])
-        stat = np.einsum("nkm,km->n", T - T_out, direction)
-        return {"score": stat, "gaussian": stat, "noise": (T - clean).reshape(len(seeds), -1)}
-
+    stat = _FZKMScores(audit=audit, T_out=T_out, T_in=T_in, z=z, noise_scale=noise_scale)
     return AuditCase(
         name="fzkm",
         method="fzkm",
-        scores=scores,
+        scores=stat.scores,
         epsilon=eps,
         delta=delta,
         n_runs=n_runs,
         gaussian=True,
         power_runs=POWER_RUNS,
         mutant_runs=MUTANT_RUNS,
-        noise_std=pair_std,
+        noise_std=z * pair_sensitivity(clip),
         epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r),
         description=f"40 digits rows, 4 clients, k=4, {rounds} round(s), local_iters=1, clip={clip}, one "
         "public W^0; canary = W^0_0 added to client 0 (membership 1); score = Gaussian "

@@ -26,6 +26,7 @@ from __future__ import annotations
 from fedclust.clustered_fl.engine import (
     ClusteredFLEngine,
     ClusteredFLResult,
+    EngineConfig,
     FederatedTensors,
     GradientAveraging,
     ModelAveraging,
@@ -42,24 +43,17 @@ def run(
     *,
     option: str = "II",
     beta: float = 0.9,
-    lr: float = 0.1,
-    lr_decay: float = 1.0,
-    local_steps: int = 10,
-    batch_size: int | None = None,
-    local_epochs: int | None = None,
-    rounds: int = 300,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
     ga_normalization: str = "total",
-    seed: int = 0,
-    **engine_kwargs,
+    **settings,
 ) -> ClusteredFLResult:
     """Run CFL-MGD with ``option="II"`` (model averaging, H = ``local_steps`` local heavy-ball steps)
     or ``option="I"`` (gradient averaging, one momentum-gradient message per client per round,
     server step ``lr_t/m``; ``ga_normalization="sampled"`` uses ``1/|M_t|`` instead of ``1/m``).
 
-    Other keyword arguments go to :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`
-    (``eval_every``, ``init_min_fraction``, ``progress``...). Returns a
+    Other keyword arguments are settings of :class:`~fedclust.clustered_fl.engine.EngineConfig`, with
+    its defaults (``lr`` 0.1, ``lr_decay`` 1, ``local_steps`` 10, ``batch_size``/``local_epochs`` None,
+    ``rounds`` 300, ``participation`` 0.1 or ``clients_per_round``, ``seed`` 0, ``eval_every``,
+    ``init_min_fraction``, ``progress``...). Returns a
     :class:`~fedclust.clustered_fl.engine.ClusteredFLResult` (``dp_events`` empty).
     """
     opt = str(option).upper()
@@ -68,22 +62,12 @@ def run(
     if not 0 <= beta < 1:
         raise ValueError(f"beta must be in [0, 1), got {beta}")
     agg = GradientAveraging(ga_normalization) if opt == "I" else ModelAveraging()
-    engine_kwargs.setdefault("method", f"cfl_mgd_{'ga' if opt == 'I' else 'ma'}")
-    return ClusteredFLEngine(
-        data,
-        model,
-        k,
-        rounds=rounds,
-        lr=lr,
-        lr_decay=lr_decay,
+    settings.setdefault("method", f"cfl_mgd_{'ga' if opt == 'I' else 'ma'}")
+    config = EngineConfig(
+        k=k,
         beta=beta,
         local_update="gradient" if opt == "I" else "model",
-        local_steps=local_steps,
-        batch_size=batch_size,
-        local_epochs=local_epochs,
-        participation=participation,
-        clients_per_round=clients_per_round,
         aggregator=agg,
-        seed=seed,
-        **engine_kwargs,
-    ).run()
+        **settings,
+    )
+    return ClusteredFLEngine(data, model, config).run()

@@ -43,6 +43,7 @@ from fedclust.clustered_fl import rr_cluster
 from fedclust.clustered_fl.engine import (
     ClusteredFLEngine,
     ClusteredFLResult,
+    EngineConfig,
     FederatedTensors,
 )
 from fedclust.clustered_fl.models import BatchedModel
@@ -130,55 +131,21 @@ class _ProxEngine(ClusteredFLEngine):
             self.model.anchor = None
 
 
-def _single(
-    data,
-    model,
-    kind,
-    *,
-    sigma: float = 0.0,
-    clip: float | None = None,
-    lr: float = 0.05,
-    local_steps: int = 5,
-    batch_size: int | None = None,
-    rounds: int = 100,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    server_lr: float = 1.0,
-    engine_cls=None,
-    aggregator_kwargs=None,
-    **engine_kwargs,
-):
+def _single(data, model, kind, *, sigma: float = 0.0, engine_cls=None, aggregator_kwargs=None, **settings):
     """The one-model DP baselines on the engine: clip C_theta = ``clip``, noise
     ``N(0, (2 C_theta sigma)^2)`` on the sum of the sampled clients' updates (the replace-one
     sensitivity), divided by |M^t| (sigma = 0: no noise, optional clipping), a server step
-    ``server_lr``; the local training settings (``lr``, ``local_steps``, ``batch_size``) and the
-    sampling (``participation`` or ``clients_per_round``) as in
-    :func:`fedclust.clustered_fl.rr_cluster.build_engine`."""
-    for bad in ("k", "B", "sigma_s", "base"):
-        if bad in engine_kwargs:
+    ``server_lr``; the other release settings, the local training settings (``lr``, ``local_steps``,
+    ``batch_size``) and the sampling (``participation`` or ``clients_per_round``) with their defaults
+    as in :func:`fedclust.clustered_fl.rr_cluster.run`."""
+    for bad in ("k", "B", "sigma_s", "sigma_theta", "base"):
+        if bad in settings:
             raise ValueError(f"{kind} does not take {bad!r} (one model, no identifier, no rebalancing)")
-    engine_kwargs.setdefault("method", kind)
+    settings.setdefault("method", kind)
+    release, engine_settings = rr_cluster.split_settings({**settings, "sigma_s": None, "sigma_theta": sigma})
+    config = EngineConfig(k=1, **{**rr_cluster.TRAINING_DEFAULTS, **engine_settings})
     eng = rr_cluster.build_engine(
-        data,
-        model,
-        1,
-        base="ifca",
-        B=0,
-        sigma_s=None,
-        sigma_theta=sigma,
-        clip=clip,
-        server_lr=server_lr,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        engine_cls=engine_cls,
-        lr=lr,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        rounds=rounds,
-        seed=seed,
-        aggregator_kwargs=aggregator_kwargs,
-        **engine_kwargs,
+        data, model, config, release, base="ifca", B=0, engine_cls=engine_cls, aggregator_kwargs=aggregator_kwargs
     )
     eng.aggregator.label = kind
     return rr_cluster.finalize(eng, eng.run())
@@ -213,8 +180,8 @@ class FedPerEngine(ClusteredFLEngine):
     :class:`ClientUpdates`, and the aggregator freezes the head keys). Test accuracy is personalized:
     test client i uses training client i's head (needs as many test clients as training clients)."""
 
-    def __init__(self, *args, head_keys=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, data, model, config, head_keys=None):
+        super().__init__(data, model, config)
         if self.k != 1:
             raise ValueError("FedPer has one shared base model (k must be 1)")
         if self.data.X_test is not None and self.data.n_test_clients != self.data.n_clients:
@@ -295,8 +262,8 @@ def dp_fedper(data: FederatedTensors, model: BatchedModel, *, head_keys=None, **
         head_keys = last_layer_keys(model.init(1, 0))
 
     class _Eng(FedPerEngine):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, head_keys=tuple(head_keys), **kw)
+        def __init__(self, data, model, config):
+            super().__init__(data, model, config, head_keys=tuple(head_keys))
 
     frozen = {"frozen_keys": tuple(head_keys)}
     return _single(data, model, "dp_fedper", engine_cls=_Eng, aggregator_kwargs=frozen, **settings)

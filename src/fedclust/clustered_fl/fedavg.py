@@ -10,7 +10,13 @@ in one cluster (1/P for P equal groups).
 
 from __future__ import annotations
 
-from fedclust.clustered_fl.engine import ClusteredFLEngine, ClusteredFLResult, FederatedTensors, ModelAveraging
+from fedclust.clustered_fl.engine import (
+    ClusteredFLEngine,
+    ClusteredFLResult,
+    EngineConfig,
+    FederatedTensors,
+    ModelAveraging,
+)
 from fedclust.clustered_fl.models import BatchedModel
 
 __all__ = ["run"]
@@ -31,15 +37,14 @@ def run(
     **engine_kwargs,
 ) -> ClusteredFLResult:
     """FedAvg with H = ``local_steps`` local steps (``beta`` > 0 gives FedAvg with server-carried momentum,
-    not a paper baseline). Other keyword arguments go to the engine."""
+    not a paper baseline). Other keyword arguments are settings of
+    :class:`~fedclust.clustered_fl.engine.EngineConfig`."""
     engine_kwargs.setdefault("method", "fedavg")
     for bad in ("k", "init_min_fraction", "local_update"):
         if bad in engine_kwargs:
             raise ValueError(f"FedAvg does not take {bad!r} (one model, model averaging)")
-    return ClusteredFLEngine(
-        data,
-        model,
-        1,
+    config = EngineConfig(
+        k=1,
         rounds=rounds,
         lr=lr,
         lr_decay=lr_decay,
@@ -51,4 +56,5 @@ def run(
         aggregator=ModelAveraging(),
         seed=seed,
         **engine_kwargs,
-    ).run()
+    )
+    return ClusteredFLEngine(data, model, config).run()

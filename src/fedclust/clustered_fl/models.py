@@ -349,85 +349,67 @@ class MLP(BatchedModel):
         """
         if self.impl != "bmm" or not steps:
             return False
-        B, n_max, d = (int(s) for s in X.shape)
+        n_max = int(X.shape[1])
         rows_total = sum(n_max if s[0] is None else int(s[0].shape[1]) for s in steps)
         plan = self.deferred_plan(n_max, rows_total)
         if plan is None:
             return False
-        L = len(self._layers)
         W0n, b0n = self._layers[0] + ".weight", self._layers[0] + ".bias"
-        W0 = w[W0n]
-        h0 = int(W0.shape[1])
         with torch.no_grad():
-            cl = torch.arange(B, device=X.device).unsqueeze(1)
-            if plan == "samples":
-                P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
-                G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
-                E = torch.zeros_like(P)  # the errors so far, summed per sample
-                Pf, Ef = P.view(B * n_max, h0), E.view(B * n_max, h0)
-                Gf = G.view(B * n_max, n_max) if G is not None else None
-            else:
-                full = torch.arange(n_max, device=X.device).expand(B, n_max)
-                idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
-                Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
-                P = torch.bmm(Xall, W0.transpose(1, 2))
-                Dall = torch.empty_like(P)
+            tab = _DeferredTables.build(plan, X, w[W0n], steps)
             scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
                 hi = lo + (n_max if idx is None else int(idx.shape[1]))
-                if plan == "samples" and idx is None:  # the full batch: every sample, in order
-                    h = P + w[b0n].unsqueeze(1)
-                    if t > 0:
-                        h.baddbmm_(G, E, alpha=-lr)
-                elif plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
-                    where = (cl * n_max + idx).reshape(-1)
-                    b = int(idx.shape[1])
-                    h = Pf.index_select(0, where).view(B, b, h0).add_(w[b0n].unsqueeze(1))
-                    if t > 0:
-                        h.baddbmm_(Gf.index_select(0, where).view(B, b, n_max), E, alpha=-lr)
-                else:
-                    h = P[:, lo:hi] + w[b0n].unsqueeze(1)
-                    if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
-                        Xb = Xall[:, lo:hi]
-                        h.baddbmm_(torch.bmm(Xb, Xall[:, :lo].transpose(1, 2)), Dall[:, :lo], alpha=-lr)
-                hs = [None]
-                for i in range(L):
-                    if i > 0:
-                        name = self._layers[i]
-                        h = torch.baddbmm(w[name + ".bias"].unsqueeze(1), h, w[name + ".weight"].transpose(1, 2))
-                    if i < L - 1:
-                        h = torch.relu_(h)
-                        hs.append(h)
-                key = (id(mb), id(nb))
-                if key not in scales:
-                    sc = (mb / nb.clamp(min=1).to(X.dtype).unsqueeze(1)).unsqueeze(-1)
-                    scales[key] = (sc, torch.full_like(sc, -1.0))
-                scale, minus_one = scales[key]
-                dA = torch.softmax(h, dim=-1)
-                dA.scatter_add_(-1, yb.unsqueeze(-1), minus_one)
-                dA.mul_(scale)
-                for i in range(L - 1, 0, -1):
-                    Wn, bn = self._layers[i] + ".weight", self._layers[i] + ".bias"
-                    # the error below the ReLU, before W changes (one op: zero where the unit was off)
-                    dA_prev = torch.ops.aten.threshold_backward(torch.bmm(dA, w[Wn]), hs[i], 0.0)
-                    w[Wn].baddbmm_(dA.transpose(1, 2), hs[i], beta=1.0, alpha=-lr)
-                    w[bn].sub_(dA.sum(1), alpha=lr)
-                    dA = dA_prev
+                h, where = tab.first_layer(t, idx, lo, hi, w[b0n], lr)
+                h, hs = self._upper_forward(w, h)
+                dA = self._output_errors(h, yb, mb, nb, scales, X.dtype)
+                dA = self._upper_backward_(w, dA, hs, lr)
                 w[b0n].sub_(dA.sum(1), alpha=lr)
-                if plan == "rows":
-                    Dall[:, lo:hi] = dA
-                elif idx is None:
-                    E.add_(dA)
-                else:  # the step's rows of a client are distinct: one add per sample row
-                    Ef.index_add_(0, where, dA.reshape(-1, h0))
+                tab.add_errors(dA, idx, where, lo, hi)
                 lo = hi
             # out of place: the start weights may be the caller's (see deferred_keys)
-            if plan == "samples":
-                w[W0n] = torch.baddbmm(W0, E.transpose(1, 2), X, beta=1.0, alpha=-lr)
-            else:
-                w[W0n] = torch.baddbmm(W0, Dall.transpose(1, 2), Xall, beta=1.0, alpha=-lr)
+            w[W0n] = tab.deferred_weight(lr)
         return True
+
+    def _upper_forward(self, w, h):
+        """The layers above the first from its pre-activations ``h``: the logits and the ReLU outputs
+        ``hs`` (``hs[i]`` the input of layer i; ``hs[0]`` unused)."""
+        L = len(self._layers)
+        hs = [None]
+        for i in range(L):
+            if i > 0:
+                name = self._layers[i]
+                h = torch.baddbmm(w[name + ".bias"].unsqueeze(1), h, w[name + ".weight"].transpose(1, 2))
+            if i < L - 1:
+                h = torch.relu_(h)
+                hs.append(h)
+        return h, hs
+
+    @staticmethod
+    def _output_errors(h, yb, mb, nb, scales: dict, dtype):
+        """d loss / d logits of cross-entropy at the logits ``h`` (``scales`` caches mask / batch size)."""
+        key = (id(mb), id(nb))
+        if key not in scales:
+            sc = (mb / nb.clamp(min=1).to(dtype).unsqueeze(1)).unsqueeze(-1)
+            scales[key] = (sc, torch.full_like(sc, -1.0))
+        scale, minus_one = scales[key]
+        dA = torch.softmax(h, dim=-1)
+        dA.scatter_add_(-1, yb.unsqueeze(-1), minus_one)
+        dA.mul_(scale)
+        return dA
+
+    def _upper_backward_(self, w, dA, hs, lr: float):
+        """The SGD step of the layers above the first, IN PLACE, from the output errors ``dA``; returns
+        the errors at the first layer's outputs."""
+        for i in range(len(self._layers) - 1, 0, -1):
+            Wn, bn = self._layers[i] + ".weight", self._layers[i] + ".bias"
+            # the error below the ReLU, before W changes (one op: zero where the unit was off)
+            dA_prev = torch.ops.aten.threshold_backward(torch.bmm(dA, w[Wn]), hs[i], 0.0)
+            w[Wn].baddbmm_(dA.transpose(1, 2), hs[i], beta=1.0, alpha=-lr)
+            w[bn].sub_(dA.sum(1), alpha=lr)
+            dA = dA_prev
+        return dA
 
     def deferred_plan(self, n_max: int, rows_total: int) -> str | None:
         """How :meth:`deferred_steps_` runs a local update of ``rows_total`` minibatch rows (over all
@@ -461,6 +443,75 @@ class MLP(BatchedModel):
 
 
 # ------------------------------------------------------------------------------------------------
+class _DeferredTables:
+    """The first layer's tables of :meth:`MLP.deferred_steps_` under its ``plan``: ``"samples"``:
+    ``P = X W_0^T``, ``G = X X^T`` and the per-sample error sums ``E`` (with flat views); ``"rows"``:
+    the steps' rows ``Xall``, ``P = Xall W_0^T`` and their errors ``Dall``."""
+
+    def __init__(self, plan: str, X, W0, **tables):
+        self.plan, self.X, self.W0 = plan, X, W0
+        self.B, self.n_max = int(X.shape[0]), int(X.shape[1])
+        self.h0 = int(W0.shape[1])
+        self.cl = torch.arange(self.B, device=X.device).unsqueeze(1)
+        for name, v in tables.items():
+            setattr(self, name, v)
+
+    @classmethod
+    def build(cls, plan: str, X, W0, steps) -> _DeferredTables:
+        """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0``."""
+        B, n_max = int(X.shape[0]), int(X.shape[1])
+        h0 = int(W0.shape[1])
+        if plan == "samples":
+            P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
+            G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
+            E = torch.zeros_like(P)  # the errors so far, summed per sample
+            Gf = G.view(B * n_max, n_max) if G is not None else None
+            return cls(plan, X, W0, P=P, G=G, E=E, Pf=P.view(B * n_max, h0), Ef=E.view(B * n_max, h0), Gf=Gf)
+        cl = torch.arange(B, device=X.device).unsqueeze(1)
+        full = torch.arange(n_max, device=X.device).expand(B, n_max)
+        idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
+        Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
+        P = torch.bmm(Xall, W0.transpose(1, 2))
+        return cls(plan, X, W0, Xall=Xall, P=P, Dall=torch.empty_like(P))
+
+    def first_layer(self, t: int, idx, lo: int, hi: int, b0, lr: float):
+        """Step t's first-layer pre-activations (its rows ``lo:hi`` of all steps' rows, or ``idx`` of
+        the samples) with the earlier steps' deferred updates; and the flat sample rows it read
+        (``"samples"`` with a minibatch, else None)."""
+        if self.plan == "samples" and idx is None:  # the full batch: every sample, in order
+            h = self.P + b0.unsqueeze(1)
+            if t > 0:
+                h.baddbmm_(self.G, self.E, alpha=-lr)
+            return h, None
+        if self.plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
+            where = (self.cl * self.n_max + idx).reshape(-1)
+            b = int(idx.shape[1])
+            h = self.Pf.index_select(0, where).view(self.B, b, self.h0).add_(b0.unsqueeze(1))
+            if t > 0:
+                h.baddbmm_(self.Gf.index_select(0, where).view(self.B, b, self.n_max), self.E, alpha=-lr)
+            return h, where
+        h = self.P[:, lo:hi] + b0.unsqueeze(1)
+        if lo > 0:  # the earlier steps' deferred updates, seen through this step's inputs
+            Xb = self.Xall[:, lo:hi]
+            h.baddbmm_(torch.bmm(Xb, self.Xall[:, :lo].transpose(1, 2)), self.Dall[:, :lo], alpha=-lr)
+        return h, None
+
+    def add_errors(self, dA, idx, where, lo: int, hi: int) -> None:
+        """Keep step t's errors at the first layer's outputs for the later steps and the final update."""
+        if self.plan == "rows":
+            self.Dall[:, lo:hi] = dA
+        elif idx is None:
+            self.E.add_(dA)
+        else:  # the step's rows of a client are distinct: one add per sample row
+            self.Ef.index_add_(0, where, dA.reshape(-1, self.h0))
+
+    def deferred_weight(self, lr: float):
+        """The first weight matrix after all steps: ``W_0 - lr E^T X`` (or ``- lr Dall^T Xall``), out of place."""
+        if self.plan == "samples":
+            return torch.baddbmm(self.W0, self.E.transpose(1, 2), self.X, beta=1.0, alpha=-lr)
+        return torch.baddbmm(self.W0, self.Dall.transpose(1, 2), self.Xall, beta=1.0, alpha=-lr)
+
+
 class ModuleModel(BatchedModel):
     """Any ``nn.Module`` (built by ``factory``) batched with ``functional_call`` + ``vmap``.
 

@@ -94,6 +94,7 @@ import functools
 import logging
 import math
 import time
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -104,6 +105,7 @@ from fedclust.clustered_fl.engine import (
     ClusteredFLEngine,
     ClusteredFLResult,
     DeltaAveraging,
+    EngineConfig,
     FederatedTensors,
     Params,
     assign_clusters,
@@ -115,7 +117,7 @@ from fedclust.clustered_fl.engine import (
 from fedclust.clustered_fl.models import BatchedModel
 from fedclust.clustered_fl.rebalance import check_threshold, random_rebalance
 from fedclust.privacy._validate import check_delta, check_epsilon, check_steps
-from fedclust.privacy.accountants import calibrate_noise_multiplier
+from fedclust.privacy.accountants import CalibrationSearch, calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease
 from fedclust.privacy.mechanisms import add_gaussian_noise
 from fedclust.privacy.observe import observing, report
@@ -130,6 +132,9 @@ __all__ = [
     "AdditiveModel",
     "FeSEMEngine",
     "build_engine",
+    "ReleaseSettings",
+    "TRAINING_DEFAULTS",
+    "split_settings",
     "run",
     "finalize",
     "calibrate",
@@ -176,7 +181,7 @@ def _accountant_multiplier(epsilon: float, delta: float, T: int, M: int, m: int,
         sample_size=m,
         neighbouring="replace_one",
         weights=weights,
-        rtol=1e-4,
+        search=CalibrationSearch(rtol=1e-4),
     )
 
 
@@ -572,8 +577,8 @@ class FeSEMEngine(ClusteredFLEngine):
     The server side (M-step) is the aggregator's. Everything is batched over the sampled clients.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, data, model, config):
+        super().__init__(data, model, config)
         if self.beta != 0 or self.local_update != "model":
             raise ValueError("FeSEM runs local model training without momentum (beta=0, local_update='model')")
         self.last_center = np.full(self.data.n_clients, -1, dtype=np.int64)
@@ -629,83 +634,104 @@ PRIVACY_NOTES = (
 )
 
 
-def build_engine(
-    data: FederatedTensors,
-    model: BatchedModel,
-    k: int,
-    *,
-    base: str = "ifca",
-    B: int = 8,
-    sigma_s: float | None = 0.0,
-    sigma_theta: float = 0.0,
-    sigma_g: float | None = None,
-    clip: float | None = None,
-    C_s: float = 0.1,
-    noise_calibration: str = "replace_one",
-    server_lr: float = 1.0,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    engine_cls=None,
-    aggregator_kwargs: dict | None = None,
-    **engine_kwargs,
-) -> ClusteredFLEngine:
-    """A configured engine for RR-Cluster(``base``) (B >= 1) or DP-``base`` (B = 0); see :func:`run`.
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """The noise, clipping and server step of RR-Cluster's releases (see :func:`run`): identifier noise
+    multiplier ``sigma_s`` with its clip ``C_s``, model noise multiplier ``sigma_theta`` with the clip
+    ``clip`` = C_theta, FedCAM's global-part multiplier ``sigma_g``, the ``noise_calibration`` and the
+    server step ``server_lr``."""
 
-    ``model`` is the base model (FedCAM wraps it in :class:`AdditiveModel`). The engine's numpy streams
-    get an extra ``"rebalance"`` stream (composition: the engine itself is unchanged).
-    """
-    if base not in BASES:
-        raise ValueError(f"base must be one of {BASES}, got {base!r}")
-    if "sensitivity_factor" in engine_kwargs:
+    sigma_s: float | None = 0.0
+    sigma_theta: float = 0.0
+    sigma_g: float | None = None
+    clip: float | None = None
+    C_s: float = 0.1
+    noise_calibration: str = "replace_one"
+    server_lr: float = 1.0
+
+
+#: local training settings of RR-Cluster and the DP baselines where they differ from the engine's defaults
+TRAINING_DEFAULTS = {"lr": 0.05, "local_steps": 5, "rounds": 100}
+
+
+def split_settings(settings: dict) -> tuple[ReleaseSettings, dict]:
+    """The :class:`ReleaseSettings` named in the keyword ``settings`` and the rest (the engine's)."""
+    if "sensitivity_factor" in settings:
         raise ValueError(
             "sensitivity_factor was removed: every method adds noise for its "
             "replace-one sensitivity; noise_calibration='paper_literal' reproduces the paper's noise"
         )
-    if engine_kwargs.get("sampling", "fixed") != "fixed":
+    names = {f.name for f in fields(ReleaseSettings)}
+    release = ReleaseSettings(**{n: v for n, v in settings.items() if n in names})
+    return release, {n: v for n, v in settings.items() if n not in names}
+
+
+def _check_private_setup(data: FederatedTensors, config: EngineConfig, release: ReleaseSettings, B: int) -> None:
+    """Refuse a setup the replace-one accounting does not cover, or a threshold ``B`` out of range."""
+    if config.sampling != "fixed":
         raise ValueError(
             "sampling must be 'fixed' (fixed-size sampling without replacement; the replace-one accounting assumes it)"
         )
-    m = _sample_size(data, participation, clients_per_round)
+    k, sigma_s, sigma_theta = config.k, release.sigma_s, release.sigma_theta
+    m = _sample_size(data, config.participation, config.clients_per_round)
     check_threshold(B, m, k)
     if k > 1 and sigma_theta and sigma_theta > 0 and not (sigma_s and 0 < sigma_s < math.inf):
         raise ValueError(
             f"sigma_s must be > 0 when sigma_theta > 0 and k={k} > 1 (the identifiers are released "
             f"too), got sigma_s={sigma_s!r}"
         )
-    if sigma_theta and sigma_theta > 0 and engine_kwargs.get("init_min_fraction") is not None:
+    if sigma_theta and sigma_theta > 0 and config.init_min_fraction is not None:
         raise ValueError(
             "init_min_fraction must be None in a private run: IFCA's restart heuristic picks the "
             "initial models with the clients' raw losses, a release without a DP mechanism; "
             "private runs use the public random init"
         )
+
+
+def build_engine(
+    data: FederatedTensors,
+    model: BatchedModel,
+    config: EngineConfig,
+    release: ReleaseSettings,
+    *,
+    base: str = "ifca",
+    B: int = 8,
+    engine_cls=None,
+    aggregator_kwargs: dict | None = None,
+) -> ClusteredFLEngine:
+    """A configured engine for RR-Cluster(``base``) (B >= 1) or DP-``base`` (B = 0); see :func:`run`.
+
+    ``config`` holds the engine's settings (its ``aggregator`` must be None: the private aggregator
+    is built here from ``release``; a ``method`` left at the engine's default becomes
+    ``rr_cluster_<base>``, or ``dp_<base>`` for B = 0); ``model`` is the base model (FedCAM wraps it in
+    :class:`AdditiveModel`). The engine's numpy streams get an extra ``"rebalance"`` stream
+    (composition: the engine itself is unchanged).
+    """
+    if base not in BASES:
+        raise ValueError(f"base must be one of {BASES}, got {base!r}")
+    if config.aggregator is not None:
+        raise ValueError("RR-Cluster builds its own aggregator: config.aggregator must be None")
+    _check_private_setup(data, config, release, B)
     agg_kw = dict(aggregator_kwargs or {})
     if base == "fedcam":
         model = AdditiveModel(model)
         agg_kw["global_keys"] = tuple(GLOBAL_PREFIX + n for n in model.base.init(1, 0))
-        agg_kw["sigma_g"] = sigma_g
+        agg_kw["sigma_g"] = release.sigma_g
     agg = PrivateClusterAggregator(
-        sigma_s=sigma_s,
-        sigma_theta=sigma_theta,
-        clip=clip,
+        sigma_s=release.sigma_s,
+        sigma_theta=release.sigma_theta,
+        clip=release.clip,
         B=B,
-        C_s=C_s,
-        noise_calibration=noise_calibration,
-        server_lr=server_lr,
+        C_s=release.C_s,
+        noise_calibration=release.noise_calibration,
+        server_lr=release.server_lr,
         label=f"{'rr_cluster' if B else 'dp'}_{base}",
         **agg_kw,
     )
     if engine_cls is None:
         engine_cls = FeSEMEngine if base == "fesem" else ClusteredFLEngine
-    engine_kwargs.setdefault("method", f"rr_cluster_{base}" if B else f"dp_{base}")
-    eng = engine_cls(
-        data,
-        model,
-        k,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        aggregator=agg,
-        **engine_kwargs,
-    )
+    method = config.method if config.method != EngineConfig.method else f"rr_cluster_{base}" if B else f"dp_{base}"
+    eng = engine_cls(data, model, replace(config, aggregator=agg, method=method))
     eng.rngs["rebalance"] = stream(eng.seed, "rebalance")
     return eng
 
@@ -752,69 +778,38 @@ def run(
     *,
     base: str = "ifca",
     B: int = 8,
-    sigma_s: float | None = 0.0,
-    sigma_theta: float = 0.0,
-    sigma_g: float | None = None,
-    clip: float | None = None,
-    C_s: float = 0.1,
-    noise_calibration: str = "replace_one",
-    server_lr: float = 1.0,
-    lr: float = 0.05,
-    local_steps: int = 5,
-    batch_size: int | None = None,
-    rounds: int = 100,
-    participation: float = 0.1,
-    clients_per_round: int | None = None,
-    seed: int = 0,
-    **engine_kwargs,
+    **settings,
 ) -> ClusteredFLResult:
     """Run RR-Cluster(``base``) with threshold ``B`` (``B = 0``: DP-``base`` without rebalancing).
 
     * ``base`` in {"ifca", "fesem", "fedcam"}; ``k`` clusters; ``B`` integer in [0, m/k] with
       m = round(q M) clients per round (ValueError naming B otherwise);
-    * ``sigma_s`` identifier noise multiplier (noise ``sqrt(2) C_s sigma_s`` per coordinate, ``C_s`` in
-      (0, 1]); ``sigma_theta`` model noise multiplier (std ``2 C_theta sigma_theta`` on each cluster
-      sum); ``sigma_g`` FedCAM's global-part multiplier; ``clip`` = C_theta; all multipliers relative to
-      the replace-one sensitivities (module docstring); ``noise_calibration="paper_literal"``: the
-      paper's noise, accounted at its true multipliers; all zero: the non-private algorithm (eps = inf);
-    * local training: ``lr``, ``local_steps`` (S)GD steps (``batch_size`` None = full batch); server step
-      ``server_lr`` gamma; ``rounds`` T; ``participation`` q or ``clients_per_round`` (fixed-size sample;
-      q = 1 is full participation);
-    * other keyword arguments go to :class:`~fedclust.clustered_fl.engine.ClusteredFLEngine`
+    * the release settings (:class:`ReleaseSettings`): ``sigma_s`` identifier noise multiplier (noise
+      ``sqrt(2) C_s sigma_s`` per coordinate, ``C_s`` in (0, 1], default 0.1); ``sigma_theta`` model
+      noise multiplier (std ``2 C_theta sigma_theta`` on each cluster sum); ``sigma_g`` FedCAM's
+      global-part multiplier; ``clip`` = C_theta; all multipliers relative to the replace-one
+      sensitivities (module docstring); ``noise_calibration="paper_literal"``: the paper's noise,
+      accounted at its true multipliers; all zero (default): the non-private algorithm (eps = inf);
+      server step ``server_lr`` gamma (default 1);
+    * the other keyword arguments are settings of :class:`~fedclust.clustered_fl.engine.EngineConfig`,
+      with :data:`TRAINING_DEFAULTS` for local training: ``lr`` 0.05, ``local_steps`` 5 (S)GD steps
+      (``batch_size`` None = full batch), ``rounds`` T = 100; ``participation`` q (0.1) or
+      ``clients_per_round`` (fixed-size sample; q = 1 is full participation), ``seed`` 0
       (``init_min_fraction`` is refused in a private run).
 
     Returns a :class:`ClusteredFLResult` whose ``dp_events`` is the list of DP releases and whose
     ``history`` has the per-round RR log (see :func:`finalize`).
     """
-    eng = build_engine(
-        data,
-        model,
-        k,
-        base=base,
-        B=B,
-        sigma_s=sigma_s,
-        sigma_theta=sigma_theta,
-        sigma_g=sigma_g,
-        clip=clip,
-        C_s=C_s,
-        noise_calibration=noise_calibration,
-        server_lr=server_lr,
-        participation=participation,
-        clients_per_round=clients_per_round,
-        lr=lr,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        rounds=rounds,
-        seed=seed,
-        **engine_kwargs,
-    )
+    release, engine_settings = split_settings(settings)
+    config = EngineConfig(k=k, **{**TRAINING_DEFAULTS, **engine_settings})
+    eng = build_engine(data, model, config, release, base=base, B=B)
     res = finalize(eng, eng.run())
     logger.info(
         "%s: B=%d, %d updates moved in %d rounds, final test accuracy %.4f",
         res.info["method"],
         B,
         res.info.get("total_moved", 0),
-        rounds,
+        config.rounds,
         res.info["final"].get("test_accuracy", float("nan")),
     )
     return res

@@ -110,6 +110,103 @@ class DKPPOptions(ReleaseOptions, KMeansInitOptions, BaselineNoiseOptions, Sampl
         return found
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rounds:
+    """What every DK++ round reads: the clipped client-sorted data and layout, the number of clients
+    ``N`` and per round ``K``, the noise multiplier ``z`` and clip of a private run, the trust model,
+    the streams (client sampling, noise) and the round logger."""
+
+    Xc: np.ndarray
+    lay: object
+    N: int
+    K: int
+    z: float
+    clip: float
+    private: bool
+    trust_model: str
+    rng_s: np.random.Generator
+    rng_noise: np.random.Generator | None
+    log_round: object
+
+
+def _seeding(rd: _Rounds, cand: np.ndarray, rounds: int, ell: float, rng_mb) -> tuple[np.ndarray, int]:
+    """1. The k-means|| seeding rounds: every sampled client uploads its noisy cost and the points it
+    selects with probability ``ell d^2 / phi``; returns the candidates and the reals uploaded."""
+    uploaded = 0
+    for t in range(1, rounds + 1):
+        S = sample_clients(rd.rng_s, rd.N, rd.K)
+        rows = rd.lay.rows_of(S)
+        slot = np.repeat(np.arange(rd.K), rd.lay.sizes[S])
+        _, d2 = nearest(rd.Xc[rows], cand)
+        phi_i = noisy(
+            np.bincount(slot, weights=d2, minlength=rd.K), rd.z * 4.0 * rd.clip**2 if rd.private else 0.0, rd.rng_noise
+        )
+        phi = max(float(phi_i.sum()), 1e-300)
+        pick = rng_mb.random(rows.size) < np.minimum(1.0, ell * d2 / phi)
+        new = noisy(rd.Xc[rows[pick]], rd.z * rd.clip if rd.private else 0.0, rd.rng_noise)
+        uploaded += rd.K + new.size
+        cand = np.vstack([cand, new])
+        rd.log_round(t, cand)
+    return cand, uploaded
+
+
+def _weighting(rd: _Rounds, cand: np.ndarray, o: DKPPOptions, k: int, t: int) -> tuple[np.ndarray, int]:
+    """2. The weighting round (noisy candidate counts) and the server's reclustering of the weighted
+    candidates into ``k`` centres; returns the centres and the reals uploaded."""
+    S = sample_clients(rd.rng_s, rd.N, rd.K)
+    rows = rd.lay.rows_of(S)
+    slot = np.repeat(np.arange(rd.K), rd.lay.sizes[S])
+    lab, _ = nearest(rd.Xc[rows], cand)
+    counts = np.bincount(slot * cand.shape[0] + lab, minlength=rd.K * cand.shape[0]).astype(np.float64)
+    counts = release_sum(
+        counts.reshape(rd.K, -1).sum(0), rd.z if rd.private else 0.0, rd.K, rd.trust_model, rd.rng_noise
+    )
+    report("weights", counts)
+    w = np.maximum(counts, 0.0)
+    C = server_kmeans(cand, w, None, stream(o.seed, "server"), o.recluster_iters, n_init=3, k=k)
+    rd.log_round(t, C)
+    return C, rd.K * cand.shape[0]
+
+
+def _dk_pp_events(o: DKPPOptions, private: bool, init, z: float) -> list:
+    """The run's releases: the initial candidates', the seeding's (not DP), the counts' and the Lloyd rounds'."""
+    R, seeding_rounds, trust_model = o.rounds, o.seeding_rounds, o.trust_model
+    events = init_release(private, init, o.init_centroids, "dk_pp initial candidates")
+    if not private:
+        return events
+    if seeding_rounds:
+        events.append(
+            non_dp_release(
+                f"dk_pp k-means|| seeding ({seeding_rounds} rounds): the uploaded points are private samples "
+                "selected by their own distances, a data-dependent selection with no bounded sensitivity"
+            )
+        )
+    events.append(
+        GaussianRelease(
+            noise_multipliers=(z,),
+            count=1,
+            sampling="none",
+            neighbouring="add_remove",
+            unit="sample",
+            label="dk_pp candidate counts",
+            extra={"trust_model": trust_model},
+        )
+    )
+    if R - seeding_rounds - 1 > 0:
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z,),
+                count=R - seeding_rounds - 1,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="dk_pp Lloyd sums and counts",
+                extra={"trust_model": trust_model},
+            )
+        )
+    return events
+
+
 @with_blas_limit
 def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progress=None, **settings):
     """Run DK++ (:class:`DKPPOptions`; keyword ``settings`` override ``options``): ``seeding_rounds``
@@ -136,87 +233,25 @@ def run(X, client, k: int, options: DKPPOptions | None = None, *, y=None, progre
         clip=clip,
         method="dk_pp",
     )
-
     rng_s = stream(seed, "sampling")
     rng_mb = stream(seed, "minibatch")  # data-level random choices (which samples are selected)
     rng_noise = stream(seed, "noise") if private else None
     hist = new_history(y)
-    uploaded = 0
-
     log_round = round_logger("dk_pp", hist, X, y, R, progress, logger)
-
-    # ---- 1. k-means|| seeding ----
-    cand = C0.copy()
-    t = 0
-    for _ in range(seeding_rounds):
-        t += 1
-        S = sample_clients(rng_s, N, K)
-        rows = lay.rows_of(S)
-        slot = np.repeat(np.arange(K), lay.sizes[S])
-        _, d2 = nearest(Xc[rows], cand)
-        phi_i = noisy(np.bincount(slot, weights=d2, minlength=K), z * 4.0 * clip**2 if private else 0.0, rng_noise)
-        phi = max(float(phi_i.sum()), 1e-300)
-        pick = rng_mb.random(rows.size) < np.minimum(1.0, ell * d2 / phi)
-        new = noisy(Xc[rows[pick]], z * clip if private else 0.0, rng_noise)
-        uploaded += K + new.size
-        cand = np.vstack([cand, new])
-        log_round(t, cand)
-
-    # ---- 2. weighting round and reclustering ----
-    t += 1
-    S = sample_clients(rng_s, N, K)
-    rows = lay.rows_of(S)
-    slot = np.repeat(np.arange(K), lay.sizes[S])
-    lab, _ = nearest(Xc[rows], cand)
-    counts = np.bincount(slot * cand.shape[0] + lab, minlength=K * cand.shape[0]).astype(np.float64)
-    counts = release_sum(counts.reshape(K, -1).sum(0), z if private else 0.0, K, trust_model, rng_noise)
-    report("weights", counts)
-    uploaded += K * cand.shape[0]
-    w = np.maximum(counts, 0.0)
-    C = server_kmeans(cand, w, None, stream(seed, "server"), o.recluster_iters, n_init=3, k=k)
-    log_round(t, C)
-
-    # ---- 3. federated Lloyd ----
+    rd = _Rounds(Xc, lay, N, K, z, clip, private, trust_model, rng_s, rng_noise, log_round)
+    # 1. k-means|| seeding, 2. weighting round and reclustering, 3. federated Lloyd
+    cand, uploaded = _seeding(rd, C0.copy(), seeding_rounds, ell, rng_mb)
+    t = seeding_rounds + 1
+    C, up = _weighting(rd, cand, o, k, t)
+    uploaded += up
     while t < R:
         t += 1
         S = sample_clients(rng_s, N, K)
         C = lloyd_round(Xc, lay, S, C, release, rng_noise)
         uploaded += K * k * (m + 1)
         log_round(t, C)
-
     labels, _ = nearest(X, C)
-    events = init_release(private, init, o.init_centroids, "dk_pp initial candidates")
-    if private:
-        if seeding_rounds:
-            events.append(
-                non_dp_release(
-                    f"dk_pp k-means|| seeding ({seeding_rounds} rounds): the uploaded points are private samples "
-                    "selected by their own distances, a data-dependent selection with no bounded sensitivity"
-                )
-            )
-        events.append(
-            GaussianRelease(
-                noise_multipliers=(z,),
-                count=1,
-                sampling="none",
-                neighbouring="add_remove",
-                unit="sample",
-                label="dk_pp candidate counts",
-                extra={"trust_model": trust_model},
-            )
-        )
-        if R - seeding_rounds - 1 > 0:
-            events.append(
-                GaussianRelease(
-                    noise_multipliers=(z,),
-                    count=R - seeding_rounds - 1,
-                    sampling="none",
-                    neighbouring="add_remove",
-                    unit="sample",
-                    label="dk_pp Lloyd sums and counts",
-                    extra={"trust_model": trust_model},
-                )
-            )
+    events = _dk_pp_events(o, private, init, z)
     dp_exact = seeding_rounds == 0 and not init_is_private_release(init, o.init_centroids)
     info = {
         "noise_multiplier": z,

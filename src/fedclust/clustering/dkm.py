@@ -112,6 +112,60 @@ class DKMOptions(KMeansInitOptions, BaselineNoiseOptions, SampledRounds):
     server_restarts: int = param(1, "int", count=True, doc="weighted k-means++ restarts on the server", loop="server")
 
 
+def _coreset_budget(cost: np.ndarray, t_c: int) -> np.ndarray:
+    """Coreset points per client, proportional to the local costs (largest remainders), ``t_c`` in all."""
+    share = t_c * cost / float(cost.sum())
+    ti = np.floor(share).astype(np.int64)
+    rest = t_c - ti.sum()
+    if rest > 0:
+        ti[np.argsort(-(share - ti), kind="stable")[:rest]] += 1
+    return ti
+
+
+def _coreset_rows(dmin: np.ndarray, ti: np.ndarray, sizes: np.ndarray, rng_mb) -> tuple[np.ndarray, np.ndarray]:
+    """Importance sampling of all clients at once (a global cumulative sum of d^2 per client):
+    ``(owner, pos)``, the client slot and row of every coreset point."""
+    cs = np.cumsum(dmin, axis=1)  # (K, n_max)
+    owner = np.repeat(np.arange(len(ti)), ti)
+    u = rng_mb.random(owner.size) * cs[owner, -1]
+    pos = np.minimum((cs[owner] <= u[:, None]).sum(1), sizes[owner] - 1)
+    return owner, pos
+
+
+def _server_weights(pts, Bn, szn, owner, total: float, t_c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The server's weights of the coreset points and of the local centres, from the uploaded (noisy)
+    quantities only."""
+    d2q = np.maximum(np.square(pts[:, None, :] - Bn[owner]).sum(-1), 0.0)  # (t_c, k)
+    bq = d2q.argmin(1)
+    wq = total / (t_c * np.maximum(d2q[np.arange(owner.size), bq], 1e-12))
+    wb = szn.copy()
+    np.subtract.at(wb, (owner, bq), wq)
+    return wq, np.maximum(wb, 0.0)
+
+
+def _dkm_events(o: DKMOptions, private: bool, init, z: float) -> list:
+    """The run's releases: the initial centres' and, in a run with noise, the coreset's (not DP)."""
+    events = common.init_release(private, init, o.init_centroids, "dkm initial centres")
+    if private:
+        events.append(
+            non_dp_release(
+                "dkm coreset: uploaded points are private samples chosen by their own distances and the local "
+                "k-means centres have no bounded sensitivity (data-dependent selection)"
+            )
+        )
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z, z, z, z),
+                count=o.rounds,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="dkm local costs, coreset points, centres, sizes (noise per item; not DP as a whole)",
+            )
+        )
+    return events
+
+
 @common.with_blas_limit
 def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progress=None, **settings):
     """Run DKM (:class:`DKMOptions`; keyword ``settings`` override ``options``): every round one
@@ -128,7 +182,6 @@ def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progres
     std_pt = z * clip if private else 0.0
     std_cnt = z if private else 0.0
     std_cost = z * 4.0 * clip**2 if private else 0.0
-
     rng_s, rng_mb, rng_server = stream(seed, "sampling"), stream(seed, "minibatch"), stream(seed, "server")
     rng_noise = stream(seed, "noise") if private else None
     hist = common.new_history(y)
@@ -143,28 +196,12 @@ def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progres
         cost = common.noisy(dmin.sum(1), std_cost, rng_noise)  # (K,) local costs (uploaded)
         cost = np.maximum(cost, 1e-12)
         total = float(cost.sum())
-        # coreset budget per client, proportional to the local costs (largest remainders)
-        share = t_c * cost / total
-        ti = np.floor(share).astype(np.int64)
-        rest = t_c - ti.sum()
-        if rest > 0:
-            ti[np.argsort(-(share - ti), kind="stable")[:rest]] += 1
-        # importance sampling of all clients at once: a global cumulative sum of d^2 per client
-        cs = np.cumsum(dmin, axis=1)  # (K, n_max)
-        owner = np.repeat(np.arange(K), ti)
-        u = rng_mb.random(owner.size) * cs[owner, -1]
-        pos = np.minimum((cs[owner] <= u[:, None]).sum(1), lay.sizes[S][owner] - 1)
+        owner, pos = _coreset_rows(dmin, _coreset_budget(cost, t_c), lay.sizes[S], rng_mb)
         pts = common.noisy(Xp[owner, pos], std_pt, rng_noise)
         Bn = common.noisy(B, std_pt, rng_noise)
         szn = common.noisy(sizes, std_cnt, rng_noise)
         uploaded += K + owner.size * m + K * k * (m + 1)
-        # server side: weights from the uploaded (noisy) quantities only
-        d2q = np.maximum(np.square(pts[:, None, :] - Bn[owner]).sum(-1), 0.0)  # (t_c, k)
-        bq = d2q.argmin(1)
-        wq = total / (t_c * np.maximum(d2q[np.arange(owner.size), bq], 1e-12))
-        wb = szn.copy()
-        np.subtract.at(wb, (owner, bq), wq)
-        wb = np.maximum(wb, 0.0)
+        wq, wb = _server_weights(pts, Bn, szn, owner, total, t_c)
         for j, i in enumerate(S):  # bookkeeping of the server's store (dict per client), O(K)
             sel = owner == j
             store_pts[int(i)] = np.vstack([pts[sel], Bn[j]])
@@ -172,28 +209,9 @@ def run(X, client, k: int, options: DKMOptions | None = None, *, y=None, progres
         P = np.vstack(list(store_pts.values()))
         w = np.concatenate(list(store_w.values()))
         C = common.server_kmeans(P, w, C, rng_server, o.server_iters, o.server_restarts)
-
         log_round(t, C)
-
     labels, _ = common.nearest(X, C)
-    events = common.init_release(private, init, o.init_centroids, "dkm initial centres")
-    if private:
-        events.append(
-            non_dp_release(
-                "dkm coreset: uploaded points are private samples chosen by their own distances and the local "
-                "k-means centres have no bounded sensitivity (data-dependent selection)"
-            )
-        )
-        events.append(
-            GaussianRelease(
-                noise_multipliers=(z, z, z, z),
-                count=R,
-                sampling="none",
-                neighbouring="add_remove",
-                unit="sample",
-                label="dkm local costs, coreset points, centres, sizes (noise per item; not DP as a whole)",
-            )
-        )
+    events = _dkm_events(o, private, init, z)
     info = {
         "noise_multiplier": z,
         "clip": clip,

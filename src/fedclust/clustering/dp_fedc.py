@@ -382,59 +382,98 @@ def aggregate_sigma(sigma: np.ndarray) -> float:
 _CHUNK_REALS = 1 << 18
 
 
-def round_vectorized(
-    Xs,
-    sizes,
-    offsets,
-    H,
-    C,
-    rin: RoundInput,
-    *,
-    Q1,
-    rho,
-    mu_h,
-    mu_w,
-    h_rule,
-    alpha_1,
-    eta_rule,
-    alpha_2,
-    G,
-    literal_2rho,
-    all_clients_update_H,
-    XC=None,
-    lam_public=None,
-):
-    """One DP-FedC round on the client-sorted data; returns (H, C_new, stats).
+@dataclass(frozen=True)
+class RoundSettings:
+    """The settings of one DP-FedC round (eq. 17-20): ``Q1`` projected gradient steps on H with the
+    penalty constants ``rho`` and ``mu_h`` and the step rule ``h_rule`` / ``alpha_1`` (:func:`h_gamma`,
+    ``literal_2rho``), every client's H or only the sampled ones' (``all_clients_update_H``); SGD on
+    W with the ridge weight ``mu_w``, the step ``eta_i = alpha_2 Lambda_i`` (``eta_rule``
+    ``"per_client"`` or ``"rms"``; ``lam_public`` (N,): the public Lambda_i of every client
+    (``constants="public"``), None: lambda_max(H_i H_i') of the data, the paper) and the gradient
+    clip ``G`` (None: no clip)."""
 
-    ``XC`` = Xs @ C.T may be passed in when the caller already has it (the objective of the
-    previous round uses the same product). ``lam_public`` (N,): the public Lambda_i of every client
-    (``constants="public"``); None: lambda_max(H_i H_i') of the data (the paper).
-    """
-    k = C.shape[0]
-    CC = C @ C.T
-    gamma = h_gamma(CC, k, rho, mu_h, h_rule, alpha_1, literal_2rho)
-    # (a) Q1 projected gradient steps on H (eq. 17): one (n, k) update for all clients
-    if all_clients_update_H:
+    Q1: int
+    rho: float
+    mu_h: float
+    mu_w: float
+    h_rule: str
+    alpha_1: float
+    eta_rule: str
+    alpha_2: float
+    G: float | None
+    literal_2rho: bool
+    all_clients_update_H: bool
+    lam_public: np.ndarray | None = None
+
+
+def _h_update(Xs, offsets, H, C, CC, gamma, sampled, rs: RoundSettings, XC):
+    """(a) ``Q1`` projected gradient steps on H (eq. 17): every client's rows, or the sampled clients' only."""
+    if rs.all_clients_update_H:
         if XC is None:
             XC = Xs @ C.T
-        H = h_steps(H, XC, CC, gamma, Q1, rho, mu_h, literal_2rho)
-    else:
-        rows = _rows(offsets, rin.sampled)
-        H = H.copy()
-        H[rows] = h_steps(H[rows], Xs[rows] @ C.T if XC is None else XC[rows], CC, gamma, Q1, rho, mu_h, literal_2rho)
+        return h_steps(H, XC, CC, gamma, rs.Q1, rs.rho, rs.mu_h, rs.literal_2rho)
+    rows = _rows(offsets, sampled)
+    H = H.copy()
+    XC_rows = Xs[rows] @ C.T if XC is None else XC[rows]
+    H[rows] = h_steps(H[rows], XC_rows, CC, gamma, rs.Q1, rs.rho, rs.mu_h, rs.literal_2rho)
+    return H
 
-    # (b) Q2 SGD steps on W (eq. 18) for the K sampled clients, stacked as (K, k, m)
-    S = rin.sampled
+
+def _step_sizes(H, sizes, offsets, S, rs: RoundSettings) -> np.ndarray:
+    """The W step sizes ``eta_i = alpha_2 Lambda_i`` of the sampled clients ``S`` (eq. 18)."""
     K = S.size
-    if lam_public is not None:  # public Lambda_i: no data read
-        lam_pub = np.asarray(lam_public, dtype=np.float64)
-        lam = lam_pub[S] if eta_rule == "per_client" else np.full(K, math.sqrt(np.mean(lam_pub**2)))
-    elif eta_rule == "per_client":
+    if rs.lam_public is not None:  # public Lambda_i: no data read
+        lam_pub = np.asarray(rs.lam_public, dtype=np.float64)
+        lam = lam_pub[S] if rs.eta_rule == "per_client" else np.full(K, math.sqrt(np.mean(lam_pub**2)))
+    elif rs.eta_rule == "per_client":
         lam = np.linalg.eigvalsh(client_gram(H, offsets, S))[:, -1]
     else:
         lam_all = np.linalg.eigvalsh(client_gram(H, offsets, np.arange(sizes.size)))[:, -1]
         lam = np.full(K, math.sqrt(np.mean(lam_all**2)))
-    eta = np.maximum(alpha_2 * lam, 1e-12)
+    return np.maximum(rs.alpha_2 * lam, 1e-12)
+
+
+def _w_steps(Xs, H, C, rin: RoundInput, sl: slice, c, eta, rs: RoundSettings, gnorm) -> tuple[np.ndarray, int]:
+    """(b) The ``Q2`` SGD steps on W (eq. 18) of the sampled clients ``sl`` (one cache-sized chunk),
+    all at once; records the gradient norms in ``gnorm`` and returns ``(W, clipped count)``."""
+    n_clipped = 0
+    W = np.broadcast_to(C, (sl.stop - sl.start,) + C.shape).copy()
+    for r in range(rin.Q2):  # local steps (sequential by nature)
+        rows = rin.mb_rows[sl, r, :]
+        Hb = H[rows] * rin.mb_mask[sl, :, None]  # (c, b, k): H_B of every client, padding zeroed
+        Ht = Hb.swapaxes(1, 2)
+        D = (Ht @ Hb) @ W
+        D -= Ht @ Xs[rows]
+        if rs.mu_w:
+            D += (rs.mu_w / c[sl])[:, None, None] * W
+        nrm = c[sl] * np.sqrt(np.einsum("kij,kij->k", D, D))  # ||grad_i||_F
+        gnorm[r, sl] = nrm
+        f = c[sl] / eta[sl]
+        if rs.G is not None:  # clip every minibatch gradient to G
+            over = nrm > rs.G
+            n_clipped += int(np.count_nonzero(over))
+            f = f * np.minimum(1.0, rs.G / np.maximum(nrm, np.finfo(np.float64).tiny))
+        D *= f[:, None, None]
+        W -= D
+    return W, n_clipped
+
+
+def round_vectorized(Xs, sizes, offsets, H, C, rin: RoundInput, settings: RoundSettings, XC=None):
+    """One DP-FedC round on the client-sorted data with the round's :class:`RoundSettings`; returns
+    (H, C_new, stats).
+
+    ``XC`` = Xs @ C.T may be passed in when the caller already has it (the objective of the
+    previous round uses the same product).
+    """
+    rs = settings
+    k = C.shape[0]
+    CC = C @ C.T
+    gamma = h_gamma(CC, k, rs.rho, rs.mu_h, rs.h_rule, rs.alpha_1, rs.literal_2rho)
+    H = _h_update(Xs, offsets, H, C, CC, gamma, rin.sampled, rs, XC)
+    # (b) Q2 SGD steps on W (eq. 18) for the K sampled clients, stacked as (K, k, m)
+    S = rin.sampled
+    K = S.size
+    eta = _step_sizes(H, sizes, offsets, S, rs)
     # grad_i = c_i (H_B H_B' W_i - H_B X_B) + mu_w W_i with c_i = 2 n_i / b_i (unbiased). The (K, k, m)
     # stack is processed in chunks of clients that fit in the CPU cache, with the constants folded
     # into one (K,) factor, so each step makes about four passes over a chunk instead of a dozen
@@ -451,24 +490,8 @@ def round_vectorized(
     n_clipped = 0
     for lo in range(0, K, chunk):  # chunks of clients (cache blocking), each chunk fully batched
         sl = slice(lo, min(K, lo + chunk))
-        W = np.broadcast_to(C, (sl.stop - lo,) + C.shape).copy()
-        for r in range(rin.Q2):  # local steps (sequential by nature)
-            rows = rin.mb_rows[sl, r, :]
-            Hb = H[rows] * rin.mb_mask[sl, :, None]  # (c, b, k): H_B of every client, padding zeroed
-            Ht = Hb.swapaxes(1, 2)
-            D = (Ht @ Hb) @ W
-            D -= Ht @ Xs[rows]
-            if mu_w:
-                D += (mu_w / c[sl])[:, None, None] * W
-            nrm = c[sl] * np.sqrt(np.einsum("kij,kij->k", D, D))  # ||grad_i||_F
-            gnorm[r, sl] = nrm
-            f = c[sl] / eta[sl]
-            if G is not None:  # clip every minibatch gradient to G
-                over = nrm > G
-                n_clipped += int(np.count_nonzero(over))
-                f = f * np.minimum(1.0, G / np.maximum(nrm, np.finfo(np.float64).tiny))
-            D *= f[:, None, None]
-            W -= D
+        W, clipped = _w_steps(Xs, H, C, rin, sl, c, eta, rs, gnorm)
+        n_clipped += clipped
         if local_noise:  # (c) Gaussian noise on the uploads (eq. 19)
             xi = sigma[sl, None, None] * rin.noise[sl]
             W += xi
@@ -503,28 +526,39 @@ def _rows(offsets, clients):
     return np.repeat(starts, sz) + (np.arange(sz.sum()) - np.repeat(np.cumsum(sz) - sz, sz))
 
 
-def round_loop(
-    Xs,
-    sizes,
-    offsets,
-    H,
-    C,
-    rin: RoundInput,
-    *,
-    Q1,
-    rho,
-    mu_h,
-    mu_w,
-    h_rule,
-    alpha_1,
-    eta_rule,
-    alpha_2,
-    G,
-    literal_2rho,
-    all_clients_update_H,
-    h_grad_form="hoisted",
-    lam_public=None,
-):
+def _loop_h_steps(Xs, offsets, H, C, rin: RoundInput, rs: RoundSettings, h_grad_form: str) -> np.ndarray:
+    """(a) of :func:`round_loop`: every updating client's H steps, one client after another."""
+    k, N = C.shape[0], offsets.size - 1
+    H = H.copy()
+    updating = range(N) if rs.all_clients_update_H else rin.sampled
+    a_rho = 2.0 * rs.rho if rs.literal_2rho else rs.rho
+    for i in updating:
+        a, e = offsets[i], offsets[i + 1]
+        CC = C @ C.T
+        gamma = h_gamma(CC, k, rs.rho, rs.mu_h, rs.h_rule, rs.alpha_1, rs.literal_2rho)
+        if h_grad_form == "hoisted":
+            H[a:e] = h_steps(H[a:e], Xs[a:e] @ C.T, CC, gamma, rs.Q1, rs.rho, rs.mu_h, rs.literal_2rho)
+            continue
+        Hi, Xi = H[a:e], Xs[a:e]
+        for _ in range(rs.Q1):  # eq. (17) with the gradient of eq. (80) (rows = samples)
+            g = -2.0 * (Xi - Hi @ C) @ C.T + a_rho * Hi.sum(1, keepdims=True) + (rs.mu_h - rs.rho) * Hi
+            Hi = np.maximum(Hi - g / gamma, 0.0)
+        H[a:e] = Hi
+    return H
+
+
+def _loop_step_size(H, offsets, i: int, lam_rms, rs: RoundSettings) -> float:
+    """Client ``i``'s W step size in :func:`round_loop` (``lam_rms``: the rms Lambda for ``eta_rule="rms"``)."""
+    if rs.eta_rule == "rms":
+        lam = lam_rms
+    else:
+        Hi = H[offsets[i] : offsets[i + 1]]
+        lam_public = None if rs.lam_public is None else np.asarray(rs.lam_public, dtype=np.float64)
+        lam = lam_public[i] if lam_public is not None else np.linalg.eigvalsh(Hi.T @ Hi)[-1]
+    return max(rs.alpha_2 * lam, 1e-12)
+
+
+def round_loop(Xs, sizes, offsets, H, C, rin: RoundInput, settings: RoundSettings, h_grad_form="hoisted"):
     """Reference: the same round as :func:`round_vectorized`, written as a Python loop over clients
     (each client computes its own W'W, W'X_i, H steps, H_i H_i', W steps, noise). Tests check that
     both agree to 1e-10; the benchmark times both.
@@ -533,56 +567,37 @@ def round_loop(
     ``"textbook"`` evaluates eq. (80) as written, -2 W'(X_i - W H_i) + ..., at each of the Q1 steps
     (the per-client loop one writes from the paper's pseudo-code; same numbers up to rounding).
     """
-
     if h_grad_form not in ("hoisted", "textbook"):
         raise ValueError(f"h_grad_form must be 'hoisted' or 'textbook', got {h_grad_form!r}")
-    k = C.shape[0]
+    rs = settings
     N = sizes.size
-    H = H.copy()
-    updating = range(N) if all_clients_update_H else rin.sampled
-    a_rho = 2.0 * rho if literal_2rho else rho
-    for i in updating:
-        a, e = offsets[i], offsets[i + 1]
-        CC = C @ C.T
-        gamma = h_gamma(CC, k, rho, mu_h, h_rule, alpha_1, literal_2rho)
-        if h_grad_form == "hoisted":
-            H[a:e] = h_steps(H[a:e], Xs[a:e] @ C.T, CC, gamma, Q1, rho, mu_h, literal_2rho)
-            continue
-        Hi, Xi = H[a:e], Xs[a:e]
-        for _ in range(Q1):  # eq. (17) with the gradient of eq. (80) (rows = samples)
-            g = -2.0 * (Xi - Hi @ C) @ C.T + a_rho * Hi.sum(1, keepdims=True) + (mu_h - rho) * Hi
-            Hi = np.maximum(Hi - g / gamma, 0.0)
-        H[a:e] = Hi
-    if lam_public is not None:
-        lam_all = np.asarray(lam_public, dtype=np.float64)
-    elif eta_rule == "rms":
-        lam_all = np.array(
-            [
-                np.linalg.eigvalsh(H[offsets[i] : offsets[i + 1]].T @ H[offsets[i] : offsets[i + 1]])[-1]
-                for i in range(N)
-            ]
+    H = _loop_h_steps(Xs, offsets, H, C, rin, rs, h_grad_form)
+    lam_rms = None
+    if rs.eta_rule == "rms":
+        lam_all = (
+            np.asarray(rs.lam_public, dtype=np.float64)
+            if rs.lam_public is not None
+            else np.array(
+                [
+                    np.linalg.eigvalsh(H[offsets[i] : offsets[i + 1]].T @ H[offsets[i] : offsets[i + 1]])[-1]
+                    for i in range(N)
+                ]
+            )
         )
-    if eta_rule == "rms":
         lam_rms = math.sqrt(np.mean(lam_all**2))
     uploads, etas, sigmas, n_clipped = [], [], [], 0
     for s, i in enumerate(rin.sampled):
-        a, e = offsets[i], offsets[i + 1]
-        Hi = H[a:e]
-        if eta_rule == "rms":
-            lam = lam_rms
-        else:
-            lam = lam_all[i] if lam_public is not None else np.linalg.eigvalsh(Hi.T @ Hi)[-1]
-        eta = max(alpha_2 * lam, 1e-12)
+        eta = _loop_step_size(H, offsets, i, lam_rms, rs)
         bi = int(rin.b_i[s])
         W = C.copy()
         for r in range(rin.Q2):
             rows = rin.mb_rows[s, r, :bi]
             Hb, Xb = H[rows], Xs[rows]
             g = (sizes[i] / bi) * (2.0 * (Hb.T @ Hb) @ W - 2.0 * Hb.T @ Xb)
-            if mu_w:
-                g = g + mu_w * W
-            if G is not None:
-                g, was = clip_by_norm(g, G)
+            if rs.mu_w:
+                g = g + rs.mu_w * W
+            if rs.G is not None:
+                g, was = clip_by_norm(g, rs.G)
                 n_clipped += int(was)
             W = W - g / eta
         etas.append(eta)
@@ -995,19 +1010,57 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
     their noise std and step-size denominator), "H" and the privacy settings.
     """
     o = DPFedCOptions.build(options, settings)
-    X, client, N = check_inputs(X, client, k)
+    X_all, client, N = check_inputs(X, client, k)
+    rows = _split_rows(X_all, client, N, k, o)
+    y = None if y is None else np.asarray(y)[~rows.is_server]  # the histories score the clients' rows
+    s = _settings(rows.X.shape[1], rows.N, o, public_sample=rows.X_public is not None)
+    st = _initial_state(rows.X, rows.client, k, s, X_public=rows.X_public)
+    eps_round, q_acc = _calibrate(st.sizes, s)
+    hist, logs = _run_rounds(st, s, eps_round, y, progress)
+    labels, n_zero_cols = _final_labels(st, X_all, rows.is_server)
+    events, worst = _releases(st.sizes, s)
+    info = _run_info(st, s, o, rows, logs, eps_round, q_acc, worst, n_zero_cols)
+    return ClusteringResult(
+        labels=labels,
+        centroids=st.C,
+        history=hist,
+        dp_events=events,
+        uploaded_reals=int(logs.uploaded),
+        info=info,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps of run(), in the order it calls them
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Rows:
+    """The clients' rows and the server's: ``X``/``client``/``N`` what the clients keep,
+    ``is_server`` the mask of the server's rows in the input, ``X_public`` the server's public sample
+    (its rows, or the ``server_data`` split; None without one)."""
+
+    X: np.ndarray
+    client: np.ndarray
+    N: int
+    is_server: np.ndarray
+    X_public: np.ndarray | None
+
+
+def _split_rows(X, client, N: int, k: int, o: DPFedCOptions) -> _Rows:
+    """The rows the server holds (``server_rows``) taken from the clients, and the public sample."""
     is_server = _server_mask(X.shape[0], o.server_rows)
     X_all = X
     if is_server.any():  # the clients keep the other rows (a client left without rows drops out)
         X = X[~is_server]
         _, client = np.unique(client[~is_server], return_inverse=True)
         N = int(client.max()) + 1
-    y = None if y is None else np.asarray(y)[~is_server]  # the histories score the clients' rows
     # a separate public array is checked as every method's (shape, finite values, at least k points)
     X_public = X_all[is_server] if is_server.any() else server_split(X, k, server_data=o.server_data).points
-    s = _settings(X.shape[1], N, o, public_sample=X_public is not None)
-    st = _initial_state(X, client, k, s, X_public=X_public)
-    eps_round, q_acc = _calibrate(st.sizes, s)
+    return _Rows(X=X, client=client, N=N, is_server=is_server, X_public=X_public)
+
+
+def _run_rounds(st: _State, s: _Settings, eps_round: float, y, progress) -> tuple[dict, _RoundLogs]:
+    """The ``s.rounds`` rounds of Algorithm 1 with their history; returns ``(history, round logs)``."""
     hist = new_history(
         y,
         (
@@ -1030,13 +1083,23 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
             _record_round(t, st, s, eps_round, logs, hist, y)
             if progress is not None:
                 progress(t, hist)
+    return hist, logs
 
+
+def _final_labels(st: _State, X_all: np.ndarray, is_server: np.ndarray) -> tuple[np.ndarray, int]:
+    """Every input row's label: the clients' from H, the server's rows by their nearest final centroid;
+    and the number of all-zero columns of H."""
     lab_sorted, n_zero_cols = labels_from_H(st.H, st.Xs, st.C)
     labels = np.empty(X_all.shape[0], dtype=np.int64)
     labels[~is_server] = lab_sorted[st.lay.inverse]
     labels[is_server] = nearest(X_all[is_server], st.C)[0]  # the server's rows: nearest final centroid
-    events, worst = _releases(st.sizes, s)
-    info = {
+    return labels, n_zero_cols
+
+
+def _run_info(st, s: _Settings, o: DPFedCOptions, rows: _Rows, logs, eps_round, q_acc, worst, n_zero_cols) -> dict:
+    """The run's ``info``: the constants and settings used, the privacy figures and the round logs."""
+    is_server = rows.is_server
+    return {
         "rho": st.rho,
         "mu_h": st.mu_h,
         "mu_w": s.mu_w,
@@ -1046,16 +1109,16 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         "init": "given" if s.init_centroids is not None else ("public_sample" if s.public_sample else s.init),
         "h_init": s.h_init,
         "server_rows": int(is_server.sum()),
-        "server_data_rows": 0 if o.server_data is None or is_server.any() else int(X_public.shape[0]),
+        "server_data_rows": 0 if o.server_data is None or is_server.any() else int(rows.X_public.shape[0]),
         "trust_model": s.trust_model,
         "eps_bar": s.eps_bar if s.private else math.inf,
         "eps_round": eps_round,
         "delta": s.delta,
         "q_accounting": q_acc,
-        "p": s.K / N,
+        "p": s.K / rows.N,
         "c0": s.c0,
         "clients_per_round": s.K,
-        "n_clients": N,
+        "n_clients": rows.N,
         "h_step": s.h_step,
         "alpha_1": s.alpha_1,
         "eta_rule": s.eta_rule,
@@ -1072,19 +1135,8 @@ def run(X, client, k: int, options: DPFedCOptions | None = None, *, y=None, prog
         "round_eta": logs.eta,
         "round_sigma_sum": logs.sigma_sum,
     }
-    return ClusteringResult(
-        labels=labels,
-        centroids=st.C,
-        history=hist,
-        dp_events=events,
-        uploaded_reals=int(logs.uploaded),
-        info=info,
-    )
 
 
-# ----------------------------------------------------------------------------------------------
-# the steps of run(), in the order it calls them
-# ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _Settings(DPFedCOptions):
     """The run's options with the defaults that depend on the data and on privacy resolved
@@ -1250,14 +1302,7 @@ def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb
         noise = rng_noise.standard_normal(shape)
         sigma_fn = _sigma_fn(s, eps_round, q_it)
     rin = RoundInput(S, mb_rows, mask, b_i, Q2, noise, sigma_fn, s.trust_model)
-    st.H, st.C, out = round_vectorized(
-        st.Xs,
-        st.sizes,
-        st.offsets,
-        st.H,
-        st.C,
-        rin,
-        XC=st.XC,
+    settings = RoundSettings(
         Q1=s.Q1,
         rho=st.rho,
         mu_h=st.mu_h,
@@ -1271,6 +1316,7 @@ def _one_round(t: int, st: _State, s: _Settings, eps_round: float, rng_s, rng_mb
         all_clients_update_H=s.all_clients_update_H,
         lam_public=st.lam_public,
     )
+    st.H, st.C, out = round_vectorized(st.Xs, st.sizes, st.offsets, st.H, st.C, rin, settings, XC=st.XC)
     st.XC = st.Xs @ st.C.T  # shared by this round's objective and the next round's H step
     logs.uploaded += s.K * st.C.size
     logs.sampled[t - 1], logs.sigma[t - 1], logs.eta[t - 1] = S, out["sigma"], out["eta"]

@@ -317,6 +317,17 @@ def _segment_gram(data: _Data, H: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- engines
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """The steps of a round shared by FedCGds and FedCAvg: ``Q1`` H steps, ``Q2`` W steps, the step
+    constant ``gamma`` and the ``step_rule`` ("lipschitz" or "paper")."""
+
+    Q1: int
+    Q2: int
+    gamma: float
+    step_rule: str
+
+
 class _Engine:
     """State of one solver; ``round(s)`` runs round s, ``objective()`` evaluates F at the state."""
 
@@ -335,9 +346,10 @@ class _GdsEngine(_Engine):
 
     name = "fedcgds"
 
-    def __init__(self, data, W, H, rho, nu, *, Q1, Q2, m, gamma, step_rule, rng, recompute_stats, central):
+    def __init__(self, data, W, H, rho, nu, *, steps: _Steps, m, rng, recompute_stats, central):
         super().__init__(data, W, H, rho, nu)
-        self.Q1, self.Q2, self.m, self.gamma, self.step_rule = Q1, Q2, m, gamma, step_rule
+        self.Q1, self.Q2, self.gamma, self.step_rule = steps.Q1, steps.Q2, steps.gamma, steps.step_rule
+        self.m = m
         self.rng, self.recompute_stats = rng, recompute_stats
         N = data.N
         # Initial upload from ALL clients
@@ -398,10 +410,10 @@ class _AvgEngine(_Engine):
 
     name = "fedcavg"
 
-    def __init__(self, data, W, H, rho, nu, *, Q1, Q2, q_hat, q_hat_restart, gamma, step_rule, lw, d_schedule):
+    def __init__(self, data, W, H, rho, nu, *, steps: _Steps, q_hat, q_hat_restart, lw, d_schedule):
         super().__init__(data, W, H, rho, nu)
-        self.Q1, self.Q2, self.q_hat, self.q_hat_restart = Q1, Q2, q_hat, q_hat_restart
-        self.gamma, self.step_rule, self.lw, self.d_schedule = gamma, step_rule, lw, d_schedule
+        self.Q1, self.Q2, self.gamma, self.step_rule = steps.Q1, steps.Q2, steps.gamma, steps.step_rule
+        self.q_hat, self.q_hat_restart, self.lw, self.d_schedule = q_hat, q_hat_restart, lw, d_schedule
         self.upload_per_round = data.P * data.M * data.K
         self.stage_start = 0  # round index at the last rho change (for q_hat_restart)
         self.XtHt = _big(data.X.T, H.T)  # X^T H^T at the current H, for the objective
@@ -729,8 +741,9 @@ def run_fedcgds(X, client, k: int, options: FedCGdsOptions | None = None, *, y=N
     if m > data.P:
         raise ValueError(f"clients_per_round must be in [1, {data.P}] (the non-empty clients), got {m}")
     W, H = _resolve_init(o.init, X, data, o.seed)
+    steps = _Steps(Q1=o.Q1, Q2=o.Q2, gamma=o.gamma, step_rule=o.step_rule)
     eng = _GdsEngine(
-        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, m=m, gamma=o.gamma, step_rule=o.step_rule,
+        data, W, H, o.rho, o.nu, steps=steps, m=m,
         rng=stream(o.seed, "sampling"), recompute_stats=o.recompute_stats, central=False,
     )  # fmt: skip
     hist, info = _drive(eng, o, y, progress, o.rho_trigger)
@@ -747,9 +760,10 @@ def run_fedcavg(X, client, k: int, options: FedCAvgOptions | None = None, *, y=N
     o = FedCAvgOptions.build(options, settings)
     data = _Data(X, client, k)
     W, H = _resolve_init(o.init, X, data, o.seed)
+    steps = _Steps(Q1=o.Q1, Q2=o.Q2, gamma=o.gamma, step_rule=o.step_rule)
     eng = _AvgEngine(
-        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, q_hat=o.q_hat, q_hat_restart=o.q_hat_restart,
-        gamma=o.gamma, step_rule=o.step_rule, lw=o.lw, d_schedule=o.d_schedule,
+        data, W, H, o.rho, o.nu, steps=steps, q_hat=o.q_hat, q_hat_restart=o.q_hat_restart,
+        lw=o.lw, d_schedule=o.d_schedule,
     )  # fmt: skip
     hist, info = _drive(eng, o, y, progress)
     extra = {"method": "fedcavg", "q_hat": o.q_hat, "Q2_last": eng.last_q2}
@@ -786,8 +800,9 @@ def run_sncp(X, k: int, options: SNCPOptions | None = None, *, y=None, progress=
     client = np.zeros(X.shape[0] if X.ndim == 2 else 0, dtype=np.int64)
     data = _Data(X, client, k)
     W, H = _resolve_init(o.init, X, data, o.seed)
+    steps = _Steps(Q1=o.Q1, Q2=o.Q2, gamma=o.gamma, step_rule=o.step_rule)
     eng = _GdsEngine(
-        data, W, H, o.rho, o.nu, Q1=o.Q1, Q2=o.Q2, m=1, gamma=o.gamma, step_rule=o.step_rule,
+        data, W, H, o.rho, o.nu, steps=steps, m=1,
         rng=stream(o.seed, "sampling"), recompute_stats=True, central=True,
     )  # fmt: skip
     eng.name = "sncp"

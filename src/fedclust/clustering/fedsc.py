@@ -832,72 +832,86 @@ def stage1_objective(C, Kzx, Kzz, n, lam, tau_c):
     return 0.5 * n - _dot(C, Kzx) + 0.5 * _dot(C, KzzC) + 0.5 * lam * _dot(C, C), KzzC
 
 
-def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, *, r, lam, z_step, local_steps, z_lr, L_est, tau_z):
+def local_z_updates(Z, C, Kzx, Kzz, layout: ClientLayout, part, o: FedSCOptions, *, r, L_est):
     """Clients, eq. (10): the local Z update of the participants ``part``, batched over clients: the
-    official preconditioned fixed-point step or ``local_steps`` gradient steps (eq. 15-16;
+    official preconditioned fixed-point step or ``o.local_steps`` gradient steps (eq. 15-16;
     ``L_est`` holds the per-client backtracking estimates and is updated in place). The result is
-    Frobenius-clipped to ``tau_z`` (non-expansive: the step's sensitivity holds for the upload)."""
+    Frobenius-clipped to ``o.tau_z`` (non-expansive: the step's sensitivity holds for the upload)."""
     r2 = r * r
     Cpad = layout.padded(C.T, part)
-    if z_step == "official":
+    if o.z_step == "official":
         Zp = official_z_steps(Z, layout.Xpad[part], Cpad, layout.padded(Kzx.T, part), Kzz, r2)
     else:
         d, m = Z.shape
         Zb = np.broadcast_to(Z, (len(part), d, m)).copy()
         Zp, L_est[part] = _gradient_steps(
-            Zb, layout.Xpad[part], Cpad, layout.sizes[part], r2, lam, local_steps, z_lr, L_est[part]
+            Zb, layout.Xpad[part], Cpad, layout.sizes[part], r2, o.lam, o.local_steps, o.z_lr, L_est[part]
         )
-    return clip_frobenius(Zp, tau_z)
+    return clip_frobenius(Zp, o.tau_z)
 
 
-def stage1(
-    X,
-    layout: ClientLayout,
-    *,
-    d,
-    r,
-    lam,
-    rounds,
-    z_step,
-    local_steps,
-    z_lr,
-    participation,
-    tau_z,
-    tau_c,
-    z_noise_std,
-    z_noise_alpha,
-    seed,
-    track,
-    code_compat_pairing=False,
-    lam_final=None,
-    progress=None,
-    uploads=None,
-):
-    """Stage I, federated similarity reconstruction (Algorithm 1, in the loop order of the authors' code).
+def _tracked_kernel(X, r, track) -> tuple[np.ndarray | None, float | None]:
+    """``K(X, X)`` and its squared Frobenius norm when the reconstruction error is tracked every round
+    on a small data set (n <= ``TRACK_EVERY_ROUND_MAX_N``), else ``(None, None)``."""
+    if not (track and X.shape[0] <= TRACK_EVERY_ROUND_MAX_N):
+        return None, None
+    Kxx_full = spectral.gaussian_kernel(X, X, r)
+    return Kxx_full, float(np.sum(Kxx_full**2))
+
+
+def _release_z_uploads(Zp, s, o: FedSCOptions, rng, z_stds: list, uploads):
+    """Round ``s``'s uploads as released (noised in the factor variant), recording the noise std and,
+    for the data-dependent rounds (s > 0), the clean and released uploads in ``uploads``."""
+    Zp_clean = Zp
+    Zp, z_std = perturb_z_uploads(Zp, z_noise_std=o.z_noise_std, z_noise_alpha=o.z_noise_alpha, rng=rng)
+    if z_std is not None:
+        z_stds.append(z_std)
+    if uploads is not None and s > 0:
+        uploads["Z_clean"].append(Zp_clean)
+        uploads["Z_released"].append(Zp)
+    return Zp
+
+
+def _round_values(obj, C, KzzC, Z, X, r, kxx, track) -> dict:
+    """The round's logged values: the objective and, when tracked, the relative reconstruction error
+    (from ``kxx`` = :func:`_tracked_kernel` when it holds ``K(X, X)``, else computed blockwise)."""
+    vals = {"objective": obj}
+    if track:
+        Kxx_full, Kxx_sq = kxx
+        vals["reconstruction_error"] = (
+            math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq)
+            if Kxx_sq is not None
+            else reconstruction_error(Z, C, X, r)
+        )
+    return vals
+
+
+def stage1(X, layout: ClientLayout, o: FedSCOptions, *, d, r, track, lam_final=None, progress=None, uploads=None):
+    """Stage I, federated similarity reconstruction (Algorithm 1, in the loop order of the authors' code),
+    with the Stage I settings of ``o`` (``rounds``, ``lam``, ``z_step``, ``local_steps``, ``z_lr``,
+    ``participation``, ``tau_z``, ``tau_c``, ``z_noise_std``/``z_noise_alpha``, ``seed``,
+    ``code_compat_pairing``).
 
     Round s: the participants' uploads ``Z_p`` (noised by :func:`perturb_z_uploads` in the factor
     variant) are averaged (eq. 11), every client solves its C-step (eq. 14), the objective (eq. 8) and
     the reconstruction error are logged, and the next round's participants take their local Z step
     (eq. 10/15/16). The last round's local step would be discarded and is skipped.
-    Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z or, with
-    ``code_compat_pairing``, the code's C of the previous round.
+    Returns ``dict(Z, C, history, z_stds, n_part)`` with ``C`` recomputed from the final Z (ridge
+    weight ``lam_final`` when given and different from ``lam``) or, with ``code_compat_pairing``, the
+    code's C of the previous round.
     ``uploads`` (a dict) receives ``Z_clean``/``Z_released`` (data-dependent rounds) and ``Z_server``."""
     n, m = X.shape
-    P = len(layout.sizes)
-    n_part = max(1, int(round(participation * P)))
-    samp_rng, init_rng, zn_rng = stream(seed, "sampling"), stream(seed, "init"), stream(seed, "noise/z")
+    P, rounds = len(layout.sizes), o.rounds
+    n_part = max(1, int(round(o.participation * P)))
+    samp_rng, init_rng, zn_rng = stream(o.seed, "sampling"), stream(o.seed, "init"), stream(o.seed, "noise/z")
 
     def choose():  # the participants A^s (Algorithm 1, lines 2 and 12)
         return np.arange(P) if n_part == P else np.sort(samp_rng.choice(P, size=n_part, replace=False))
 
-    Kxx_full = Kxx_sq = None
-    if track and n <= TRACK_EVERY_ROUND_MAX_N:
-        Kxx_full = spectral.gaussian_kernel(X, X, r)
-        Kxx_sq = float(np.sum(Kxx_full**2))
+    kxx = _tracked_kernel(X, r, track)
     part = choose()
     Zp = init_dictionaries(init_rng, n_part, d, m)
-    C = np.zeros((d, n))
-    C_prev = C
+    C = C_prev = np.zeros((d, n))
     Z = None
     L_est = np.full(P, np.nan)
     hist = {"objective": [], "reconstruction_error": []}
@@ -906,29 +920,16 @@ def stage1(
         uploads.update(Z_clean=[], Z_released=[], Z_server=[])
     for s in range(rounds):
         # uploads of round s (the Z_p of round 0 are the random init; all later ones depend on data)
-        Zp_clean = Zp
-        Zp, z_std = perturb_z_uploads(Zp, z_noise_std=z_noise_std, z_noise_alpha=z_noise_alpha, rng=zn_rng)
-        if z_std is not None:
-            z_stds.append(z_std)
-        if uploads is not None and s > 0:
-            uploads["Z_clean"].append(Zp_clean)
-            uploads["Z_released"].append(Zp)
-        Z = aggregate(Zp, tau_z)
+        Zp = _release_z_uploads(Zp, s, o, zn_rng, z_stds, uploads)
+        Z = aggregate(Zp, o.tau_z)
         if uploads is not None:
             uploads["Z_server"].append(Z)
         C_prev = C
-        Kzz, Kzx, C = c_step(Z, X, r, lam, tau_c)
-        obj, KzzC = stage1_objective(C, Kzx, Kzz, n, lam, tau_c)
-        hist["objective"].append(obj)
-        vals = {"objective": obj}
-        if track:
-            err = (
-                math.sqrt(float(np.sum((C.T @ KzzC - Kxx_full) ** 2)) / Kxx_sq)
-                if Kxx_sq is not None
-                else reconstruction_error(Z, C, X, r)
-            )
-            hist["reconstruction_error"].append(err)
-            vals["reconstruction_error"] = err
+        Kzz, Kzx, C = c_step(Z, X, r, o.lam, o.tau_c)
+        obj, KzzC = stage1_objective(C, Kzx, Kzz, n, o.lam, o.tau_c)
+        vals = _round_values(obj, C, KzzC, Z, X, r, kxx, track)
+        for key, v in vals.items():
+            hist[key].append(v)
         logger.info("FedSC round %d/%d: %s", s + 1, rounds, vals)
         report_round("Stage I round", s + 1, rounds)
         if progress is not None:
@@ -936,25 +937,11 @@ def stage1(
         if s == rounds - 1:
             break  # the last local step would be discarded: skip it
         part = choose()
-        Zp = local_z_updates(
-            Z,
-            C,
-            Kzx,
-            Kzz,
-            layout,
-            part,
-            r=r,
-            lam=lam,
-            z_step=z_step,
-            local_steps=local_steps,
-            z_lr=z_lr,
-            L_est=L_est,
-            tau_z=tau_z,
-        )
-    if code_compat_pairing and rounds > 1:
+        Zp = local_z_updates(Z, C, Kzx, Kzz, layout, part, o, r=r, L_est=L_est)
+    if o.code_compat_pairing and rounds > 1:
         C = C_prev
-    elif lam_final is not None and lam_final != lam:
-        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), tau_c)  # the final C-step
+    elif lam_final is not None and lam_final != o.lam:
+        C = _clip_columns(ridge_coefficients(Kzz, Kzx, lam_final), o.tau_c)  # the final C-step
     return {"Z": Z, "C": C, "history": hist, "z_stds": z_stds, "n_part": n_part}
 
 
@@ -1062,6 +1049,91 @@ def _evaluation_note(data_dp: bool) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Releases:
+    """What a FedSC run releases and how it is accounted: the release records (``events``) and
+    privacy notes (``notes``) so far, whether the perturbed data are DP (``data_dp``) and whether the
+    factors are released from the raw data (``factor_releases``, not post-processing of a DP release)."""
+
+    events: list
+    notes: list
+    data_dp: bool
+    factor_releases: bool
+
+
+def _client_sizes(client, P: int) -> np.ndarray:
+    """The number of samples of every client 0..P-1 (an empty client is an error)."""
+    sizes = np.bincount(client, minlength=P)
+    if np.any(sizes == 0):
+        raise ValueError(
+            f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}"
+        )
+    return sizes
+
+
+def _perturbed_data(X, o: FedSCOptions, info: dict, uploads) -> tuple[np.ndarray, float, _Releases]:
+    """Step 0 of :func:`run`: the perturbed data (eq. 22, :func:`privatize_data`), their noise std and
+    the run's releases so far."""
+    X, sigma_x, data_dp, events, notes = privatize_data(
+        X,
+        clip_tau=o.clip_tau,
+        data_noise_std=o.data_noise_std,
+        data_noise_beta=o.data_noise_beta,
+        seed=o.seed,
+        uploads=uploads,
+        domain=o.data_domain,
+    )
+    info["data_noise_std"] = sigma_x
+    # factor releases of the raw data (not post-processing of a DP release)
+    factor_releases = (
+        any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)) and not data_dp
+    )
+    return X, sigma_x, _Releases(events=events, notes=notes, data_dp=data_dp, factor_releases=factor_releases)
+
+
+def _kernel_setup(X, client, o: FedSCOptions, sigma_x: float, rel: _Releases, info: dict) -> tuple:
+    """Step 1 of :func:`run`: kernel width r (eq. 40/42), dictionary size d (eq. 43) and kNN k (eq. 25),
+    recorded in ``info`` with the Stage I settings and the C-step that feeds Stage II (``final_c``)."""
+    n, m = X.shape
+    r, d = kernel_constants(
+        X,
+        client,
+        o,
+        on_private_data=rel.factor_releases and sigma_x == 0,
+        perturbed=sigma_x > 0,
+        info=info,
+        events=rel.events,
+    )
+    knn = spectral.knn_k(n) if o.knn is None else o.knn
+    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(o.rounds), "z_step": o.z_step})
+    logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, info["n_clients"], d, r, knn)
+    # the final C-step with the projection jitter unless the factors are perturbed or clipped (their
+    # release uses lam)
+    factor_variant = o.tau_c is not None or any(
+        v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)
+    )
+    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or o.code_compat_pairing) else "projection"
+    return r, d, knn
+
+
+def _finish_info(info: dict, o: FedSCOptions, rel: _Releases, Z, C, uploads, y, labels) -> None:
+    """The run's closing ``info`` entries: factors and uploads when asked for, the scores against the
+    true labels ``y`` (experimenter-side), the trust model and the privacy notes."""
+    if o.return_factors:
+        info["Z"], info["C"] = Z, C
+    if o.return_uploads:
+        info["uploads"] = uploads
+    if y is not None and o.cluster:
+        info.update(_scores(y, labels))
+        if o.attack:
+            info["attack_on_c_ACC"] = _scores(y, info["attack_on_c_labels"])["ACC"]
+    if rel.events:
+        info["trust_model"] = TRUST_MODEL
+    if rel.notes:
+        info["privacy_notes"] = rel.notes
+        info["dp_note"] = "; ".join(rel.notes)
+
+
 # --------------------------------------------------------------------------- FedSC
 def run(
     X,
@@ -1105,128 +1177,52 @@ def run(
     o = FedSCOptions.build(options, settings)
     X, client, P = check_inputs(X, client, k)
     n, m = X.shape
-    sizes = np.bincount(client, minlength=P)
-    if np.any(sizes == 0):
-        raise ValueError(
-            f"client ids must be 0..P-1 with every client non-empty; empty clients: {np.flatnonzero(sizes == 0).tolist()}"
-        )
+    sizes = _client_sizes(client, P)
     info: dict = {"n_clients": P}
     uploads: dict | None = {} if o.return_uploads else None
 
     # 0. perturbed data (eq. 22), before anything else (r and d are estimated on X~)
-    X, sigma_x, data_dp, events, notes = privatize_data(
-        X,
-        clip_tau=o.clip_tau,
-        data_noise_std=o.data_noise_std,
-        data_noise_beta=o.data_noise_beta,
-        seed=o.seed,
-        uploads=uploads,
-        domain=o.data_domain,
-    )
-    info["data_noise_std"] = sigma_x
-    # factor releases of the raw data (not post-processing of a DP release)
-    factor_releases = (
-        any(v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)) and not data_dp
-    )
-
+    X, sigma_x, rel = _perturbed_data(X, o, info, uploads)
     # 1. kernel constants r (eq. 40/42) and d (eq. 43); kNN k (eq. 25)
-    r, d = kernel_constants(
-        X, client, o, on_private_data=factor_releases and sigma_x == 0, perturbed=sigma_x > 0, info=info, events=events
-    )
-    knn = spectral.knn_k(n) if o.knn is None else o.knn
-    info.update({"r": r, "d": int(d), "knn_k": int(knn), "lam": o.lam, "rounds": int(o.rounds), "z_step": o.z_step})
-    logger.info("FedSC: n=%d m=%d P=%d d=%d r=%.4g k_nn=%d", n, m, P, d, r, knn)
-
-    # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16); the final C-step
-    #    with the projection jitter unless the factors are perturbed or clipped (their release uses lam)
-    factor_variant = o.tau_c is not None or any(
-        v > 0 for v in (o.z_noise_std, o.z_noise_alpha, o.c_noise_std, o.c_noise_alpha)
-    )
-    info["final_c"] = "paper" if (o.final_c == "paper" or factor_variant or o.code_compat_pairing) else "projection"
+    r, d, knn = _kernel_setup(X, client, o, sigma_x, rel, info)
+    # 2. Stage I: federated factorization phi(X_p) ~ phi(Z) C_p (eq. 8-11, 14-16), then the final C-step
     track = (n <= TRACK_EVERY_ROUND_MAX_N) if o.track_reconstruction is None else bool(o.track_reconstruction)
-    s1 = stage1(
-        X,
-        ClientLayout(X, client, sizes),
-        d=d,
-        r=r,
-        lam=o.lam,
-        rounds=o.rounds,
-        z_step=o.z_step,
-        local_steps=o.local_steps,
-        z_lr=o.z_lr,
-        participation=o.participation,
-        tau_z=o.tau_z,
-        tau_c=o.tau_c,
-        z_noise_std=o.z_noise_std,
-        z_noise_alpha=o.z_noise_alpha,
-        seed=o.seed,
-        track=track,
-        code_compat_pairing=o.code_compat_pairing,
-        lam_final=PROJECTION_JITTER if info["final_c"] == "projection" else None,
-        progress=progress,
-        uploads=uploads,
-    )
+    lam_final = PROJECTION_JITTER if info["final_c"] == "projection" else None
+    layout = ClientLayout(X, client, sizes)
+    s1 = stage1(X, layout, o, d=d, r=r, track=track, lam_final=lam_final, progress=progress, uploads=uploads)
     Z, C, hist = s1["Z"], s1["C"], s1["history"]
     info["participants_per_round"] = s1["n_part"]
-
     # 3. perturbed factors: noise on each C_p once (eq. 32), and the releases of the variant
-    C = _release_factors(
-        o,
-        C,
-        client,
-        sizes,
-        s1,
-        d=d,
-        r=r,
-        seed=o.seed,
-        factor_releases=factor_releases,
-        data_dp=data_dp,
-        events=events,
-        notes=notes,
-        info=info,
-        uploads=uploads,
-    )
-
+    C = _release_factors(o, C, client, sizes, s1, d=d, r=r, releases=rel, info=info, uploads=uploads)
     # 4. Stage II: K_hat = C^T K(Z,Z) C (eq. 23), kNN graph (eq. 25), spectral clustering (eq. 12)
     labels = _stage2(X, Z, C, k, r, knn, hist, info, o)
-    if o.return_factors:
-        info["Z"], info["C"] = Z, C
-    if o.return_uploads:
-        info["uploads"] = uploads
-    if y is not None and o.cluster:
-        info.update(_scores(y, labels))
-        if o.attack:
-            info["attack_on_c_ACC"] = _scores(y, info["attack_on_c_labels"])["ACC"]
-    if events:
-        info["trust_model"] = TRUST_MODEL
-    if notes:
-        info["privacy_notes"] = notes
-        info["dp_note"] = "; ".join(notes)
+    _finish_info(info, o, rel, Z, C, uploads, y, labels)
     uploaded = o.rounds * s1["n_part"] * d * m + d * n
     return ClusteringResult(
-        labels=labels, centroids=None, history=hist, dp_events=events, uploaded_reals=int(uploaded), info=info
+        labels=labels, centroids=None, history=hist, dp_events=rel.events, uploaded_reals=int(uploaded), info=info
     )
 
 
-def _release_factors(o, C, client, sizes, s1, *, d, r, seed, factor_releases, data_dp, events, notes, info, uploads):
-    """Step 3 of :func:`run`: noise on each client's C_p (once), and the releases of the factor variant.
+def _release_factors(o, C, client, sizes, s1, *, d, r, releases: _Releases, info, uploads):
+    """Step 3 of :func:`run`: noise on each client's C_p (once), and the releases of the factor variant
+    (appended to ``releases``).
 
     Returns the C that leaves the clients (noisy when the variant asks for it).
     """
     if uploads is not None and (o.c_noise_std > 0 or o.c_noise_alpha > 0):
         uploads["C_clean"] = C
     C, sigma_c = perturb_c_upload(
-        C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha, rng=stream(seed, "noise/c")
+        C, client, sizes, c_noise_std=o.c_noise_std, c_noise_alpha=o.c_noise_alpha, rng=stream(o.seed, "noise/c")
     )
     if uploads is not None:
         uploads.setdefault("C_clean", C)
         uploads["C_released"] = C
     info["z_noise_std"] = float(np.mean(s1["z_stds"])) if s1["z_stds"] else 0.0
     info["c_noise_std"] = sigma_c
-    if factor_releases:
-        factor_release_events(o, d=d, r=r, events=events, notes=notes)
-    if events:
-        notes.append(_evaluation_note(data_dp))
+    if releases.factor_releases:
+        factor_release_events(o, d=d, r=r, events=releases.events, notes=releases.notes)
+    if releases.events:
+        releases.notes.append(_evaluation_note(releases.data_dp))
     return C
 
 

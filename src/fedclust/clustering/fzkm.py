@@ -147,6 +147,33 @@ class FZKMOptions(ReleaseOptions, KMeansInitOptions, BaselineNoiseOptions, Sampl
     server_restarts: int = param(2, "int", count=True, doc="weighted k-means++ restarts on the server", loop="server")
 
 
+def _fzkm_events(o: FZKMOptions, private: bool, init, z: float) -> list:
+    """The run's releases: the initial centres', the fuzzy sums and masses of every round, and a
+    non-DP record when the local iterations break the sensitivity bound."""
+    R, local_iters, trust_model = o.rounds, o.local_iters, o.trust_model
+    events = init_release(private, init, o.init_centroids, "fzkm initial centres")
+    if private and local_iters > 1:
+        events.append(
+            non_dp_release(
+                f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "
+                "client's own centres, so one sample moves the others' contributions (unbounded sensitivity)"
+            )
+        )
+    if private:
+        events.append(
+            GaussianRelease(
+                noise_multipliers=(z,),
+                count=R,
+                sampling="none",
+                neighbouring="add_remove",
+                unit="sample",
+                label="fzkm fuzzy sums and masses (conservative: every round counted)",
+                extra={"trust_model": trust_model},
+            )
+        )
+    return events
+
+
 @with_blas_limit
 def run(X, client, k: int, options: FZKMOptions | None = None, *, y=None, progress=None, **settings):
     """Run FZKM (:class:`FZKMOptions`; keyword ``settings`` override ``options``).
@@ -193,26 +220,7 @@ def run(X, client, k: int, options: FZKMOptions | None = None, *, y=None, progre
         log_round(t, C)
 
     labels, _ = nearest(X, C)
-    events = init_release(private, init, o.init_centroids, "fzkm initial centres")
-    if private and local_iters > 1:
-        events.append(
-            non_dp_release(
-                f"fzkm local_iters={local_iters} > 1: the uploaded fuzzy sums use memberships computed from the "
-                "client's own centres, so one sample moves the others' contributions (unbounded sensitivity)"
-            )
-        )
-    if private:
-        events.append(
-            GaussianRelease(
-                noise_multipliers=(z,),
-                count=R,
-                sampling="none",
-                neighbouring="add_remove",
-                unit="sample",
-                label="fzkm fuzzy sums and masses (conservative: every round counted)",
-                extra={"trust_model": trust_model},
-            )
-        )
+    events = _fzkm_events(o, private, init, z)
     info = {
         "noise_multiplier": z,
         "noise_std": std,

@@ -299,6 +299,63 @@ def _join_components(W, rows, n: int, lo: float, hi: float, minmax: bool, block_
     return W.maximum(T).tocsr(), len(vv) // 2
 
 
+def _min_connected_graph(rows, n: int, n_clusters: int, k0: int, kcap: int, include_self, minmax, block_rows, info):
+    """``graph="min_connected_k"``: the kNN graph of the smallest ``k' >= k0`` with fewer components
+    than ``n_clusters`` (or ``kcap``), by bisection over prefixes of one sorted neighbour list
+    (widened until it holds such a k'); fills ``info``."""
+    kmax = min(kcap, max(4 * k0, k0 + 10))
+    while True:
+        idx, val, lo, hi = _sorted_topk(rows, n, kmax, include_self, block_rows)
+        comps = {}
+
+        def count(kk, idx=idx, val=val, lo=lo, hi=hi, comps=comps):  # this iteration's top-k
+            if kk not in comps:
+                comps[kk] = n_components(_graph_from_topk(idx, val, kk, lo, hi, minmax))
+            return comps[kk]
+
+        if count(kmax) < n_clusters or kmax == kcap:
+            break
+        kmax = min(kcap, 2 * kmax)
+    info["components_paper"] = count(k0)
+    a, b = k0, kmax  # invariant: count(b) < n_clusters (or b = kcap)
+    if count(a) < n_clusters:
+        b = a
+    while b - a > 1:
+        mid = (a + b) // 2
+        if count(mid) < n_clusters:
+            b = mid
+        else:
+            a = mid
+    W = _graph_from_topk(idx, val, b, lo, hi, minmax)
+    info["knn_k"] = int(b)
+    info["components"] = count(b)
+    return W
+
+
+def _report_connectivity(info: dict, n: int, k0: int, n_clusters: int, graph: str, warn: bool) -> None:
+    """Log a graph with as many components as clusters; warn (:class:`DisconnectedGraphWarning`) about
+    a kNN graph with more, or log how the connectivity-preserving graph fixed it."""
+    if info["components_paper"] == n_clusters and info["components"] == n_clusters and n_clusters > 1:
+        logger.info(
+            "the kNN graph (n=%d, k=%d) has as many connected components as clusters (%d): spectral "
+            "clustering returns the components",
+            n,
+            info["knn_k"],
+            n_clusters,
+        )
+    if warn and info["components_paper"] > n_clusters:
+        msg = (
+            f"the kNN graph (n={n}, k={k0}) has {info['components_paper']} connected components for "
+            f"{n_clusters} clusters: spectral clustering then returns its largest components"
+        )
+        if info["components"] > n_clusters:
+            msg += "; set graph='min_connected_k' or graph='mst' for a connected graph"
+            logger.warning(msg)
+            warnings.warn(msg, DisconnectedGraphWarning, stacklevel=4)  # the caller of build_graph's caller
+        else:  # fixed by the connectivity-preserving graph: say what it did
+            logger.info("%s; graph=%r used k=%d and has %d component(s)", msg, graph, info["knn_k"], info["components"])
+
+
 def build_graph(
     rows: Callable[[int, int], np.ndarray],
     n: int,
@@ -334,32 +391,7 @@ def build_graph(
     kcap = n if include_self else n - 1
     info = {"graph": graph, "knn_k": int(k0), "edges_added": 0}
     if graph == "min_connected_k":
-        kmax = min(kcap, max(4 * k0, k0 + 10))
-        while True:
-            idx, val, lo, hi = _sorted_topk(rows, n, kmax, include_self, block_rows)
-            comps = {}
-
-            def count(kk, idx=idx, val=val, lo=lo, hi=hi, comps=comps):  # this iteration's top-k
-                if kk not in comps:
-                    comps[kk] = n_components(_graph_from_topk(idx, val, kk, lo, hi, minmax))
-                return comps[kk]
-
-            if count(kmax) < n_clusters or kmax == kcap:
-                break
-            kmax = min(kcap, 2 * kmax)
-        info["components_paper"] = count(k0)
-        a, b = k0, kmax  # invariant: count(b) < n_clusters (or b = kcap)
-        if count(a) < n_clusters:
-            b = a
-        while b - a > 1:
-            mid = (a + b) // 2
-            if count(mid) < n_clusters:
-                b = mid
-            else:
-                a = mid
-        W = _graph_from_topk(idx, val, b, lo, hi, minmax)
-        info["knn_k"] = int(b)
-        info["components"] = count(b)
+        W = _min_connected_graph(rows, n, n_clusters, k0, kcap, include_self, minmax, block_rows, info)
     else:
         idx, val, lo, hi = _sorted_topk(rows, n, k0, include_self, block_rows)
         W = _graph_from_topk(idx, val, k0, lo, hi, minmax)
@@ -367,25 +399,7 @@ def build_graph(
         if graph == "mst" and info["components"] > 1:
             W, info["edges_added"] = _join_components(W, rows, n, lo, hi, minmax, block_rows)
             info["components"] = n_components(W)
-    if info["components_paper"] == n_clusters and info["components"] == n_clusters and n_clusters > 1:
-        logger.info(
-            "the kNN graph (n=%d, k=%d) has as many connected components as clusters (%d): spectral "
-            "clustering returns the components",
-            n,
-            info["knn_k"],
-            n_clusters,
-        )
-    if warn and info["components_paper"] > n_clusters:
-        msg = (
-            f"the kNN graph (n={n}, k={k0}) has {info['components_paper']} connected components for "
-            f"{n_clusters} clusters: spectral clustering then returns its largest components"
-        )
-        if info["components"] > n_clusters:
-            msg += "; set graph='min_connected_k' or graph='mst' for a connected graph"
-            logger.warning(msg)
-            warnings.warn(msg, DisconnectedGraphWarning, stacklevel=3)
-        else:  # fixed by the connectivity-preserving graph: say what it did
-            logger.info("%s; graph=%r used k=%d and has %d component(s)", msg, graph, info["knn_k"], info["components"])
+    _report_connectivity(info, n, k0, n_clusters, graph, warn)
     return W, info
 
 

@@ -126,6 +126,31 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     return [{**c, "config": shared, "data_paths": dict(data_paths or {})} for c in out]
 
 
+def _baseline_noise(c: dict, config: dict, client, N: int, K: int, R: int, b: int, delta: float) -> float:
+    """A baseline's noise multiplier in a private cell: DP-FedC's per-round epsilon, given to the
+    baseline through the classical Gaussian formula (0 without DP)."""
+    eb = c["eps_bar"]
+    if eb is None:
+        return 0.0
+    n_i = np.bincount(client, minlength=N)
+    q2_max = 5 if c["q2"] == 5 else (int(config.get("Qhat", 10)) + 1)
+    q = float(min(np.max(q2_max * np.minimum(b, n_i) / n_i), 0.99))
+    eps_round = round_epsilon(eb, q, K / N, R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # classical formula at eps >= 1, as the paper
+        return classical_sigma(eps_round, delta, 1.0)
+
+
+def _cell_metrics(res, y, delta: float) -> dict:
+    """A run's scores (with their chance lines), the accountant's epsilon, the uploads and the final objective."""
+    metrics = scores_with_chance(y, res.labels)
+    metrics["epsilon_accountant"] = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
+    metrics["uploaded_reals"] = res.uploaded_reals
+    if "objective" in res.history:
+        metrics["objective"] = res.history["objective"][-1]
+    return metrics
+
+
 def run_cell(cell: dict) -> list[dict]:
     """One cell's record (a pure function of ``cell``)."""
     t0 = time.perf_counter()
@@ -166,24 +191,11 @@ def run_cell(cell: dict) -> list[dict]:
             **common,
         )
     else:
-        z = 0.0
-        if eb is not None:  # DP-FedC's per-round epsilon, given to the baseline
-            n_i = np.bincount(client, minlength=N)
-            q2_max = 5 if c["q2"] == 5 else (int(config.get("Qhat", 10)) + 1)
-            q = float(min(np.max(q2_max * np.minimum(b, n_i) / n_i), 0.99))
-            eps_round = round_epsilon(eb, q, K / N, R)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # classical formula at eps >= 1, as the paper
-                z = classical_sigma(eps_round, delta, 1.0)
+        z = _baseline_noise(c, config, client, N, K, R, b, delta)
         extra = {"seeding_rounds": 0 if z > 0 else min(5, R - 2)} if c["method"] == "dk_pp" else {}
         run = REGISTRY[c["method"]].library_run
         res = run(X, client, k, noise_multiplier=z, clip=clip if z > 0 else None, **common, **extra)
-    metrics = scores_with_chance(y, res.labels)
-    eps_acc = accountant_epsilon(res.dp_events, delta) if res.dp_events else math.inf
-    metrics["epsilon_accountant"] = eps_acc
-    metrics["uploaded_reals"] = res.uploaded_reals
-    if "objective" in res.history:
-        metrics["objective"] = res.history["objective"][-1]
+    metrics = _cell_metrics(res, y, delta)
     hist = {key: res.history[key] for key in ("objective", "ACC", "NMI") if key in res.history}
     params = {k_: v for k_, v in c.items() if k_ != "method"}
     params.update(

@@ -32,6 +32,7 @@ from __future__ import annotations
 import glob
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -161,121 +162,122 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     ]
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """What every sweep of one (data set, trial) cell reads: the data (features ``X0``, labels ``y``,
+    ``k`` classes), the clients' split, and the shared FedSC settings."""
+
+    ds_name: str
+    trial: int
+    X0: np.ndarray
+    y: np.ndarray
+    k: int
+    client: np.ndarray
+    rounds: int
+    n_init: int
+    graph: str
+    config: dict
+
+    def fedsc(self, X, client, **kw):
+        """:func:`fedclust.clustering.fedsc.run` with the cell's seed, rounds, restarts and graph."""
+        return fedsc.run(
+            X, client, self.k, seed=self.trial, rounds=self.rounds, n_init=self.n_init, graph=self.graph, **kw
+        )
+
+    def record(self, method: str, sweep: str, labels, params: dict, history=None, metrics=None) -> dict:
+        """The record of one method of a sweep of this cell."""
+        return _record(method, sweep, self.ds_name, self.trial, self.y, labels, params, history, metrics=metrics)
+
+
+def _noise_sweep(c: _Cell) -> list[dict]:
+    """The ``betas`` sweep: k-means, SC, DSC, FedSC (with the attack on C) and one-client FedSC on
+    data with Gaussian noise of std ``beta std(X)``."""
+    out = []
+    X0, trial = c.X0, c.trial
+    for beta in c.config.get("betas", [0.0]):
+        X = X0 + beta * X0.std() * stream(trial, "noise").standard_normal(X0.shape) if beta > 0 else X0
+        r = spectral.mean_pairwise_distance(X, rng=stream(trial, "data"))
+        d = spectral.eigen_rank(X, r, rng=stream(trial, "data"))
+        if c.config.get("d_max"):
+            d = min(d, int(c.config["d_max"]))
+        p = {"beta": beta}
+        for method, fn in (
+            ("kmeans", partial(fedsc.centralized_kmeans, X, c.k, seed=trial)),
+            ("sc", partial(spectral.spectral_clustering, X, c.k, seed=trial, r=r, n_init=c.n_init, graph=c.graph)),
+            ("dsc", partial(dsc.run, X, c.client, c.k, seed=trial)),
+        ):
+            res, t = _timed(fn)
+            out.append(c.record(method, "noise", res.labels, p, metrics={"wall_time_s": t}))
+        res, t = _timed(partial(c.fedsc, X, c.client, r=r, d=d, attack=True))
+        metrics = {
+            "reconstruction_error": res.info.get("reconstruction_error"),
+            "d": d,
+            "wall_time_s": t,
+            "uploaded_reals": res.uploaded_reals,
+        }
+        out.append(c.record("fedsc", "noise", res.labels, p, res.history, metrics=metrics))
+        out.append(c.record("attack_on_c", "noise", res.info["attack_on_c_labels"], p))
+        one, t = _timed(partial(c.fedsc, X, np.zeros(len(c.y), dtype=np.int64), r=r, d=d))
+        out.append(c.record("fedsc_P1", "noise", one.labels, p, metrics={"wall_time_s": t}))
+    return out
+
+
+def _d_sweep(c: _Cell, r0: float) -> list[dict]:
+    """The ``d_values`` sweep of FedSC's dictionary size (None: the eigenvalue rule)."""
+    out = []
+    for d in c.config.get("d_values", [None]):
+        res = c.fedsc(c.X0, c.client, r=r0, d=d, d_max=c.config.get("d_max"))
+        metrics = {"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]}
+        out.append(c.record("fedsc", "d", res.labels, {"d": "rule" if d is None else d}, metrics=metrics))
+    return out
+
+
+def _factor_sweep(c: _Cell, r0: float) -> list[dict]:
+    """The ``alphas`` sweep of the factor noise (std relative to the factors': not DP)."""
+    out = []
+    for az, ac in c.config.get("alphas", []):
+        res = c.fedsc(c.X0, c.client, r=r0, d_max=c.config.get("d_max"), z_noise_alpha=az, c_noise_alpha=ac)
+        metrics = {"reconstruction_error": res.info.get("reconstruction_error")}
+        out.append(c.record("fedsc", "factors", res.labels, {"alpha_z": az, "alpha_c": ac}, metrics=metrics))
+    return out
+
+
+def _clients_sweep(c: _Cell, r0: float) -> list[dict]:
+    """The ``P_values`` sweep of the number of clients."""
+    out = []
+    for P_ in c.config.get("P_values", []):
+        cl = iid(c.X0.shape[0], int(P_), seed=c.trial).client
+        res = c.fedsc(c.X0, cl, r=r0, d_max=c.config.get("d_max"))
+        out.append(c.record("fedsc", "P", res.labels, {"P": int(P_)}))
+    return out
+
+
 def run_cell(cell: dict) -> list[dict]:
     """Every method and sweep of one (data set, trial) cell (a pure function of ``cell``)."""
     ds_name, trial, source = cell["dataset"], cell["trial"], cell["source"]
     config = cell["config"]
     graph = config["graph"]
     P = int(config.get("n_clients", 8))
-    rounds = int(config.get("rounds", 20))
-    n_init = int(config.get("n_init", 10))
     sweeps = set(config.get("sweeps", ["noise", "d", "factors", "P"]))
     data = memo(("fedsc_data", source, stamp(source.get("path"))), lambda: prepare_dataset(seed=0, **source), "data")
     X0, y, k = data.X.astype(np.float64), data.y, data.n_classes
-    client = iid(X0.shape[0], P, seed=trial).client
-    out = []
-    for beta in config.get("betas", [0.0]) if "noise" in sweeps else []:
-        X = X0 + beta * X0.std() * stream(trial, "noise").standard_normal(X0.shape) if beta > 0 else X0
-        r = spectral.mean_pairwise_distance(X, rng=stream(trial, "data"))
-        d = spectral.eigen_rank(X, r, rng=stream(trial, "data"))
-        if config.get("d_max"):
-            d = min(d, int(config["d_max"]))
-        p = {"beta": beta}
-        for method, fn in (
-            ("kmeans", partial(fedsc.centralized_kmeans, X, k, seed=trial)),
-            ("sc", partial(spectral.spectral_clustering, X, k, seed=trial, r=r, n_init=n_init, graph=graph)),
-            ("dsc", partial(dsc.run, X, client, k, seed=trial)),
-        ):
-            res, t = _timed(fn)
-            out.append(_record(method, "noise", ds_name, trial, y, res.labels, p, metrics={"wall_time_s": t}))
-        res, t = _timed(
-            partial(
-                fedsc.run, X, client, k, seed=trial, rounds=rounds, r=r, d=d, attack=True, n_init=n_init, graph=graph
-            )
-        )
-        out.append(
-            _record(
-                "fedsc",
-                "noise",
-                ds_name,
-                trial,
-                y,
-                res.labels,
-                p,
-                res.history,
-                metrics={
-                    "reconstruction_error": res.info.get("reconstruction_error"),
-                    "d": d,
-                    "wall_time_s": t,
-                    "uploaded_reals": res.uploaded_reals,
-                },
-            )
-        )
-        out.append(_record("attack_on_c", "noise", ds_name, trial, y, res.info["attack_on_c_labels"], p))
-        one, t = _timed(
-            partial(
-                fedsc.run,
-                X,
-                np.zeros(len(y), dtype=np.int64),
-                k,
-                seed=trial,
-                rounds=rounds,
-                r=r,
-                d=d,
-                n_init=n_init,
-                graph=graph,
-            )
-        )
-        out.append(_record("fedsc_P1", "noise", ds_name, trial, y, one.labels, p, metrics={"wall_time_s": t}))
+    c = _Cell(
+        ds_name=ds_name,
+        trial=trial,
+        X0=X0,
+        y=y,
+        k=k,
+        client=iid(X0.shape[0], P, seed=trial).client,
+        rounds=int(config.get("rounds", 20)),
+        n_init=int(config.get("n_init", 10)),
+        graph=graph,
+        config=config,
+    )
+    out = _noise_sweep(c) if "noise" in sweeps else []
     r0 = spectral.mean_pairwise_distance(X0, rng=stream(trial, "data"))
-    for d in config.get("d_values", [None]) if "d" in sweeps else []:
-        res = fedsc.run(
-            X0, client, k, seed=trial, rounds=rounds, r=r0, d=d, d_max=config.get("d_max"), n_init=n_init, graph=graph
-        )
-        out.append(
-            _record(
-                "fedsc",
-                "d",
-                ds_name,
-                trial,
-                y,
-                res.labels,
-                {"d": "rule" if d is None else d},
-                metrics={"reconstruction_error": res.info.get("reconstruction_error"), "d_used": res.info["d"]},
-            )
-        )
-    for az, ac in config.get("alphas", []) if "factors" in sweeps else []:
-        res = fedsc.run(
-            X0,
-            client,
-            k,
-            seed=trial,
-            rounds=rounds,
-            r=r0,
-            d_max=config.get("d_max"),
-            z_noise_alpha=az,
-            c_noise_alpha=ac,
-            n_init=n_init,
-            graph=graph,
-        )
-        out.append(
-            _record(
-                "fedsc",
-                "factors",
-                ds_name,
-                trial,
-                y,
-                res.labels,
-                {"alpha_z": az, "alpha_c": ac},
-                metrics={"reconstruction_error": res.info.get("reconstruction_error")},
-            )
-        )
-    for P_ in config.get("P_values", []) if "P" in sweeps else []:
-        cl = iid(X0.shape[0], int(P_), seed=trial).client
-        res = fedsc.run(
-            X0, cl, k, seed=trial, rounds=rounds, r=r0, d_max=config.get("d_max"), n_init=n_init, graph=graph
-        )
-        out.append(_record("fedsc", "P", ds_name, trial, y, res.labels, {"P": int(P_)}))
+    for name, sweep in (("d", _d_sweep), ("factors", _factor_sweep), ("P", _clients_sweep)):
+        if name in sweeps:
+            out += sweep(c, r0)
     for rec in out:  # what every cell shares: the data's scaling and the graph
         rec["params"].update(scale=source["scale"], graph=graph)
         rec["tags"]["graph"] = graph

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -109,6 +110,67 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class _RRSettings:
+    """A cell's shared settings: clients ``M``, participation ``q``, rounds ``T``, ``delta``, the
+    local training keywords ``train``, the clip and calibration bound, the samples and test samples
+    per client and the base method."""
+
+    M: int
+    q: float
+    T: int
+    delta: float
+    train: dict
+    clip: float
+    bound: str
+    spc: int
+    tpc: int
+    base: str
+
+    @classmethod
+    def of(cls, config: dict) -> _RRSettings:
+        """The settings of ``config`` with their defaults."""
+        T, q = int(config.get("rounds", 30)), float(config.get("participation", 0.25))
+        train = dict(
+            lr=float(config.get("lr", 0.1)),
+            local_steps=int(config.get("local_steps", 5)),
+            rounds=T,
+            participation=q,
+            eval_every=int(config.get("eval_every", 5)),
+        )
+        return cls(
+            M=int(config.get("n_clients", 200)),
+            q=q,
+            T=T,
+            delta=float(config.get("delta", 1e-3)),
+            train=train,
+            clip=float(config.get("clip", 0.3)),
+            bound=config.get("calibration_bound", "accountant"),
+            spc=int(config.get("samples_per_client", 8)),
+            tpc=int(config.get("test_per_client", 2)),
+            base=config.get("base", "ifca"),
+        )
+
+
+def _rr_metrics(res, rd, cell: dict, st: _RRSettings, k: int) -> dict:
+    """A run's metrics: final accuracy and client clustering (with its chance line), the updates moved,
+    the regime, the smallest noisy cluster and the accountant's epsilon."""
+    method, seed = cell["method"], cell["seed"]
+    final = res.info["final"]
+    moved = res.history.get("n_moved") or [0.0]
+    metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
+    if "client_ACC" in metrics:
+        metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
+    metrics["mean_moved"] = float(sum(moved) / len(moved))
+    if rr_base(method, st.base) is not None:  # where the run sits on RR's regime map (clustered methods)
+        metrics.update(rr_regime(st.q, st.M, k, moved))
+    before = res.history.get("sizes_before_rr") or []
+    if before:
+        metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
+    metrics["epsilon_accountant"] = accounted(res.dp_events, st.delta) if res.dp_events else math.inf
+    return metrics
+
+
 def run_cell(cell: dict) -> list[dict]:
     """One run's record (a pure function of ``cell``)."""
     t0 = time.perf_counter()
@@ -116,71 +178,46 @@ def run_cell(cell: dict) -> list[dict]:
     setting, eps, seed, method, B = cell["setting"], cell["epsilon"], cell["seed"], cell["method"], cell["B"]
     ds = config.get("dataset", "digits")
     data = load_cached(ds, data_paths)
-    M = int(config.get("n_clients", 200))
-    q = float(config.get("participation", 0.25))
-    T = int(config.get("rounds", 30))
-    delta = float(config.get("delta", 1e-3))
-    train = dict(
-        lr=float(config.get("lr", 0.1)),
-        local_steps=int(config.get("local_steps", 5)),
-        rounds=T,
-        participation=q,
-        eval_every=int(config.get("eval_every", 5)),
-    )
+    st = _RRSettings.of(config)
     hidden = config.get("hidden", [])
-    clip = float(config.get("clip", 0.3))
-    bound = config.get("calibration_bound", "accountant")
-    spc, tpc = int(config.get("samples_per_client", 8)), int(config.get("test_per_client", 2))
 
     def build():
         rd = rotation(
             data.images,
             data.y,
-            n_clients=M,
-            samples_per_client=spc,
-            test_per_client=tpc,
+            n_clients=st.M,
+            samples_per_client=st.spc,
+            test_per_client=st.tpc,
             seed=seed,
             reuse=False,
             **SETTINGS[setting],
         )
         return rd, FederatedTensors.from_rotated(rd)
 
-    rd, tensors = memo(("rr_rotation", ds, stamp(data_paths.get(ds)), setting, seed, M, spc, tpc), build)
+    rd, tensors = memo(("rr_rotation", ds, stamp(data_paths.get(ds)), setting, seed, st.M, st.spc, st.tpc), build)
     k = len(rd.angles)
     model = MLP(
         tensors.d, hidden if method != "dp_fedper" else (config.get("fedper_hidden", 16),), int(rd.y_train.max()) + 1
     )
     private = eps is not None
-    kw = dict(train, seed=seed)
     # the RR dispatch of the registry (the same as the rr_cluster pipeline's)
-    base = config.get("base", "ifca")
-    sigmas = rr_sigmas(method, eps, delta, q, T, M, rho_s=float(config.get("rho_s", 0.5)), base=base, bound=bound)
+    rho_s = float(config.get("rho_s", 0.5))
+    sigmas = rr_sigmas(method, eps, st.delta, st.q, st.T, st.M, rho_s=rho_s, base=st.base, bound=st.bound)
     res = run_rr(
         method,
         tensors,
         model,
         k,
         sigmas=sigmas,
-        clip=clip if private else None,
+        clip=st.clip if private else None,
         B=B,
-        base=base,
+        base=st.base,
         C_s=float(config.get("C_s", 0.1)),
         mu=float(config.get("mu", 0.1)),
-        **kw,
+        **dict(st.train, seed=seed),
     )
-    final = res.info["final"]
-    moved = res.history.get("n_moved") or [0.0]
     label = f"rr_cluster(B={B})" if method == "rr_cluster" else method
-    metrics = {m: float(final[m]) for m in ("test_accuracy", "client_ACC", "client_NMI") if m in final}
-    if "client_ACC" in metrics:
-        metrics.update(client_chance(rd.group, getattr(res, "assignment", None), metrics["client_ACC"], seed=seed))
-    metrics["mean_moved"] = float(sum(moved) / len(moved))
-    if rr_base(method, base) is not None:  # where the run sits on RR's regime map (clustered methods)
-        metrics.update(rr_regime(q, M, k, moved))
-    before = res.history.get("sizes_before_rr") or []
-    if before:
-        metrics["min_noisy_cluster"] = float(sum(min(z) for z in before) / len(before))
-    metrics["epsilon_accountant"] = accounted(res.dp_events, delta) if res.dp_events else math.inf
+    metrics = _rr_metrics(res, rd, cell, st, k)
     hist = {h: res.history[h] for h in ("test_accuracy", "n_moved") if res.history.get(h)}
     metrics["wall_time_s"] = time.perf_counter() - t0
     return [
@@ -199,10 +236,10 @@ def run_cell(cell: dict) -> list[dict]:
                 "label": label,
                 "B": B,
                 "seed": seed,
-                "n_clients": M,
-                "participation": q,
-                "rounds": T,
-                "clip": clip,
+                "n_clients": st.M,
+                "participation": st.q,
+                "rounds": st.T,
+                "clip": st.clip,
             },
             "metrics": metrics,
             "history": hist,

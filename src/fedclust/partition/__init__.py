@@ -17,7 +17,7 @@ from fedclust.partition.iid import iid
 from fedclust.partition.kmeans_split import kmeans_split
 from fedclust.partition.power_law import power_law
 from fedclust.partition.report import heatmap_figure, label_matrix, partition_stats
-from fedclust.partition.rotation import RotatedData, rotation
+from fedclust.partition.rotation import HeldOut, RotatedData, rotation
 from fedclust.partition.shards import shards
 
 SCHEMES = ("iid", "dirichlet", "shards", "power_law", "kmeans", "rotation")
@@ -102,5 +102,6 @@ __all__ = [
     "partition_stats",
     "power_law",
     "rotation",
+    "HeldOut",
     "shards",
 ]

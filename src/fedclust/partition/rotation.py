@@ -21,10 +21,11 @@ Two constructions of the training data:
   the clients"): one permutation of the pool is cut into all clients' chunks; no pool image is used twice.
 
 Held-out test sets: every client also gets ``test_per_client`` test images with its group's rotation.
-They come from ``images_test``/``y_test`` when given (e.g. the official test split), else a random test
-pool is first carved out of ``images`` and never used for training. Test images are drawn from the test
-pool in the same way as the training images (independent permutation per group when ``reuse=True``;
-with ``shuffle_test=False`` the test pool is used in order, as the IFCA code does). A client's test set
+They come from the test images of ``test`` (a :class:`HeldOut`) when given (e.g. the official test
+split), else a random test pool is first carved out of ``images`` and never used for training. Test
+images are drawn from the test pool in the same way as the training images (independent permutation
+per group when ``reuse=True``; with ``HeldOut(shuffle=False)`` the test pool is used in order, as
+the IFCA code does). A client's test set
 is thus always disjoint from every client's training set in terms of source images.
 """
 
@@ -126,6 +127,18 @@ def group_sizes(n_clients: int, ratios) -> np.ndarray:
     return sizes
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """Where the held-out test images come from: ``images``/``y`` (e.g. the official test split), else a
+    test pool carved out of the training images, a ``fraction`` of the per-client pool share when
+    neither per-client count is given; ``shuffle`` False takes the test pool in order (IFCA's code)."""
+
+    images: Any = None
+    y: Any = None
+    fraction: float = 0.2
+    shuffle: bool = True
+
+
 def rotation(
     images,
     y,
@@ -137,31 +150,85 @@ def rotation(
     angles=None,
     seed: int = 0,
     reuse: bool = True,
-    images_test=None,
-    y_test=None,
-    test_fraction: float = 0.2,
-    shuffle_test: bool = True,
+    test: HeldOut = HeldOut(),
 ) -> RotatedData:
     """Rotated-groups partition (see the module docstring).
 
     * ``n_clients`` (required): total clients, split over the groups by ``ratios`` (default balanced).
     * ``samples_per_client`` / ``test_per_client``: default to the most the pools allow, with a
-      ``test_fraction`` share held out for test when no ``images_test`` is given.
+      ``test.fraction`` share held out for test when no test images are given (:class:`HeldOut`).
 
     Returns :class:`RotatedData`. Raises ValueError naming the parameter when the pools are too small,
     a ratio is not positive, an angle is not a multiple of 90, or a 90/270 rotation meets non-square images.
     """
-    images = np.asarray(images)
-    if images.ndim not in (3, 4):
-        raise ValueError(f"images must be (n, H, W) or (n, C, H, W), got shape {images.shape}")
-    y = check_labels(y)
+    images, y = _checked_images(images, y)
     n = images.shape[0]
-    if y.size != n:
-        raise ValueError(f"y has {y.size} labels but images has {n} samples")
     G = check_int("n_groups", n_groups, 1)
     if n_clients is None:
         raise ValueError("n_clients is required (total number of clients over all groups)")
     N = check_int("n_clients", n_clients, G)
+    ratios = _checked_ratios(ratios, G)
+    angles, turns = _checked_angles(angles, G, images.shape[-2:])
+    if not 0 <= float(test.fraction) < 1:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test.fraction}")
+    sizes = group_sizes(N, ratios)
+    units = int(sizes.max()) if reuse else N  # clients that share one copy of the pool
+    rng = stream(seed, "partition")
+    spc = None if samples_per_client is None else check_int("samples_per_client", samples_per_client, 1)
+    tpc = None if test_per_client is None else check_int("test_per_client", test_per_client, 0)
+    images_test, y_test = _checked_test_images(test, images)
+    spc, tpc = _per_client_counts(n, units, spc, tpc, test, images_test)
+    train_pool, test_pool, test_images, test_y = _pools(images, y, images_test, y_test, units, spc, tpc, reuse, rng)
+    group = np.repeat(np.arange(G, dtype=np.int64), sizes)
+    src_tr, src_te = _draw_sources(rng, train_pool, test_pool, sizes, spc, tpc, reuse, test.shuffle)
+    client_tr = np.repeat(np.arange(N, dtype=np.int64), spc)
+    client_te = np.repeat(np.arange(N, dtype=np.int64), tpc)
+    img_tr = _rotate_rows(images, src_tr, group[client_tr], turns)
+    img_te = _rotate_rows(test_images, src_te, group[client_te], turns)
+    meta = {
+        "scheme": "rotation",
+        "seed": int(seed),
+        "n_clients": N,
+        "n_groups": G,
+        "ratios": ratios.tolist(),
+        "group_sizes": sizes.tolist(),
+        "angles": list(angles),
+        "samples_per_client": spc,
+        "test_per_client": tpc,
+        "reuse": bool(reuse),
+        "test_source": "images_test" if images_test is not None else "carved from images",
+        "first_client_of_group": np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist(),
+    }
+    return RotatedData(
+        X_train=_flat(img_tr),
+        images_train=img_tr,
+        y_train=y[src_tr],
+        client_train=client_tr,
+        X_test=_flat(img_te),
+        images_test=img_te,
+        y_test=test_y[src_te],
+        client_test=client_te,
+        group=group,
+        angles=angles,
+        source_train=src_tr,
+        source_test=src_te,
+        meta=meta,
+    )
+
+
+def _checked_images(images, y) -> tuple[np.ndarray, np.ndarray]:
+    """The images as an (n, H, W) or (n, C, H, W) array and their n labels."""
+    images = np.asarray(images)
+    if images.ndim not in (3, 4):
+        raise ValueError(f"images must be (n, H, W) or (n, C, H, W), got shape {images.shape}")
+    y = check_labels(y)
+    if y.size != images.shape[0]:
+        raise ValueError(f"y has {y.size} labels but images has {images.shape[0]} samples")
+    return images, y
+
+
+def _checked_ratios(ratios, G: int) -> np.ndarray:
+    """The group-size ratios (default balanced): one positive entry per group."""
     if ratios is None:
         ratios = np.ones(G)
     ratios = np.asarray(ratios, dtype=float)
@@ -169,6 +236,11 @@ def rotation(
         raise ValueError(f"ratios must have one entry per group (n_groups={G}), got {ratios.shape}")
     if not np.all(np.isfinite(ratios)) or np.any(ratios <= 0):
         raise ValueError(f"ratios must all be > 0, got {ratios.tolist()}")
+    return ratios
+
+
+def _checked_angles(angles, G: int, hw) -> tuple[tuple[int, ...], list[int]]:
+    """The groups' angles (default :func:`default_angles`) and their numbers of quarter turns."""
     if angles is None:
         angles = default_angles(G)
     angles = tuple(int(a) for a in angles)
@@ -177,44 +249,51 @@ def rotation(
     if any(a % 90 for a in angles):
         raise ValueError(f"angles must be multiples of 90 degrees, got {angles}")
     turns = [(a // 90) % 4 for a in angles]
-    H, W = images.shape[-2:]
+    H, W = hw
     if H != W and any(k % 2 for k in turns):
         raise ValueError(f"images must be square for 90/270-degree rotations, got H={H}, W={W}")
-    if not 0 <= float(test_fraction) < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    return angles, turns
 
-    sizes = group_sizes(N, ratios)
-    units = int(sizes.max()) if reuse else N  # clients that share one copy of the pool
-    rng = stream(seed, "partition")
 
-    if samples_per_client is not None:
-        samples_per_client = check_int("samples_per_client", samples_per_client, 1)
-    if test_per_client is not None:
-        test_per_client = check_int("test_per_client", test_per_client, 0)
+def _checked_test_images(test: HeldOut, images: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The given test images and labels (None, None without them), with the training images' shape."""
+    if test.images is None:
+        return None, test.y
+    images_test = np.asarray(test.images)
+    if images_test.shape[1:] != images.shape[1:]:
+        raise ValueError(f"images_test must have image shape {images.shape[1:]}, got {images_test.shape[1:]}")
+    if test.y is None:
+        raise ValueError("y_test is required with images_test")
+    y_test = check_labels(test.y, "y_test")
+    if y_test.size != images_test.shape[0]:
+        raise ValueError("y_test and images_test differ in number of samples")
+    return images_test, y_test
+
+
+def _per_client_counts(n: int, units: int, spc, tpc, test: HeldOut, images_test) -> tuple[int, int]:
+    """Training and test images per client: the given counts, else the most the pools allow (with a
+    ``test.fraction`` share held out for test when the test pool is carved from the images)."""
     if images_test is not None:
-        images_test = np.asarray(images_test)
-        if images_test.shape[1:] != images.shape[1:]:
-            raise ValueError(f"images_test must have image shape {images.shape[1:]}, got {images_test.shape[1:]}")
-        if y_test is None:
-            raise ValueError("y_test is required with images_test")
-        y_test = check_labels(y_test, "y_test")
-        if y_test.size != images_test.shape[0]:
-            raise ValueError("y_test and images_test differ in number of samples")
-        spc = n // units if samples_per_client is None else samples_per_client
-        tpc = images_test.shape[0] // units if test_per_client is None else test_per_client
+        spc = n // units if spc is None else spc
+        tpc = images_test.shape[0] // units if tpc is None else tpc
     else:
         tot = n // units  # pool images per client
-        spc, tpc = samples_per_client, test_per_client
         if spc is None and tpc is None:
-            tpc = int(round(tot * test_fraction))
+            tpc = int(round(tot * test.fraction))
             spc = tot - tpc
         elif spc is None:
             spc = tot - tpc
         elif tpc is None:
-            tf = float(test_fraction)
+            tf = float(test.fraction)
             tpc = min(int(round(spc * tf / (1 - tf))), max(tot - spc, 0))
-    spc = check_int("samples_per_client", spc, 1)
-    tpc = check_int("test_per_client", tpc, 0)
+    return check_int("samples_per_client", spc, 1), check_int("test_per_client", tpc, 0)
+
+
+def _pools(images, y, images_test, y_test, units: int, spc: int, tpc: int, reuse: bool, rng) -> tuple:
+    """``(train pool, test pool, test images, test labels)``: the pools' row indices (the test pool
+    carved at random out of ``images`` when no test images are given), after checking they are big
+    enough for ``units`` clients sharing a pool."""
+    n = images.shape[0]
     how = "per group" if reuse else "in all"
     if images_test is not None:
         n_test_pool = images_test.shape[0]
@@ -228,63 +307,28 @@ def rotation(
                 f"test_per_client must be <= {n_test_pool // units} ({units} clients {how} share "
                 f"{n_test_pool} test images), got {tpc}"
             )
-        train_pool = np.arange(n)
-        test_pool = np.arange(n_test_pool)
-        test_src_images, test_src_y = images_test, y_test
-    else:
-        if units * (spc + tpc) > n:
-            raise ValueError(
-                f"samples_per_client + test_per_client must be <= {n // units} ({units} clients {how} share "
-                f"{n} images), got {spc} + {tpc}"
-            )
-        perm = rng.permutation(n)
-        test_pool = np.sort(perm[: units * tpc])
-        train_pool = perm[units * tpc :]
-        test_src_images, test_src_y = images, y
+        return np.arange(n), np.arange(n_test_pool), images_test, y_test
+    if units * (spc + tpc) > n:
+        raise ValueError(
+            f"samples_per_client + test_per_client must be <= {n // units} ({units} clients {how} share "
+            f"{n} images), got {spc} + {tpc}"
+        )
+    perm = rng.permutation(n)
+    return perm[units * tpc :], np.sort(perm[: units * tpc]), images, y
 
-    group = np.repeat(np.arange(G, dtype=np.int64), sizes)
-    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+def _draw_sources(rng, train_pool, test_pool, sizes, spc: int, tpc: int, reuse: bool, shuffle: bool) -> tuple:
+    """The source rows of every client's training and test images, client after client: one
+    permutation of each pool per group (``reuse``) or one for all clients."""
     if reuse:
         # one independent permutation of the pool per group (loop over groups, not clients)
         src_tr = np.concatenate([rng.permutation(train_pool)[: s * spc] for s in sizes])
-        src_te = np.concatenate([(rng.permutation(test_pool) if shuffle_test else test_pool)[: s * tpc] for s in sizes])
+        src_te = np.concatenate([(rng.permutation(test_pool) if shuffle else test_pool)[: s * tpc] for s in sizes])
     else:
+        N = int(np.sum(sizes))
         src_tr = rng.permutation(train_pool)[: N * spc]
-        src_te = (rng.permutation(test_pool) if shuffle_test else test_pool)[: N * tpc]
-    client_tr = np.repeat(np.arange(N, dtype=np.int64), spc)
-    client_te = np.repeat(np.arange(N, dtype=np.int64), tpc)
-
-    img_tr = _rotate_rows(images, src_tr, group[client_tr], turns)
-    img_te = _rotate_rows(test_src_images, src_te, group[client_te], turns)
-    meta = {
-        "scheme": "rotation",
-        "seed": int(seed),
-        "n_clients": N,
-        "n_groups": G,
-        "ratios": ratios.tolist(),
-        "group_sizes": sizes.tolist(),
-        "angles": list(angles),
-        "samples_per_client": spc,
-        "test_per_client": tpc,
-        "reuse": bool(reuse),
-        "test_source": "images_test" if images_test is not None else "carved from images",
-        "first_client_of_group": first.tolist(),
-    }
-    return RotatedData(
-        X_train=_flat(img_tr),
-        images_train=img_tr,
-        y_train=y[src_tr],
-        client_train=client_tr,
-        X_test=_flat(img_te),
-        images_test=img_te,
-        y_test=test_src_y[src_te],
-        client_test=client_te,
-        group=group,
-        angles=angles,
-        source_train=src_tr,
-        source_test=src_te,
-        meta=meta,
-    )
+        src_te = (rng.permutation(test_pool) if shuffle else test_pool)[: N * tpc]
+    return src_tr, src_te
 
 
 def _rotate_rows(images, src, row_group, turns) -> np.ndarray:

@@ -64,13 +64,41 @@ def shards(
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
     rng = stream(seed, "partition")
     total = n_clients * c
-
     # samples of each label, in data order (optionally truncated to the smallest label count)
     per_label = [np.flatnonzero(y == k) for k in labels]
     if equalize:
         m = min(len(ix) for ix in per_label)
         per_label = [np.sort(rng.choice(ix, m, replace=False)) for ix in per_label]
+    n_shards = _shard_counts(per_label, labels, total, n_clients, shards_per_label, rng)
+    # the shards of each label: contiguous pieces of the label's samples, sizes differing by <= 1
+    shard_idx = [np.array_split(ix, s) if s else [] for ix, s in zip(per_label, n_shards)]
+    use, surplus = _shards_used(n_shards, total, rng)
+    if pairing == "cyclic":
+        choice = _cyclic_choice(n_shards, n_clients, c, shards_per_label)
+    else:
+        choice = _random_choice(use, n_clients, c, rng)
+    client = _pop_shards(n, choice, shard_idx, n_shards, use, rng)
+    return Partition(
+        client=client,
+        n_clients=n_clients,
+        meta={
+            "scheme": "shards",
+            "seed": int(seed),
+            "n_clients": n_clients,
+            "labels_per_client": c,
+            "shards_per_label": n_shards.tolist(),
+            "dropped_shards": int(surplus),
+            "equalize": bool(equalize),
+            "pairing": pairing,
+            "client_labels": labels[np.sort(choice, axis=1)].tolist(),
+        },
+    )
 
+
+def _shard_counts(per_label, labels, total: int, n_clients: int, shards_per_label, rng) -> np.ndarray:
+    """The number of shards of every label: ``total`` spread evenly (the extra shards on random labels),
+    or ``shards_per_label`` each; every label must have at least one sample per shard."""
+    L = len(per_label)
     if shards_per_label is None:
         n_shards = np.full(L, total // L, dtype=np.int64)
         n_shards[rng.choice(L, total % L, replace=False)] += 1
@@ -90,55 +118,48 @@ def shards(
             f"label {k} has {counts[bad[0]]} samples, fewer than its {n_shards[bad[0]]} shards; lower "
             f"n_clients or labels_per_client (or shards_per_label)"
         )
+    return n_shards
 
-    # the shards of each label: contiguous pieces of the label's samples, sizes differing by <= 1
-    shard_idx = [np.array_split(ix, s) if s else [] for ix, s in zip(per_label, n_shards)]
-    # number of shards of each label that clients will take (drop surplus shards at random)
+
+def _shards_used(n_shards: np.ndarray, total: int, rng) -> tuple[np.ndarray, int]:
+    """The number of shards of each label that clients take (surplus shards dropped at random) and
+    the number dropped."""
     use = n_shards.copy()
     surplus = int(use.sum()) - total
     if surplus > 0:
-        pool = np.repeat(np.arange(L), use)
-        drop = np.bincount(rng.choice(pool, surplus, replace=False), minlength=L)
+        pool = np.repeat(np.arange(len(n_shards)), use)
+        drop = np.bincount(rng.choice(pool, surplus, replace=False), minlength=len(n_shards))
         use -= drop
         # any label above n_clients after the drop would break feasibility: impossible since spl <= n_clients
+    return use, surplus
 
-    if pairing == "cyclic":
-        if total % L:
-            raise ValueError(
-                f"pairing='cyclic' needs n_clients * labels_per_client to be a multiple of the number of "
-                f"labels ({L}), got {total}"
-            )
-        if shards_per_label is not None and int(n_shards[0]) != total // L:
-            raise ValueError("pairing='cyclic' needs shards_per_label=None or n_clients*labels_per_client/n_labels")
-        choice = (np.arange(n_clients)[:, None] + np.arange(c)[None, :]) % L
-    else:
-        choice = _random_choice(use, n_clients, c, rng)
 
-    # pop shards: the j-th time label l is chosen, that client gets shard j of label l (in order
-    # of the kept shards, which are a random subset when there was a surplus)
+def _cyclic_choice(n_shards: np.ndarray, n_clients: int, c: int, shards_per_label) -> np.ndarray:
+    """(n_clients, c) label indices of ``pairing="cyclic"``: client p gets labels p, ..., p+c-1 mod L."""
+    L, total = len(n_shards), n_clients * c
+    if total % L:
+        raise ValueError(
+            f"pairing='cyclic' needs n_clients * labels_per_client to be a multiple of the number of "
+            f"labels ({L}), got {total}"
+        )
+    if shards_per_label is not None and int(n_shards[0]) != total // L:
+        raise ValueError("pairing='cyclic' needs shards_per_label=None or n_clients*labels_per_client/n_labels")
+    return (np.arange(n_clients)[:, None] + np.arange(c)[None, :]) % L
+
+
+def _pop_shards(n: int, choice: np.ndarray, shard_idx, n_shards, use, rng) -> np.ndarray:
+    """Every sample's client (-1: a dropped shard): the j-th time label l is chosen, that client gets
+    shard j of label l (in order of the kept shards, a random subset when there was a surplus)."""
+    n_clients, c = choice.shape
     client = np.full(n, -1, dtype=np.int64)
     flat = choice.ravel()
     owner = np.repeat(np.arange(n_clients), c)
-    for l in range(L):  # loop over labels (few)
+    for l in range(len(n_shards)):  # loop over labels (few)
         who = owner[flat == l]
         kept = np.sort(rng.choice(n_shards[l], use[l], replace=False)) if use[l] < n_shards[l] else np.arange(use[l])
         for j, s in enumerate(kept):
             client[shard_idx[l][s]] = who[j]
-    return Partition(
-        client=client,
-        n_clients=n_clients,
-        meta={
-            "scheme": "shards",
-            "seed": int(seed),
-            "n_clients": n_clients,
-            "labels_per_client": c,
-            "shards_per_label": n_shards.tolist(),
-            "dropped_shards": int(surplus),
-            "equalize": bool(equalize),
-            "pairing": pairing,
-            "client_labels": labels[np.sort(choice, axis=1)].tolist(),
-        },
-    )
+    return client
 
 
 def _random_choice(use: np.ndarray, n_clients: int, c: int, rng) -> np.ndarray:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import math
 import types
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
@@ -68,6 +69,7 @@ __all__ = [
     "split_noise_multipliers",
     "epsilon",
     "calibrate_noise_multiplier",
+    "CalibrationSearch",
     "accounting_notes",
 ]
 
@@ -287,6 +289,18 @@ def accounting_notes(releases, wor_add_remove: str = "replace_one") -> list[str]
     return notes
 
 
+@dataclass(frozen=True)
+class CalibrationSearch:
+    """How :func:`calibrate_noise_multiplier` searches and accounts beyond the accountant: the bisection
+    stops when its bracket is within ``rtol``, tries multipliers up to ``max_noise_multiplier``, and
+    accounts add/remove neighbours under fixed-size sampling with ``wor_add_remove`` (as
+    :func:`epsilon`)."""
+
+    rtol: float = 1e-3
+    max_noise_multiplier: float = 1e6
+    wor_add_remove: str = "replace_one"
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -300,9 +314,7 @@ def calibrate_noise_multiplier(
     neighbouring: str = "add_remove",
     n_mechanisms: int = 1,
     weights=None,
-    rtol: float = 1e-3,
-    wor_add_remove: str = "replace_one",
-    max_noise_multiplier: float = 1e6,
+    search: CalibrationSearch = CalibrationSearch(),
 ) -> float:
     """Smallest noise multiplier ``z`` whose ``steps`` releases spend at most ``target_epsilon`` at ``delta``.
 
@@ -311,9 +323,10 @@ def calibrate_noise_multiplier(
     ``z``). Sampling as in :class:`GaussianRelease`: ``"poisson"`` uses ``sampling_rate``;
     ``"without_replacement"`` uses ``population`` and ``sample_size`` (or
     ``round(sampling_rate * population)``). ε is decreasing in ``z``; ``z`` is found by bisection on
-    ``log z`` until the bracket is within ``rtol``, and the upper end is returned, so
-    ``epsilon(...) <= target_epsilon`` holds for the result.
+    ``log z`` until the bracket is within ``search.rtol`` (:class:`CalibrationSearch`), and the upper
+    end is returned, so ``epsilon(...) <= target_epsilon`` holds for the result.
     """
+    rtol, max_noise_multiplier, wor_add_remove = search.rtol, search.max_noise_multiplier, search.wor_add_remove
     eps_t = check_epsilon(target_epsilon, "target_epsilon")
     d = check_delta(delta)
     T = check_steps(steps, "steps")

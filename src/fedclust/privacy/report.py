@@ -109,36 +109,10 @@ def privacy_report(
     active = [r for r in rs if r.count > 0]
     all_notes = [str(n) for n in (notes or ())]
     private = bool(active) and all(r.is_private for r in active)
-
-    if unit is None:
-        units = {r.unit for r in active}
-        unit_out = UNITS[units.pop()] if len(units) == 1 else (None if not units else "mixed")
-    else:
-        if unit not in UNITS:
-            raise ValueError(f"unit must be one of {sorted(UNITS)}, got {unit!r}")
-        unit_out = UNITS[unit]
+    unit_out = _report_unit(active, unit)
     rels = {r.neighbouring for r in active}
     neighbouring = rels.pop() if len(rels) == 1 else (None if not rels else "mixed")
-
-    eps = {"rdp": math.inf, "pld": math.inf}
-    if not private:
-        if not active:
-            reason = "no DP release was recorded"
-        else:
-            steps = [r.label or "unnamed release" for r in active if not r.is_private]
-            reason = "not a DP mechanism: " + "; ".join(dict.fromkeys(steps))
-        all_notes.append(f"non-private run ({reason}): epsilon is infinite")
-    else:
-        eps["rdp"] = accountants.epsilon(active, d, "rdp", wor_add_remove=wor_add_remove)
-        if pld or accountant == "pld":
-            try:
-                eps["pld"] = accountants.epsilon(active, d, "pld", wor_add_remove=wor_add_remove)
-            except ValueError as exc:
-                eps["pld"] = None
-                all_notes.append(f"PLD accountant not available: {exc}")
-        else:
-            eps["pld"] = None
-        all_notes.extend(accountants.accounting_notes(active, wor_add_remove))
+    eps = _report_epsilons(active, d, private, accountant, wor_add_remove, pld, all_notes)
     primary = eps[accountant]
     if primary is None:
         primary = eps["rdp"]
@@ -166,3 +140,38 @@ def privacy_report(
         else ["every output: the run is not private"],
     }
     return json_ready(out)
+
+
+def _report_unit(active, unit: str | None) -> str | None:
+    """The report's unit: the given one, else the releases' (``"mixed"`` when they differ, None without any)."""
+    if unit is None:
+        units = {r.unit for r in active}
+        return UNITS[units.pop()] if len(units) == 1 else (None if not units else "mixed")
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {sorted(UNITS)}, got {unit!r}")
+    return UNITS[unit]
+
+
+def _report_epsilons(active, d: float, private: bool, accountant: str, wor_add_remove: str, pld: bool, notes: list):
+    """``{"rdp": ε, "pld": ε or None}`` of the active releases (infinite for a non-private run), with
+    the accountant's notes (and why a run is not private) appended to ``notes``."""
+    eps = {"rdp": math.inf, "pld": math.inf}
+    if not private:
+        if not active:
+            reason = "no DP release was recorded"
+        else:
+            steps = [r.label or "unnamed release" for r in active if not r.is_private]
+            reason = "not a DP mechanism: " + "; ".join(dict.fromkeys(steps))
+        notes.append(f"non-private run ({reason}): epsilon is infinite")
+        return eps
+    eps["rdp"] = accountants.epsilon(active, d, "rdp", wor_add_remove=wor_add_remove)
+    if pld or accountant == "pld":
+        try:
+            eps["pld"] = accountants.epsilon(active, d, "pld", wor_add_remove=wor_add_remove)
+        except ValueError as exc:
+            eps["pld"] = None
+            notes.append(f"PLD accountant not available: {exc}")
+    else:
+        eps["pld"] = None
+    notes.extend(accountants.accounting_notes(active, wor_add_remove))
+    return eps

@@ -553,10 +553,6 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
     Without a budget the paper's sweeps ``data_noise_beta``, ``z_noise_alpha``, ``c_noise_alpha`` are
     available (not DP; the report says so).
     """
-    # a method's module loads when the method runs: the registry loads at every kedro start
-    from fedclust.clustering import fedsc
-    from fedclust.privacy.paper import fedsc as fedsc_privacy
-
     eps, delta = check_privacy_params(privacy)
     sweep = {k: float(getattr(cfg, k)) for k in _SWEEP_KEYS}
     base = {
@@ -577,79 +573,109 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             f"fedsc: set either privacy.epsilon (calibrated DP) or the sweep parameters {_SWEEP_KEYS}, not both"
         )
     m = int(dataset.X.shape[1])
+    _check_fedsc_domain(cfg, dataset)
+    tau_x = fedsc_clip(cfg, m)
+    if cfg.privacy_variant == "data":
+        return {**base, **_fedsc_data_calibration(privacy, eps, delta, cfg, m, tau_x)}
+    return {**base, **_fedsc_factor_calibration(privacy, eps, delta, cfg, dataset, tau_x)}
+
+
+def _check_fedsc_domain(cfg: C.FedSCConfig, dataset) -> None:
+    """Refuse a declared domain [0, 1] (min-max scaled features) on data scaled otherwise."""
     scale = dataset_scale(dataset)
     if cfg.data_domain is not None and scale is not None and scale != "minmax" and list(cfg.data_domain) == [0.0, 1.0]:
         raise DataError(
             f"fedsc.train.data_domain=[0, 1] declares min-max scaled features, but the data are scaled with "
             f"{scale!r}: declare their bounds (fedsc.train.data_domain=[low, high]) or give clip_tau and data_domain=null"
         )
-    tau_x = fedsc_clip(cfg, m)
-    if cfg.privacy_variant == "data":
-        mech = cfg.mechanism
-        # the declared domain enters the release (projection, smaller sensitivity) unless the paper's
-        # Prop. 3.7 is asked for (no domain, 2 tau_X)
-        domain = cfg.data_domain if cfg.data_sensitivity == "domain" else None
-        sens = fedsc.data_sensitivity(tau_x, m, domain)
-        if mech == "accountant":
-            # the accountant's smallest noise multiplier for one Gaussian release of that sensitivity
-            sigma = calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp")) * sens
-        else:
-            # the paper's formula is written for the sensitivity 2 tau_X: half the sensitivity in its place
-            sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, sens / 2.0, mechanism=mech)
-        logger.info(
-            "fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s sensitivity %.4g -> sigma %.4g",
-            eps,
-            delta,
-            tau_x,
-            sens,
-            sigma,
+
+
+def _fedsc_data_calibration(privacy: dict, eps, delta, cfg: C.FedSCConfig, m: int, tau_x: float) -> dict:
+    """The ``data`` variant of :func:`fedsc_calibrate`: the std of the perturbed data and its notes."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fedsc
+    from fedclust.privacy.paper import fedsc as fedsc_privacy
+
+    mech = cfg.mechanism
+    # the declared domain enters the release (projection, smaller sensitivity) unless the paper's
+    # Prop. 3.7 is asked for (no domain, 2 tau_X)
+    domain = cfg.data_domain if cfg.data_sensitivity == "domain" else None
+    sens = fedsc.data_sensitivity(tau_x, m, domain)
+    if mech == "accountant":
+        # the accountant's smallest noise multiplier for one Gaussian release of that sensitivity
+        sigma = calibrate_noise_multiplier(eps, delta, steps=1, accountant=privacy.get("accountant", "rdp")) * sens
+    else:
+        # the paper's formula is written for the sensitivity 2 tau_X: half the sensitivity in its place
+        sigma = fedsc_privacy.perturbed_data_sigma(eps, delta, sens / 2.0, mechanism=mech)
+    logger.info(
+        "fedsc: perturbed data, epsilon=%s delta=%s tau_x=%s sensitivity %.4g -> sigma %.4g",
+        eps,
+        delta,
+        tau_x,
+        sens,
+        sigma,
+    )
+    notes = [
+        "r and d are estimated on the perturbed data (post-processing of the DP release)"
+        if not (cfg.r and cfg.d)
+        else "r and d were given (public)",
+        f"rows clipped to {tau_x:.6g} ({'given' if cfg.clip_tau else 'sqrt(m) max|data_domain| / 2'})"
+        + (f", coordinates projected onto the declared domain {list(domain)}" if domain else "")
+        + f": L2 sensitivity {sens:.6g}",
+    ]
+    if eps >= 1 and mech == "classical":
+        notes.append(
+            f"Prop. 3.7 uses the classical Gaussian mechanism, proven only for epsilon < 1 (here {eps}); "
+            "the accountant's epsilon below is the valid figure"
         )
-        notes = [
-            "r and d are estimated on the perturbed data (post-processing of the DP release)"
-            if not (cfg.r and cfg.d)
-            else "r and d were given (public)",
-            f"rows clipped to {tau_x:.6g} ({'given' if cfg.clip_tau else 'sqrt(m) max|data_domain| / 2'})"
-            + (f", coordinates projected onto the declared domain {list(domain)}" if domain else "")
-            + f": L2 sensitivity {sens:.6g}",
-        ]
-        if eps >= 1 and mech == "classical":
-            notes.append(
-                f"Prop. 3.7 uses the classical Gaussian mechanism, proven only for epsilon < 1 (here {eps}); "
-                "the accountant's epsilon below is the valid figure"
-            )
-        return {
-            **base,
-            "private": True,
-            "variant": "data",
-            "data_noise_std": sigma,
-            "clip_tau": tau_x,
-            "data_domain": list(domain) if domain else None,
-            "data_sensitivity": sens,
-            "notes": notes,
-            "data_mechanism": mech,
-            "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, sens / 2.0),
-            "paper_formula": "FedSC Proposition 3.7 at the release's sensitivity S (2 tau_X in the paper): "
-            "epsilon = S sqrt(2 ln(1.25/delta)) / sigma",
-        }
+    return {
+        "private": True,
+        "variant": "data",
+        "data_noise_std": sigma,
+        "clip_tau": tau_x,
+        "data_domain": list(domain) if domain else None,
+        "data_sensitivity": sens,
+        "notes": notes,
+        "data_mechanism": mech,
+        "paper_epsilon": fedsc_privacy.perturbed_data_epsilon(sigma, delta, sens / 2.0),
+        "paper_formula": "FedSC Proposition 3.7 at the release's sensitivity S (2 tau_X in the paper): "
+        "epsilon = S sqrt(2 ln(1.25/delta)) / sigma",
+    }
+
+
+def _fedsc_kernel_constants(cfg: C.FedSCConfig, dataset, m: int, tau_x: float, notes: list) -> tuple[float, int]:
+    """r and d of the ``factors`` variant: public (given, or the public defaults) or the paper's data rules."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fedsc
+
+    k = n_clusters(cfg.k, dataset)
+    if cfg.kernel_constants != "public":
+        # the paper's literal choice: rules on the raw data (stream "data" of seed 0), fixed here so the
+        # sensitivities hold for the run; the run reports epsilon = inf for it (run() adds the release)
+        return _kernel_rules(dataset, cfg, 0)
+    r = float(cfg.r) if cfg.r else fedsc.public_kernel_width(m, tau_x)
+    d = int(cfg.d) if cfg.d else fedsc.public_dictionary_size(m, k)
+    notes.append(
+        f"kernel width r={r:.6g} ({'given' if cfg.r else 'public default sqrt(m/6)'}) and "
+        f"dictionary size d={d} ({'given' if cfg.d else 'public default 2m'}) read no data"
+    )
+    return r, d
+
+
+def _fedsc_factor_calibration(privacy: dict, eps, delta, cfg: C.FedSCConfig, dataset, tau_x: float) -> dict:
+    """The ``factors`` variant of :func:`fedsc_calibrate`: r, d, the Z and C noise stds and their notes."""
+    # a method's module loads when the method runs: the registry loads at every kedro start
+    from fedclust.clustering import fedsc
+    from fedclust.privacy.paper import fedsc as fedsc_privacy
+
     share = float(cfg.factor_budget_z)
     constants, how = cfg.kernel_constants, cfg.factor_calibration
     rounds = int(cfg.rounds)
     tau_c = float(cfg.tau_c or FACTOR_DEFAULTS["tau_c"])
     z_lr = float(cfg.z_lr or FACTOR_DEFAULTS["z_lr"])
     tau_z, lam = cfg.tau_z, float(cfg.lam)
-    k = n_clusters(cfg.k, dataset)
     notes = []
-    if constants == "public":
-        r = float(cfg.r) if cfg.r else fedsc.public_kernel_width(m, tau_x)
-        d = int(cfg.d) if cfg.d else fedsc.public_dictionary_size(m, k)
-        notes.append(
-            f"kernel width r={r:.6g} ({'given' if cfg.r else 'public default sqrt(m/6)'}) and "
-            f"dictionary size d={d} ({'given' if cfg.d else 'public default 2m'}) read no data"
-        )
-    else:
-        # the paper's literal choice: rules on the raw data (stream "data" of seed 0), fixed here so the
-        # sensitivities hold for the run; the run reports epsilon = inf for it (run() adds the release)
-        r, d = _kernel_rules(dataset, cfg, 0)
+    r, d = _fedsc_kernel_constants(cfg, dataset, int(dataset.X.shape[1]), tau_x, notes)
     sens = fedsc.factor_sensitivities(
         d=d, r=r, tau_c=tau_c, z_lr=z_lr, lam=lam, tau_x=tau_x, tau_z=float(tau_z) if tau_z else None
     )
@@ -666,14 +692,9 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
             eps * (1 - share),
             delta * (1 - share),
             rounds=max(z_rounds, 1),
-            tau_x=tau_x,
-            tau_c=tau_c,
-            tau_z=float(tau_z),
-            upsilon=paper["ups"],
-            r=r,
-            d=d,
-            lam=lam,
-            eta=z_lr,
+            bounds=fedsc_privacy.FactorBounds(
+                tau_x=tau_x, tau_c=tau_c, tau_z=float(tau_z), upsilon=paper["ups"], r=r, d=d, lam=lam, eta=z_lr
+            ),
         )
         sigma_z, sigma_c, paper_eps = s["sigma_z"], s["sigma_c"], s["epsilon"]
         notes.append(
@@ -702,7 +723,6 @@ def fedsc_calibrate(privacy: dict, cfg: C.FedSCConfig, dataset, partition) -> di
         "fedsc: perturbed factors, epsilon=%s r=%.4g d=%d -> sigma_z %.4g, sigma_c %.4g", eps, r, d, sigma_z, sigma_c
     )
     return {
-        **base,
         "private": True,
         "variant": "factors",
         "clip_tau": tau_x,

@@ -63,7 +63,8 @@ chunks trained and summed on worker processes or Ray tasks (:mod:`.distributed`)
 **Layout** of this package (everything is re-exported here): :mod:`.data` (:class:`FederatedTensors`,
 the padded per-client layout), :mod:`.kernels` (batched losses, cluster estimation, minibatch draws,
 local training, segment sums), :mod:`.aggregation` (server state, client updates and the
-aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`), :mod:`.loop`
+aggregators), :mod:`.evaluation` (:func:`evaluate`, :class:`ClusteredFLResult`), :mod:`.config`
+(:class:`EngineConfig`, the settings of a run), :mod:`.loop`
 (:class:`ClusteredFLEngine`, :func:`run_clustered_fl`, :func:`resolve_device`) and :mod:`.distributed`
 (the chunks of a round on worker processes or Ray tasks: :class:`ProcessChunkRunner`,
 :class:`RayChunkRunner`).
@@ -81,11 +82,13 @@ from fedclust.clustered_fl.engine.aggregation import (
     RoundContext,
     ServerState,
 )
+from fedclust.clustered_fl.engine.config import EngineConfig
 from fedclust.clustered_fl.engine.data import FederatedTensors, Params, write_client_npy
 from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB,
+    LocalTraining,
     _Batcher,
     _DrawTape,
     assign_clusters,
@@ -116,9 +119,11 @@ __all__ = [
     "client_model_losses",
     "assign_clusters",
     "local_train",
+    "LocalTraining",
     "local_gradient",
     "ClusteredFLResult",
     "ClusteredFLEngine",
+    "EngineConfig",
     "run_clustered_fl",
     "resolve_device",
     "evaluate",

@@ -36,6 +36,8 @@ import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,7 +92,8 @@ def train_chunk(
     threads: int | None = None,
 ) -> tuple[Params, Params | None]:
     """The local update of one chunk: start from the chosen cluster models (and momenta), train
-    (``cfg["local_update"] == "model"``) or take the momentum-gradient, with the given draws. Returns
+    (``cfg["local_update"] == "model"``, with the :class:`LocalTraining` ``cfg["training"]``) or take
+    the momentum-gradient, with the given draws. Returns
     ``(trained params, momentum)`` (Option I: ``(None, momentum)``); the driver re-gathers the start
     models itself."""
     if threads:
@@ -98,24 +101,10 @@ def train_chunk(
     start = {k: v.index_select(0, chosen) for k, v in params.items()}
     mom0 = {k: v.index_select(0, chosen) for k, v in momentum.items()} if momentum is not None else None
     gen = FixedDraws(draws) if draws else None
+    training = cfg["training"]
     if cfg["local_update"] == "model":
-        return local_train(
-            model,
-            start,
-            mom0,
-            X,
-            y,
-            n,
-            steps=cfg["steps"],
-            lr=cfg["lr"],
-            beta=cfg["beta"],
-            batch_size=cfg["batch_size"],
-            local_epochs=cfg["local_epochs"],
-            gen=gen,
-            client_block=cfg.get("client_block"),
-            defer_updates=cfg.get("defer_updates", True),
-        )
-    mom = local_gradient(model, start, mom0, X, y, n, beta=cfg["beta"], batch_size=cfg["batch_size"], gen=gen)
+        return local_train(model, start, mom0, X, y, n, training, gen=gen)
+    mom = local_gradient(model, start, mom0, X, y, n, beta=training.beta, batch_size=training.batch_size, gen=gen)
     return None, mom  # Option I: the model is the start model
 
 
@@ -136,17 +125,26 @@ def chunk_losses_of(model, params: Params, rows, max_rows: int, threads: int | N
     return chunk_losses(model, params, *_rows(rows), max_rows, threads=threads)
 
 
+@dataclass(frozen=True)
+class ChunkInput:
+    """One chunk of a round as a worker gets it: its client ids, their chosen clusters and losses,
+    their training rows (``(X, y, n)`` or :class:`ClientRows`) and their rows of the round's
+    minibatch keys."""
+
+    clients: np.ndarray
+    chosen: torch.Tensor
+    losses: torch.Tensor
+    rows: Any
+    draws: list
+
+
 def train_chunk_sums(
     model,
     params: Params,
     momentum: Params | None,
     aggregator: Aggregator,
     ctx: RoundContext,
-    clients: np.ndarray,
-    chosen: torch.Tensor,
-    losses: torch.Tensor,
-    rows,
-    draws,
+    chunk_in: ChunkInput,
     cfg: dict,
     templates: list,
     threads: int | None = None,
@@ -156,13 +154,14 @@ def train_chunk_sums(
     (:func:`~fedclust.clustered_fl.engine.aggregation.fold_sums` with the driver's ``templates``).
     Returns the chunk's pieces in order: ``("sums", subtrees)``, and for a block cut by the chunk's
     edge ``("rows", lo, hi, trained params, momentum)`` of those rows for the driver to fold."""
-    X, y, n = _rows(rows)
-    trained, mom = train_chunk(model, params, momentum, chosen, X, y, n, draws, cfg, threads=threads)
+    X, y, n = _rows(chunk_in.rows)
+    chosen = chunk_in.chosen
+    trained, mom = train_chunk(model, params, momentum, chosen, X, y, n, chunk_in.draws, cfg, threads=threads)
     start = {k: v.index_select(0, chosen) for k, v in params.items()}
     chunk = ClientUpdates(
-        clients=clients,
+        clients=chunk_in.clients,
         chosen=chosen,
-        losses=losses,
+        losses=chunk_in.losses,
         start_params=start,
         params=trained if trained is not None else start,
         momentum=mom,

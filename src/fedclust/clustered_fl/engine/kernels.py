@@ -5,6 +5,7 @@ the memory estimate of one client, and segment sums for the server."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -217,6 +218,22 @@ def bytes_per_client(
     return int(itemsize * (copies * P + (n_max + rows) * (d + 1) + 3 * rows * width + deferred))
 
 
+@dataclass(frozen=True)
+class LocalTraining:
+    """The settings of :func:`local_train`: ``steps`` heavy-ball steps of step size ``lr`` with
+    momentum ``beta``, minibatches of ``batch_size`` (None: the full local batch) over
+    ``local_epochs`` epochs (None: independent draws per step), clients trained in blocks of
+    ``client_block`` (None: all at once), first-layer updates deferred when ``defer_updates``."""
+
+    steps: int
+    lr: float
+    beta: float = 0.0
+    batch_size: int | None = None
+    local_epochs: int | None = None
+    client_block: int | None = None
+    defer_updates: bool = True
+
+
 def local_train(
     model: BatchedModel,
     params: Params,
@@ -224,17 +241,11 @@ def local_train(
     X: torch.Tensor,
     y: torch.Tensor,
     n: torch.Tensor,
-    *,
-    steps: int,
-    lr: float,
-    beta: float = 0.0,
-    batch_size: int | None = None,
-    local_epochs: int | None = None,
+    settings: LocalTraining,
     gen: np.random.Generator | None = None,
-    client_block: int | None = None,
-    defer_updates: bool = True,
 ) -> tuple[Params, Params | None]:
-    """``steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's Algorithm 1):
+    """``settings.steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's
+    Algorithm 1), minibatch draws from ``gen``:
 
     ``u <- beta*u + grad phi_b(w_b; batch_b)``; ``w_b <- w_b - lr*u`` (no dampening/Nesterov). With
     ``beta == 0`` this is plain (S)GD and the returned momentum is None. ``params``/``momentum`` are
@@ -254,8 +265,9 @@ def local_train(
     differ from the step-by-step path (``defer_updates=False``) in the last bits.
     """
     B = int(X.shape[0])
+    client_block, beta = settings.client_block, settings.beta
     blk = B if client_block is None or client_block >= B else max(1, int(client_block))
-    defer = bool(defer_updates) and beta == 0
+    defer = bool(settings.defer_updates) and beta == 0
     # the deferred path replaces these without writing into them: no copy needed (one pass less)
     borrowed = set(model.deferred_keys()) if (defer and blk >= B) else set()
     w = {k: v.detach() if k in borrowed else v.detach().clone() for k, v in params.items()}
@@ -266,44 +278,31 @@ def local_train(
             if momentum is not None
             else {k: torch.zeros_like(v) for k, v in params.items()}
         )
-    if batch_size is not None and gen is None:
+    if settings.batch_size is not None and gen is None:
         raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
     if blk >= B:
-        _train_steps(model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer, borrowed)
+        _train_steps(model, w, u, (X, y, n), settings, gen, defer, borrowed)
         return w, u
     tape = _DrawTape(gen, B) if gen is not None else None
     for a in range(0, B, blk):
         r = slice(a, min(B, a + blk))
         # slices along the client axis of contiguous stacks are contiguous views: trained in place
         wb = {k: v[r] for k, v in w.items()}
-        _train_steps(
-            model,
-            wb,
-            None if u is None else {k: v[r] for k, v in u.items()},
-            X[r],
-            y[r],
-            n[r],
-            steps,
-            lr,
-            beta,
-            batch_size,
-            local_epochs,
-            tape.view(r) if tape is not None else None,
-            defer,
-        )
+        ub = None if u is None else {k: v[r] for k, v in u.items()}
+        _train_steps(model, wb, ub, (X[r], y[r], n[r]), settings, tape.view(r) if tape is not None else None, defer)
         for k, v in wb.items():
             if v.data_ptr() != w[k][r].data_ptr():  # replaced (deferred path), not updated in place
                 w[k][r].copy_(v)
     return w, u
 
 
-def _train_steps(
-    model, w, u, X, y, n, steps, lr, beta, batch_size, local_epochs, gen, defer=False, borrowed=()
-) -> None:
-    """The steps of :func:`local_train` on one block of clients, updating ``w`` and ``u`` in place
-    (the deferred path replaces ``w``'s entries instead; ``borrowed`` entries are the caller's and are
-    copied before any in-place step)."""
-    batcher = _Batcher(X, y, n, batch_size, local_epochs, gen)
+def _train_steps(model, w, u, data: tuple, settings: LocalTraining, gen, defer=False, borrowed=()) -> None:
+    """The steps of :func:`local_train` on one block of clients with training rows ``data`` =
+    ``(X, y, n)``, updating ``w`` and ``u`` in place (the deferred path replaces ``w``'s entries
+    instead; ``borrowed`` entries are the caller's and are copied before any in-place step)."""
+    X, y, n = data
+    steps, lr, beta = settings.steps, settings.lr, settings.beta
+    batcher = _Batcher(X, y, n, settings.batch_size, settings.local_epochs, gen)
     drawn = None
     if defer and u is None and model.deferred_keys():
         drawn = batcher.all_indices(steps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,17 +23,20 @@ from fedclust.clustered_fl.engine.aggregation import (
     ServerState,
     chunk_size,
 )
+from fedclust.clustered_fl.engine.config import EngineConfig
 from fedclust.clustered_fl.engine.data import ClientRows, FederatedTensors, Params, gather_train
 from fedclust.clustered_fl.engine.distributed import (
+    ChunkInput,
     ChunkRunner,
     chunk_losses_of,
     n_draws,
     train_chunk,
     train_chunk_sums,
 )
-from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
+from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult
 from fedclust.clustered_fl.engine.kernels import (
     DEFAULT_CHUNK_MB,
+    LocalTraining,
     _DrawTape,
     assign_clusters,
     bytes_per_client,
@@ -68,183 +71,165 @@ def _num(name, v, lo=None, hi=None, lo_open=False, hi_open=False, integer=False)
     return int(v) if integer else float(v)
 
 
+@dataclass(frozen=True)
+class _RemoteRound:
+    """What the chunks of one round trained by a ``chunk_runner`` share: the round's state, clients,
+    choices, losses and minibatch keys, the local training settings and the chunks' row slices."""
+
+    state: ServerState
+    clients: np.ndarray
+    chosen: torch.Tensor
+    losses: torch.Tensor
+    n_train: torch.Tensor
+    draws: list
+    settings: dict
+    slices: list
+
+    def updates_of(self, rows: slice, params, mom) -> ClientUpdates:
+        """The driver's :class:`ClientUpdates` of ``rows`` from their trained models (or None)."""
+        ch = self.chosen[rows]
+        start = {k: v.index_select(0, ch) for k, v in self.state.params.items()}
+        n = self.n_train[torch.as_tensor(self.clients[rows], dtype=torch.long)]
+        return ClientUpdates(
+            clients=self.clients[rows],
+            chosen=ch,
+            losses=self.losses[rows],
+            start_params=start,
+            params=params if params is not None else start,
+            momentum=mom,
+            n_samples=n,
+        )
+
+
+def _check_data_and_model(data, model) -> None:
+    """A :class:`FederatedTensors` and a :class:`BatchedModel` whose inputs match its dimension."""
+    if not isinstance(data, FederatedTensors):
+        raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
+    if not isinstance(model, BatchedModel):
+        raise ValueError(f"model must be a BatchedModel, got {type(model).__name__}")
+    if model.n_inputs != data.d:
+        raise ValueError(f"model expects {model.n_inputs} input features but the data have d={data.d}")
+
+
 class ClusteredFLEngine:
-    """Configured clustered-FL run on one data set; see the module docstring for a round.
+    """Configured clustered-FL run on one data set; see the package docstring for a round.
 
-    Parameters (validated up front; every error names the parameter):
-
-    * ``k`` clusters (1 = FedAvg); ``rounds`` T; ``lr`` eta0 with ``lr_decay`` per round;
-    * ``beta`` heavy-ball momentum in [0, 1) (0 = IFCA/FedAvg);
-    * ``local_update`` ``"model"`` (Option II, H = ``local_steps`` steps) or ``"gradient"`` (Option I);
-    * ``batch_size`` None = full local batch, else minibatches (``local_epochs`` given: epochs x
-      ceil(n_max/batch_size) steps over per-epoch permutations, overriding ``local_steps``);
-    * ``participation`` q (round(q*m) clients per round) or ``clients_per_round``; ``sampling``
-      ``"fixed"`` (that many without replacement) or ``"poisson"`` (each client with probability q);
-    * ``aggregator``: an :class:`Aggregator` (default :class:`ModelAveraging` for Option II,
-      :class:`GradientAveraging` for Option I);
-    * ``init_params``/``init_momentum``: start from given stacked tensors (else ``k`` independent random
-      inits from stream "init"); ``init_min_fraction``: IFCA's restart heuristic (redraw the init until
-      every cluster gets at least this fraction of a sampled set of clients under the initial argmin;
-      IFCA used 0.35 for k=2 and 0.10 for k=4), at most ``init_max_restarts`` redraws;
-    * ``eval_every`` evaluate every this many rounds (0 = only after the last round; the last round is
-      always evaluated); ``train_eval`` ``"sampled"`` or ``"all"``; ``test_select`` ``"test"`` or
-      ``"train"``; ``progress(round, record)`` optional callback;
-    * ``max_rows`` rows (clients x padded samples) of one block of the loss tables and evaluations
-      (default 16,384): an MLP 784-200-10 with k = 4 holds about 3 x k x 200 floats per row while a
-      block runs (40 MB per 16,384 rows at k = 1, 160 MB at k = 4), on top of the chunk budget, and the
-      evaluation of every client runs in such blocks;
-    * ``max_chunk_mb`` memory budget (MB) of one chunk of sampled clients (None = ``DEFAULT_CHUNK_MB``,
-      512): the round's clients are evaluated, trained and folded into the aggregation
-      ``chunk_clients`` at a time (:func:`bytes_per_client` sizes the chunk, cut down to
-      ``32 * 2**j`` clients when 32 or more fit: a whole subtree of the summation order,
-      :func:`~fedclust.clustered_fl.engine.aggregation.chunk_size`), so the memory of a round does not
-      grow with the clients per round. Chunks consume the random streams exactly as one batch does,
-      and the built-in strategies sum in a fixed order: a chunked round equals the unchunked one bit
-      for bit. A round that fits in one chunk runs unchanged. An aggregator without the chunked protocol
-      (:meth:`Aggregator.supports_chunks`), or an engine subclass with its own ``client_round``,
-      still gets the whole round at once (a warning says the budget is not kept).
-    * ``client_block``: train the clients of a chunk in blocks of this many, each block through all its
-      local steps before the next (:func:`~fedclust.clustered_fl.engine.local_train`; None = the
-      whole chunk at once, step by step). Same draws and same per-client arithmetic either way.
-    * ``device``: ``"cpu"`` (default), ``"auto"`` (CUDA when available, else CPU), ``"cuda"``...
-      (:func:`resolve_device`). The CPU is the default because it is bit-for-bit reproducible: on CUDA
-      the per-cluster sums use atomic adds, so the same seed gives the same numbers only up to float
-      rounding (on an H100, 18 of the clustered-FL tests that compare runs bit for bit fail there). Same code on both; models and each chunk's data live on the device,
-      the data set and the round's bookkeeping in host memory; results come back on the CPU.
-    * ``chunk_runner``: where the chunks of a chunked round train
-      (:mod:`~fedclust.clustered_fl.engine.distributed`; None = here, one after another;
-      :class:`RayChunkRunner` = one Ray task per chunk). The workers return their chunks' per-cluster
-      sums (built-in strategies), the server side (grouping, noise, the model step) stays here, and
-      the aggregate equals the serial one bit for bit. Engines that override ``_local_update`` (FedProx, FedPer) train
-      their chunks here.
-    * ``defer_updates`` (default True): plain-SGD local training with the MLP's first-layer updates
-      deferred to one product per local update where that saves work
-      (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`; same mathematics, fewer passes over
-      the big weight matrix, and over each client's data once instead of once per step when the steps
-      draw more rows than it holds). ``defer_updates=False`` runs the steps one after another: the
-      float results then differ in the last bits (the numbers of runs made before deferral was the
-      default come back bit for bit with it).
-    * ``evaluator``: the function that evaluates the cluster models (default
-      :func:`~fedclust.clustered_fl.engine.evaluate`, same signature). The final model is evaluated
-      once: the last round's record and the result's ``info["final"]`` come from the same call (on
-      all training clients and the test clients), so they cannot disagree.
+    ``ClusteredFLEngine(data, model, config)``: ``data`` a :class:`FederatedTensors`, ``model`` a
+    :class:`~fedclust.clustered_fl.models.BatchedModel` whose inputs match the data, ``config`` an
+    :class:`~fedclust.clustered_fl.engine.config.EngineConfig` (every setting and its meaning). The
+    settings are validated up front, in stages (schedule, local update, sampling, initialisation,
+    evaluation, execution); every error names the setting. The validated values are attributes of the
+    engine (``k``, ``rounds``, ``lr``, ``S`` the clients per round, ``device``...), ``config`` the
+    settings as given.
     """
 
-    def __init__(
-        self,
-        data: FederatedTensors,
-        model: BatchedModel,
-        k: int,
-        *,
-        rounds: int = 300,
-        lr: float = 0.1,
-        lr_decay: float = 1.0,
-        beta: float = 0.0,
-        local_update: str = "model",
-        local_steps: int = 10,
-        batch_size: int | None = None,
-        local_epochs: int | None = None,
-        participation: float = 0.1,
-        clients_per_round: int | None = None,
-        sampling: str = "fixed",
-        aggregator: Aggregator | None = None,
-        seed: int = 0,
-        init_params: Params | None = None,
-        init_momentum: Params | None = None,
-        init_min_fraction: float | None = None,
-        init_max_restarts: int = 20,
-        eval_every: int = 1,
-        train_eval: str = "sampled",
-        test_select: str = "test",
-        max_rows: int = 1 << 14,
-        max_chunk_mb: float | None = None,
-        method: str = "clustered_fl",
-        progress: Callable[[int, dict], None] | None = None,
-        client_block: int | None = None,
-        device: str | torch.device | None = "cpu",
-        chunk_runner: ChunkRunner | None = None,
-        defer_updates: bool = True,
-        evaluator: Callable[..., dict] = evaluate,
-    ):
-        if not isinstance(data, FederatedTensors):
-            raise ValueError(f"data must be a FederatedTensors, got {type(data).__name__}")
-        if not isinstance(model, BatchedModel):
-            raise ValueError(f"model must be a BatchedModel, got {type(model).__name__}")
-        if model.n_inputs != data.d:
-            raise ValueError(f"model expects {model.n_inputs} input features but the data have d={data.d}")
-        N = data.n_clients
-        self.k = _num("k", k, 1, integer=True)
-        self.rounds = _num("rounds", rounds, 1, integer=True)
-        self.lr = _num("lr", lr, 0, lo_open=True)
-        self.lr_decay = _num("lr_decay", lr_decay, 0, 1, lo_open=True)
-        self.beta = _num("beta", beta, 0, 1, hi_open=True)
-        if local_update not in _OPTIONS:
+    def __init__(self, data: FederatedTensors, model: BatchedModel, config: EngineConfig):
+        if not isinstance(config, EngineConfig):
+            raise ValueError(f"config must be an EngineConfig (e.g. EngineConfig(k=2)), got {type(config).__name__}")
+        _check_data_and_model(data, model)
+        self.config = config
+        self._set_schedule(config)
+        self._set_local_update(config, data)
+        self._set_sampling(config, data.n_clients)
+        self._set_aggregator(config)
+        self._set_init(config)
+        self._set_evaluation(config)
+        self._set_execution(config)
+        self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
+        self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
+        self._warned_unbounded = False
+        self.data, self.model, self.method, self.progress = data, model, config.method, config.progress
+        self.rngs = {name: stream(self.seed, name) for name in ("init", "sampling", "minibatch", "noise")}
+        self.dp_events: list = []
+        self.timing = {"assign": 0.0, "local": 0.0, "aggregate": 0.0, "eval": 0.0}
+        self.n_local_samples = 0  # sum over rounds and steps of the samples processed in local training
+
+    def _set_schedule(self, c: EngineConfig) -> None:
+        """Validated k, rounds, learning rate, its decay and the momentum."""
+        self.k = _num("k", c.k, 1, integer=True)
+        self.rounds = _num("rounds", c.rounds, 1, integer=True)
+        self.lr = _num("lr", c.lr, 0, lo_open=True)
+        self.lr_decay = _num("lr_decay", c.lr_decay, 0, 1, lo_open=True)
+        self.beta = _num("beta", c.beta, 0, 1, hi_open=True)
+
+    def _set_local_update(self, c: EngineConfig, data: FederatedTensors) -> None:
+        """Validated local update option, local steps, batch size and epochs (epochs set the steps)."""
+        if c.local_update not in _OPTIONS:
             raise ValueError(
-                f"local_update must be one of 'model' (Option II) or 'gradient' (Option I), got {local_update!r}"
+                f"local_update must be one of 'model' (Option II) or 'gradient' (Option I), got {c.local_update!r}"
             )
-        self.local_update = _OPTIONS[local_update]
-        self.local_steps = _num("local_steps", local_steps, 1, integer=True)
-        self.batch_size = None if batch_size is None else _num("batch_size", batch_size, 1, integer=True)
-        self.local_epochs = None if local_epochs is None else _num("local_epochs", local_epochs, 1, integer=True)
+        self.local_update = _OPTIONS[c.local_update]
+        self.local_steps = _num("local_steps", c.local_steps, 1, integer=True)
+        self.batch_size = None if c.batch_size is None else _num("batch_size", c.batch_size, 1, integer=True)
+        self.local_epochs = None if c.local_epochs is None else _num("local_epochs", c.local_epochs, 1, integer=True)
         if self.local_epochs is not None:
             if self.batch_size is None:
                 raise ValueError("local_epochs needs a batch_size (minibatches per epoch)")
             self.local_steps = self.local_epochs * math.ceil(int(data.X_train.shape[1]) / self.batch_size)
-        if clients_per_round is not None:
-            self.S = _num("clients_per_round", clients_per_round, 1, N, integer=True)
+
+    def _set_sampling(self, c: EngineConfig, N: int) -> None:
+        """Validated clients per round ``S``, the participation rate and the sampling scheme."""
+        if c.clients_per_round is not None:
+            self.S = _num("clients_per_round", c.clients_per_round, 1, N, integer=True)
         else:
-            q = _num("participation", participation, 0, 1, lo_open=True)
+            q = _num("participation", c.participation, 0, 1, lo_open=True)
             self.S = max(1, int(round(q * N)))
         self.participation = self.S / N
-        if sampling not in ("fixed", "poisson"):
-            raise ValueError(f"sampling must be 'fixed' or 'poisson', got {sampling!r}")
-        if sampling == "poisson" and clients_per_round is not None:
+        if c.sampling not in ("fixed", "poisson"):
+            raise ValueError(f"sampling must be 'fixed' or 'poisson', got {c.sampling!r}")
+        if c.sampling == "poisson" and c.clients_per_round is not None:
             raise ValueError("sampling='poisson' takes participation (the rate q), not clients_per_round")
-        self.sampling = sampling
-        if self.k > self.S and init_min_fraction is not None:
+        self.sampling = c.sampling
+        if self.k > self.S and c.init_min_fraction is not None:
             raise ValueError(f"init_min_fraction needs k <= clients per round ({self.S}), got k={self.k}")
+
+    def _set_aggregator(self, c: EngineConfig) -> None:
+        """The server strategy: the given one, else the default of the local update option."""
+        aggregator = c.aggregator
         if aggregator is None:
             aggregator = GradientAveraging() if self.local_update == "gradient" else ModelAveraging()
         if not isinstance(aggregator, Aggregator):
             raise ValueError(f"aggregator must be an Aggregator, got {type(aggregator).__name__}")
         self.aggregator = aggregator
-        self.seed = _num("seed", seed, 0, integer=True)
+
+    def _set_init(self, c: EngineConfig) -> None:
+        """Validated seed, given initial tensors and IFCA's restart heuristic settings."""
+        self.seed = _num("seed", c.seed, 0, integer=True)
+        init_min_fraction = c.init_min_fraction
         if init_min_fraction is not None:
             init_min_fraction = _num("init_min_fraction", init_min_fraction, 0, 1.0 / self.k, lo_open=True)
         self.init_min_fraction = init_min_fraction
-        self.init_max_restarts = _num("init_max_restarts", init_max_restarts, 0, integer=True)
-        self.eval_every = _num("eval_every", eval_every, 0, integer=True)
-        if train_eval not in ("sampled", "all"):
-            raise ValueError(f"train_eval must be 'sampled' or 'all', got {train_eval!r}")
-        if test_select not in ("test", "train"):
-            raise ValueError(f"test_select must be 'test' or 'train', got {test_select!r}")
-        self.train_eval, self.test_select = train_eval, test_select
-        self.max_rows = _num("max_rows", max_rows, 1, integer=True)
+        self.init_max_restarts = _num("init_max_restarts", c.init_max_restarts, 0, integer=True)
+        self.init_params, self.init_momentum = c.init_params, c.init_momentum
+
+    def _set_evaluation(self, c: EngineConfig) -> None:
+        """Validated evaluation cadence, train-side and test-side selection and block rows."""
+        self.eval_every = _num("eval_every", c.eval_every, 0, integer=True)
+        if c.train_eval not in ("sampled", "all"):
+            raise ValueError(f"train_eval must be 'sampled' or 'all', got {c.train_eval!r}")
+        if c.test_select not in ("test", "train"):
+            raise ValueError(f"test_select must be 'test' or 'train', got {c.test_select!r}")
+        self.train_eval, self.test_select = c.train_eval, c.test_select
+        self.max_rows = _num("max_rows", c.max_rows, 1, integer=True)
+
+    def _set_execution(self, c: EngineConfig) -> None:
+        """Validated chunk budget, client blocks, device, chunk runner, deferral and evaluator."""
         self.max_chunk_mb = (
-            DEFAULT_CHUNK_MB if max_chunk_mb is None else _num("max_chunk_mb", max_chunk_mb, 0, lo_open=True)
+            DEFAULT_CHUNK_MB if c.max_chunk_mb is None else _num("max_chunk_mb", c.max_chunk_mb, 0, lo_open=True)
         )
-        self.client_block = None if client_block is None else _num("client_block", client_block, 1, integer=True)
-        self.device = resolve_device(device)
-        if chunk_runner is not None and not isinstance(chunk_runner, ChunkRunner):
+        self.client_block = None if c.client_block is None else _num("client_block", c.client_block, 1, integer=True)
+        self.device = resolve_device(c.device)
+        if c.chunk_runner is not None and not isinstance(c.chunk_runner, ChunkRunner):
             raise ValueError(
-                f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(chunk_runner).__name__}"
+                f"chunk_runner must be a ChunkRunner (e.g. RayChunkRunner()), got {type(c.chunk_runner).__name__}"
             )
-        if chunk_runner is not None and self.device.type != "cpu":
+        if c.chunk_runner is not None and self.device.type != "cpu":
             raise ValueError("chunk_runner sends chunks to CPU workers: use device='cpu' with it")
-        self.chunk_runner = chunk_runner
-        self.defer_updates = bool(defer_updates)
-        if not callable(evaluator):
-            raise ValueError(f"evaluator must be callable (like engine.evaluate), got {evaluator!r}")
-        self.evaluator = evaluator
-        self._device_train: tuple | None = None  # (X, y, n) on the GPU, or () when they stay on the host
-        self.chunk_clients: int | None = None  # set by init_state from the budget and the model size
-        self._warned_unbounded = False
-        self.data, self.model, self.method, self.progress = data, model, method, progress
-        self.init_params, self.init_momentum = init_params, init_momentum
-        self.rngs = {name: stream(self.seed, name) for name in ("init", "sampling", "minibatch", "noise")}
-        self.dp_events: list = []
-        self.timing = {"assign": 0.0, "local": 0.0, "aggregate": 0.0, "eval": 0.0}
-        self.n_local_samples = 0  # sum over rounds and steps of the samples processed in local training
+        self.chunk_runner = c.chunk_runner
+        self.defer_updates = bool(c.defer_updates)
+        if not callable(c.evaluator):
+            raise ValueError(f"evaluator must be callable (like engine.evaluate), got {c.evaluator!r}")
+        self.evaluator = c.evaluator
 
     # --------------------------------------------------------------------------------------------
     def _check_stacked(self, name, p: Params, like: Params | None = None) -> Params:
@@ -387,21 +372,19 @@ class ClusteredFLEngine:
 
     def train_models(self, start: dict, mom0: dict | None, X, y, n, lr: float, gen, beta: float | None = None):
         """Local training (Option II) of the gathered clients from ``start`` (and momenta ``mom0``) with
-        the engine's settings (steps, batch size, epochs, client blocks, deferred updates); ``beta``
-        overrides the engine's momentum. Returns (params, momentum) as :func:`local_train`."""
-        return local_train(
-            self.model,
-            start,
-            mom0,
-            X,
-            y,
-            n,
+        the engine's settings (:meth:`local_training`); ``beta`` overrides the engine's momentum.
+        Returns (params, momentum) as :func:`local_train`."""
+        return local_train(self.model, start, mom0, X, y, n, self.local_training(lr, beta), gen=gen)
+
+    def local_training(self, lr: float, beta: float | None = None) -> LocalTraining:
+        """The engine's local training settings (steps, batch size, epochs, client blocks, deferred
+        updates) at step size ``lr``, with momentum ``beta`` (None: the engine's)."""
+        return LocalTraining(
             steps=self.local_steps,
             lr=lr,
             beta=self.beta if beta is None else beta,
             batch_size=self.batch_size,
             local_epochs=self.local_epochs,
-            gen=gen,
             client_block=self.client_block,
             defer_updates=self.defer_updates,
         )
@@ -538,92 +521,93 @@ class ClusteredFLEngine:
         into per-cluster sums (:func:`train_chunk_sums`), so the driver adds one sum per chunk and
         never holds a chunk's models; the driver then folds only the rows of blocks cut by a chunk's
         edge (chunks smaller than a block). Otherwise the workers return the trained models."""
-        d, S = self.data, len(clients)
+        S = len(clients)
         t0 = time.perf_counter()
-        n_max = int(d.X_train.shape[1])
-        gen = self.rngs["minibatch"]
-        draws = [
-            gen.random((S, n_max))
-            for _ in range(n_draws(self.batch_size, self.local_epochs, n_max, self.local_steps, self.local_update))
-        ]
-        cfg = {
-            "local_update": self.local_update,
-            "steps": self.local_steps,
-            "lr": lr,
-            "beta": self.beta,
-            "batch_size": self.batch_size,
-            "local_epochs": self.local_epochs,
-            "client_block": self.client_block,
-            "defer_updates": self.defer_updates,
-        }
-        slices = [slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)]
-        sums = fold.split
-        ceiling = self._memory_ceiling()
-        t_agg = 0.0
-        momentum = state.momentum if self.beta > 0 else None
-
-        def updates_of(rows, params, mom):
-            """The driver's :class:`ClientUpdates` of ``rows`` from their trained models (or None)."""
-            ch = chosen[rows]
-            start = {k: v.index_select(0, ch) for k, v in state.params.items()}
-            n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
-            return ClientUpdates(
-                clients=clients[rows],
-                chosen=ch,
-                losses=losses[rows],
-                start_params=start,
-                params=params if params is not None else start,
-                momentum=mom,
-                n_samples=n,
-            )
-
-        if sums:
-            shared = (self.model, state.params, momentum, self.aggregator, ctx.for_workers())
-
-            def per_chunk():
-                for rows in slices:
-                    yield (
-                        clients[rows],
-                        chosen[rows],
-                        losses[rows],
-                        self._worker_rows(clients[rows]),
-                        [dr[rows] for dr in draws],
-                        cfg,
-                        fold.templates(rows),
-                    )
-
-            for rows, pieces in zip(slices, self.chunk_runner.map(train_chunk_sums, shared, per_chunk())):
-                t1 = time.perf_counter()
-                n = d.n_train[torch.as_tensor(clients[rows], dtype=torch.long)]
-                self.count_local_samples(n, self.local_steps if self.local_update == "model" else 1)
-                for piece in pieces:
-                    if piece[0] == "sums":
-                        fold.add_sums(piece[1])
-                    else:
-                        _, lo, hi, params, mom = piece
-                        cut = slice(rows.start + lo, rows.start + hi)
-                        fold.add(updates_of(cut, params, mom), cut)
-                del pieces
-                release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
-                t_agg += time.perf_counter() - t1
+        job = _RemoteRound(
+            state=state,
+            clients=clients,
+            chosen=chosen,
+            losses=losses,
+            n_train=self.data.n_train,
+            draws=self._round_draws(S),
+            settings=self._chunk_settings(lr),
+            slices=[slice(a, min(S, a + self.chunk_clients)) for a in range(0, S, self.chunk_clients)],
+        )
+        if fold.split:
+            t_agg = self._fold_worker_sums(job, ctx, fold)
         else:
-
-            def per_chunk():
-                for rows in slices:
-                    X, y, n = self.client_data(clients[rows])
-                    yield chosen[rows], X, y, n, [dr[rows] for dr in draws], cfg
-
-            shared = (self.model, state.params, momentum)
-            for rows, (params, mom) in zip(slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
-                t1 = time.perf_counter()
-                chunk = updates_of(rows, params, mom)
-                self.count_local_samples(chunk.n_samples, self.local_steps if params is not None else 1)
-                fold.add(chunk, rows)
-                del chunk, params, mom
-                release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
-                t_agg += time.perf_counter() - t1
+            t_agg = self._fold_worker_models(job, fold)
         self.timing["aggregate"] += t_agg
         self.timing["local"] += time.perf_counter() - t0 - t_agg
+
+    def _round_draws(self, S: int) -> list[np.ndarray]:
+        """The round's minibatch keys for ``S`` clients, drawn from stream "minibatch" as a serial round draws them."""
+        n_max = int(self.data.X_train.shape[1])
+        gen = self.rngs["minibatch"]
+        n = n_draws(self.batch_size, self.local_epochs, n_max, self.local_steps, self.local_update)
+        return [gen.random((S, n_max)) for _ in range(n)]
+
+    def _chunk_settings(self, lr: float) -> dict:
+        """The local update a worker runs on one chunk of this round: the option and its settings."""
+        return {"local_update": self.local_update, "training": self.local_training(lr)}
+
+    def _fold_worker_sums(self, job: _RemoteRound, ctx: RoundContext, fold: BlockFold) -> float:
+        """Chunks whose workers return per-cluster sums (and the rows of cut blocks) folded in chunk
+        order; returns the driver's folding time."""
+        ceiling = self._memory_ceiling()
+        momentum = job.state.momentum if self.beta > 0 else None
+        shared = (self.model, job.state.params, momentum, self.aggregator, ctx.for_workers())
+
+        def per_chunk():
+            for rows in job.slices:
+                chunk = ChunkInput(
+                    clients=job.clients[rows],
+                    chosen=job.chosen[rows],
+                    losses=job.losses[rows],
+                    rows=self._worker_rows(job.clients[rows]),
+                    draws=[dr[rows] for dr in job.draws],
+                )
+                yield chunk, job.settings, fold.templates(rows)
+
+        t_agg = 0.0
+        for rows, pieces in zip(job.slices, self.chunk_runner.map(train_chunk_sums, shared, per_chunk())):
+            t1 = time.perf_counter()
+            n = job.n_train[torch.as_tensor(job.clients[rows], dtype=torch.long)]
+            self.count_local_samples(n, self.local_steps if self.local_update == "model" else 1)
+            for piece in pieces:
+                if piece[0] == "sums":
+                    fold.add_sums(piece[1])
+                else:
+                    _, lo, hi, params, mom = piece
+                    cut = slice(rows.start + lo, rows.start + hi)
+                    fold.add(job.updates_of(cut, params, mom), cut)
+            del pieces
+            release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
+            t_agg += time.perf_counter() - t1
+        return t_agg
+
+    def _fold_worker_models(self, job: _RemoteRound, fold: BlockFold) -> float:
+        """Chunks whose workers return the trained models, folded here in chunk order; returns the
+        driver's folding time."""
+        ceiling = self._memory_ceiling()
+        momentum = job.state.momentum if self.beta > 0 else None
+
+        def per_chunk():
+            for rows in job.slices:
+                X, y, n = self.client_data(job.clients[rows])
+                yield job.chosen[rows], X, y, n, [dr[rows] for dr in job.draws], job.settings
+
+        shared = (self.model, job.state.params, momentum)
+        t_agg = 0.0
+        for rows, (params, mom) in zip(job.slices, self.chunk_runner.map(train_chunk, shared, per_chunk())):
+            t1 = time.perf_counter()
+            chunk = job.updates_of(rows, params, mom)
+            self.count_local_samples(chunk.n_samples, self.local_steps if params is not None else 1)
+            fold.add(chunk, rows)
+            del chunk, params, mom
+            release_free_memory(above=ceiling)  # freed tensors held past the ceiling go back (fedclust.memory)
+            t_agg += time.perf_counter() - t1
+        return t_agg
 
     def sample_clients(self) -> np.ndarray:
         """Sorted client ids of one round (stream "sampling"): a fixed-size uniform sample of
@@ -821,6 +805,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def run_clustered_fl(data: FederatedTensors, model: BatchedModel, k: int, **kwargs) -> ClusteredFLResult:
-    """``ClusteredFLEngine(data, model, k, **kwargs).run()``."""
-    return ClusteredFLEngine(data, model, k, **kwargs).run()
+def run_clustered_fl(data: FederatedTensors, model: BatchedModel, k: int, **settings) -> ClusteredFLResult:
+    """``ClusteredFLEngine(data, model, EngineConfig(k=k, **settings)).run()``."""
+    return ClusteredFLEngine(data, model, EngineConfig(k=k, **settings)).run()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_positive, check_steps
@@ -63,6 +64,7 @@ __all__ = [
     "factor_sigma_c",
     "factor_epsilon_c",
     "perturbed_factors_sigmas",
+    "FactorBounds",
     "perturbed_data_release",
     "perturbed_factors_releases",
 ]
@@ -177,6 +179,22 @@ def factor_epsilon_c(sigma_c: float, delta_c: float, sensitivity_c: float) -> fl
     )
 
 
+@dataclass(frozen=True)
+class FactorBounds:
+    """The constants of Theorem 3.9's sensitivities: the clips ``tau_x`` (rows), ``tau_c`` (columns of
+    C), ``tau_z`` (dictionaries), the bound ``upsilon``, the kernel width ``r``, the dictionary size
+    ``d``, the ridge weight ``lam`` and the Z step ``eta``."""
+
+    tau_x: float
+    tau_c: float
+    tau_z: float
+    upsilon: float
+    r: float
+    d: int
+    lam: float
+    eta: float
+
+
 def perturbed_factors_sigmas(
     epsilon_z: float,
     delta_z: float,
@@ -184,22 +202,17 @@ def perturbed_factors_sigmas(
     delta_c: float,
     *,
     rounds: int,
-    tau_x: float,
-    tau_c: float,
-    tau_z: float,
-    upsilon: float,
-    r: float,
-    d: int,
-    lam: float,
-    eta: float,
+    bounds: FactorBounds,
     mechanism_c: str = "classical",
 ) -> dict:
-    """Theorem 3.9 in one call: sensitivities, ``sigma_z``, ``sigma_c`` and the total (ε, δ) by basic composition.
+    """Theorem 3.9 in one call: sensitivities (from ``bounds``), ``sigma_z``, ``sigma_c`` and the total
+    (ε, δ) by basic composition.
 
     Returns a dict with keys ``sigma_z, sigma_c, sensitivity_z, sensitivity_c, epsilon, delta``.
     """
-    dz = z_sensitivity(tau_x=tau_x, tau_c=tau_c, tau_z=tau_z, upsilon=upsilon, r=r, d=d, eta=eta)
-    dc = c_sensitivity(tau_x=tau_x, upsilon=upsilon, r=r, d=d, lam=lam)
+    b = bounds
+    dz = z_sensitivity(tau_x=b.tau_x, tau_c=b.tau_c, tau_z=b.tau_z, upsilon=b.upsilon, r=b.r, d=b.d, eta=b.eta)
+    dc = c_sensitivity(tau_x=b.tau_x, upsilon=b.upsilon, r=b.r, d=b.d, lam=b.lam)
     sz = factor_sigma_z(epsilon_z, delta_z, rounds, dz)
     sc = factor_sigma_c(epsilon_c, delta_c, dc, mechanism=mechanism_c)
     return {
