@@ -1,38 +1,60 @@
-"""The clustered-FL options classes are the home of every default: the library's keyword defaults
-(the method's ``run``, then the engine's) equal them, and a difference is named."""
+"""The clustered-FL options classes are the home of every default: the library's defaults (the
+method's ``run`` keywords, then its own tables, then the engine's frozen config) equal them, and a
+difference is named."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
 
 from fedclust.clustered_fl import cfl_mgd, fedavg, ifca, rr_cluster
-from fedclust.clustered_fl.engine import ClusteredFLEngine
+from fedclust.clustered_fl.engine.config import EngineConfig
 from fedclust.clustered_fl.options import CFLMGDOptions, FedAvgOptions, IFCAOptions, RRClusterOptions
 from fedclust.registry import REGISTRY
 
-ENGINE = ClusteredFLEngine.__init__
 CASES = {
-    "cfl_mgd": (CFLMGDOptions, (cfl_mgd.run, ENGINE)),
-    "ifca": (IFCAOptions, (ifca.run, cfl_mgd.run, ENGINE)),
-    "fedavg": (FedAvgOptions, (fedavg.run, ENGINE)),
-    "rr_cluster": (RRClusterOptions, (rr_cluster.run, ENGINE)),
+    "cfl_mgd": (CFLMGDOptions, (cfl_mgd.run, EngineConfig)),
+    "ifca": (IFCAOptions, (ifca.run, cfl_mgd.run, EngineConfig)),
+    "fedavg": (FedAvgOptions, (fedavg.run, EngineConfig)),
+    "rr_cluster": (
+        RRClusterOptions,
+        (rr_cluster.run, rr_cluster.ReleaseSettings, rr_cluster.TRAINING_DEFAULTS, EngineConfig),
+    ),
 }
+_NONE = object()
 
 
-def differences(options, functions) -> list[str]:
-    """Every field of ``options`` whose default differs from the keyword default of the first of
-    ``functions`` that takes it (or that none of them takes)."""
+def _default(source, name: str):
+    """The default ``source`` gives ``name``: a function's keyword default, a dataclass field's
+    default, a table's entry; ``_NONE`` when it gives none."""
+    if isinstance(source, dict):
+        return source.get(name, _NONE)
+    if dataclasses.is_dataclass(source):
+        field = {f.name: f for f in dataclasses.fields(source)}.get(name)
+        if field is None or field.default is dataclasses.MISSING:
+            return _NONE if field is None or field.default_factory is dataclasses.MISSING else field.default_factory()
+        return field.default
+    param = inspect.signature(source).parameters.get(name)
+    return _NONE if param is None or param.default is inspect.Parameter.empty else param.default
+
+
+def _name(source) -> str:
+    return "a table" if isinstance(source, dict) else source.__qualname__
+
+
+def differences(options, sources) -> list[str]:
+    """Every field of ``options`` whose default differs from the default of the first of ``sources``
+    that gives one (or that none of them gives)."""
     out = []
     defaults = options.defaults()
     for name in options.fields():
-        found = [inspect.signature(f).parameters.get(name) for f in functions]
-        param = next((p for p in found if p is not None and p.default is not inspect.Parameter.empty), None)
-        if param is None:
-            out.append(f"{options.__name__}.{name}: no keyword of {[f.__qualname__ for f in functions]}")
-        elif param.default != defaults[name]:
-            out.append(f"{options.__name__}.{name}: {defaults[name]!r}, the library's keyword {param.default!r}")
+        found = next((d for d in (_default(src, name) for src in sources) if d is not _NONE), _NONE)
+        if found is _NONE:
+            out.append(f"{options.__name__}.{name}: no keyword of {[_name(src) for src in sources]}")
+        elif found != defaults[name]:
+            out.append(f"{options.__name__}.{name}: {defaults[name]!r}, the library's keyword {found!r}")
     return out
 
 

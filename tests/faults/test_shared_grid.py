@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fedclust.executors import CellStore, cell_key, store_key
+from fedclust.executors import CellStore, cell_key, run_cells, store_key
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -111,3 +111,42 @@ def test_a_cell_claimed_by_a_run_that_ends_without_it_is_waited_for_then_compute
     assert [i for i, _ in _computed(log)][-1] == claimed
     assert sorted(_stored(tmp_path / "cells.jsonl")) == [0, 1, 2, 3]
     assert [r["i"] for r in json.loads(out)] == [0, 1, 2, 3]
+
+
+class _RacingStore(CellStore):
+    """A run's store at which, on its first claim, another run stores a cell: the moment between
+    this run's last look at the store and the look it takes after claiming."""
+
+    def __init__(self, path, other):
+        super().__init__(path)
+        self.other, self.raced = other, False
+
+    def claim(self, key):
+        lock = super().claim(key)
+        if not self.raced:
+            self.raced = True
+            self.other()
+        return lock
+
+
+def test_a_cell_stored_while_this_run_claims_another_is_taken_not_computed_again(tmp_path):
+    """The look after a claim reads everything stored since the last one: a cell another run stored
+    meanwhile is taken from it, even though it is not the cell just claimed (the next look at an
+    unchanged store would not see it again, and the cell would be computed twice)."""
+    path = tmp_path / "cells.jsonl"
+    cells = [{"i": 0}, {"i": 1}]
+    theirs = {"i": 1, "square": 1, "by": "the other run"}
+
+    def other_run_stores_cell_1():
+        cid = cell_key(cells[1])
+        CellStore(path).append(store_key(cid, "v1", ""), cells[1], theirs, cell_id=cid, code="v1", data="")
+
+    computed = []
+
+    def run_cell(cell):
+        computed.append(cell["i"])
+        return {"i": cell["i"], "square": cell["i"] ** 2, "by": "this run"}
+
+    results = run_cells(run_cell, cells, store=_RacingStore(path, other_run_stores_cell_1), code="v1")
+    assert computed == [0]
+    assert results == [{"i": 0, "square": 0, "by": "this run"}, theirs]

@@ -229,10 +229,14 @@ def _run_shared(grid: _Grid, todo: list[int], finished: Callable[[int, Any, bool
                 busy.append(i)
             else:
                 claims[i] = lock
-        newer = grid.store.refresh() if claims else None  # stored between our last look and the claim
-        for i in [i for i in claims if newer and grid.keys[i] in newer]:
-            grid.store.unclaim(claims.pop(i), stored=True)
+        # stored between our last look and the claim: every pending cell read here is taken, not only
+        # the claimed ones (this read is the store's latest: the next look sees nothing newer in it)
+        newer = grid.store.refresh() if claims else None
+        for i in [i for i in pending if newer and grid.keys[i] in newer]:
+            if i in claims:
+                grid.store.unclaim(claims.pop(i), stored=True)
             finished(i, newer[grid.keys[i]], True)
+        busy = [i for i in busy if not grid.have[i]]
         if claims:
             try:
                 for i, res in iter_cells(grid.fn, grid.cells, grid.executor, grid.options, list(claims)):
