@@ -124,10 +124,13 @@ def test_the_environment_defaults_are_kedros_first_step():
 
 
 def test_a_run_tells_mlflow_it_is_no_notebook_without_importing_ipython():
+    # inside the block MLflow's probe answers at once and IPython stays unloaded; after it the usual
+    # state is back: Ray, for one, asks `"IPython" in sys.modules` and then imports it
     code = (
-        "import sys\nfrom fedclust.environment import skip_notebook_probe\nskip_notebook_probe()\n"
+        "import sys\nfrom fedclust.environment import no_notebook_probe\n"
         "from mlflow.tracking.context.jupyter_notebook_context import JupyterNotebookRunContext\n"
-        "print(JupyterNotebookRunContext().in_context(), 'IPython' in sys.modules and sys.modules['IPython'] is not None)"
+        "with no_notebook_probe():\n    inside = JupyterNotebookRunContext().in_context()\n"
+        "print(inside, 'IPython' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -137,6 +140,26 @@ def test_a_run_tells_mlflow_it_is_no_notebook_without_importing_ipython():
         check=True,
     )
     assert out.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_the_notebook_probe_hook_wraps_the_runs_opening():
+    # a wrapper around every plugin's before_pipeline_run (kedro-mlflow opens the MLflow run there):
+    # IPython is marked unavailable while the others run, and the mark goes when they return
+    code = (
+        "import sys\nfrom fedclust.settings import HOOKS\nfrom fedclust.hooks import NotebookProbeHook\n"
+        "hook = next(h for h in HOOKS if isinstance(h, NotebookProbeHook)).before_pipeline_run\n"
+        "gen = hook(None, None, None)\nnext(gen)\ninside = sys.modules.get('IPython', 'absent')\n"
+        "try:\n    gen.send('result')\nexcept StopIteration as stop:\n    value = stop.value\n"
+        "print(hook.kedro_impl['wrapper'], inside is None, value, 'IPython' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split()[-4:] == ["True", "True", "result", "False"]
 
 
 def test_settings_import_leaves_the_registry_scikit_learn_and_pyplot_unloaded():

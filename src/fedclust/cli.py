@@ -1,4 +1,4 @@
-"""The project's command line: Kedro's ``kedro run`` with five changes.
+"""The project's command line: Kedro's ``kedro run`` with four changes.
 
 * A user mistake or an environment fault (:func:`fedclust.errors.user_message`) ends the command
   with two lines on stderr (what is wrong and what to do, then how to see the traceback), exit
@@ -8,7 +8,6 @@
   to resume``, marks the MLflow run KILLED and exits with status 130 (click printed ``Aborted!``).
 * ``--config FILE`` and ``--params`` merge: the file's ``run.params`` are kept, and a key given in
   both takes the value of ``--params`` (plain Kedro drops the file's params when ``--params`` is given).
-* MLflow's notebook probe does not import IPython (:func:`fedclust.environment.skip_notebook_probe`).
 * Nothing else: every option of Kedro's ``run`` is there with its meaning.
 
 Kedro picks this module up as the project's ``cli.py``; ``python -m fedclust`` runs the same command.
@@ -25,7 +24,6 @@ from click.core import ParameterSource
 from kedro.framework.cli.project import run as kedro_run
 from kedro.framework.cli.utils import _split_params
 
-from fedclust.environment import skip_notebook_probe
 from fedclust.errors import RepeatedUserErrorFilter, tracebacks_requested, user_message
 
 #: set (to anything but 0/false/no) to see the traceback of every error
@@ -95,7 +93,6 @@ def run(ctx: click.Context, verbose: bool = False, **kwargs):
     if verbose:
         os.environ[TRACEBACK_ENV] = "1"  # read by the log filter and the error report below
     kwargs["params"] = _params_with_config_file(ctx, kwargs.get("params") or {})
-    skip_notebook_probe()  # a run is never a notebook: MLflow need not import IPython to ask
     # Kedro's own lines about an error we print in one line (the failed node, how to resume) are
     # dropped; Kedro's logging configuration accepts no custom filter, so it goes on the handlers
     # of the configured root logger (conf/logging.yml) and of MLflow's logger (MLflow sets its own)

@@ -18,7 +18,7 @@ fedclust registers :func:`kedro_init` there (``pyproject.toml``), and ``python -
 * ``PATH`` starts with this interpreter's folder, so that tools that plugins start by name
   (``kedro mlflow ui`` runs ``mlflow``) come from this environment even when it is not activated.
 
-:func:`skip_notebook_probe` is for ``kedro run`` only (:mod:`fedclust.cli`).
+:func:`no_notebook_probe` wraps the opening of a run's MLflow run (:class:`fedclust.hooks.NotebookProbeHook`).
 
 No Kedro, MLflow or project imports here: this runs before any of them.
 """
@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 #: (variable, value) set when the user has not set the variable
@@ -73,16 +75,24 @@ def kedro_init() -> None:
         apply_defaults()
 
 
-def skip_notebook_probe() -> None:
-    """Tell MLflow's notebook probe, without importing IPython, that this process is not a notebook.
+@contextmanager
+def no_notebook_probe() -> Iterator[None]:
+    """Within the block, MLflow's notebook probe reads "not a notebook" without importing IPython.
 
     When MLflow opens a run it asks whether it runs in a Jupyter notebook by importing IPython and
     asking for the running shell: a third of a second in every run, since kedro-viz installs
-    IPython. A process that has not imported IPython cannot be running inside it, so for
-    ``kedro run`` (never a notebook: ``kedro ipython`` and ``kedro jupyter`` are other commands) the
-    name is marked as not importable (a ``None`` entry in ``sys.modules``, which Python documents
-    to make ``import IPython`` raise ImportError), and the probe reads "not a notebook" at once.
-    Where IPython is already loaded, nothing changes.
+    IPython. A process that has not imported IPython cannot be running inside it, so for the block
+    the name is marked as not importable (a ``None`` entry in ``sys.modules``, which Python documents
+    to make ``import IPython`` raise ImportError); the entry goes at the end, so that code that later
+    asks whether IPython is loaded (Ray does, through ``"IPython" in sys.modules``) or imports it
+    finds the usual state. Where IPython is already loaded, nothing changes.
     """
-    if "IPython" not in sys.modules:
-        sys.modules["IPython"] = None
+    if "IPython" in sys.modules:
+        yield
+        return
+    sys.modules["IPython"] = None
+    try:
+        yield
+    finally:
+        if "IPython" in sys.modules and sys.modules["IPython"] is None:
+            del sys.modules["IPython"]

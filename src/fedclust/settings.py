@@ -12,6 +12,7 @@ with long_lived():  # every command imports MLflow here (fedclust.gc_pause)
         InterruptHook,
         MethodRunsCloseHook,
         NodeParamsBatchHook,
+        NotebookProbeHook,
         ParamsCheckHook,
         RunTagsHook,
         StartupGCHook,
@@ -28,12 +29,13 @@ with long_lived():  # every command imports MLflow here (fedclust.gc_pause)
 # each method's settings as it ran; NodeParamsBatchHook writes the params that kedro-mlflow logs node
 # by node in one batch at the start of a one-method run (one SQLite write instead of one per key);
 # SummaryHook shows progress and the end-of-run table; InterruptHook marks the MLflow run of an
-# interrupted run as KILLED; StartupGCHook keeps the collector off the objects that kedro-mlflow's
+# interrupted run as KILLED; NotebookProbeHook lets MLflow's notebook probe answer without importing IPython; StartupGCHook keeps the collector off the objects that kedro-mlflow's
 # set-up and the run's start create for good (fedclust.gc_pause); StoreHook opens (creates, migrates)
 # the MLflow store under a file lock before kedro-mlflow uses it, stops a run whose store cannot be
 # used with one line, and marks FAILED the runs that lost their store earlier (fedclust.hooks.store).
 HOOKS = (
     StartupGCHook(),
+    NotebookProbeHook(),
     StoreHook(),
     ParamsCheckHook(),
     RunTagsHook(),

@@ -10,7 +10,8 @@
   one-method run starts (:class:`NodeParamsBatchHook`);
 * :mod:`.summary`: progress bars and the end-of-run summary table (:class:`SummaryHook`);
 * :mod:`.startup`: the garbage collector kept off the objects a run's set-up builds for good
-  (:class:`StartupGCHook`);
+  (:class:`StartupGCHook`), and MLflow's notebook probe answered without importing IPython
+  (:class:`NotebookProbeHook`);
 * :mod:`.interrupts`: interrupted runs marked KILLED, and runs left RUNNING by a process that is gone
   marked KILLED by the next run (:class:`InterruptHook`, :func:`kill_dead_runs`);
 * :mod:`.store`: the MLflow store opened (created, migrated) once under a file lock, a store that
@@ -25,7 +26,7 @@ from fedclust.hooks.interrupts import HOST_TAG, PID_TAG, InterruptHook, kill_dea
 from fedclust.hooks.params import ParamsCheckHook
 from fedclust.hooks.params_log import NodeParamsBatchHook
 from fedclust.hooks.settings_log import EffectiveSettingsHook
-from fedclust.hooks.startup import StartupGCHook
+from fedclust.hooks.startup import NotebookProbeHook, StartupGCHook
 from fedclust.hooks.store import FAILURE_TAG, StoreHook
 from fedclust.hooks.summary import SummaryHook
 from fedclust.hooks.tags import MethodRunsCloseHook, RunTagsHook
@@ -37,6 +38,7 @@ __all__ = [
     "InterruptHook",
     "MethodRunsCloseHook",
     "NodeParamsBatchHook",
+    "NotebookProbeHook",
     "PID_TAG",
     "ParamsCheckHook",
     "RunTagsHook",

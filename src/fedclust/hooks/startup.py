@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kedro.framework.hooks import hook_impl
 
+from fedclust.environment import no_notebook_probe
 from fedclust.gc_pause import long_lived
 
 
@@ -26,4 +27,16 @@ class StartupGCHook:
     @hook_impl(wrapper=True)
     def before_pipeline_run(self, run_params, pipeline, catalog):
         with long_lived():
+            return (yield)
+
+
+class NotebookProbeHook:
+    """Wraps the opening of the run's MLflow run (kedro-mlflow's ``before_pipeline_run``, all
+    plugins' implementations included) in :func:`fedclust.environment.no_notebook_probe`: MLflow
+    learns that a run outside a notebook is not in one without importing IPython (a third of a
+    second); inside a notebook, where IPython is loaded, nothing changes."""
+
+    @hook_impl(wrapper=True)
+    def before_pipeline_run(self, run_params, pipeline, catalog):
+        with no_notebook_probe():
             return (yield)
