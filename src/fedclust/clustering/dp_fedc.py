@@ -132,6 +132,7 @@ from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import InitOptions
 from fedclust.options import MethodConfig, check_number, param
 from fedclust.privacy import observe
+from fedclust.privacy._search import falsi_root
 from fedclust.privacy.accountants import RDP_ORDERS
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.events import non_dp_release
@@ -807,53 +808,6 @@ def planned_releases(sizes, *, eps_bar: float, delta: float = 1e-4, schedule: Sc
     return client_privacy(sizes, eps_bar=eps_bar, delta=delta, schedule=schedule, **fields)["releases"]
 
 
-def _log_root(g, x0: float, lo: float, hi: float, tol: float, step: float = math.log(4.0), g0: float | None = None):
-    """The largest x (within ``tol``) with g(x) <= 0 for an increasing g, from the guess x0, on [lo, hi]:
-    bracketing by doubling steps, then regula falsi with the Illinois modification. Returns
-    ``(x, g(x))`` with g(x) <= 0, or ``(hi, None)`` when g(hi) <= 0 and ``(lo, g(lo))`` when g(lo) > 0."""
-    x = min(max(x0, lo), hi)
-    gx = g(x) if g0 is None else g0
-    if gx <= 0:
-        a, ga = x, gx
-        while True:
-            b = min(a + step, hi)
-            gb = g(b)
-            if gb > 0:
-                break
-            if b >= hi:
-                return hi, None
-            a, ga, step = b, gb, 2 * step
-    else:
-        b, gb = x, gx
-        while True:
-            a = max(b - step, lo)
-            ga = g(a)
-            if ga <= 0:
-                break
-            if a <= lo:
-                return lo, ga
-            b, gb, step = a, ga, 2 * step
-    side = 0
-    fa, fb = ga, gb  # the (Illinois-scaled) end values used for interpolation
-    for _ in range(200):
-        if b - a < tol or -tol < ga <= 0:
-            break
-        x = b - fb * (b - a) / (fb - fa)
-        x = min(max(x, a + 1e-3 * (b - a)), b - 1e-3 * (b - a))  # strictly inside the bracket
-        gx = g(x)
-        if gx <= 0:
-            a, ga, fa = x, gx, gx
-            if side == -1:
-                fb /= 2.0  # the other end was kept twice
-            side = -1
-        else:
-            b, gb, fb = x, gx, gx
-            if side == 1:
-                fa /= 2.0
-            side = 1
-    return a, ga
-
-
 def eps_bar_for_budget(
     target_epsilon: float, delta: float, sizes, *, accountant: str = "rdp", rtol: float = 1e-3, **schedule
 ) -> float:
@@ -863,7 +817,7 @@ def eps_bar_for_budget(
     Lets a comparison give DP-FedC the same *accounted* budget as every other method (the paper's
     own calibration, eps_bar = target, is kept for reproductions). The accounted epsilon increases
     with eps_bar (less noise). The root of log eps(exp(x)) = log target is found by regula falsi
-    (:func:`_log_root`), first on the cheap screening bound (RDP on :data:`SCREEN_ORDERS`, the largest
+    (:func:`fedclust.privacy._search.falsi_root`), first on the cheap screening bound (RDP on :data:`SCREEN_ORDERS`, the largest
     over all client sizes: an upper bound on the worst client's epsilon, so its root is a valid,
     slightly small eps_bar), then refined with the exact accountant from there (a secant step with
     the screening slope; usually two or three exact accountant calls). The returned eps_bar is rated
@@ -893,7 +847,7 @@ def eps_bar_for_budget(
             )
             return math.log(max(e, 1e-300)) - math.log(target)
 
-        x0, _ = _log_root(screen, x0, lo, hi, tol)
+        x0, _ = falsi_root(screen, x0, lo, hi, tol)
         if x0 >= hi:
             return math.exp(hi)
         g0 = exact(x0)  # <= 0: the screening value bounds the exact one from above
@@ -901,9 +855,9 @@ def eps_bar_for_budget(
             return math.exp(x0)
         h = 0.05
         slope = max((screen(x0 + h) - screen(x0)) / h, 1e-3)  # d log eps / d log eps_bar, about 1-2
-        x, _ = _log_root(exact, x0, lo, hi, tol, step=max(-g0 / slope, tol), g0=g0)
+        x, _ = falsi_root(exact, x0, lo, hi, tol, step=max(-g0 / slope, tol), g0=g0)
         return math.exp(x)
-    x, _ = _log_root(exact, x0, lo, hi, tol)
+    x, _ = falsi_root(exact, x0, lo, hi, tol)
     return math.exp(x)
 
 

@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
+from fedclust.privacy._search import log_bisect
 from fedclust.privacy._validate import check_delta, check_epsilon, check_positive
 
 __all__ = [
@@ -173,18 +174,5 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float = 1.0, *, rt
     e = check_epsilon(epsilon)
     d = check_delta(delta)
     D = check_positive(sensitivity, "sensitivity")
-    # Work with unit sensitivity: delta depends on sigma/Delta only.
-    lo, hi = 1.0, 1.0
-    while analytic_delta(hi, e) > d:
-        lo, hi = hi, hi * 2.0
-    while analytic_delta(lo, e) <= d:
-        lo, hi = lo / 2.0, lo
-        if lo < 1e-300:  # pragma: no cover - unreachable for delta < 1
-            return D * hi
-    while hi / lo - 1.0 > rtol:
-        mid = math.sqrt(lo * hi)
-        if analytic_delta(mid, e) > d:
-            lo = mid
-        else:
-            hi = mid
-    return D * hi
+    # unit sensitivity: delta depends on sigma/Delta only (the privacy layer's log bisection)
+    return D * log_bisect(lambda sigma: analytic_delta(sigma, e) > d, rtol, min_value=1e-300)
