@@ -42,16 +42,9 @@ Targets printed at the end: engine / Flower >= 15x and engine / loop >= 3x clien
         [--systems engine loop flower] [--algos FedAvg IFCA] [--threads 1 2] [--step-by-step] \
         [--json out.json]
 
-Flower is optional and lives in a venv of its own (the project's stays free of Ray and Flower's
-pins): from the repository root,
-
-    python3.11 -m venv ../.venv-compare
-    ../.venv-compare/bin/python -m pip install -c constraints.txt -e ".[compare]"
-    ../.venv-compare/bin/python -m pip check
-    ../.venv-compare/bin/python benchmarks/bench_vs_frameworks.py
-
-(``-c constraints.txt`` keeps torch at the project's CPU build; ``compare`` pins ``flwr[simulation]``,
-which brings Ray.) Without Flower the script runs ``engine`` and ``loop`` and says how to install it.
+Flower comes with the project's ``deploy`` extra (which ``make test`` installs; the Flower backend of
+FedDP-KMeans and FKM uses it): ``pip install -c constraints.txt -e ".[deploy]"``.
+Without Flower the script runs ``engine`` and ``loop`` and says how to install it.
 """
 
 from __future__ import annotations
@@ -81,10 +74,7 @@ SIZES = (784, 200, 10)
 ALGOS = {"FedAvg": 1, "IFCA": 4}
 SYSTEMS = ("engine", "loop", "flower")
 TARGETS = {"flower": 15, "loop": 3}  # engine / system, client updates/s
-INSTALL_HINT = (
-    'pip install -c constraints.txt -e ".[compare]"  in a separate venv (Flower with its Ray simulation '
-    "extra; see this script's docstring)"
-)
+INSTALL_HINT = 'pip install -c constraints.txt -e ".[deploy]"  (Flower with its Ray simulation extra)'
 
 
 # ================================================================================================
