@@ -169,7 +169,8 @@ def server_data_param(method: str, eps, config: dict) -> dict:
 
 
 def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np.ndarray, str]:
-    """``(W0, init)``: the initial centroids every method of a cell starts from, and their name.
+    """``(W0, init)``: the initial centroids every method of a cell starts from, and their name (each
+    method builds them itself from the cell's seed by this rule; a cell's records name it).
 
     Non-private cells: k random data rows (the papers' W^0). Private cells: ``"uniform_box"``, drawn
     without reading the data (uniform in ``config["init_domain"]``, default [0, 1], then pulled into
@@ -392,8 +393,8 @@ def run_cell(cell: dict) -> list[dict]:
     methods = check_methods(cell["config"])
     data = _cell_data(cell)
     setup_s = time.perf_counter() - t_cell
-    X, k = data[0].X, data[0].n_classes
-    _, init = shared_init(X, k, cell["seed"], cell["epsilon"], cell["config"])  # every method: the same W^0
+    # every method builds the same W^0 by the same public rule (shared_init); only its name goes in the records
+    init = default_init(cell["epsilon"] is not None)
     out = [_method_record(method, cell, data, init, setup_s) for method in methods]
     cell_s = time.perf_counter() - t_cell
     for rec in out:
