@@ -181,10 +181,10 @@ def confusion_figure(records: list[dict], data_paths: dict | None = None, config
 def communication_figure(records: list[dict]):
     """Final ACC against uploaded reals (log scale), one marker per method, non-private runs."""
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
-    import matplotlib.pyplot as plt
+    from fedclust.plots import subplots
 
     frame = records_frame([r for r in records if r["tags"]["epsilon"] == "inf" and r["metrics"].get("uploaded_reals")])
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = subplots(figsize=(5.5, 3.8))
     if frame.empty:
         ax.text(0.5, 0.5, "no non-private run with uploads", ha="center")
         return fig
@@ -204,18 +204,19 @@ def embedding_figure(records: list[dict], data_paths: dict | None = None, config
     """A 2-D PCA embedding of every data set, colored by each method's predicted clusters (seed 0,
     no DP, first partition), with the true classes in the first column."""
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
-    import matplotlib.pyplot as plt
     from sklearn.decomposition import PCA
+
+    from fedclust.plots import subplots  # likewise: figures on canvases of their own
 
     with_labels = [r for r in records if "labels" in r]
     datasets = list(dict.fromkeys(r["tags"]["dataset"] for r in with_labels))
     if not datasets:
-        fig, ax = plt.subplots(figsize=(3, 2))
+        fig, ax = subplots(figsize=(3, 2))
         ax.text(0.5, 0.5, "no non-private seed-0 run", ha="center")
         return fig
     first_part = {d: next(r["tags"]["partition"] for r in with_labels if r["tags"]["dataset"] == d) for d in datasets}
     methods = list(dict.fromkeys(r["tags"]["method"] for r in with_labels))
-    fig, axes = plt.subplots(
+    fig, axes = subplots(
         len(datasets), len(methods) + 1, figsize=(2.4 * (len(methods) + 1), 2.4 * len(datasets)), squeeze=False
     )
     for i, d in enumerate(datasets):
@@ -249,12 +250,12 @@ def embedding_figure(records: list[dict], data_paths: dict | None = None, config
 def partition_heatmaps(config: dict, data_paths: dict | None = None):
     """The label-by-client heatmap of every partition scheme of the first data set (seed 0)."""
     # plots (matplotlib, scikit-learn's PCA) load only when the benchmark draws its figures
-    import matplotlib.pyplot as plt
+    from fedclust.plots import subplots
 
     ds = next(iter(dataset_specs(config, data_paths)))
     data = load_by_label(ds, data_paths, config)
     parts = config.get("partitions", [{"scheme": "iid"}])
-    fig, axes = plt.subplots(1, len(parts), figsize=(3.6 * len(parts), 3.2), squeeze=False)
+    fig, axes = subplots(1, len(parts), figsize=(3.6 * len(parts), 3.2), squeeze=False)
     for ax, part in zip(axes[0], parts):
         opts = {k: v for k, v in part.items() if k != "scheme"}
         p = make_partition(

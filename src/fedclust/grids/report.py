@@ -501,21 +501,19 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
     with its 95 % CI band (:func:`logit_t_interval`, in [0, 1]; no band under
     :data:`MIN_SEEDS_FOR_CI` seeds); where ε = ∞ ran, the non-private result as its own starred
     point at the right (``no DP``); the chance line dashed."""
-    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
-    import matplotlib
+    # plots (matplotlib) load only when the report draws its plot
+    from matplotlib import colormaps
 
-    matplotlib.use("Agg")
-    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
-    import matplotlib.pyplot as plt
+    from fedclust.plots import subplots  # likewise: figures on canvases of their own
 
     sub = table[(table["dataset"] == dataset) & (table["status"] == "ok") & table["ACC"].notna()]
     parts = list(dict.fromkeys(sub["partition"])) or ["-"]
     finite = sorted({eps_number(e) for e in sub["epsilon"]} - {math.inf})
     with_inf = bool((sub["epsilon"].map(eps_number) == math.inf).any())
     x_inf = (finite[-1] * 4.0) if finite else 1.0
-    fig, axes = plt.subplots(1, len(parts), figsize=(4.6 * len(parts) + 2.2, 3.6), squeeze=False, sharey=True)
+    fig, axes = subplots(1, len(parts), figsize=(4.6 * len(parts) + 2.2, 3.6), squeeze=False, sharey=True)
     methods = list(dict.fromkeys(sub["method"]))
-    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
     colors = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
     # the no-DP points side by side (a small offset per method), so equal results do not hide each other
     offset = {m: 1.0 + 0.06 * (i - (len(methods) - 1) / 2) for i, m in enumerate(methods)}
@@ -571,13 +569,10 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
 
 
 def figure_png_base64(fig) -> str:
-    """The figure as a base64 PNG (for an ``<img src="data:...">``), closed afterwards."""
-    # matplotlib's pyplot picks a backend when imported: only once the report draws its plot
-    import matplotlib.pyplot as plt
-
+    """The figure as a base64 PNG (for an ``<img src="data:...">``); the report's figures have canvases
+    of their own (:func:`fedclust.plots.subplots`), outside pyplot's state: nothing to close."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
