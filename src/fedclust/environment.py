@@ -20,7 +20,8 @@ fedclust registers :func:`kedro_init` there (``pyproject.toml``), and ``python -
 
 :func:`no_notebook_probe` wraps the opening of a run's MLflow run (:class:`fedclust.hooks.NotebookProbeHook`).
 
-No Kedro, MLflow or project imports here: this runs before any of them.
+No MLflow or project imports here: this runs before MLflow loads (Kedro's own lookup of the project
+folder is used; Kedro is already loaded where this runs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from kedro.utils import find_kedro_project
 
 #: (variable, value) set when the user has not set the variable
 DEFAULTS = (
@@ -57,15 +60,14 @@ def apply_defaults(environ=None) -> None:
 
 def project_package(start: Path) -> str | None:
     """The package name of the Kedro project that contains ``start`` (None outside a project)."""
-    for folder in (start, *start.parents):
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                meta = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError):
-                return None
-            return meta.get("tool", {}).get("kedro", {}).get("package_name")
-    return None
+    root = find_kedro_project(start)
+    if root is None:
+        return None
+    try:
+        meta = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return meta.get("tool", {}).get("kedro", {}).get("package_name")
 
 
 def kedro_init() -> None:
