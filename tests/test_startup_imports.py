@@ -2,7 +2,6 @@
 before any command, even ``kedro --version``. Heavy libraries that only some runs use must not be
 imported there; each is loaded by the code that needs it."""
 
-import json
 import subprocess
 import sys
 import tomllib
@@ -13,17 +12,22 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def modules_after(statement: str) -> set[str]:
-    """The top-level packages imported by ``statement`` in a fresh interpreter."""
-    code = f"{statement}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+def fresh(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> list[str]:
+    """The words ``code`` prints in a fresh interpreter with this checkout's sources and ``env``."""
     out = subprocess.run(
         [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
+        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg", **(env or {})},
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=True,
     )
-    return set(out.stdout.split())
+    return out.stdout.split()
+
+
+def modules_after(statement: str) -> set[str]:
+    """The top-level packages imported by ``statement`` in a fresh interpreter."""
+    return set(fresh(f"{statement}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"))
 
 
 @pytest.mark.parametrize("statement", ["import fedclust.settings", "import fedclust.registry"])
@@ -62,15 +66,7 @@ def mlflow_switches(env: dict[str, str], home: Path, cwd: Path, first: str = "")
         "os.environ.get('MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS'), "
         "get_telemetry_client() is None)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg", "HOME": str(home), **env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()
+    return fresh(code, {"HOME": str(home), **env}, cwd)
 
 
 ROOT = SRC.parent
@@ -99,17 +95,10 @@ def test_another_kedro_project_keeps_its_environment(tmp_path):
 
 def test_importing_the_settings_changes_no_environment_variable():
     code = (
-        "import os, json\nbefore = dict(os.environ)\nimport fedclust.settings\n"
-        "print(json.dumps(sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))))"
+        "import os\nbefore = dict(os.environ)\nimport fedclust.settings\n"
+        "print(*sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    changed = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    changed = set(fresh(code))
     # MLflow's own import sets variables of its own (a telemetry session id ...): ours are not among them
     assert not changed & {*ENV_NAMES, "PATH"}, changed
 
@@ -132,14 +121,7 @@ def test_a_run_tells_mlflow_it_is_no_notebook_without_importing_ipython():
         "with no_notebook_probe():\n    inside = JupyterNotebookRunContext().in_context()\n"
         "print(inside, 'IPython' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.split()[-2:] == ["False", "False"]
+    assert fresh(code)[-2:] == ["False", "False"]
 
 
 def test_the_notebook_probe_hook_wraps_the_runs_opening():
@@ -152,30 +134,14 @@ def test_the_notebook_probe_hook_wraps_the_runs_opening():
         "try:\n    gen.send('result')\nexcept StopIteration as stop:\n    value = stop.value\n"
         "print(hook.kedro_impl['wrapper'], inside is None, value, 'IPython' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.split()[-4:] == ["True", "True", "result", "False"]
+    assert fresh(code)[-4:] == ["True", "True", "result", "False"]
 
 
 def test_settings_import_leaves_the_registry_scikit_learn_and_pyplot_unloaded():
     loaded = modules_after("import fedclust.settings\nimport sys\nprint(*[m for m in sys.modules], sep='\\n')")
     assert "fedclust" in loaded
     assert not {"sklearn", "torch", "IPython"} & loaded
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, fedclust.settings\nprint('fedclust.registry' in sys.modules, "
-            "'matplotlib.pyplot' in sys.modules)",
-        ],
-        env={"PYTHONPATH": str(SRC), "PATH": "", "MPLBACKEND": "Agg"},
-        capture_output=True,
-        text=True,
-        check=True,
+    code = (
+        "import sys, fedclust.settings\nprint('fedclust.registry' in sys.modules, 'matplotlib.pyplot' in sys.modules)"
     )
-    assert out.stdout.split() == ["False", "False"]
+    assert fresh(code) == ["False", "False"]
