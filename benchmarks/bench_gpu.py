@@ -49,8 +49,10 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = None) -> dict:
-    eng = ClusteredFLEngine(
+def ifca_engine(data, S: int, rounds: int, chunk_mb: float | None, **config) -> ClusteredFLEngine:
+    """The IFCA engine these scripts time: k = 4, MLP D-200-10, 10 local SGD steps of batch 10, lr 0.1,
+    S clients per round, ``rounds`` timed rounds after one warm-up; ``config``: more EngineConfig keys."""
+    return ClusteredFLEngine(
         data,
         MLP(D, 200, 10),
         EngineConfig(
@@ -62,11 +64,15 @@ def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = Non
             clients_per_round=S,
             eval_every=0,
             seed=0,
-            device=device,
             method="ifca",
             max_chunk_mb=chunk_mb,
+            **config,
         ),
     )
+
+
+def measure(data, S: int, device: str, rounds: int, chunk_mb: float | None = None) -> dict:
+    eng = ifca_engine(data, S, rounds, chunk_mb, device=device)
     st = eng.init_state()
     st, _, _ = eng.step(st)  # warm-up round
     _sync(eng.device)

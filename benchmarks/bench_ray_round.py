@@ -62,9 +62,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_gpu import synthetic as gpu_data  # a sibling script: benchmarks/ is on sys.path
+from bench_gpu import ifca_engine  # a sibling script: benchmarks/ is on sys.path
+from bench_gpu import synthetic as gpu_data
 from fedclust import bench
-from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, FederatedTensors
+from fedclust.clustered_fl import FederatedTensors
 from fedclust.clustered_fl.engine import ProcessChunkRunner, RayChunkRunner
 from fedclust.clustered_fl.engine.data import write_client_npy
 
@@ -175,25 +176,7 @@ class TreeMonitor:
 
 
 def one(data, S, rounds, chunk_mb, runner, warmup=1, defer=False):
-    eng = ClusteredFLEngine(
-        data,
-        MLP(D, 200, 10),
-        EngineConfig(
-            k=K,
-            rounds=rounds + 1,
-            lr=0.1,
-            local_steps=10,
-            batch_size=10,
-            clients_per_round=S,
-            eval_every=0,
-            seed=0,
-            device="cpu",
-            method="ifca",
-            max_chunk_mb=chunk_mb,
-            chunk_runner=runner,
-            defer_updates=defer,
-        ),
-    )
+    eng = ifca_engine(data, S, rounds, chunk_mb, device="cpu", chunk_runner=runner, defer_updates=defer)
     st = eng.init_state()
     for _ in range(warmup):
         st, _, _ = eng.step(st)
