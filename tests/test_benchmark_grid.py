@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from fedclust.clustering._common import default_init, initial_centroids
 from fedclust.grids import benchmark
 from fedclust.params_check import check_params
 from fedclust.registry import REGISTRY
@@ -66,12 +67,15 @@ def test_private_cells_start_from_a_public_init_and_name_it(records):
             continue
         assert rec["params"]["init"] == ("data" if rec["tags"]["epsilon"] == "inf" else "uniform_box")
     X = benchmark.load("iris", None).X.astype(float)
-    W_priv, init = benchmark.shared_init(X, 3, 0, 4.0, {"clip": 8.0})
-    W_priv2, _ = benchmark.shared_init(X[::-1] * 0.5, 3, 0, 4.0, {"clip": 8.0})
+    # the rule of the start the records name: uniform_box when private (no data read), data rows when not
+    init = default_init(True)
+    W_priv = initial_centroids(X, 3, 0, init=init, clip=8.0)
+    W_priv2 = initial_centroids(X[::-1] * 0.5, 3, 0, init=init, clip=8.0)
     assert init == "uniform_box"
     np.testing.assert_array_equal(W_priv, W_priv2)  # does not read the data
     assert min(np.linalg.norm(X - w, axis=1).min() for w in W_priv) > 1e-6
-    W_pub, init_pub = benchmark.shared_init(X, 3, 0, None, {"clip": 8.0})
+    init_pub = default_init(False)
+    W_pub = initial_centroids(X, 3, 0, init=init_pub, clip=8.0)
     assert init_pub == "data" and all(np.linalg.norm(X - w, axis=1).min() == 0 for w in W_pub)
 
 

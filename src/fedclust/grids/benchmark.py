@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from fedclust.clustering._common import default_init, initial_centroids
+from fedclust.clustering._common import default_init
 from fedclust.data.registry import SPEC_KEYS, TABLE_NAMES, dataset_label
 from fedclust.errors import DataError
 from fedclust.executors import without_execution
@@ -166,22 +166,6 @@ def server_data_param(method: str, eps, config: dict) -> dict:
     if getattr(cfg, "server_data", "none") == "none" and method != "fed_dp_kmeans":
         return {}
     return {"server_data": describe_server_data(cfg)}
-
-
-def shared_init(X: np.ndarray, k: int, seed: int, eps, config: dict) -> tuple[np.ndarray, str]:
-    """``(W0, init)``: the initial centroids every method of a cell starts from, and their name (each
-    method builds them itself from the cell's seed by this rule; a cell's records name it).
-
-    Non-private cells: k random data rows (the papers' W^0). Private cells: ``"uniform_box"``, drawn
-    without reading the data (uniform in ``config["init_domain"]``, default [0, 1], then pulled into
-    the ball of radius ``config["clip"]``), so W^0 releases nothing.
-    """
-    init = default_init(eps is not None)
-    clip = config.get("clip")
-    W0 = initial_centroids(
-        X, k, seed, init=init, clip=None if clip is None else float(clip), domain=config.get("init_domain")
-    )
-    return W0, init
 
 
 #: the config keys that enumerate the data-clustering cells (a cell carries its own value of them)
@@ -393,7 +377,8 @@ def run_cell(cell: dict) -> list[dict]:
     methods = check_methods(cell["config"])
     data = _cell_data(cell)
     setup_s = time.perf_counter() - t_cell
-    # every method builds the same W^0 by the same public rule (shared_init); only its name goes in the records
+    # the start of the methods without a server sample, by the public rule they apply themselves:
+    # k data rows when not private, uniform_box (no data read) when private
     init = default_init(cell["epsilon"] is not None)
     out = [_method_record(method, cell, data, init, setup_s) for method in methods]
     cell_s = time.perf_counter() - t_cell
