@@ -42,6 +42,13 @@ the projection stage also releases the sum of the samples and their count, and t
 space, then weights and clusters them exactly as it would its own points (everything the server
 uses is a release or public, so this is DP as well).
 
+The clip: given, or the median row norm of the server's public points, or, with neither, one more
+release before the others (stage 0, ``clip``): the clients release a noisy histogram of their row
+norms on a public grid (sensitivity 1) and the clip is its median
+(:func:`fedclust.clustering.defaults.dp_clip`). The release takes a stage share of its own (by default
+the weighting stage's share: both are histograms of counts) and the accountant composes it with the
+rest; a run without noise reads the same histogram without noise.
+
 Trust models (:mod:`fedclust.privacy.release`): ``secure_aggregation`` (default, the paper's),
 ``central``, or ``local`` (every client adds the full noise: sqrt(K) times more on the sums).
 
@@ -61,7 +68,15 @@ import numpy as np
 from fedclust.clustering._common import clip_data, nearest, new_history, round_logger, server_kmeans
 from fedclust.clustering.base import ClusteringResult, check_inputs
 from fedclust.clustering.common_options import ReleaseOptions
-from fedclust.clustering.defaults import projection_rule, resolve_clip, weight_threshold
+from fedclust.clustering.defaults import (
+    DP_CLIP_RULE,
+    clip_from_counts,
+    norm_counts,
+    norm_grid,
+    projection_rule,
+    resolve_clip,
+    weight_threshold,
+)
 from fedclust.clustering.lloyd import LloydRelease, cluster_totals, min_count, update_centres
 from fedclust.options import param
 from fedclust.privacy.accountants import calibrate_noise_multiplier, split_noise_multipliers
@@ -75,7 +90,13 @@ logger = logging.getLogger(__name__)
 PROJECTIONS = ("dp_pca", "server_pca", "none")
 #: Default split of the run's Gaussian-DP budget (mu^2) between the stages.
 DEFAULT_SHARES = {"projection": 0.1, "weighting": 0.1, "lift": 0.3, "steps": 0.5}
+#: The stages a ``shares`` dict may name: the four above and ``clip``, the DP clip estimate of a run
+#: without a clip and without server data, whose share defaults to the weighting stage's (both release
+#: one histogram of counts of sensitivity 1).
+SHARE_STAGES = ("clip", *DEFAULT_SHARES)
 DEFAULT_COUNT_SHARE = 0.3
+#: The clip rule of a run without noise, without a clip and without server data.
+NOISELESS_CLIP_RULE = "median of the row norms (no noise: the run is not private)"
 
 
 def release_projection(projection: str | None, has_server_data: bool) -> str:
@@ -86,10 +107,16 @@ def release_projection(projection: str | None, has_server_data: bool) -> str:
     return "none"
 
 
-def release_names(projection: str, steps: int, has_server_data: bool) -> list[str]:
-    """The releases of a run, in order (``steps`` Lloyd steps count as one name)."""
+def has_clip_stage(clip, has_server_data: bool) -> bool:
+    """Whether a run starts with the clip stage: no clip given and no server data to read it off."""
+    return clip is None and not has_server_data
+
+
+def release_names(projection: str, steps: int, has_server_data: bool, clip_stage: bool = False) -> list[str]:
+    """The releases of a run, in order (``steps`` Lloyd steps count as one name; ``clip_stage``: the
+    run releases the DP clip estimate first, :func:`has_clip_stage`)."""
     projection = release_projection(projection, has_server_data)
-    names = []
+    names = ["clip"] if clip_stage else []
     if projection == "dp_pca":
         names.append("projection")
         if not has_server_data:
@@ -108,19 +135,22 @@ def budget_weights(
     has_server_data: bool,
     shares: dict | None = None,
     count_share: float = DEFAULT_COUNT_SHARE,
+    clip_stage: bool = False,
 ) -> dict[str, float]:
     """The share of the run's mu^2 of every release (one Lloyd step's share for ``step_*``),
-    from the stage ``shares`` renormalised over the stages the run has."""
+    from the stage ``shares`` renormalised over the stages the run has (``clip_stage``: the DP clip
+    estimate is one of them, at ``shares["clip"]``, by default the weighting stage's share)."""
     projection = release_projection(projection, has_server_data)
     sh = dict(DEFAULT_SHARES if shares is None else shares)
-    unknown = set(sh) - set(DEFAULT_SHARES)
+    unknown = set(sh) - set(SHARE_STAGES)
     if unknown:
-        raise ValueError(f"shares: unknown stages {sorted(unknown)}; valid: {list(DEFAULT_SHARES)}")
+        raise ValueError(f"shares: unknown stages {sorted(unknown)}; valid: {list(SHARE_STAGES)}")
     if any(not (v >= 0 and math.isfinite(v)) for v in sh.values()):
         raise ValueError(f"shares must be finite numbers >= 0, got {sh}")
     if not 0 < count_share < 1:
         raise ValueError(f"count_share must be in (0, 1), got {count_share}")
-    stages = {"weighting": sh.get("weighting", 0.0)}
+    stages = {"clip": sh.get("clip", sh.get("weighting", 0.0))} if clip_stage else {}
+    stages["weighting"] = sh.get("weighting", 0.0)
     if projection == "dp_pca":
         stages["projection"] = sh.get("projection", 0.0)
         stages["lift"] = sh.get("lift", 0.0)
@@ -130,7 +160,7 @@ def budget_weights(
         raise ValueError(f"every stage of this run needs a share > 0: {stages}")
     total = sum(stages.values())
     stages = {k: v / total for k, v in stages.items()}
-    out = {}
+    out = {"clip": stages["clip"]} if clip_stage else {}
     if "projection" in stages:
         if has_server_data:
             out["projection"] = stages["projection"]
@@ -163,10 +193,12 @@ def noise_multipliers(
     shares: dict | None = None,
     count_share: float = DEFAULT_COUNT_SHARE,
     accountant: str = "pld",
+    clip_stage: bool = False,
 ) -> dict[str, float]:
     """The noise multiplier of every release so that the whole run is (epsilon, delta)-DP by the
-    accountant: one step of all releases composed, release i at ``z / sqrt(w_i)``."""
-    w = budget_weights(projection, steps, has_server_data, shares, count_share)
+    accountant: one step of all releases composed, release i at ``z / sqrt(w_i)`` (``clip_stage``:
+    the run releases the DP clip estimate too, :func:`has_clip_stage`)."""
+    w = budget_weights(projection, steps, has_server_data, shares, count_share, clip_stage)
     # every single release once (a Lloyd step's pair `steps` times): the weights sum to 1
     flat = [w[n] for n in w for _ in range(_repeats(n, steps))]
     z = calibrate_noise_multiplier(epsilon, delta, steps=1, weights=flat, accountant=accountant)
@@ -226,13 +258,8 @@ class FedDPKMeansOptions(ReleaseOptions):
         "float",
         gt=0,
         doc="public L2 bound on every sample; None: the median row norm of the server's points "
-        "(fedclust.clustering.defaults), or sqrt(m) under data_scale without server points",
-    )
-    data_scale: str | None = param(
-        None,
-        "str",
-        doc="the scaling of X (minmax | standardize | ...): declares the clip without server points",
-        conf=False,
+        "(fedclust.clustering.defaults), or without server points a DP median of the clients' row "
+        "norms (one more release, noise['clip'])",
     )
     weight_threshold: float | None = param(
         None,
@@ -242,7 +269,11 @@ class FedDPKMeansOptions(ReleaseOptions):
         "None: the normal quantile at 1 - 1/(server points), at most one empty point kept on average",
     )
     noise: dict | None = param(
-        None, "dict", doc="noise multiplier per release (noise_multipliers); None: not private", conf=False
+        None,
+        "dict",
+        doc="noise multiplier per release (noise_multipliers, with clip_stage=has_clip_stage(...)); "
+        "None: not private",
+        conf=False,
     )
     n_candidates: int | None = param(
         None, "int", count=True, doc="DP candidates without server data (None: 50 k)", conf=False
@@ -274,13 +305,14 @@ class Plan:
     k: int
     m: int
     n_contributors: int
-    clip: float
-    clip_rule: str
+    clip: float | None
+    clip_rule: str | None
     projection: str
     Xs_c: np.ndarray | None
     z: dict
     Xc: np.ndarray | None = None
     client: np.ndarray | None = None
+    clip_stage: bool = False  # the run releases its clip first (a plan without clip until then)
 
     @property
     def private(self) -> bool:
@@ -309,23 +341,37 @@ def server_points(X: np.ndarray, o: FedDPKMeansOptions, k: int) -> tuple[np.ndar
     return is_server, Xs
 
 
-def plan_run(X, client, k: int, o: FedDPKMeansOptions) -> Plan:
+def plan_run(X, client, k: int, o: FedDPKMeansOptions, estimated_clip: float | None = None) -> Plan:
     """Check the inputs and fix the run's public choices (the server's side before any release);
-    the clients' clipped rows go into the plan for the simulation backend."""
+    the clients' clipped rows go into the plan for the simulation backend. A run with a clip stage
+    (:func:`has_clip_stage`) is planned twice: before the stage (``estimated_clip`` None: no clip yet,
+    the rows unclipped, only the clip stage can run) and with the clip the stage released."""
     X, client, _ = check_inputs(X, client, k)
     m = X.shape[1]
     check_trust_model(o.trust_model, method="fed_dp_kmeans")
     is_server, Xs = server_points(X, o, k)
     priv = ~is_server
     _, cl = np.unique(client[priv], return_inverse=True)
-    clip, clip_rule = resolve_clip(o.clip, Xs, m, o.data_scale)
+    z = dict(o.noise or {})
+    clip_stage = has_clip_stage(o.clip, Xs is not None)
+    if not clip_stage:
+        clip, clip_rule = resolve_clip(o.clip, Xs)
+    elif estimated_clip is None:
+        clip, clip_rule = None, None
+    else:
+        clip, clip_rule = float(estimated_clip), DP_CLIP_RULE if z else NOISELESS_CLIP_RULE
     projection = o.projection
     if projection is None:
         projection = "dp_pca" if Xs is None else projection_rule(Xs.shape[0], m, k)
-    z = dict(o.noise or {})
-    expected = release_names(projection, o.steps, Xs is not None)
+    expected = release_names(projection, o.steps, Xs is not None, clip_stage)
     if z and sorted(z) != sorted(expected):
-        raise ValueError(f"noise must give a multiplier for each of {expected}, got {sorted(z)}")
+        hint = (
+            " (without a clip and without server data the run releases a DP clip estimate first: "
+            "noise_multipliers(..., clip_stage=True))"
+            if clip_stage
+            else ""
+        )
+        raise ValueError(f"noise must give a multiplier for each of {expected}, got {sorted(z)}{hint}")
     # Every stage matches and sums the clipped rows, the server's points clipped alike: matching clipped
     # client rows to unclipped server points piles the samples onto the server's short rows.
     return Plan(
@@ -340,6 +386,7 @@ def plan_run(X, client, k: int, o: FedDPKMeansOptions) -> Plan:
         z=z,
         Xc=clip_data(X[priv], clip),
         client=cl,
+        clip_stage=clip_stage,
     )
 
 
@@ -354,6 +401,12 @@ def symmetric_from(upper: np.ndarray, m: int) -> np.ndarray:
     M = np.zeros((m, m))
     M[np.triu_indices(m)] = upper
     return M + np.triu(M, 1).T
+
+
+def clip_statistic(X: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
+    """Stage 0 at a client (a run with a clip stage): how many of its (unclipped) rows fall in each bin
+    of the public norm grid (:func:`fedclust.clustering.defaults.norm_counts`)."""
+    return {"norm_counts": norm_counts(X)}
 
 
 def projection_statistic(Xc: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
@@ -388,6 +441,7 @@ def lloyd_statistic(Xc: np.ndarray, broadcast: dict) -> dict[str, np.ndarray]:
 
 #: The client-side statistic of every stage, by the stage's name.
 STATISTICS = {
+    "clip": clip_statistic,
     "projection": projection_statistic,
     "weighting": weighting_statistic,
     "lift": lloyd_statistic,
@@ -414,6 +468,17 @@ class SimulatedSums:
 
 
 # ---- the server side of every stage: the next state from the released sums
+def clip_stage(plan: Plan, release) -> float:
+    """Stage 0 (a run without a clip and without server data; ``plan`` made before it, its rows
+    unclipped): the clients release their counts per bin of the public norm grid (sensitivity 1,
+    noise multiplier ``noise["clip"]``), and the clip is the median read off the noisy histogram
+    (:func:`fedclust.clustering.defaults.clip_from_counts`, the k-means family's DP clip estimate)."""
+    std = plan.std("clip", 1.0)
+    noisy = release("clip", {}, {"norm_counts": std})["norm_counts"]
+    report("norm_counts", noisy)
+    return clip_from_counts(noisy, sum_noise_std(std, release.n_contributors, plan.o.trust_model))
+
+
 def projection_stage(plan: Plan, release, seed: int):
     """Stage 1: the projection ``V`` (None: data space) and the server's projected points."""
     o, m, k, clip = plan.o, plan.m, plan.k, plan.clip
@@ -496,7 +561,7 @@ def run_stages(plan: Plan, release, log_step) -> tuple[np.ndarray, dict]:
     V, Ps, uploaded = projection_stage(plan, release, o.seed)
     Cp, keep, w_thr = weighting_stage(plan, release, V, Ps, stream(o.seed, "server"))
     K = release.n_contributors
-    uploaded += K * Ps.shape[0]
+    uploaded += K * Ps.shape[0] + (K * norm_grid().size if plan.clip_stage else 0)
     if plan.projection == "server_pca":  # back along the public projection; the Lloyd steps leave the subspace
         C = clip_data(Cp @ V.T, clip)
     elif V is not None:
@@ -560,6 +625,9 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
     o = FedDPKMeansOptions.build(options, settings)
     X, client, _ = check_inputs(X, client, k)
     plan = plan_run(X, client, k, o)
+    if plan.clip_stage:  # its own noise stream: the other releases draw what they draw with a given clip
+        clip = clip_stage(plan, SimulatedSums(plan, stream(o.seed, "clip") if plan.private else None))
+        plan = plan_run(X, client, k, o, estimated_clip=clip)
     hist = new_history(y)
     log_step = round_logger("fed_dp_kmeans", hist, X, y, o.steps + 1, progress, logger)
     release = SimulatedSums(plan, stream(o.seed, "noise") if plan.private else None)

@@ -57,6 +57,10 @@ def _stage_of(name: str) -> str:
 
 def serve_fed_dp_kmeans(job: Job, release: SecAggRelease) -> object:
     """FedDP-KMeans's server: :func:`fed_dp_kmeans.run_stages` with SecAgg+ releases."""
+    if job.plan.clip_stage:  # no clip, no server data: the DP clip estimate through SecAgg+ first
+        clip = fed_dp_kmeans.clip_stage(job.plan, release)
+        job.plan = fed_dp_kmeans.plan_run(job.X, job.client, job.k, job.plan.o, estimated_clip=clip)
+        release.clip = release.scale = clip
     plan = job.plan
     hist = new_history(job.y)
     log_step = round_logger("fed_dp_kmeans", hist, job.X, job.y, plan.o.steps + 1, job.progress)

@@ -323,7 +323,8 @@ def dp_fedc_run(dataset, partition, noise: dict, cfg: C.DPFedCConfig, seed: int)
 def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, partition) -> dict:
     """Noise multiplier of every release (:func:`fedclust.clustering.fed_dp_kmeans.noise_multipliers`):
     the stage shares of the run's Gaussian-DP budget, composed back to ``privacy.epsilon`` by the
-    accountant (sample-level, add/remove, every client in every release)."""
+    accountant (sample-level, add/remove, every client in every release). Without a clip and without
+    server data the run's DP clip estimate is one of the releases (``noise_multipliers["clip"]``)."""
     # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering import fed_dp_kmeans
 
@@ -335,9 +336,7 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         "delta": delta,
         "epsilon_target": eps,
         "trust_model": cfg.trust_model,
-        "clip": cfg.clip
-        if cfg.clip is not None
-        else (SERVER_CLIP_RULE if has_server else "sqrt(m) bound of the scaling"),
+        "clip": clip_of_config(cfg),
         "server_data": describe_server_data(cfg),
     }
     if eps is None:
@@ -351,6 +350,7 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         shares=cfg.shares,
         count_share=cfg.count_share,
         accountant=privacy.get("accountant", "rdp"),
+        clip_stage=fed_dp_kmeans.has_clip_stage(cfg.clip, has_server),
     )
     logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
     return {**base, "private": True, "noise_multipliers": z, "notes": server_notes(cfg)}
@@ -448,7 +448,6 @@ def fed_dp_kmeans_run(dataset, partition, noise: dict, cfg: C.FedDPKMeansConfig,
         server_rows=rows,
         server_data=array,
         noise=noise.get("noise_multipliers") if noise["private"] else None,
-        data_scale=dataset_scale(dataset),
         seed=int(seed),
     )
     run = backend_run("fed_dp_kmeans", fed_dp_kmeans.run, cfg)
