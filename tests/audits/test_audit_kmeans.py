@@ -19,11 +19,12 @@ import pytest
 
 from fedclust.audits import cases, get
 from fedclust.audits.kmeans import K_CLUSTERS, with_canary
-from fedclust.clustering import dk_pp, fkm, fzkm
-from fedclust.clustering.defaults import dp_clip, norm_bins, norm_grid
+from fedclust.clustering import dk_pp, fed_dp_kmeans, fkm, fzkm
+from fedclust.clustering.defaults import clip_release, dp_clip, norm_bins, norm_grid
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.privacy.audit import audit_case, epsilon_lower_bound_from_scores, seeded_scores
+from fedclust.privacy.observe import observe
 
 # the Flower backend's cases run its server, release and client code in one process (fedclust.audits.flower)
 DP_CASES = ("fkm", "fzkm", "dk_pp", "fed_dp_kmeans", "fkm_flower", "fed_dp_kmeans_flower")
@@ -202,3 +203,37 @@ def test_clip_estimate_noise_std_is_the_multiplier_times_sensitivity_one(trust_m
     rng = np.random.default_rng(0)
     res = np.concatenate([dp_clip(X, client, Z, rng, trust_model=trust_model).histogram - counts for _ in range(40)])
     assert np.std(res) == pytest.approx(per_sum * Z, rel=0.05)  # 4,800 draws: 5 % is > 4 standard errors
+
+
+# ---- FedDP-KMeans's clip stage (no clip, no server data) --------------------------------------------
+def test_fed_dp_kmeans_clip_stage_audit_is_sound_and_has_power():
+    rep = audit_case(get("fed_dp_kmeans_clip"), n_runs=N_RUNS, seed=2)
+    assert next(iter(rep.case.info["noise_multipliers"])) == "clip"  # the run's releases, the clip stage first
+    # the claim is the clip release's alone: z_clip at the weighting stage's share of the budget
+    z = rep.case.info["noise_multipliers"]
+    assert z["clip"] == pytest.approx(z["weighting"])
+    assert rep.case.epsilon == pytest.approx(accounted([clip_release(z["clip"], "secure_aggregation")], rep.case.delta, "pld"), rel=1e-6)
+    assert rep.sound and rep.powerful, rep.to_dict()
+    assert rep.noise_off.epsilon_lower > 2.0 * rep.case.epsilon, rep.to_dict()
+    case = get("fed_dp_kmeans_clip")  # noise off (not private): the canary's bin holds exactly the canary
+    assert np.all(case.scores(True, False, 4, 1)["gaussian"] == 1.0)
+    assert np.all(case.scores(False, False, 4, 1)["gaussian"] == 0.0)
+
+
+@pytest.mark.parametrize("trust_model, per_sum", [("secure_aggregation", 1.0), ("local", 2.0), ("central", 1.0)])
+def test_fed_dp_kmeans_clip_stage_noise_std_is_its_multiplier_times_sensitivity_one(trust_model, per_sum):
+    # every release at multiplier Z, the clip stage's histogram (sensitivity 1) observed as released:
+    # 4 clients, local noise is 4 draws of std Z on the sum (std 2 Z), the other models one draw of Z
+    X, client = with_canary(False)[:2]
+    counts = np.bincount(norm_bins(X), minlength=norm_grid().size)
+    noise = dict.fromkeys(fed_dp_kmeans.release_names("dp_pca", 0, False, clip_stage=True), Z)
+    res = []
+    for seed in range(40):
+        with observe("norm_counts") as seen:
+            fed_dp_kmeans.run(
+                X, client, K_CLUSTERS, steps=0, noise=noise, seed=seed, trust_model=trust_model, n_candidates=16
+            )
+        res.append(seen[0] - counts)
+    assert np.std(np.concatenate(res)) == pytest.approx(per_sum * Z, rel=0.05)  # 4,840 draws: > 4 standard errors
+    # the wrong model's aggregate (a factor 2 here) or the weighting stage's count noise would be far off
+    assert abs(np.std(np.concatenate(res)) - (3.0 - per_sum) * Z) > 0.5 * Z

@@ -19,7 +19,9 @@ Cases (each the method's own ``run`` on this data, the accountant's ε of its ow
 * ``fed_dp_kmeans``: a public server sample of 20 other rows, the weighting histogram and one Lloyd
   step;
 * ``fkm_clip``: the DP clip estimate (a noisy histogram of the row norms) that FKM, FZKM and DK++
-  spend one release on when they have neither a clip nor server data.
+  spend one release on when they have neither a clip nor server data;
+* ``fed_dp_kmeans_clip``: the same estimate as FedDP-KMeans's clip stage (no clip, no server data),
+  run by the method's own ``run`` at the noise multiplier of its budget split.
 
 Every case runs the method's default trust model (secure aggregation: one noise draw on the sum,
 the least noise a run carries for its epsilon).
@@ -523,10 +525,62 @@ def _clip_case(epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 1000, no
     )
 
 
+def _fed_dp_kmeans_clip_case(
+    epsilon: float = 1.0, delta: float = 1e-5, n_runs: int = 1000, noise_scale: float = 1.0
+) -> AuditCase:
+    """FedDP-KMeans's clip stage (no clip, no server data: projection dp_pca, no Lloyd step), run by
+    ``fed_dp_kmeans.run`` with every release at the multiplier of the run's budget split for
+    ``epsilon``. The canary ``8 e_0`` sits alone in its norm bin (as in ``fkm_clip``), so the released
+    count of that bin (observed as ``norm_counts``) is ``N(0, z_clip^2)`` without it and shifted by 1
+    with it. The claim is the accountant's epsilon of the clip release alone (the statistic reads no
+    other release), taken from the calibrated run's own events."""
+    z = fed_dp_kmeans.noise_multipliers(
+        epsilon, delta, projection="dp_pca", steps=0, has_server_data=False, clip_stage=True, accountant="pld"
+    )
+    X0, _, canary = with_canary(False)
+    j = int(norm_bins(canary[None, :])[0])
+    assert not (norm_bins(X0) == j).any()
+
+    def run(X, client, seed, zz):
+        kw = dict(projection="dp_pca", steps=0, noise=zz, seed=seed, n_candidates=4 * K_CLUSTERS, server_restarts=1)
+        return fed_dp_kmeans.run(X, client, K_CLUSTERS, **kw)
+
+    label = "fed_dp_kmeans clip"
+    events = [e for e in run(*with_canary(True)[:2], 0, z).dp_events if e.label == label]
+    assert len(events) == 1 and events[0].noise_multipliers == (z["clip"],)
+    eps = account(events, delta, "pld")
+
+    def one(X, client, s, zz):
+        with observe("norm_counts") as seen:
+            run(X, client, s, zz)
+        return seen[0][j], seen[0][j]
+
+    # noise off: the run is not private (no noise dict) and reads the same histogram without noise
+    mutated = {key: v * noise_scale for key, v in z.items()}
+    return AuditCase(
+        name="fed_dp_kmeans_clip",
+        method="fed_dp_kmeans",
+        scores=canary_scores(one, lambda noise: mutated if noise else None),
+        epsilon=eps,
+        delta=delta,
+        n_runs=n_runs,
+        gaussian=True,
+        power_runs=POWER_RUNS,
+        mutant_runs=MUTANT_RUNS,
+        noise_std=z["clip"],
+        epsilon_at_noise=lambda r: epsilon_with_noise(events, delta, r, "pld"),
+        description="40 digits rows, 4 clients, k=4, no clip and no server data (clip stage, dp_pca, no Lloyd "
+        f"step), budget split for epsilon={epsilon}; canary 8*e_0 (norm 8, a bin of its own) added to client 0; "
+        "Gaussian statistic = the released count of the canary's norm bin; claim = the clip release's epsilon",
+        info={"noise_multipliers": z, "noise_multiplier": z["clip"], "bin": j, "mutant_noise_scale": noise_scale},
+    )
+
+
 CASES = {
     "fkm": _fkm_case,
     "fkm_clip": _clip_case,
     "fzkm": _fzkm_case,
     "dk_pp": _dk_pp_case,
     "fed_dp_kmeans": _fed_dp_kmeans_case,
+    "fed_dp_kmeans_clip": _fed_dp_kmeans_clip_case,
 }
