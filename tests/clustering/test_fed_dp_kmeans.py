@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
+from fedclust.clustering import defaults as D
 from fedclust.clustering import fed_dp_kmeans as F
+from fedclust.data.registry import prepare_dataset
 from fedclust.metrics import clustering_scores
 from fedclust.privacy.accountants import epsilon as accounted
 
@@ -15,12 +17,22 @@ SEEDS = (0, 1, 2)  # fixed before looking
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
-@pytest.mark.parametrize("projection,steps,server", [("none", 1, True), ("dp_pca", 2, True), ("dp_pca", 1, False)])
-def test_the_releases_compose_back_to_the_target_epsilon(accountant, projection, steps, server):
+@pytest.mark.parametrize(
+    "projection,steps,server,clip_stage",
+    [("none", 1, True, False), ("dp_pca", 2, True, False), ("dp_pca", 1, False, False), ("dp_pca", 1, False, True)],
+)
+def test_the_releases_compose_back_to_the_target_epsilon(accountant, projection, steps, server, clip_stage):
     z = F.noise_multipliers(
-        4.0, DELTA, projection=projection, steps=steps, has_server_data=server, accountant=accountant
+        4.0,
+        DELTA,
+        projection=projection,
+        steps=steps,
+        has_server_data=server,
+        accountant=accountant,
+        clip_stage=clip_stage,
     )
-    assert set(z) == set(F.release_names(projection, steps, server))
+    assert set(z) == set(F.release_names(projection, steps, server, clip_stage))
+    assert ("clip" in z) == clip_stage
     eps = accounted(F.events(z, steps, "secure_aggregation"), DELTA, accountant)
     assert 4.0 * 0.99 <= eps <= 4.0 * 1.001
 
@@ -134,6 +146,49 @@ def test_without_server_data_the_dp_candidates_beat_chance(digits_iid):
     assert np.mean(accs) >= 0.5, accs
 
 
+def test_the_clip_stage_takes_the_weighting_stage_s_share_unless_given_one():
+    # the rule: the DP clip estimate, a histogram of counts of sensitivity 1 like the weighting
+    # release, gets the weighting stage's share; the other stages keep their ratios
+    w = F.budget_weights("dp_pca", 1, False, clip_stage=True)
+    assert w["clip"] == pytest.approx(w["weighting"])
+    without = F.budget_weights("dp_pca", 1, False)
+    assert w["lift_sums"] / w["step_sums"] == pytest.approx(without["lift_sums"] / without["step_sums"])
+    assert sum(w.values()) == pytest.approx(1.0)
+    given = F.budget_weights("dp_pca", 1, False, {**F.DEFAULT_SHARES, "clip": 0.2}, clip_stage=True)
+    assert given["clip"] == pytest.approx(2.0 * given["weighting"])
+    # the stage costs budget: every other release gets more noise
+    z1 = F.noise_multipliers(1.0, DELTA, has_server_data=False, clip_stage=True)
+    z0 = F.noise_multipliers(1.0, DELTA, has_server_data=False)
+    assert all(z1[n] > z0[n] for n in z0)
+
+
+def test_without_clip_and_server_data_the_clip_is_a_dp_median_of_the_row_norms(digits_iid):
+    X, y, client = digits_iid
+    z = F.noise_multipliers(4.0, DELTA, projection="dp_pca", steps=1, has_server_data=False, clip_stage=True)
+    res = F.run(X, client, 10, steps=1, noise=z, seed=0)
+    median = float(np.median(np.linalg.norm(X, axis=1)))
+    assert res.info["clip_rule"] == D.DP_CLIP_RULE
+    assert res.info["clip"] in set(D.norm_grid()) and median / 1.25 < res.info["clip"] < median * 1.25
+    assert res.dp_events[0].label == "fed_dp_kmeans clip" and res.dp_events[0].noise_multipliers == (z["clip"],)
+    assert accounted(res.dp_events, DELTA, "pld") == pytest.approx(4.0, rel=2e-3)
+    # without noise the same rule reads the histogram as it is: the grid edge at or above the median
+    plain = F.run(X, client, 10, steps=1, seed=0)
+    assert plain.info["clip"] == D.norm_grid()[np.searchsorted(D.norm_grid(), median)]
+    assert plain.info["clip_rule"] == F.NOISELESS_CLIP_RULE and not plain.dp_events
+    # a given clip is used as given (the paper's variant), and needs no clip release
+    given = F.run(X, client, 10, steps=1, clip=8.0, seed=0, noise=F.noise_multipliers(4.0, DELTA, has_server_data=False))
+    assert (given.info["clip"], given.info["clip_rule"]) == (8.0, "given")
+
+
+def test_unscaled_data_need_no_declared_bound():
+    ds = prepare_dataset("iris", scale="none")
+    client = np.arange(ds.n_samples) % 4
+    z = F.noise_multipliers(4.0, DELTA, has_server_data=False, clip_stage=True)
+    res = F.run(ds.X, client, 3, noise=z, seed=0)
+    median = float(np.median(np.linalg.norm(ds.X, axis=1)))
+    assert median / 1.5 < res.info["clip"] < median * 1.5
+
+
 def test_bad_inputs_say_what_to_change(digits_iid):
     X, y, client = digits_iid
     with pytest.raises(ValueError, match="projection='dp_pca'"):
@@ -142,5 +197,7 @@ def test_bad_inputs_say_what_to_change(digits_iid):
         F.run(X, client, 10, server_rows=np.arange(50), clip=3.0, noise={"weighting": 1.0})
     with pytest.raises(ValueError, match="trust_model must be one of"):
         F.run(X, client, 10, server_rows=np.arange(50), trust_model="localish")
+    with pytest.raises(ValueError, match="clip_stage=True"):
+        F.run(X, client, 10, noise=F.noise_multipliers(1.0, DELTA, has_server_data=False))
     with pytest.raises(ValueError, match="share > 0"):
         F.budget_weights("none", 1, True, {"weighting": 0.0, "steps": 1.0})

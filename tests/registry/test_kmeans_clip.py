@@ -64,3 +64,38 @@ def test_unscaled_data_get_a_dp_clip_too():
     _, res = _run("fkm", ds, {})
     median = float(np.median(np.linalg.norm(ds.X, axis=1)))
     assert median / 1.5 < res.info["clip"] < median * 1.5
+
+
+def _fed_dp_kmeans(ds, settings, seed=0, privacy=PRIVATE):
+    spec = REGISTRY["fed_dp_kmeans"]
+    cfg = spec.config_from({"server_data": "none", **settings})
+    part = make_partition("iid", y=ds.y, n_clients=4, seed=seed)
+    noise = spec.calibrate(privacy, cfg, ds, part)
+    return noise, spec.run(ds, part, noise, cfg, seed)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("scale", ["minmax", "none"])
+def test_fed_dp_kmeans_without_server_data_releases_a_dp_clip_that_its_budget_split_accounts_for(scale, accountant):
+    ds = prepare_dataset("iris", scale=scale)  # unscaled: no declared bound, the estimate needs none
+    privacy = {**PRIVATE, "accountant": accountant}
+    noise, res = _fed_dp_kmeans(ds, {}, privacy=privacy)
+    assert noise["clip"] == DP_CLIP_RULE and "clip" in noise["noise_multipliers"]
+    assert res.info["clip_rule"] == DP_CLIP_RULE
+    median = float(np.median(np.linalg.norm(ds.X, axis=1)))
+    assert res.info["clip"] in set(norm_grid()) and median / 1.5 < res.info["clip"] < median * 1.5
+    # the clip release is among the run's events at its multiplier, and all of them spend the target
+    clip_events = [e for e in res.dp_events if e.label == "fed_dp_kmeans clip"]
+    assert [e.noise_multipliers for e in clip_events] == [(noise["noise_multipliers"]["clip"],)]
+    assert accounted(res.dp_events, PRIVATE["delta"], accountant) == pytest.approx(PRIVATE["epsilon"], rel=0.01)
+
+
+def test_fed_dp_kmeans_given_clip_and_server_sample_keep_their_rules(iris):
+    noise, res = _fed_dp_kmeans(iris, {"clip": 0.7})
+    assert "clip" not in noise["noise_multipliers"] and noise["clip"] == 0.7
+    assert (res.info["clip"], res.info["clip_rule"]) == (0.7, "given")
+    assert accounted(res.dp_events, PRIVATE["delta"]) == pytest.approx(PRIVATE["epsilon"], rel=0.01)
+    noise, res = _fed_dp_kmeans(iris, {"server_data": "holdout"}, seed=1)
+    assert "clip" not in noise["noise_multipliers"] and "median" in res.info["clip_rule"]
+    rows = holdout_rows(iris.n_samples, 0.05, 1)
+    assert res.info["clip"] == pytest.approx(float(np.median(np.linalg.norm(iris.X[rows], axis=1))))

@@ -133,7 +133,10 @@ class _FedDPKMeansKeys(MethodConfig):
         "or a public file {name, path, options, scale, label}",
     )
     shares: dict | None = param(
-        None, "dict", doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}"
+        None,
+        "dict",
+        doc="split of the budget: {projection, weighting, lift, steps}; null = {0.1, 0.1, 0.3, 0.5}; "
+        "clip: the DP clip estimate's share (no clip, no server data; default: the weighting share)",
     )
     count_share: float = param(0.3, "float", gt=0, lt=1, doc="share of a sums-and-counts release spent on the counts")
     backend: str = param("simulation", "str", **_BACKEND)
