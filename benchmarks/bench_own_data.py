@@ -147,9 +147,7 @@ def file_server_run(ds: Dataset, public: np.ndarray, seed: int, eps) -> float:
         if eps
         else None
     )
-    res = fed_dp_kmeans.run(
-        ds.X, part.client, ds.n_classes, server_data=public, noise=z, seed=seed, y=ds.y
-    )
+    res = fed_dp_kmeans.run(ds.X, part.client, ds.n_classes, server_data=public, noise=z, seed=seed, y=ds.y)
     return clustering_scores(ds.y, res.labels)["ACC"]
 
 

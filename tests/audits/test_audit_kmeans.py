@@ -212,7 +212,9 @@ def test_fed_dp_kmeans_clip_stage_audit_is_sound_and_has_power():
     # the claim is the clip release's alone: z_clip at the weighting stage's share of the budget
     z = rep.case.info["noise_multipliers"]
     assert z["clip"] == pytest.approx(z["weighting"])
-    assert rep.case.epsilon == pytest.approx(accounted([clip_release(z["clip"], "secure_aggregation")], rep.case.delta, "pld"), rel=1e-6)
+    assert rep.case.epsilon == pytest.approx(
+        accounted([clip_release(z["clip"], "secure_aggregation")], rep.case.delta, "pld"), rel=1e-6
+    )
     assert rep.sound and rep.powerful, rep.to_dict()
     assert rep.noise_off.epsilon_lower > 2.0 * rep.case.epsilon, rep.to_dict()
     case = get("fed_dp_kmeans_clip")  # noise off (not private): the canary's bin holds exactly the canary

@@ -176,7 +176,9 @@ def test_without_clip_and_server_data_the_clip_is_a_dp_median_of_the_row_norms(d
     assert plain.info["clip"] == D.norm_grid()[np.searchsorted(D.norm_grid(), median)]
     assert plain.info["clip_rule"] == F.NOISELESS_CLIP_RULE and not plain.dp_events
     # a given clip is used as given (the paper's variant), and needs no clip release
-    given = F.run(X, client, 10, steps=1, clip=8.0, seed=0, noise=F.noise_multipliers(4.0, DELTA, has_server_data=False))
+    given = F.run(
+        X, client, 10, steps=1, clip=8.0, seed=0, noise=F.noise_multipliers(4.0, DELTA, has_server_data=False)
+    )
     assert (given.info["clip"], given.info["clip_rule"]) == (8.0, "given")
 
 

@@ -271,8 +271,7 @@ class FedDPKMeansOptions(ReleaseOptions):
     noise: dict | None = param(
         None,
         "dict",
-        doc="noise multiplier per release (noise_multipliers, with clip_stage=has_clip_stage(...)); "
-        "None: not private",
+        doc="noise multiplier per release (noise_multipliers, with clip_stage=has_clip_stage(...)); None: not private",
         conf=False,
     )
     n_candidates: int | None = param(
