@@ -72,3 +72,21 @@ def test_a_dropout_below_t_fails_the_round_with_one_line(data):
         local.run("fkm", X, client, K, threshold=0.8, drop=(0, 1, 2), rounds=1, clip=1.0, noise_multiplier=1.0)
     msg = str(err.value)
     assert "\n" not in msg and "t=8" in msg and "of the 10 sampled clients" in msg
+
+
+def test_without_clip_and_server_data_the_clip_stage_goes_through_secagg_first(data):
+    # no clip, no server data: the clients' norm histogram is the first sum; without noise its counts
+    # arrive exactly, so the clip (and with it every later stage) is the simulation's
+    X, y, client = data
+    kw = dict(projection="dp_pca", steps=1, seed=3)
+    sim = fed_dp_kmeans.run(X, client, K, y=y, **kw)
+    fl = local.run("fed_dp_kmeans", X, client, K, y=y, **kw)
+    stages = [r["stage"] for r in fl.info["aggregation"]["releases"]]
+    assert stages == ["clip", "projection", "weighting", "lift", "step"]
+    assert fl.info["clip"] == sim.info["clip"] and fl.info["clip_rule"] == fed_dp_kmeans.NOISELESS_CLIP_RULE
+    # private: the clip release is accounted at the multiplier of its budget share (all 10 clients reached it)
+    z = fed_dp_kmeans.noise_multipliers(4.0, 1e-5, has_server_data=False, clip_stage=True)
+    priv = local.run("fed_dp_kmeans", X, client, K, y=y, noise=z, **kw)
+    assert priv.dp_events[0].label == "fed_dp_kmeans clip"
+    assert priv.dp_events[0].noise_multipliers[0] == pytest.approx(z["clip"] * math.sqrt(10 / 8))
+    assert priv.info["clip_rule"] == fed_dp_kmeans.DP_CLIP_RULE

@@ -81,6 +81,7 @@ def test_fed_dp_kmeans_without_server_data_releases_a_dp_clip_that_its_budget_sp
     privacy = {**PRIVATE, "accountant": accountant}
     noise, res = _fed_dp_kmeans(ds, {}, privacy=privacy)
     assert noise["clip"] == DP_CLIP_RULE and "clip" in noise["noise_multipliers"]
+    assert any("DP median" in note for note in noise["notes"])
     assert res.info["clip_rule"] == DP_CLIP_RULE
     median = float(np.median(np.linalg.norm(ds.X, axis=1)))
     assert res.info["clip"] in set(norm_grid()) and median / 1.5 < res.info["clip"] < median * 1.5

@@ -353,7 +353,13 @@ def fed_dp_kmeans_calibrate(privacy: dict, cfg: C.FedDPKMeansConfig, dataset, pa
         clip_stage=fed_dp_kmeans.has_clip_stage(cfg.clip, has_server),
     )
     logger.info("fed_dp_kmeans: epsilon=%s -> noise multipliers %s", eps, {k: round(v, 4) for k, v in z.items()})
-    return {**base, "private": True, "noise_multipliers": z, "notes": server_notes(cfg)}
+    notes = server_notes(cfg)
+    if "clip" in z:
+        notes.append(
+            "no clip and no server data: the clip is a DP median of the clients' row norms, one more release "
+            "of the budget split (noise_multipliers['clip']), composed with the others"
+        )
+    return {**base, "private": True, "noise_multipliers": z, "notes": notes}
 
 
 def clip_of_config(cfg):
