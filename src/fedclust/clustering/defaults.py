@@ -12,9 +12,10 @@ and is public by declaration (it never also serves as client data).
   rather than by the largest one. Clipping then only shrinks the long rows: every stage matches and
   sums the clipped rows (the method clusters ``clip(X)``), so a clip below the data's norms scales
   rows, it does not mismatch them.
-* :func:`bound_clip`: without server data, the bound that the scaling declares: features in
-  ``[0, 1]`` (min-max scaling) give rows of norm at most ``sqrt(m)``; standardized features have
-  mean square 1, so ``sqrt(m)`` is the root-mean-square row norm.
+* :func:`bound_clip`: the bound that the scaling declares: features in ``[0, 1]`` (min-max scaling)
+  give rows of norm at most ``sqrt(m)``; standardized features have mean square 1, so ``sqrt(m)`` is
+  the root-mean-square row norm. No method's default any more (the DP median below replaced it
+  without server data); it is the number to give as the clip for the earlier behaviour.
 * :func:`weight_threshold`: the server keeps a point whose noisy weight is at least
   ``z_{1 - 1/n_s}`` noise standard deviations (the standard normal quantile at ``1 - 1/n_s``, ``n_s``
   the server's points): an empty point passes with probability ``1 / n_s``, so on average at most one
@@ -24,8 +25,9 @@ and is public by declaration (it never also serves as client data).
   release of its budget on the clip: the clients release a noisy histogram of their row norms on a
   public geometric grid (each sample adds 1 to one bin: sensitivity 1, add/remove), and the clip is
   the upper edge of the bin where the noisy cumulative count first reaches half the noisy total (a
-  DP median of the row norms). The run's epsilon accounts for it (one more Gaussian release of the
-  run's noise multiplier). The declared bound ``sqrt(m)`` of :func:`bound_clip` needs no release but
+  DP median of the row norms). The run's epsilon accounts for it: FKM, FZKM and DK++ count one more
+  Gaussian release of the run's noise multiplier; FedDP-KMeans makes it a stage of its budget split
+  (the weighting stage's share) and releases it at that stage's multiplier. The declared bound ``sqrt(m)`` of :func:`bound_clip` needs no release but
   is the largest possible norm, so it sizes the noise by the longest row a scaling allows; on [0, 1]
   pixels that is twice a typical row.
 * The projection: ``server_pca`` (the top-k principal directions of the server's public points; no
