@@ -100,17 +100,35 @@ def test_the_runner_is_closed_when_the_run_fails(rotated, chunk_mb, spy, monkeyp
     assert [r.closed for r in spy.made] == [1]
 
 
-def test_rr_cluster_takes_the_runner_too(rotated, spy, caplog):
-    # RR-Cluster's default chunk budget holds a tiny round in one chunk: the runner is built and
-    # closed, the result is the run without it, and a warning says that the runner had nothing to do
-    a = _run(rotated, "rr_cluster", B=1)
-    with caplog.at_level("WARNING", logger="fedclust.registry.clustered_fl"):
-        b = _run(rotated, "rr_cluster", B=1, chunk_runner={"kind": "processes", "workers": 2})
-    assert [(r.closed, r.calls) for r in spy.made] == [(1, 0)]
-    assert "rr_cluster.train.chunk_runner: every round fit in one chunk" in caplog.text
+def test_a_private_rr_cluster_run_on_the_runner_equals_the_serial_run(rotated, chunk_mb, spy):
+    # the identifier noise, the rebalancing and the model noise stay on the driver; the workers return
+    # clipped per-cluster sums and clip counts
+    def run(**train):
+        spec = REGISTRY["rr_cluster"]
+        cfg = spec.config_from({"rounds": 2, "participation": 0.5, "B": 1, "max_chunk_mb": chunk_mb, **train})
+        noise = spec.calibrate({"epsilon": 8.0, "delta": 1e-3}, cfg, rotated)
+        assert noise["private"] and noise["sigma_theta"] > 0
+        return spec.run(rotated, noise, cfg, 2)
+
+    a = run()
+    b = run(chunk_runner={"kind": "processes", "workers": 2})
+    (runner,) = spy.made
+    assert runner.calls > 0 and runner.closed == 1
+    assert a.info["chunks_per_round"] == b.info["chunks_per_round"] > 1
     for name in a.params:
         assert torch.equal(a.params[name], b.params[name]), name
+    assert a.history["n_clipped"] == b.history["n_clipped"]
+    assert [e.__dict__ for e in a.dp_events] == [e.__dict__ for e in b.dp_events]
     assert b.info["chunk_runner"] == "processes(workers=2)"
+
+
+def test_a_runner_with_nothing_to_spread_says_so(rotated, spy, caplog):
+    # the default chunk budget holds a tiny round in one chunk, which trains in the driver
+    with caplog.at_level("WARNING", logger="fedclust.registry.clustered_fl"):
+        res = _run(rotated, chunk_runner={"kind": "processes"})
+    assert res.info["chunks_per_round"] == 1
+    assert [(r.closed, r.calls) for r in spy.made] == [(1, 0)]
+    assert "ifca.train.chunk_runner: every round fit in one chunk" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,7 @@ class RRClusterOptions(MethodConfig):
     sigma_s: float | None = param(0.0, "float", ge=0, doc="identifier noise multiplier", conf=False)
     sigma_theta: float = param(0.0, "float", ge=0, doc="model noise multiplier", conf=False)
     sigma_g: float | None = param(None, "float", ge=0, doc="FedCAM's global-part multiplier", conf=False)
+    max_chunk_mb: float | None = param(None, "float", gt=0, doc="null = 256")
     chunk_runner: dict | None = param(None, "dict", doc=_CHUNK_RUNNER_DOC)
     seed: int = param(0, "int", doc="seed of every random stream of the run", conf=False)
 
