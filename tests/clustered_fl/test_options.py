@@ -10,8 +10,17 @@ import inspect
 import pytest
 
 from fedclust.clustered_fl import cfl_mgd, fedavg, ifca, rr_cluster
+from fedclust.clustered_fl.engine import ProcessChunkRunner, RayChunkRunner
 from fedclust.clustered_fl.engine.config import EngineConfig
-from fedclust.clustered_fl.options import CFLMGDOptions, FedAvgOptions, IFCAOptions, RRClusterOptions
+from fedclust.clustered_fl.options import (
+    CHUNK_RUNNERS,
+    CFLMGDOptions,
+    FedAvgOptions,
+    IFCAOptions,
+    ProcessRunnerOptions,
+    RayRunnerOptions,
+    RRClusterOptions,
+)
 from fedclust.registry import REGISTRY
 
 CASES = {
@@ -72,3 +81,17 @@ def test_a_drifted_default_is_named():
     found = differences(FedAvgOptions, (run,))
     assert "FedAvgOptions.rounds: 300, the library's keyword 301" in found
     assert "FedAvgOptions.eval_every: no keyword of ['test_a_drifted_default_is_named.<locals>.run']" in found
+
+
+def test_the_chunk_runner_options_have_the_runners_defaults():
+    """``<method>.train.chunk_runner``'s options per kind default to what the runner class takes."""
+    assert CHUNK_RUNNERS == {
+        "serial": None,
+        "processes": (ProcessRunnerOptions, ProcessChunkRunner),
+        "ray": (RayRunnerOptions, RayChunkRunner),
+    }
+    assert differences(ProcessRunnerOptions, (ProcessChunkRunner,)) == []
+    assert differences(RayRunnerOptions, (RayChunkRunner,)) == []
+    # and every option is a keyword of the runner (a renamed keyword would otherwise fail at run time)
+    for options, runner in (entry for entry in CHUNK_RUNNERS.values() if entry is not None):
+        assert set(options.fields()) <= set(inspect.signature(runner).parameters), runner.__name__

@@ -13,6 +13,7 @@ RR grids call them. Torch is imported only when a method runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -60,16 +61,49 @@ def run_clustered(method: str, data, model, k: int | None, *, seed: int, **kw):
     raise ValueError(f"unknown clustered-FL method {method!r}; valid: ifca, cfl_mgd, fedavg")
 
 
+@contextlib.contextmanager
+def chunk_runner_of(method: str, cfg):
+    """``(runner, its description)`` for one run of ``<method>.train.chunk_runner`` (runner None: the
+    engine's own serial chunks), built when the run starts and closed when it ends, however it ends
+    (worker processes stopped, a Ray instance the runner started shut down)."""
+    # the runners live with the engine, which imports torch: loaded when a clustered-FL method runs
+    from fedclust.clustered_fl.options import describe_chunk_runner, make_chunk_runner
+
+    runner = make_chunk_runner(cfg.chunk_runner, f"{method}.train.chunk_runner")
+    described = describe_chunk_runner(cfg.chunk_runner)
+    if runner is not None:
+        logger.info("%s: the chunks of every round train on %s", method, described)
+    try:
+        yield runner, described
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _record_runner(method: str, res, described: str) -> None:
+    """Which runner trained the run's chunks, in ``result.info`` (informational: the results are the
+    same bit for bit); a warning when it had nothing to do because every round fit in one chunk."""
+    res.info["chunk_runner"] = described
+    if described != "serial" and int(res.info.get("chunks_per_round", 1)) <= 1:
+        logger.warning(
+            "%s.train.chunk_runner: every round fit in one chunk, which trains here; lower "
+            "max_chunk_mb to spread the rounds' clients over the workers",
+            method,
+        )
+
+
 def clustered_run(method: str):
     def run(rotated, noise: dict, cfg, seed: int):
 
         k = _check_k(method, cfg, rotated) if method != "fedavg" else None
         data, model = tensors_and_model(rotated, cfg.model)
-        kw = cfg.run_settings()
+        kw = cfg.run_settings(exclude=("chunk_runner",))
         t0 = time.perf_counter()
-        res = run_clustered(method, data, model, k, seed=seed, **kw)
+        with chunk_runner_of(method, cfg) as (runner, described):
+            res = run_clustered(method, data, model, k, seed=seed, chunk_runner=runner, **kw)
         res.info["wall_time_s"] = time.perf_counter() - t0
         res.info["rounds"] = int(cfg.rounds)
+        _record_runner(method, res, described)
         return res
 
     run.__name__ = f"{method}_run"
@@ -239,22 +273,25 @@ def rr_run(rotated, noise: dict, cfg: C.RRClusterConfig, seed: int):
         raise ParameterError(problems[0])
     data, model = tensors_and_model(rotated, cfg.model)
     # the clip of a private run is its calibration's (none without DP)
-    kw = cfg.run_settings(exclude=("clip",), seed=int(seed))
+    kw = cfg.run_settings(exclude=("clip", "chunk_runner"), seed=int(seed))
     sigmas = {key: noise.get(key) for key in ("sigma_s", "sigma_theta", "sigma_g", "sigma")}
     sigmas["sigma"] = sigmas["sigma"] or 0.0
     t0 = time.perf_counter()
-    res = run_rr(
-        method,
-        data,
-        model,
-        k,
-        sigmas=sigmas,
-        clip=noise.get("clip") if noise["private"] else None,
-        mu=cfg.mu,
-        **kw,
-    )
+    with chunk_runner_of("rr_cluster", cfg) as (runner, described):
+        res = run_rr(
+            method,
+            data,
+            model,
+            k,
+            sigmas=sigmas,
+            clip=noise.get("clip") if noise["private"] else None,
+            mu=cfg.mu,
+            chunk_runner=runner,
+            **kw,
+        )
     res.info["wall_time_s"] = time.perf_counter() - t0
     res.info["rounds"] = int(cfg.rounds)
+    _record_runner("rr_cluster", res, described)
     moved = res.history.get("n_moved") or []
     final = res.info.setdefault("final", {})
     if moved:

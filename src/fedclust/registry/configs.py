@@ -233,6 +233,12 @@ def __getattr__(name: str):
 _MLP = {"type": "mlp", "hidden": 32}
 
 
+def _options_problems(cfg, where: str) -> list[str]:
+    """The checks between fields that the library options class declares (the chunk runner against
+    the device), on a generated config that holds those fields: one home for them too."""
+    return cfg.OPTIONS.problems(cfg, where) if cfg.OPTIONS is not None else []
+
+
 @_frozen
 class _EngineKeys(MethodConfig):
     model: dict = param(_MLP, "dict", doc="mlp | cnn | linear")
@@ -241,7 +247,7 @@ class _EngineKeys(MethodConfig):
         kind = self.model.get("type", "mlp")
         if kind not in ("mlp", "cnn", "linear"):
             return [f"{where}.model.type must be one of ['mlp', 'cnn', 'linear'], got {kind!r}"]
-        return []
+        return _options_problems(self, where)
 
 
 @_frozen
@@ -265,6 +271,9 @@ class _RRKeys(MethodConfig):
     calibration_bound: str = param("accountant", "str", choices=("accountant", "wang_general"))
     mu: float = param(0.01, "float", ge=0)
     model: dict = param(_MLP, "dict")
+
+    def problems(self, where):
+        return _options_problems(self, where)
 
     def feasibility(self, n_clients: int, k: int, where: str = "rr_cluster.train") -> list[str]:
         """``B <= m / k`` with ``m = round(participation * n_clients)`` sampled clients."""

@@ -181,7 +181,11 @@ def train_chunk_sums(
 
 
 class ChunkRunner:
-    """Runs ``fn(*shared, *args)`` for every ``args`` of ``per_chunk`` in this process, in order."""
+    """Runs ``fn(*shared, *args)`` for every ``args`` of ``per_chunk`` in this process, in order.
+
+    A runner may hold workers (a process pool, a Ray instance it started): :meth:`close` lets them go,
+    and ``with runner:`` closes it on the way out. The engine never closes a runner it was given;
+    whoever built it does."""
 
     name = "serial"
 
@@ -192,12 +196,23 @@ class ChunkRunner:
     def workers(self) -> int:
         return 1
 
+    def close(self) -> None:
+        """Let the runner's workers go (nothing to do in this process)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 class RayChunkRunner(ChunkRunner):
     """One Ray task per chunk (1 CPU and ``threads_per_task`` torch threads each) on a local Ray
     instance (``num_cpus``) or an existing cluster (``address``). ``shared`` arguments (the model, the
     round's cluster models) go to the object store once per round; at most ``max_in_flight`` chunks
-    (default twice the cluster's CPUs) are outstanding, and results are consumed in submission order."""
+    (default twice the cluster's CPUs) are outstanding, and results are consumed in submission order.
+    Ray starts when the first chunk is sent (not when the runner is built); :meth:`close` shuts down
+    a Ray instance this runner started and leaves one that was running before alone."""
 
     name = "ray"
 
@@ -213,6 +228,7 @@ class RayChunkRunner(ChunkRunner):
         self.max_in_flight, self.threads_per_task = max_in_flight, int(threads_per_task)
         self.init_options = dict(init_options or {})
         self._remote: dict = {}
+        self._started = None  # the ray module, once this runner has started Ray
 
     def _ray(self):
         # Ray is optional and takes seconds to import: only a run that asks for it pays for it
@@ -225,7 +241,16 @@ class RayChunkRunner(ChunkRunner):
             elif self.num_cpus:
                 kw["num_cpus"] = int(self.num_cpus)
             ray.init(**kw)
+            self._started = ray
         return ray
+
+    def close(self) -> None:
+        """Shut Ray down if this runner started it (a local instance, or this driver's connection to a
+        cluster); the cluster itself keeps running."""
+        ray, self._started = self._started, None
+        self._remote = {}
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
     def workers(self) -> int:
         return int(self._ray().cluster_resources().get("CPU", 1))
