@@ -20,6 +20,9 @@ from fedclust.metrics import data_chance_line, is_at_chance, is_collapsed
 from fedclust.partition import make_partition
 from fedclust.partition.report import label_matrix
 
+#: the summary columns that need labels (left out where no data set of the records has them)
+LABEL_METRICS = ("ACC", "NMI", "ARI", "rounds_to_90pct_ACC", "time_to_90pct_ACC_s")
+
 
 def tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     data_recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
@@ -51,7 +54,9 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     ``at_chance`` is False for not-applicable groups and for groups whose records have no chance line.
     Likewise ``NMI_chance_hi_mean``, ``ACC_majority_mean`` (the largest class share) and
     ``collapsed``: :func:`fedclust.metrics.is_collapsed` of the group's means. Where some record
-    is of a data set without labels, also :data:`~fedclust.grids.benchmark.OBJECTIVE_METRICS`."""
+    is of a data set without labels, also :data:`~fedclust.grids.benchmark.OBJECTIVE_METRICS`; where
+    no data set has labels, the summary has none of the columns that need them
+    (:data:`LABEL_METRICS`, the chance lines and flags)."""
     frame = records_frame(records)
     frame["status"] = frame["status"].fillna("ok")
     if "trust_model" not in frame.columns:  # records stored before trust models were recorded
@@ -61,7 +66,10 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
     lines = ("ACC_chance", "ACC_chance_hi", "NMI_chance", "NMI_chance_hi", "ACC_majority")
     chance_keys = [m for m in lines if m in frame.columns]
     objective = [m for m in OBJECTIVE_METRICS if m in frame.columns]  # no column at all without them
-    summary = summarize(frame, by, METRICS + objective + chance_keys)
+    metrics = METRICS
+    if objective and "ACC" not in frame.columns:  # no data set with labels: no column that needs them
+        metrics = [m for m in METRICS if m not in LABEL_METRICS]
+    summary = summarize(frame, by, metrics + objective + chance_keys)
     summary = summary.drop(columns=chance_keys)  # the chance line as numbers only (``<m>_mean``/``<m>_std``)
     na = frame["status"] == "not applicable"
     summary["status"] = [
@@ -72,6 +80,8 @@ def _data_tables(records: list[dict]) -> dict[str, pd.DataFrame]:
         else "ok"
         for d, p, e, m in zip(summary["dataset"], summary["partition"], summary["epsilon"], summary["method"])
     ]
+    if metrics is not METRICS:
+        return {"summary": summary}
     for m in lines:
         if f"{m}_mean" not in summary.columns:
             summary[f"{m}_mean"] = math.nan
