@@ -176,7 +176,7 @@ def server_data_param(method: str, eps, config: dict) -> dict:
 
 #: the config keys that enumerate the data-clustering cells (a cell carries its own value of them)
 AXES = ("datasets", "partitions", "seeds", "epsilons", "clustered_fl")
-#: the keys of a benchmark data-set entry: a data-set spec's (:data:`SPEC_KEYS`) and ``k``, its
+#: the keys of a benchmark data-set entry: those of a data-set spec (:data:`SPEC_KEYS`) and ``k``, its
 #: number of clusters (required without labels; default: its number of classes)
 ENTRY_KEYS = (*SPEC_KEYS, "k")
 #: the kinds of table whose labels are a column (``options.label``): without it, no labels
@@ -314,7 +314,7 @@ def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> d
 def _cell_data(cell: dict):
     """``(dataset, partition)`` of a data-clustering cell: its data set and its partition (memoised
     per data set, scheme, clients and seed). The data set's ``n_classes`` is the number of clusters
-    the methods look for: its spec's ``k``, else its number of classes; without labels, ``labels`` is
+    the methods look for: the ``k`` of its entry, else its number of classes; without labels, ``labels`` is
     None (no method scores its rounds against placeholders) and ``labelled`` False."""
     ds_name, part, seed = cell["dataset"], cell["partition"], cell["seed"]
     data_paths, source = cell["data_paths"], cell.get("source")
