@@ -79,10 +79,14 @@ def test_the_cell_key_hashes_the_file_content(tmp_path):
     assert cell_data_digest(cell) == before
 
 
-def test_specs_without_labels_twice_the_same_label_or_unknown_keys_are_refused(tmp_path):
+def test_specs_without_labels_or_k_twice_the_same_label_or_unknown_keys_are_refused(tmp_path):
     unlabelled = {"name": "csv", "path": str(WINE)}
-    with pytest.raises(DataError, match="no label column.*scores every method against labels"):
+    # without labels a table needs its number of clusters (nothing else can say it), a positive int
+    with pytest.raises(DataError, match="no label column.*give its number of clusters k"):
         benchmark.dataset_specs({"datasets": [unlabelled]})
+    with pytest.raises(DataError, match="k must be a positive int, got 0"):
+        benchmark.dataset_specs({"datasets": [{**unlabelled, "k": 0}]})
+    assert benchmark.dataset_specs({"datasets": [{**unlabelled, "k": 3}]})["wine"]["k"] == 3
     twice = {"name": "csv", "path": str(WINE), "options": {"label": "label"}}
     with pytest.raises(DataError, match="two data sets are labelled 'wine'"):
         benchmark.dataset_specs({"datasets": [twice, twice]})

@@ -57,3 +57,24 @@ def test_client_clustering_scores_and_pooled_accuracy():
     counts = np.array([10, 10, 10])
     assert list(metrics.lowest_loss_choice(losses)) == [0, 1, 0]
     assert metrics.pooled_accuracy(losses, correct, counts) == pytest.approx(27 / 30)
+
+
+def test_the_reference_objective_is_that_of_the_centralized_kmeans_reference_and_scores_relate_to_it():
+    # the same k-means the single runs' evaluation compared with before it moved here (same seed rule)
+    from fedclust.clustering.fedsc import centralized_kmeans
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 0.3, size=(40, 2)) for c in ([0, 0], [4, 0], [0, 4])])
+    ref = centralized_kmeans(X, 3, seed=0, n_init=metrics.REFERENCE_RESTARTS)
+    base = metrics.reference_kmeans_objective(X, 3)
+    assert base == metrics.kmeans_objective(X, centers=ref.centroids)
+    same = metrics.objective_scores(X, centers=ref.centroids, labels=ref.labels)
+    assert same == {"objective": base, "objective_kmeans": base, "objective_ratio": 1.0}
+    # without centres (a method that returns labels only): the clusters' means, k from the labels
+    by_labels = metrics.objective_scores(X, labels=ref.labels, reference=2 * base)
+    assert by_labels["objective_ratio"] == pytest.approx(0.5) and by_labels["objective_kmeans"] == 2 * base
+    # one centre at the data mean: the objective is the total variance
+    one = metrics.objective_scores(X, centers=X.mean(axis=0, keepdims=True), reference=base)
+    assert one["objective"] == pytest.approx(X.var(axis=0).sum()) and one["objective_ratio"] > 5
+    with pytest.raises(ValueError, match="centres with X's columns or labels"):
+        metrics.objective_scores(X, centers=np.zeros((3, 5)))

@@ -13,6 +13,9 @@
   the share of the largest class. On imbalanced classes a clustering that puts nearly everything in
   one cluster can sit above its chance line and still score no better than this; :func:`is_collapsed`
   flags such a result (ACC above chance with NMI at chance, or ACC not above the majority baseline).
+* Data without labels: the k-means objective of a clustering (:func:`kmeans_objective`) relative to
+  that of non-private centralized k-means on the same data (:func:`objective_scores`), about 1 or
+  more, lower is better.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from sklearn.metrics import (
     normalized_mutual_info_score,
 )
 
-from fedclust.rng import stream
+from fedclust.rng import stream, torch_seed
 
 
 def _as_labels(a, name: str) -> np.ndarray:
@@ -303,3 +306,45 @@ def kmeans_objective(X, centers=None, labels=None) -> float:
         d2 = (B**2).sum(axis=1)[:, None] - 2.0 * B @ C.T + cc[None, :]
         total += float(np.maximum(d2.min(axis=1), 0.0).sum())
     return total / max(X.shape[0], 1)
+
+
+#: restarts of the centralized k-means that an unlabelled clustering's objective is compared with
+REFERENCE_RESTARTS = 10
+
+
+def reference_kmeans_objective(X, k: int, seed: int = 0, restarts: int = REFERENCE_RESTARTS) -> float:
+    """The k-means objective (:func:`kmeans_objective`) of non-private centralized k-means with ``k``
+    clusters on ``X``: k-means++ starts, ``restarts`` restarts, the best kept (scikit-learn's
+    :class:`~sklearn.cluster.KMeans`, seeded from the ``init`` stream of ``seed``, as the centralized
+    k-means of :mod:`fedclust.clustering.fedsc` is). ``k`` is capped at the number of rows."""
+    # scikit-learn's clustering loads when an unlabelled clustering is scored, not at every import
+    from sklearn.cluster import KMeans
+
+    X = np.asarray(X, dtype=np.float64)
+    k = max(1, min(int(k), X.shape[0]))
+    km = KMeans(n_clusters=k, n_init=restarts, random_state=torch_seed(stream(seed, "init")) % (2**31 - 1))
+    km.fit(X)
+    return kmeans_objective(X, centers=km.cluster_centers_)
+
+
+def objective_scores(X, centers=None, labels=None, reference: float | None = None) -> dict[str, float]:
+    """What a clustering of unlabelled data ``X`` reports: ``objective`` (the k-means objective of
+    ``centers``, or, without usable centres, of the means of the clusters of ``labels``:
+    :func:`kmeans_objective`), ``objective_kmeans`` (``reference``, or else
+    :func:`reference_kmeans_objective` with as many clusters: the centres' count, or the number of
+    distinct labels) and ``objective_ratio`` = objective / objective_kmeans (about 1 or more; lower
+    is better; 1 = as good as centralized k-means). Centres count as usable when they are a 2-D array
+    with ``X``'s columns and at least one finite row."""
+    X = np.asarray(X, dtype=np.float64)
+    C = None if centers is None else np.asarray(centers, dtype=np.float64)
+    if C is not None and C.ndim == 2 and C.shape[1] == X.shape[1] and np.isfinite(C).all(axis=1).any():
+        own = kmeans_objective(X, centers=C)
+        k = int(C.shape[0])
+    else:
+        if labels is None:
+            raise ValueError("objective_scores needs centres with X's columns or labels")
+        own = kmeans_objective(X, labels=labels)
+        k = int(np.unique(np.asarray(labels)).size)
+    base = float(reference) if reference is not None else reference_kmeans_objective(X, k)
+    ratio = own / base if base > 0 else (1.0 if own == 0 else math.inf)
+    return {"objective": float(own), "objective_kmeans": float(base), "objective_ratio": float(ratio)}

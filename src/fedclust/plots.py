@@ -51,6 +51,8 @@ _METRIC_NAMES = {
     "client_ACC",
     "client_NMI",
     "objective",
+    "objective_ratio",
+    "objective_kmeans",
     "epsilon_accountant",
     "uploaded_reals",
     "mean_moved",

@@ -16,9 +16,9 @@ from fedclust.clustering.base import ClusteringResult
 from fedclust.data.builtin import load_wine
 from fedclust.data.registry import DATASET_NAMES, dataset_digest, dataset_label, load_dataset, prepare_dataset
 from fedclust.errors import DataError, user_message
-from fedclust.metrics import kmeans_objective
+from fedclust.metrics import kmeans_objective, objective_scores
 from fedclust.pipelines.datasets import TableDataset
-from fedclust.pipelines.evaluation.nodes import evaluate_clustering, objective_scores
+from fedclust.pipelines.evaluation.nodes import evaluate_clustering
 from fedclust.pipelines.partitioning.nodes import split_clients
 
 HERE = Path(__file__).resolve().parent
@@ -195,6 +195,6 @@ def test_an_unlabelled_run_reports_its_objective_relative_to_centralized_kmeans(
     assert same["objective_ratio"] == pytest.approx(1.0)  # the reference itself
     # three centres at one point (the data mean, repeated): the objective is the total variance,
     # 13 for 13 standardized features, far above k-means'
-    one = objective_scores(ClusteringResult(labels=np.zeros(ds.n_samples, int), centroids=np.zeros((3, 13))), ds.X)
+    one = objective_scores(ds.X, centers=np.zeros((3, 13)), labels=np.zeros(ds.n_samples, int))
     assert one["objective"] == pytest.approx(13.0, rel=1e-5)
     assert one["objective_ratio"] == pytest.approx(13.0 / one["objective_kmeans"]) and one["objective_ratio"] > 1.5

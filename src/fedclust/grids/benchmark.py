@@ -4,7 +4,8 @@ Every method sees the same data, the same partition, the same privacy budget and
 Cells: ``datasets`` x ``partitions`` x ``epsilons`` x ``seeds`` x ``methods``. A data set is a name
 (``digits``) or a spec (``{name: csv, path: ..., options: {label: y}, label: mine, scale: ...}``,
 :func:`dataset_specs`); records, MLflow runs and the report name it by its label. Per cell: ACC, NMI,
-ARI, the cost (rounds, bytes up and down per client, compute, wall and cell time, rounds and time to
+ARI (on a data set without labels, with its number of clusters ``k`` in its spec, the k-means
+objective ratio instead: :func:`fedclust.metrics.objective_scores`), the cost (rounds, bytes up and down per client, compute, wall and cell time, rounds and time to
 90 % of the final ACC) and the accountant's epsilon for the noise actually added.
 
 Every method runs through the method registry (:func:`run_method`: its config class, ``calibrate``
@@ -59,10 +60,12 @@ from fedclust.grids.benchmark_cfl import (  # noqa: F401 (the clustered-FL half,
     run_clustered_fl_cell,
 )
 from fedclust.metrics import (
+    objective_scores,
+    reference_kmeans_objective,
     scores_with_chance,
     time_to_90pct,
 )
-from fedclust.partition import make_partition
+from fedclust.partition import LABEL_SCHEMES, make_partition
 from fedclust.privacy.accountants import epsilon as accounted
 from fedclust.registry import REFERENCES, REGISTRY, trust_model_of
 from fedclust.registry.clustering import describe_server_data
@@ -100,6 +103,9 @@ METRICS = [
     "rounds_to_90pct_ACC",
     "time_to_90pct_ACC_s",
 ]
+#: what a record of a data set without labels carries instead of ACC/NMI/ARI and their chance lines
+#: (:func:`fedclust.metrics.objective_scores`): summarized only where some record has them
+OBJECTIVE_METRICS = ["objective_ratio", "objective", "objective_kmeans"]
 CURVE_KEYS = ("dataset", "partition", "method", "epsilon")
 
 
@@ -170,6 +176,11 @@ def server_data_param(method: str, eps, config: dict) -> dict:
 
 #: the config keys that enumerate the data-clustering cells (a cell carries its own value of them)
 AXES = ("datasets", "partitions", "seeds", "epsilons", "clustered_fl")
+#: the keys of a benchmark data-set entry: those of a data-set spec (:data:`SPEC_KEYS`) and ``k``, its
+#: number of clusters (required without labels; default: its number of classes)
+ENTRY_KEYS = (*SPEC_KEYS, "k")
+#: the kinds of table whose labels are a column (``options.label``): without it, no labels
+_LABEL_COLUMN_TABLES = ("csv", "parquet", "npz")
 
 
 def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dict | None]:
@@ -179,8 +190,10 @@ def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dic
     ``options`` (the loader's, e.g. ``{label: y}`` for a table), ``label`` (the name of its rows in
     records, MLflow and the report; default :func:`fedclust.data.registry.dataset_label`: a file's
     stem) and ``scale`` (default ``minmax``). A name of a user's file (``csv``, ``parquet``, ``npz``,
-    ``mat``) given alone becomes a spec with its ``data_paths`` entry. The benchmark scores every
-    method against labels, so a table without ``options.label`` is refused here, before any cell."""
+    ``mat``) given alone becomes a spec with its ``data_paths`` entry. ``k`` (a positive int) is the
+    number of clusters every method and reference looks for (default: the number of classes). A table
+    without ``options.label`` has no labels: it needs ``k`` (refused here, before any cell, without
+    it), and its methods are scored by the k-means objective ratio instead of ACC/NMI/ARI."""
     entries = config.get("datasets", ["digits"])
     if isinstance(entries, (str, dict)):
         entries = [entries]
@@ -190,24 +203,30 @@ def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dic
             label, spec = entry, None
         elif isinstance(entry, (str, dict)):
             entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-            unknown = sorted(set(entry) - set(SPEC_KEYS))
+            unknown = sorted(set(entry) - set(ENTRY_KEYS))
             if unknown or not entry.get("name"):
                 raise DataError(
                     f"benchmark.config.datasets: entry {entry!r} "
                     + (f"has unknown key(s) {unknown}" if unknown else "needs a 'name'")
-                    + f" (keys: {', '.join(SPEC_KEYS)})"
+                    + f" (keys: {', '.join(ENTRY_KEYS)})"
                 )
             name = str(entry["name"])
             path = entry.get("path") or (data_paths or {}).get(name)
             options = dict(entry.get("options") or {})
-            if name in ("csv", "parquet", "npz") and not options.get("label"):
+            k = entry.get("k")
+            if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+                raise DataError(f"benchmark.config.datasets: {entry!r}: k must be a positive int, got {k!r}")
+            if name in _LABEL_COLUMN_TABLES and not options.get("label") and k is None:
                 raise DataError(
-                    f"benchmark.config.datasets: {entry!r} has no label column (options: {{label: <column>}}); "
-                    "the benchmark scores every method against labels"
+                    f"benchmark.config.datasets: {entry!r} has no label column (options: {{label: <column>}}): "
+                    "to run it without labels (scored by the k-means objective ratio), give its number of "
+                    "clusters k: <int>"
                 )
             spec = {"name": name, "path": None if path is None else str(path), "options": options}
             spec["scale"] = entry.get("scale") or "minmax"
             spec["label"] = dataset_label({**spec, "label": entry.get("label")})
+            if k is not None:
+                spec["k"] = int(k)
             label = spec["label"]
         else:
             raise DataError(f"benchmark.config.datasets: entries are names or mappings, got {entry!r}")
@@ -219,6 +238,21 @@ def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dic
     if not out:
         raise DataError("benchmark.config.datasets must name at least one data set")
     return out
+
+
+def without_labels(spec: dict | None) -> bool:
+    """Whether the benchmark data set of ``spec`` (:func:`dataset_specs`) is known, before it is read,
+    to have no labels: a table without ``options.label``. (A ``mat`` file's labels are known only
+    once it is read: :func:`_cell_data` checks it then.)"""
+    return bool(spec) and spec["name"] in _LABEL_COLUMN_TABLES and not (spec.get("options") or {}).get("label")
+
+
+def label_scheme_error(dataset: str, scheme: str) -> DataError:
+    """The one-line refusal of a partition that splits by class label on a data set without labels."""
+    return DataError(
+        f"benchmark: data set {dataset!r} has no labels, so partition scheme {scheme!r} (it splits by "
+        f"class label) cannot split it; use iid or kmeans for it"
+    )
 
 
 def load_by_label(label: str, data_paths: dict | None = None, config: dict | None = None):
@@ -233,10 +267,15 @@ def cells(config: dict, data_paths: dict | None = None) -> list[dict]:
     method of ``config["methods"]`` in it (they share the partition and W^0); none when the list
     names no data-clustering method. A data set given by a spec (:func:`dataset_specs`) is
     named by its label in ``dataset`` and carries its spec in ``source`` (the file whose content
-    the cell's key hashes)."""
+    the cell's key hashes). A partition that splits by class label (``LABEL_SCHEMES``) on a data set
+    without labels is refused here, in one line naming both (:func:`label_scheme_error`)."""
     if not check_methods(config):  # only clustered-FL methods listed: no data-clustering cell
         return []
     shared = {k: v for k, v in without_execution(config).items() if k not in AXES}
+    for label, spec in dataset_specs(config, data_paths).items():
+        for part in config.get("partitions", [{"scheme": "iid"}]):
+            if without_labels(spec) and part.get("scheme") in LABEL_SCHEMES:
+                raise label_scheme_error(label, part["scheme"])
     return [
         {
             "kind": "data",
@@ -273,14 +312,23 @@ def cost_metrics(res, rounds: int | None, n_clients: int, compute_s: float) -> d
 
 
 def _cell_data(cell: dict):
-    """``(dataset, partition)`` of a data-clustering cell: its labelled data set and its partition
-    (memoised per data set, scheme, clients and seed)."""
+    """``(dataset, partition)`` of a data-clustering cell: its data set and its partition (memoised
+    per data set, scheme, clients and seed). The data set's ``n_classes`` is the number of clusters
+    the methods look for: the ``k`` of its entry, else its number of classes; without labels, ``labels`` is
+    None (no method scores its rounds against placeholders) and ``labelled`` False."""
     ds_name, part, seed = cell["dataset"], cell["partition"], cell["seed"]
     data_paths, source = cell["data_paths"], cell.get("source")
     n_clients = int(cell["config"].get("n_clients", 10))
     data = load_cached(ds_name, data_paths) if source is None else load_spec_cached(source)
+    k = (source or {}).get("k")
     if not data.labelled:
-        raise DataError(f"benchmark: data set {ds_name!r} has no labels; the benchmark scores against labels")
+        if k is None:
+            raise DataError(
+                f"benchmark: data set {ds_name!r} has no labels: give its entry in benchmark.config.datasets "
+                "its number of clusters (k: <int>)"
+            )
+        if part["scheme"] in LABEL_SCHEMES:
+            raise label_scheme_error(ds_name, part["scheme"])
     X, y = data.X.astype(np.float64), data.y
     opts = {kk: v for kk, v in part.items() if kk != "scheme"}
     path = data_paths.get(ds_name) if source is None else source.get("path")
@@ -290,8 +338,42 @@ def _cell_data(cell: dict):
             make_partition(part["scheme"], X=X, y=y, images=data.images, n_clients=n_clients, seed=seed, **opts).client
         ),
     )
-    dataset = SimpleNamespace(name=ds_name, X=X, y=y, n_classes=data.n_classes, images=data.images, meta=data.meta)
+    dataset = SimpleNamespace(
+        name=ds_name,
+        X=X,
+        y=y,
+        labels=data.labels,
+        labelled=data.labelled,
+        n_classes=int(k) if k is not None else data.n_classes,
+        images=data.images,
+        meta=data.meta,
+    )
     return dataset, SimpleNamespace(client=client)
+
+
+def _reference_objective(cell: dict, dataset) -> float:
+    """The k-means objective of non-private centralized k-means with the data set's ``k`` clusters
+    (:func:`fedclust.metrics.reference_kmeans_objective`, seed 0: the same for every cell and method
+    of the data set), once per data set and file in this process."""
+    source = cell.get("source")
+    path = cell["data_paths"].get(cell["dataset"]) if source is None else source.get("path")
+    return memo(
+        ("benchmark_reference_objective", cell["dataset"], source, stamp(path), int(dataset.n_classes)),
+        lambda: reference_kmeans_objective(dataset.X, int(dataset.n_classes)),
+    )
+
+
+def cell_scores(cell: dict, dataset, res, seed: int) -> dict[str, float]:
+    """A method's scores in a cell: ACC/NMI/ARI with their chance lines, the majority baseline and
+    the flags (:func:`fedclust.metrics.scores_with_chance`) on a labelled data set; without labels,
+    the k-means objective of its centres relative to non-private centralized k-means
+    (:func:`fedclust.metrics.objective_scores`, ``objective_ratio``: lower is better, 1 = as good)."""
+    if getattr(dataset, "labelled", True):
+        return scores_with_chance(dataset.y, res.labels, seed=seed)
+    centers = getattr(res, "centroids", None)
+    return objective_scores(
+        dataset.X, centers=centers, labels=res.labels, reference=_reference_objective(cell, dataset)
+    )
 
 
 def _method_params(method: str, cell: dict, init: str) -> tuple[dict, dict]:
@@ -344,7 +426,7 @@ def _method_record(method: str, cell: dict, data: tuple, init: str, setup_s: flo
     t0 = time.perf_counter()
     res, noise = run_method(method, dataset, partition, seed, eps, delta, config)
     compute = time.perf_counter() - t0
-    metrics = scores_with_chance(dataset.y, res.labels, seed=seed)
+    metrics = cell_scores(cell, dataset, res, seed)
     metrics["wall_time_s"] = setup_s + compute
     metrics["uploaded_reals"] = float(res.uploaded_reals)
     metrics.update(cost_metrics(res, params.get("rounds"), params["n_clients"], compute))

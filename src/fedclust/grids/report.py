@@ -23,6 +23,12 @@ Plain library code (no Kedro), from a benchmark's records (:mod:`fedclust.grids.
   point when it ran;
 * :func:`to_markdown`, :func:`to_html` (self-contained: the plot inline as a base64 PNG) and
   :func:`terminal_lines` (at most 100 columns).
+
+A data set without labels (its records carry ``objective_ratio``, :func:`fedclust.metrics.objective_scores`,
+instead of ACC) is scored by that ratio in the same columns (``score`` names it): the best is the
+lowest, its interval a t-interval on the log scale (:func:`log_t_interval`), and its tables leave
+out the columns that need labels (chance line, majority baseline, NMI, the flags), saying so
+(:data:`UNLABELLED_NOTE`).
 """
 
 from __future__ import annotations
@@ -92,6 +98,36 @@ COLLAPSED_RULE = (
 )
 #: the client-clustering flag of a method that trains one model for every client
 ONE_MODEL_FLAG = "n/a (one model)"
+#: the score of a data set without labels (in the table's ACC columns; ``score`` names it)
+RATIO = "objective_ratio"
+#: the column head of that score
+RATIO_LABEL = "objective ratio (lower is better)"
+#: with fewer than :data:`MIN_SEEDS_FOR_CI` seeds, two objective ratios whose logarithms differ by
+#: less than this (about 2 % of the objective) are within noise: the counterpart of
+#: :data:`NOISE_FLOOR` on the ratio's relative scale, a convention that such few runs cannot check
+RATIO_NOISE_FLOOR = 0.02
+#: what a table of a data set without labels says under its heading
+UNLABELLED_NOTE = (
+    "No labels: every method is ranked by its objective ratio, the k-means objective of its centres on "
+    "the data (mean squared distance to the nearest centre) over that of non-private centralized k-means "
+    "with the same number of clusters (10 restarts); lower is better, 1 = as good as k-means. The columns "
+    "that need labels (ACC, chance line, majority baseline, NMI, AT CHANCE, COLLAPSED) and the confusion "
+    "matrix are left out for it."
+)
+RATIO_RULES = (
+    f"Objective ratio (data sets without labels): 95 % CI: Student t-interval of the mean over seeds of the "
+    f"logarithms of the ratios, mapped back with exp (widened to contain the mean), shown from "
+    f"{MIN_SEEDS_FOR_CI} seeds on. `{BEST}`: the lowest mean, and its CI overlaps no other method's; `{TIE}`: "
+    f"tied for best. With fewer seeds, two methods are within noise when the ranges of their seeds overlap "
+    f"or the logarithms of their means differ by less than {RATIO_NOISE_FLOOR:g}."
+)
+#: the line under a terminal table of a data set without labels
+TERMINAL_UNLABELLED = (
+    "no labels: ranked by objective ratio (k-means objective over centralized k-means'), lowest first; "
+    "1 = as good as k-means; no chance line, majority or NMI"
+)
+#: the columns of a data-clustering table that need labels, left out for a data set without them
+LABEL_ONLY = ("chance", "majority", "NMI", "NMI chance", "at chance", "collapsed")
 
 
 def _finite(values) -> np.ndarray:
@@ -134,14 +170,46 @@ def logit_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]
     return mean, min(low, mean), max(high, mean)
 
 
-def within_noise(a, b, level: float = LEVEL) -> bool:
+def log_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of positive ``values`` (NaNs dropped), such as objective ratios: the
+    arithmetic mean and the ``level`` Student t-interval of the mean of ``log(values)`` mapped back
+    with exp, so that ``0 < low <= high``, widened to contain the mean; ``low`` and ``high`` NaN for
+    fewer than :data:`MIN_SEEDS_FOR_CI` values; equal values give ``(v, v, v)``."""
+    x = _finite(values)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < MIN_SEEDS_FOR_CI:
+        return mean, math.nan, math.nan
+    if float(x.max() - x.min()) == 0.0:
+        return mean, mean, mean
+    z_mean, half = t_interval(np.log(np.maximum(x, 1e-300)), level)
+    low, high = float(np.exp(z_mean - half)), float(np.exp(z_mean + half))
+    return mean, min(low, mean), max(high, mean)
+
+
+def _ratio_within_noise(a: np.ndarray, b: np.ndarray, level: float) -> bool:
+    """:func:`within_noise` for objective ratios (:data:`RATIO_RULES`)."""
+    if a.size >= MIN_SEEDS_FOR_CI and b.size >= MIN_SEEDS_FOR_CI:
+        _, lo_a, hi_a = log_t_interval(a, level)
+        _, lo_b, hi_b = log_t_interval(b, level)
+        return bool(lo_a <= hi_b and lo_b <= hi_a)
+    overlap = a.min() <= b.max() and b.min() <= a.max()
+    gap = abs(math.log(max(float(a.mean()), 1e-300)) - math.log(max(float(b.mean()), 1e-300)))
+    return bool(overlap or gap < RATIO_NOISE_FLOOR)
+
+
+def within_noise(a, b, level: float = LEVEL, *, ratio: bool = False) -> bool:
     """Whether two methods' seed values ``a`` and ``b`` cannot be told apart: both with
     :data:`MIN_SEEDS_FOR_CI` values or more, their :func:`logit_t_interval` overlap; else
     (:data:`FEW_SEEDS_RULE`) the ranges of their values overlap or their means differ by less than
-    :data:`NOISE_FLOOR`."""
+    :data:`NOISE_FLOOR`. ``ratio``: the values are objective ratios (:data:`RATIO_RULES`: their
+    :func:`log_t_interval`, or their ranges and :data:`RATIO_NOISE_FLOOR` on the log scale)."""
     a, b = _finite(a), _finite(b)
     if a.size == 0 or b.size == 0:
         return False
+    if ratio:
+        return _ratio_within_noise(a, b, level)
     if a.size >= MIN_SEEDS_FOR_CI and b.size >= MIN_SEEDS_FOR_CI:
         _, lo_a, hi_a = logit_t_interval(a, level)
         _, lo_b, hi_b = logit_t_interval(b, level)
@@ -150,17 +218,18 @@ def within_noise(a, b, level: float = LEVEL) -> bool:
     return bool(overlap or abs(float(a.mean()) - float(b.mean())) < NOISE_FLOOR)
 
 
-def best_marks(values: dict, level: float = LEVEL) -> dict:
+def best_marks(values: dict, level: float = LEVEL, *, ratio: bool = False) -> dict:
     """``key -> mark`` for the keys of ``values`` (each a list of seed values, the higher the
     better): :data:`BEST` on the highest mean when no other key is :func:`within_noise` of it,
     else :data:`TIE` on it and on every key within noise of it; ``""`` elsewhere, and everywhere
-    when fewer than two keys have a value (nothing to compare)."""
+    when fewer than two keys have a value (nothing to compare). ``ratio``: the values are objective
+    ratios, the lower the better (:data:`RATIO_RULES`)."""
     means = {k: float(_finite(v).mean()) for k, v in values.items() if _finite(v).size}
     out = {k: "" for k in values}
     if len(means) < 2:  # one method (or none) with a result: nothing to be best among
         return out
-    leader = max(means, key=means.get)
-    tied = [k for k in means if k != leader and within_noise(values[leader], values[k], level)]
+    leader = (min if ratio else max)(means, key=means.get)
+    tied = [k for k in means if k != leader and within_noise(values[leader], values[k], level, ratio=ratio)]
     if not tied:
         out[leader] = BEST
     else:
@@ -181,14 +250,26 @@ def only_few_seeds(table: pd.DataFrame) -> bool:
     return bool(len(ran) and (pd.to_numeric(ran["n"]) < MIN_SEEDS_FOR_CI).all())
 
 
+def is_ratio(table: pd.DataFrame) -> pd.Series:
+    """Which rows of ``table`` score a data set without labels by its objective ratio (``score``)."""
+    if "score" not in table.columns:
+        return pd.Series(False, index=table.index)
+    return table["score"] == RATIO
+
+
 def rule_lines(*tables: pd.DataFrame) -> list[str]:
     """The lines that state how the report's intervals and marks are made: the interval and the
     best rule where a row has :data:`MIN_SEEDS_FOR_CI` seeds or more, the few-seeds rule where a
-    row has fewer."""
+    row has fewer (both of the rows scored by ACC), and :data:`RATIO_RULES` where a row is scored by
+    an objective ratio."""
     tables = [t for t in tables if len(t)]
-    lines = [INTERVAL_RULE, BEST_RULE] if any(not only_few_seeds(t) for t in tables) else []
-    if any(few_seeds(t) for t in tables):
+    scored = [t[~is_ratio(t)] for t in tables]
+    scored = [t for t in scored if len(t)]
+    lines = [INTERVAL_RULE, BEST_RULE] if any(not only_few_seeds(t) for t in scored) else []
+    if any(few_seeds(t) for t in scored):
         lines.append(FEW_SEEDS_RULE)
+    if any(is_ratio(t).any() for t in tables):
+        lines.append(RATIO_RULES)
     return lines
 
 
@@ -230,6 +311,7 @@ TABLE_COLUMNS = [
     "mark",
     "best",
     *COST,
+    "score",
 ]
 
 
@@ -253,9 +335,12 @@ def method_table(
     client clustering (``client_ACC``, its chance line and ``client_flag``: ``AT CHANCE``, or
     :data:`ONE_MODEL_FLAG` for a method with one model), ``mark`` (:func:`best_marks` in each
     (dataset, partition, epsilon)), ``best`` (True where ``mark`` is :data:`BEST`), ``note`` (why a
-    row is not applicable) and the :data:`COST` keys (the method's own, means over seeds). Rows are
-    sorted by dataset, partition, epsilon (no privacy last) and ACC, highest first, not-applicable
-    rows last."""
+    row is not applicable), the :data:`COST` keys (the method's own, means over seeds) and ``score``
+    (what the ACC columns hold: ``metric``, or :data:`RATIO` for a data set without labels, whose
+    records carry an objective ratio and no ACC: its interval is :func:`log_t_interval`, its best the
+    lowest, its chance lines NaN and its flags False). Rows are sorted by dataset, partition, epsilon
+    (no privacy last) and ACC, highest first (an objective ratio lowest first), not-applicable rows
+    last."""
     recs = [r for r in records if r["tags"].get("family", "data_clustering") == family]
     if not recs:
         return pd.DataFrame(columns=TABLE_COLUMNS)
@@ -271,10 +356,23 @@ def method_table(
     frame["partition"] = frame["partition"].fillna("-")
     for col, fill in (("status", "ok"), ("trust_model", "none")):
         frame[col] = frame[col].fillna(fill) if col in frame.columns else fill
+    frame["score"] = metric
+    if family == "data_clustering" and RATIO in frame.columns:
+        # a data set without labels: its records carry an objective ratio and no ACC; the ratio is its score
+        acc_of = pd.to_numeric(frame["ACC"], errors="coerce") if "ACC" in frame.columns else None
+        ratio_of = pd.to_numeric(frame[RATIO], errors="coerce")
+        has = pd.DataFrame({"dataset": frame["dataset"], "ratio": ratio_of.notna()})
+        has["acc"] = acc_of.notna() if acc_of is not None else False
+        per = has.groupby("dataset", sort=False)[["ratio", "acc"]].any()
+        mask = frame["dataset"].isin(per.index[per["ratio"] & ~per["acc"]])
+        frame["ACC"] = acc_of if acc_of is not None else math.nan
+        frame.loc[mask, "ACC"] = ratio_of[mask]
+        frame.loc[mask, "score"] = RATIO
     rows, seed_values = [], {}
     for (ds, part, eps, method), g in frame.groupby(["dataset", "partition", "epsilon", "method"], sort=False):
         ok = g[g["status"] == "ok"]
         status = "ok" if len(ok) else str(g["status"].iloc[0])
+        ratio = g["score"].iloc[0] == RATIO
         acc = pd.to_numeric(ok["ACC"], errors="coerce") if "ACC" in ok.columns else pd.Series(dtype=float)
         seed_values[(ds, part, str(eps), method)] = list(acc.dropna())
         row = {
@@ -286,15 +384,18 @@ def method_table(
             "status": status,
             "note": "" if status == "ok" else next((n for n in g["note"] if n), ""),
             "n": len(ok),
+            "score": g["score"].iloc[0],
         }
-        row["ACC"], row["ACC_lo"], row["ACC_hi"] = logit_t_interval(acc, level)
+        row["ACC"], row["ACC_lo"], row["ACC_hi"] = (log_t_interval if ratio else logit_t_interval)(acc, level)
         line = {
             key: _mean_of(ok, key)
             for key in ("ACC_chance", "ACC_chance_hi", "ACC_majority", "NMI", "NMI_chance", "NMI_chance_hi")
         }
         row.update({key: line[key] for key in ("ACC_chance", "ACC_majority", "NMI", "NMI_chance")})
-        row["at_chance"] = bool(status == "ok" and is_at_chance({"ACC": row["ACC"]}, line))
-        row["collapsed"] = bool(status == "ok" and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line))
+        row["at_chance"] = bool(status == "ok" and not ratio and is_at_chance({"ACC": row["ACC"]}, line))
+        row["collapsed"] = bool(
+            status == "ok" and not ratio and is_collapsed({"ACC": row["ACC"], "NMI": line["NMI"]}, line)
+        )
         flags = pd.to_numeric(ok["collapsed"], errors="coerce").fillna(0.0) if "collapsed" in ok.columns else []
         row["collapsed_seeds"] = int(sum(bool(f) for f in flags))
         # one model for every client: no clients grouped, nothing to score (said only where it ran)
@@ -310,7 +411,8 @@ def method_table(
     table["mark"] = ""
     for (ds, part, eps), g in table.groupby(["dataset", "partition", "epsilon"], sort=False):
         ran = g[(g["status"] == "ok") & g["ACC"].notna()]
-        marks = best_marks({i: seed_values[(ds, part, eps, table.at[i, "method"])] for i in ran.index}, level)
+        values = {i: seed_values[(ds, part, eps, table.at[i, "method"])] for i in ran.index}
+        marks = best_marks(values, level, ratio=bool((g["score"] == RATIO).all()))
         for i, mark in marks.items():
             table.at[i, "mark"] = mark
     table["best"] = table["mark"] == BEST
@@ -318,9 +420,12 @@ def method_table(
 
 
 def sort_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows by dataset, partition, epsilon ascending (no privacy last), then ACC highest first, the
-    rows without an ACC (not applicable) last."""
-    key = table.assign(_eps=table["epsilon"].map(eps_number), _na=table["ACC"].isna(), _acc=-table["ACC"].fillna(0.0))
+    """Rows by dataset, partition, epsilon ascending (no privacy last), then ACC highest first (an
+    objective ratio, ``score`` :data:`RATIO`, lowest first), the rows without an ACC (not
+    applicable) last."""
+    acc = table["ACC"].fillna(0.0)
+    ratio = table["score"] == RATIO if "score" in table.columns else False
+    key = table.assign(_eps=table["epsilon"].map(eps_number), _na=table["ACC"].isna(), _acc=acc.where(ratio, -acc))
     key = key.sort_values(["dataset", "partition", "_eps", "_na", "_acc", "method"], kind="stable")
     return table.loc[key.index].reset_index(drop=True)
 
@@ -329,30 +434,40 @@ def best_per_epsilon(records: list[dict], level: float = LEVEL) -> dict[tuple[st
     """``(dataset, epsilon) -> {"method", "ACC", "mark", "tied"}`` over the data-clustering runs:
     each method's ACC per seed averaged over the partitions of the data set, then the highest mean
     (``method``, ``ACC``) and :func:`best_marks` on those per-seed values: ``mark`` :data:`BEST` (one
-    clear best) or :data:`TIE` with ``tied`` the methods tied for best, highest mean first."""
-    recs = [
-        r
-        for r in _data_records(records)
-        if r["tags"].get("status", "ok") == "ok" and _number((r.get("metrics") or {}).get("ACC")) is not None
-    ]
+    clear best) or :data:`TIE` with ``tied`` the methods tied for best, highest mean first. A data
+    set without labels (records with an objective ratio and no ACC) gets the lowest mean objective
+    ratio in ``ACC`` instead, ``score`` :data:`RATIO` (else ``"ACC"``)."""
+    recs = []
+    for r in _data_records(records):
+        met = r.get("metrics") or {}
+        if r["tags"].get("status", "ok") != "ok":
+            continue
+        if _number(met.get("ACC")) is not None:
+            recs.append((r, float(met["ACC"]), "ACC"))
+        elif _number(met.get(RATIO)) is not None:
+            recs.append((r, float(met[RATIO]), RATIO))
     out: dict[tuple[str, str], dict] = {}
     if not recs:
         return out
-    frame = records_frame(recs)
-    frame["seed"] = [(r.get("params") or {}).get("seed", i) for i, r in enumerate(recs)]
-    frame["ACC"] = pd.to_numeric(frame["ACC"], errors="coerce")
+    frame = records_frame([r for r, _, _ in recs])
+    frame["seed"] = [(r.get("params") or {}).get("seed", i) for i, (r, _, _) in enumerate(recs)]
+    frame["ACC"] = [v for _, v, _ in recs]
+    frame["score"] = [score for _, _, score in recs]
     if "partition" not in frame.columns:
         frame["partition"] = "-"
     for (ds, eps), g in frame.groupby(["dataset", "epsilon"], sort=False):
+        ratio = bool((g["score"] == RATIO).all())
         per_seed = g.groupby(["method", "seed"], sort=False)["ACC"].mean()  # mean over partitions
         values = {m: list(per_seed[m].dropna()) for m in dict.fromkeys(g["method"])}
-        marks = best_marks(values, level)
+        marks = best_marks(values, level, ratio=ratio)
         means = {m: float(np.mean(v)) for m, v in values.items() if v}
         if not means:
             continue
-        tied = sorted((m for m, mark in marks.items() if mark == TIE), key=lambda m: -means[m])
-        leader = max(means, key=means.get)
-        out[(ds, str(eps))] = {"method": leader, "ACC": means[leader], "mark": marks[leader], "tied": tied}
+        sign = 1.0 if ratio else -1.0
+        tied = sorted((m for m, mark in marks.items() if mark == TIE), key=lambda m: sign * means[m])
+        leader = (min if ratio else max)(means, key=means.get)
+        entry = {"method": leader, "ACC": means[leader], "mark": marks[leader], "tied": tied}
+        out[(ds, str(eps))] = {**entry, "score": RATIO} if ratio else entry
     return out
 
 
@@ -369,7 +484,9 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
     epsilon, ``<e>`` as in the tags: ``4``, ``0.5``, ``inf``; over every data set when there is one,
     else ``best_ACC_<dataset>_eps_<e>``: the highest mean ACC), ``best_method_eps_<e>`` (a tag, under
     the report's rule, :func:`best_per_epsilon`: the method when one is clear of the others, else
-    ``tie: a, b`` with every method tied for best), ``best_rule`` (the rule in words) and the number
+    ``tie: a, b`` with every method tied for best; a data set without labels has
+    ``best_objective_ratio_..._eps_<e>``, its lowest mean objective ratio, instead of
+    ``best_ACC_...``), ``best_rule`` (the rule in words) and the number
     of runs (one method in one cell) ``runs_done``, ``runs_failed``, ``runs_not_applicable``,
     ``runs_at_chance``, ``runs_collapsed``. Every value is finite. ``table`` is not needed (kept
     for callers that pass one)."""
@@ -379,7 +496,7 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
     datasets = {ds for ds, _ in best}
     for (ds, eps), b in best.items():
         where = "" if len(datasets) == 1 else f"{ds}_"
-        metrics[f"best_ACC_{where}eps_{eps}"] = b["ACC"]
+        metrics[f"best_{b.get('score', 'ACC')}_{where}eps_{eps}"] = b["ACC"]
         tags[f"best_method_{where}eps_{eps}"] = "tie: " + ", ".join(b["tied"]) if b["mark"] == TIE else b["method"]
     if best:
         seeds = _finite(pd.to_numeric(pd.Series([(r.get("params") or {}).get("seed") for r in _data_records(records)])))
@@ -389,6 +506,8 @@ def parent_run_summary(records: list[dict], table: pd.DataFrame | None = None) -
             if n_seeds < MIN_SEEDS_FOR_CI
             else f"{n_seeds} seeds: a tie where 95 % t-intervals on the logit scale overlap"
         )
+        if any(b.get("score") == RATIO for b in best.values()):
+            tags["best_rule"] += "; objective ratio (no labels): the lowest, intervals on the log scale"
     statuses = [r["tags"].get("status", "ok") for r in records]
     metrics["runs_done"] = float(sum(s == "ok" for s in statuses))
     metrics["runs_not_applicable"] = float(sum(s == "not applicable" for s in statuses))
@@ -500,13 +619,16 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
     """ACC against epsilon for one data set, one panel per partition: per method the mean over seeds
     with its 95 % CI band (:func:`logit_t_interval`, in [0, 1]; no band under
     :data:`MIN_SEEDS_FOR_CI` seeds); where ε = ∞ ran, the non-private result as its own starred
-    point at the right (``no DP``); the chance line dashed."""
+    point at the right (``no DP``); the chance line dashed. A data set without labels is drawn by its
+    objective ratio instead (:func:`log_t_interval` bands, lower is better), with no chance line and
+    a dotted line at 1 (as good as centralized k-means)."""
     # plots (matplotlib) load only when the report draws its plot
     from matplotlib import colormaps
 
     from fedclust.plots import subplots  # likewise: figures on canvases of their own
 
     sub = table[(table["dataset"] == dataset) & (table["status"] == "ok") & table["ACC"].notna()]
+    ratio = bool(len(sub)) and bool(is_ratio(sub).all())
     parts = list(dict.fromkeys(sub["partition"])) or ["-"]
     finite = sorted({eps_number(e) for e in sub["epsilon"]} - {math.inf})
     with_inf = bool((sub["epsilon"].map(eps_number) == math.inf).any())
@@ -543,10 +665,15 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
                     label=None if len(fin) else method,
                 )
         chance = g["ACC_chance"].dropna()
-        if len(chance):
+        if len(chance) and not ratio:
             ax.axhline(float(chance.mean()), ls="--", color="grey", lw=1, label="chance")
         ax.set_xscale("log")
-        ax.set_ylim(0.0, 1.02)
+        if ratio:  # no upper bound: from just under 1 (k-means) to the worst band
+            ax.axhline(1.0, ls=":", color="grey", lw=1, label="k-means (ratio 1)")
+            top = float(pd.concat([sub["ACC"], sub["ACC_hi"].dropna()]).max())
+            ax.set_ylim(min(0.95, float(sub["ACC"].min()) * 0.95), max(1.05, top * 1.05))
+        else:
+            ax.set_ylim(0.0, 1.02)
         ticks = finite + ([x_inf] if with_inf or not finite else [])
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"{e:g}" for e in finite] + (["no DP"] if with_inf or not finite else []))
@@ -556,14 +683,15 @@ def privacy_utility_figure(table: pd.DataFrame, dataset: str):
         ax.set_xlabel("ε (accounted)" + ("; ★ = no DP" if with_inf else ""))
         ax.set_title(f"{dataset} / {part}", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("ACC (mean; band: 95 % CI)")
+    axes[0][0].set_ylabel(f"{RATIO_LABEL if ratio else 'ACC'} (mean; band: 95 % CI)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     for ax in axes[0][1:]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     fig.legend(list(seen.values()), list(seen.keys()), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle(f"privacy-utility on {dataset}: ACC against ε", fontsize=10)
+    score = "objective ratio against ε (no labels; lower is better)" if ratio else "ACC against ε"
+    fig.suptitle(f"privacy-utility on {dataset}: {score}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -657,6 +785,8 @@ _HEAD = [
     "down/client",
     "compute s",
 ]
+#: the columns of a data-clustering table of a data set without labels (no column that needs labels)
+_RATIO_HEAD = [h for h in _HEAD if h not in LABEL_ONLY]
 #: the columns of a clustered-FL table (its score: test accuracy; its clustering: of the clients)
 _CFL_HEAD = [
     "ε",
@@ -694,12 +824,32 @@ def _md_table(g: pd.DataFrame, label: str, head: list[str], label_of: dict[str, 
     ] + ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
 
 
-def _legend(extra: bool) -> list[str]:
-    """What the columns mean, one item each (``extra``: with the clustered-FL columns)."""
-    items = [
-        "ACC: mean over seeds. chance: mean ACC (NMI chance: mean NMI) of random splits of the same sizes; "
-        "`AT CHANCE`: within noise of them. majority: ACC of one cluster for every sample.",
-        f"`{COLLAPSED}`: {COLLAPSED_RULE}",
+def _groups_of(table: pd.DataFrame):
+    """:func:`_groups` with, per group, its column heads and score label: a data set without labels
+    gets :data:`_RATIO_HEAD` and :data:`RATIO_LABEL`."""
+    for ds, part, g in _groups(table):
+        ratio = bool(len(g)) and bool(is_ratio(g).all())
+        yield ds, part, g, ratio, (_RATIO_HEAD, RATIO_LABEL) if ratio else (_HEAD, "ACC")
+
+
+def _legend(extra: bool, labelled: bool = True, unlabelled: bool = False) -> list[str]:
+    """What the columns mean, one item each (``extra``: with the clustered-FL columns; ``labelled``:
+    with those of data sets with labels, ``unlabelled``: with the objective ratio of those without)."""
+    items = (
+        [
+            "ACC: mean over seeds. chance: mean ACC (NMI chance: mean NMI) of random splits of the same sizes; "
+            "`AT CHANCE`: within noise of them. majority: ACC of one cluster for every sample.",
+            f"`{COLLAPSED}`: {COLLAPSED_RULE}",
+        ]
+        if labelled
+        else []
+    )
+    if unlabelled:
+        items.append(
+            "objective ratio (data sets without labels): mean over seeds of a method's k-means objective on the "
+            "data over that of non-private centralized k-means with as many clusters; lower is better."
+        )
+    items += [
         "protects: the entry of the list at the end (P1, P2, ...) that says what a run protects; `none` for "
         "a run without a budget.",
         "Cost, the method's own (mean over seeds): rounds; bytes per client, up = what a client sends in the "
@@ -733,12 +883,15 @@ def to_markdown(
     out = [f"# {title}", ""]
     out += [f"- {n}" for n in notes or []]
     out += [""] + [f"- {line}" for line in rule_lines(table, *(t for _, t, _ in extra or ()))]
-    out += [""] + [f"- {item}" for item in _legend(bool(extra))]
-    for ds, part, g in _groups(table):
+    ratio = is_ratio(table)
+    out += [""] + [f"- {item}" for item in _legend(bool(extra), bool((~ratio).any()) or not len(table), ratio.any())]
+    for ds, part, g, unlabelled, (head, label) in _groups_of(table):
         out += ["", f"## {ds} / {part}", ""]
         if plots and ds in plots:
             out += [f"![privacy-utility on {ds}]({plots[ds]})", ""]
-        out += _md_table(g, "ACC", _HEAD, label_of or {})
+        if unlabelled:
+            out += [UNLABELLED_NOTE, ""]
+        out += _md_table(g, label, head, label_of or {})
     for heading, tab, label in extra or ():
         for ds, part, g in _groups(tab):
             out += ["", f"## {heading}: {ds} / {part}", ""] + _md_table(g, label, _CFL_HEAD, label_of or {})
@@ -803,21 +956,23 @@ def to_html(
     flags = {f"`{COLLAPSED}`": f"<span class='chance'>{COLLAPSED}</span>"}
     flags["`AT CHANCE`"] = "<span class='chance'>AT CHANCE</span>"
     items = []
-    for item in _legend(bool(extra)):
+    ratio = is_ratio(table)
+    for item in _legend(bool(extra), bool((~ratio).any()) or not len(table), ratio.any()):
         text = esc(item)
         for code, shown in flags.items():
             text = text.replace(code, shown)
         items.append(f"<li>{text.replace('`', '')}</li>")
     parts.append("<ul class='legend'>" + "".join(items) + "</ul>")
     shown = set()
-    for ds, part, g in _groups(table):
+    for ds, part, g, unlabelled, (head, label) in _groups_of(table):
         if ds not in shown and ds in figures:
             shown.add(ds)
             parts.append(
                 f"<h2>{esc(ds)}</h2><img class='privacy-utility' alt='privacy-utility plot of {esc(ds)}' "
                 f"src='data:image/png;base64,{figures[ds]}'>"
             )
-        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + _html_table(g, "ACC", _HEAD, label_of or {}))
+        note = f"<p class='rule'>{esc(UNLABELLED_NOTE)}</p>" if unlabelled else ""
+        parts.append(f"<h3>{esc(ds)} / {esc(part)}</h3>" + note + _html_table(g, label, head, label_of or {}))
     for heading, tab, label in extra or ():
         for ds, part, g in _groups(tab):
             parts.append(
@@ -849,7 +1004,7 @@ def terminal_lines(table: pd.DataFrame, width: int = 100, label_of: dict[str, st
     cols += ["compute s"]
     lines = []
     interval = bool(table["ACC_lo"].notna().any()) if len(table) else False
-    for ds, part, g in _groups(table):
+    for ds, part, g, unlabelled, _ in _groups_of(table):
         rows = [
             {
                 **r,
@@ -862,8 +1017,8 @@ def terminal_lines(table: pd.DataFrame, width: int = 100, label_of: dict[str, st
         ]
         if not rows:
             continue
-        keep = list(cols)
-        head = {c: (_header(c, "ACC", interval) if c == "ACC" else c) for c in cols}
+        keep = [c for c in cols if not (unlabelled and c in LABEL_ONLY)]
+        head = {c: (_header(c, "obj. ratio" if unlabelled else "ACC", interval) if c == "ACC" else c) for c in cols}
         while True:
             w = {c: max(len(head[c]), *(len(r[c]) for r in rows)) for c in keep}
             if sum(w.values()) + 2 * (len(keep) - 1) <= width or len(keep) <= 4:
@@ -872,6 +1027,8 @@ def terminal_lines(table: pd.DataFrame, width: int = 100, label_of: dict[str, st
         lines.append(f"{ds} / {part}"[:width])
         lines.append("  ".join(head[c].ljust(w[c]) for c in keep).rstrip()[:width])
         lines += ["  ".join(r[c].ljust(w[c]) for c in keep).rstrip()[:width] for r in rows]
+        if unlabelled:
+            lines += textwrap.wrap(TERMINAL_UNLABELLED, width)
         lines.append("")
     if not len(table):
         return lines

@@ -21,6 +21,8 @@ from fedclust.partition.rotation import HeldOut, RotatedData, rotation
 from fedclust.partition.shards import shards
 
 SCHEMES = ("iid", "dirichlet", "shards", "power_law", "kmeans", "rotation")
+#: the schemes that split by class label: a data set without labels cannot use them
+LABEL_SCHEMES = ("dirichlet", "shards", "power_law", "rotation")
 
 
 def make_partition(scheme: str, *, X=None, y=None, images=None, n_clients: int, seed: int = 0, **options):
@@ -92,6 +94,7 @@ __all__ = [
     "Partition",
     "RotatedData",
     "SCHEMES",
+    "LABEL_SCHEMES",
     "check_scheme",
     "dirichlet",
     "heatmap_figure",

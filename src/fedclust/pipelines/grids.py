@@ -47,6 +47,15 @@ def plot_sweeps(tables: dict[str, pd.DataFrame], metric: str = "ACC"):
     return plots.sweeps_figure(tables, metric)
 
 
+def sweep_metric(tables: dict[str, pd.DataFrame], metric: str) -> str:
+    """``metric``, or ``objective_ratio`` where no table has ``metric`` but one has that ratio (a
+    benchmark whose data sets all lack labels: :func:`fedclust.metrics.objective_scores`)."""
+    cols = [set(t.columns) for t in tables.values() if isinstance(t, pd.DataFrame)]
+    if any(f"{metric}_mean" in c for c in cols) or not any("objective_ratio_mean" in c for c in cols):
+        return metric
+    return "objective_ratio"
+
+
 def plot_curves(
     records: list[dict],
     keys,
@@ -132,7 +141,7 @@ def grid_pipeline(
         return tabs, csv, md
 
     def plot(tabs: dict, records: list[dict]):
-        return plot_sweeps(tabs, metric), plot_curves(records, curve_keys)
+        return plot_sweeps(tabs, sweep_metric(tabs, metric)), plot_curves(records, curve_keys)
 
     return Pipeline(
         [

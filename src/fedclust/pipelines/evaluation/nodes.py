@@ -1,51 +1,20 @@
 """Evaluation: final ACC/NMI/ARI of a clustering, their chance line, plus cost figures of the run.
 
 A data set without labels has no ACC/NMI/ARI: its runs report the k-means objective instead
-(:func:`objective_scores`), relative to non-private centralized k-means on the same data."""
+(:func:`fedclust.metrics.objective_scores`), relative to non-private centralized k-means on the same data."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
-from fedclust.metrics import kmeans_objective, scores_with_chance, time_to_90pct
+from fedclust.metrics import objective_scores, scores_with_chance, time_to_90pct
 from fedclust.pipelines.mlflow_io import schema_metrics
 
 #: history keys reported under another name: FedCAvg/FedCGds's ``eps`` is the relative change of the
 #: objective (a convergence figure), not a privacy budget
 _RENAMED = {"eps": "rel_objective_change"}
-
-
-#: restarts of the centralized k-means that an unlabelled run's objective is compared with
-REFERENCE_RESTARTS = 10
-
-
-def objective_scores(result: ClusteringResult, X) -> dict[str, float]:
-    """What a run on unlabelled data reports: ``objective`` (the k-means objective of its centres,
-    or of its clusters' means for a method without centres: mean squared distance to the nearest
-    centre, :func:`fedclust.metrics.kmeans_objective`), ``objective_kmeans`` (that of non-private
-    centralized k-means with as many clusters, k-means++ with :data:`REFERENCE_RESTARTS` restarts,
-    seed 0) and ``objective_ratio`` = objective / objective_kmeans (about 1 or more; lower is better)."""
-    # the reference k-means (scikit-learn) loads when an unlabelled run is evaluated, not at kedro start
-    from fedclust.clustering.fedsc import centralized_kmeans
-
-    X = np.asarray(X, dtype=np.float64)
-    centers = getattr(result, "centroids", None)
-    C = None if centers is None else np.asarray(centers, dtype=np.float64)
-    if C is not None and C.ndim == 2 and C.shape[1] == X.shape[1] and np.isfinite(C).all(axis=1).any():
-        own = kmeans_objective(X, centers=centers)
-        k = int(np.asarray(centers).shape[0])
-    else:
-        own = kmeans_objective(X, labels=result.labels)
-        k = int(np.unique(result.labels).size)
-    k = max(1, min(k, X.shape[0]))
-    ref = centralized_kmeans(X, k, seed=0, n_init=REFERENCE_RESTARTS)
-    base = kmeans_objective(X, centers=ref.centroids)
-    ratio = own / base if base > 0 else (1.0 if own == 0 else math.inf)
-    return {"objective": float(own), "objective_kmeans": float(base), "objective_ratio": float(ratio)}
 
 
 def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
@@ -57,12 +26,12 @@ def evaluate_clustering(result: ClusteringResult, dataset: Dataset) -> dict:
     baseline ``ACC_majority`` (the largest class share), ``at_chance`` (1.0 when ACC is within noise
     of its chance line, else 0.0; a number so that MLflow logs it) and ``collapsed`` (1.0 when ACC is
     above chance but NMI is not, or ACC does not beat the majority baseline:
-    :func:`fedclust.metrics.is_collapsed`). A data set without labels gets :func:`objective_scores`
-    instead of ACC/NMI/ARI and their chance lines."""
+    :func:`fedclust.metrics.is_collapsed`). A data set without labels gets
+    :func:`fedclust.metrics.objective_scores` instead of ACC/NMI/ARI and their chance lines."""
     if getattr(dataset, "labelled", True):
         out = scores_with_chance(dataset.y, result.labels)
     else:
-        out = objective_scores(result, dataset.X)
+        out = objective_scores(dataset.X, centers=getattr(result, "centroids", None), labels=result.labels)
     out["uploaded_reals"] = int(result.uploaded_reals)
     for key in ("wall_time_s", "rounds"):
         if key in result.info:

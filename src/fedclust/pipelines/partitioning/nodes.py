@@ -10,14 +10,10 @@ matplotlib.use("Agg")
 
 from fedclust.data import Dataset
 from fedclust.errors import DataError
-from fedclust.partition import make_partition
+from fedclust.partition import LABEL_SCHEMES, make_partition
 from fedclust.partition.report import heatmap_figure, partition_stats
 
 logger = logging.getLogger(__name__)
-
-
-#: the schemes that split by class label: an unlabelled data set cannot use them
-LABEL_SCHEMES = ("dirichlet", "shards", "power_law", "rotation")
 
 
 def split_clients(dataset: Dataset, partition: dict, seed: int):

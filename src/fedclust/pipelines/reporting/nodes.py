@@ -122,16 +122,20 @@ def summarize_run(metrics: dict, privacy: dict, *reports, method: str) -> None:
 
 def grid_report_lines(grid: str, records: list[dict], run_id: str | None) -> list[str]:
     """What the terminal shows after a benchmark (or the tour's slice): its table, every method of
-    it (``n/a`` where not applicable), sorted by epsilon then ACC in 100 columns, with the rule of
+    it (``n/a`` where not applicable), sorted by epsilon then ACC (a data set without labels: its
+    objective ratio, lowest first) in 100 columns, with the rule of
     its marks (:func:`fedclust.grids.report.terminal_lines`), the report's path (the latest report,
     a file) and the MLflow address of its run."""
 
     _, label_of = report.protection_legend(records)
+    table = report.method_table(records)
+    unlabelled = bool(report.is_ratio(table).any())
     lines = [
         "",
         f"{grid}: ACC per method, sorted by ε then ACC (* best, ≈ tied for best at that ε; prot: what a "
-        "run protects, see the report)",
-        *report.terminal_lines(report.method_table(records), label_of=label_of),
+        "run protects, see the report)"
+        + ("; a data set without labels: its objective ratio, lowest first" if unlabelled else ""),
+        *report.terminal_lines(table, label_of=label_of),
     ]
     path = next(
         (p for key, p in SAVED.items() if key.endswith(f"/{grid}/report.html")), f"data/08_reporting/{grid}/report.html"
