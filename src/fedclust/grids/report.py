@@ -150,6 +150,24 @@ def t_interval(values, level: float = LEVEL) -> tuple[float, float]:
     return mean, q * float(x.std(ddof=1)) / math.sqrt(x.size)
 
 
+def _mapped_t_interval(values, level: float, forward, back) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the arithmetic mean of ``values`` (NaNs dropped) and the ``level``
+    Student t-interval of the mean of ``forward(values)`` mapped back with ``back``, widened to
+    contain the mean; ``low`` and ``high`` NaN for fewer than :data:`MIN_SEEDS_FOR_CI` values, equal
+    values give ``(v, v, v)``."""
+    x = _finite(values)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < MIN_SEEDS_FOR_CI:
+        return mean, math.nan, math.nan
+    if float(x.max() - x.min()) == 0.0:
+        return mean, mean, mean
+    z_mean, half = t_interval(forward(x), level)
+    low, high = float(back(z_mean - half)), float(back(z_mean + half))
+    return mean, min(low, mean), max(high, mean)
+
+
 def logit_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
     """``(mean, low, high)`` of ``values`` in [0, 1] (NaNs dropped): the arithmetic mean and the
     ``level`` Student t-interval (n - 1 degrees of freedom, sample standard deviation) of the mean of
@@ -157,17 +175,7 @@ def logit_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]
     (:data:`INTERVAL_RULE`). The interval is widened to contain the mean where needed (the mean of
     the logits maps to a different centre than the mean of the values). ``low`` and ``high`` are NaN
     for fewer than :data:`MIN_SEEDS_FOR_CI` values; equal values give ``(v, v, v)``."""
-    x = _finite(values)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size < MIN_SEEDS_FOR_CI:
-        return mean, math.nan, math.nan
-    if float(x.max() - x.min()) == 0.0:
-        return mean, mean, mean
-    z_mean, half = t_interval(logit(np.clip(x, LOGIT_CLIP, 1.0 - LOGIT_CLIP)), level)
-    low, high = float(expit(z_mean - half)), float(expit(z_mean + half))
-    return mean, min(low, mean), max(high, mean)
+    return _mapped_t_interval(values, level, lambda x: logit(np.clip(x, LOGIT_CLIP, 1.0 - LOGIT_CLIP)), expit)
 
 
 def log_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
@@ -175,17 +183,7 @@ def log_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
     arithmetic mean and the ``level`` Student t-interval of the mean of ``log(values)`` mapped back
     with exp, so that ``0 < low <= high``, widened to contain the mean; ``low`` and ``high`` NaN for
     fewer than :data:`MIN_SEEDS_FOR_CI` values; equal values give ``(v, v, v)``."""
-    x = _finite(values)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size < MIN_SEEDS_FOR_CI:
-        return mean, math.nan, math.nan
-    if float(x.max() - x.min()) == 0.0:
-        return mean, mean, mean
-    z_mean, half = t_interval(np.log(np.maximum(x, 1e-300)), level)
-    low, high = float(np.exp(z_mean - half)), float(np.exp(z_mean + half))
-    return mean, min(low, mean), max(high, mean)
+    return _mapped_t_interval(values, level, lambda x: np.log(np.maximum(x, 1e-300)), np.exp)
 
 
 def _ratio_within_noise(a: np.ndarray, b: np.ndarray, level: float) -> bool:
