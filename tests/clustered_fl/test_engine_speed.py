@@ -9,6 +9,7 @@ import torch
 from cfl_synthetic import two_group_clients
 
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
+from fedclust.clustered_fl import models as models_module
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
 
 
@@ -125,8 +126,8 @@ def _force_plan(model, plan):
     model.deferred_plan = lambda n_max, rows: plan
     inner = model.deferred_steps_
 
-    def spy(w, X, steps, lr):
-        done = inner(w, X, steps, lr)
+    def spy(w, X, steps, lr, starts=None):
+        done = inner(w, X, steps, lr, starts=starts)
         if done:
             ran.append(plan)
         return done
@@ -266,3 +267,60 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
     for k in out[True][0]:
         assert torch.equal(out[True][0][k], out[False][0][k]), k
     assert out[True][1] == out[False][1]
+
+
+@pytest.mark.parametrize("plan", ["samples", "rows"])
+@pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
+@pytest.mark.parametrize("client_block", [None, 4])
+def test_shared_starts_multiply_each_start_once_with_the_same_bits(plan, batch_size, client_block, monkeypatch):
+    """Clients that start from 3 models (``starts``, as in a round of IFCA): the deferred path runs one
+    batched product per start matrix over the clients that share it (a block of one client reads its
+    own copy) and gives the models of the per-client copies bit for bit; nothing passed in changes."""
+    model = MLP(12, (16,), 4)
+    _force_plan(model, plan)
+    shared_calls = []
+    inner = models_module._start_products
+
+    def spy(X, W0, shared):
+        shared_calls.append(shared is not None)
+        return inner(X, W0, shared)
+
+    monkeypatch.setattr(models_module, "_start_products", spy)
+    g = torch.Generator().manual_seed(0)
+    B, n_max = 9, 9
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.tensor([9, 9, 5, 9, 2, 9, 7, 9, 9])
+    base = model.init(3, 1)
+    index = torch.tensor([2, 0, 2, 0, 1, 1, 2, 1, 0])  # blocks of 4: {0, 2}, {1, 2}, then one client
+    params = {k: v.index_select(0, index) for k, v in base.items()}
+    before = {k: v.clone() for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items()}
+    settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, client_block=client_block)
+    got, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2), starts=(base, index))
+    ref, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2))
+    blocks = [True] if client_block is None else [True, True, False]
+    assert shared_calls == blocks + [False] * len(blocks)
+    for k in params:
+        assert torch.equal(got[k], ref[k]), k
+        assert not torch.equal(got[k], params[k]), k
+    for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_engine_round_passes_its_cluster_models_as_shared_starts():
+    """The engine's local update tells the kernel where the start models came from: the round's k
+    cluster models and the clusters the clients chose (the gathered copies equal them)."""
+    data = _data(n_max=10, d=8)
+    model = MLP(8, 64, 3)
+    _force_plan(model, "samples")
+    seen = []
+    inner = model.deferred_steps_
+
+    def spy(w, X, steps, lr, starts=None):
+        models, index = starts
+        seen.append((int(index.shape[0]), all(torch.equal(models[k].index_select(0, index), w[k]) for k in w)))
+        return inner(w, X, steps, lr, starts=starts)
+
+    model.deferred_steps_ = spy
+    kw = {"rounds": 2, "lr": 0.3, "local_steps": 4, "participation": 0.5, "seed": 2, "device": "cpu"}
+    ClusteredFLEngine(data, model, EngineConfig(k=2, **kw)).run()
+    assert seen == [(15, True)] * 2

@@ -131,10 +131,16 @@ class BatchedModel:
         pen = self.penalty(params)
         return loss if pen is None else loss + pen
 
-    def deferred_steps_(self, w: dict[str, torch.Tensor], X: torch.Tensor, steps: list, lr: float) -> bool:
+    def deferred_steps_(
+        self, w: dict[str, torch.Tensor], X: torch.Tensor, steps: list, lr: float, starts: tuple | None = None
+    ) -> bool:
         """Optional fast path: all plain-SGD steps in place (``X`` every client's samples, one ``(idx, y,
         mask, n)`` per step: ``idx`` the rows of the step's minibatch, None for all of them), with
-        weight updates deferred where that saves work. False (nothing done) when not implemented."""
+        weight updates deferred where that saves work. False (nothing done) when not implemented.
+
+        ``starts`` (optional) ``(models, index)``: the clients start from few distinct models, ``w``
+        being ``{name: models[name][index]}``; a model may then read each distinct start once instead
+        of every client's copy (same arithmetic)."""
         return False
 
     def deferred_keys(self) -> tuple[str, ...]:
@@ -321,7 +327,7 @@ class MLP(BatchedModel):
                 dA = dA_prev
         return True
 
-    def deferred_steps_(self, w, X, steps, lr: float) -> bool:
+    def deferred_steps_(self, w, X, steps, lr: float, starts: tuple | None = None) -> bool:
         """All plain-SGD steps IN PLACE with the first layer's weight updates deferred to one product at
         the end (impl="bmm"; returns False, having changed nothing, otherwise or when deferring would
         cost more arithmetic than it saves, see :meth:`deferred_plan`).
@@ -346,6 +352,12 @@ class MLP(BatchedModel):
         Same mathematics as :meth:`fused_step_` step after step; floating-point results differ in the
         last bits. The big weight matrix is read twice and written once per local update instead of
         three passes per step.
+
+        ``starts`` = ``(models, index)`` (clients that start from few distinct models, as in a round of
+        IFCA: ``w`` holds ``models[name][index]``): the first products ``X_b W_0^T`` and the final
+        ``W_0 - lr E^T X`` read each distinct start matrix once (one batched product per start over
+        the clients that share it, see :func:`_start_products`) instead of every client's copy. The
+        products are the same per client, so the results are the same bits.
         """
         if self.impl != "bmm" or not steps:
             return False
@@ -356,7 +368,11 @@ class MLP(BatchedModel):
             return False
         W0n, b0n = self._layers[0] + ".weight", self._layers[0] + ".bias"
         with torch.no_grad():
-            tab = _DeferredTables.build(plan, X, w[W0n], steps)
+            shared = None
+            if starts is not None:
+                models, index = starts
+                shared = (models[W0n], index)
+            tab = _DeferredTables.build(plan, X, w[W0n], steps, shared)
             scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
@@ -448,8 +464,8 @@ class _DeferredTables:
     ``P = X W_0^T``, ``G = X X^T`` and the per-sample error sums ``E`` (with flat views); ``"rows"``:
     the steps' rows ``Xall``, ``P = Xall W_0^T`` and their errors ``Dall``."""
 
-    def __init__(self, plan: str, X, W0, **tables):
-        self.plan, self.X, self.W0 = plan, X, W0
+    def __init__(self, plan: str, X, W0, shared=None, **tables):
+        self.plan, self.X, self.W0, self.shared = plan, X, W0, shared
         self.B, self.n_max = int(X.shape[0]), int(X.shape[1])
         self.h0 = int(W0.shape[1])
         self.cl = torch.arange(self.B, device=X.device).unsqueeze(1)
@@ -457,22 +473,25 @@ class _DeferredTables:
             setattr(self, name, v)
 
     @classmethod
-    def build(cls, plan: str, X, W0, steps) -> _DeferredTables:
-        """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0``."""
+    def build(cls, plan: str, X, W0, steps, shared=None) -> _DeferredTables:
+        """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0`` (``shared``:
+        ``(Wk, index)`` with ``W0 = Wk[index]``, see :func:`_start_products`)."""
         B, n_max = int(X.shape[0]), int(X.shape[1])
         h0 = int(W0.shape[1])
+        shared = _shared_starts(shared, B)
         if plan == "samples":
-            P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
+            P = _start_products(X, W0, shared)  # (B, n_max, h0): the first layer of every sample at W_0
             G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
             E = torch.zeros_like(P)  # the errors so far, summed per sample
             Gf = G.view(B * n_max, n_max) if G is not None else None
-            return cls(plan, X, W0, P=P, G=G, E=E, Pf=P.view(B * n_max, h0), Ef=E.view(B * n_max, h0), Gf=Gf)
+            Pf, Ef = P.view(B * n_max, h0), E.view(B * n_max, h0)
+            return cls(plan, X, W0, shared, P=P, G=G, E=E, Pf=Pf, Ef=Ef, Gf=Gf)
         cl = torch.arange(B, device=X.device).unsqueeze(1)
         full = torch.arange(n_max, device=X.device).expand(B, n_max)
         idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
         Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
-        P = torch.bmm(Xall, W0.transpose(1, 2))
-        return cls(plan, X, W0, Xall=Xall, P=P, Dall=torch.empty_like(P))
+        P = _start_products(Xall, W0, shared)
+        return cls(plan, X, W0, shared, Xall=Xall, P=P, Dall=torch.empty_like(P))
 
     def first_layer(self, t: int, idx, lo: int, hi: int, b0, lr: float):
         """Step t's first-layer pre-activations (its rows ``lo:hi`` of all steps' rows, or ``idx`` of
@@ -506,10 +525,50 @@ class _DeferredTables:
             self.Ef.index_add_(0, where, dA.reshape(-1, self.h0))
 
     def deferred_weight(self, lr: float):
-        """The first weight matrix after all steps: ``W_0 - lr E^T X`` (or ``- lr Dall^T Xall``), out of place."""
-        if self.plan == "samples":
-            return torch.baddbmm(self.W0, self.E.transpose(1, 2), self.X, beta=1.0, alpha=-lr)
-        return torch.baddbmm(self.W0, self.Dall.transpose(1, 2), self.Xall, beta=1.0, alpha=-lr)
+        """The first weight matrix after all steps: ``W_0 - lr E^T X`` (or ``- lr Dall^T Xall``), out of
+        place (with shared starts the copy of ``W_0`` is gathered from the few start matrices, which
+        stay in cache, instead of read from every client's copy; the same values)."""
+        D, Xs = (self.E, self.X) if self.plan == "samples" else (self.Dall, self.Xall)
+        if self.shared is None:
+            return torch.baddbmm(self.W0, D.transpose(1, 2), Xs, beta=1.0, alpha=-lr)
+        Wk, index, _ = self.shared
+        # what the out-of-place product does: the start weights copied into the result, then the
+        # product added in place (one batched product, the same bits)
+        return Wk.index_select(0, index).baddbmm_(D.transpose(1, 2), Xs, beta=1.0, alpha=-lr)
+
+
+def _shared_starts(shared, B: int):
+    """``shared`` = ``(Wk, index)`` when it pays to read each distinct start once (on average at least
+    two clients per start), else None (every client's own copy is read)."""
+    if shared is None:
+        return None
+    Wk, index = shared
+    if int(index.shape[0]) != B:
+        raise ValueError(f"shared starts: {int(index.shape[0])} indices for {B} clients")
+    distinct = torch.unique(index)
+    return (Wk, index, distinct.tolist()) if 2 * len(distinct) <= B else None
+
+
+def _start_products(X, W0, shared):
+    """``X_b W0_b^T`` of every client b: (B, rows, h). Without ``shared`` one batched product over the
+    clients' own start matrices ``W0``; with ``shared`` = ``(Wk, index, distinct)`` (``W0_b =
+    Wk[index_b]``) one batched product per distinct start over the clients that start from it, the
+    start matrix broadcast (read once, from cache, instead of once per client). Every client's product
+    is the same GEMM call on the same numbers either way, so the bits agree (on one thread; with more,
+    the BLAS may split a batch differently by its size, as it may for chunks of clients)."""
+    if shared is None:
+        return torch.bmm(X, W0.transpose(1, 2))
+    Wk, index, distinct = shared
+    B, rows, d = (int(v) for v in X.shape)
+    h = int(Wk.shape[1])
+    out = torch.empty(B, rows, h, dtype=X.dtype, device=X.device)
+    for j in distinct:
+        g = (index == j).nonzero().squeeze(1)
+        Wt = Wk[j].t().expand(int(g.shape[0]), d, h)  # stride 0 over the clients: one matrix
+        if int(g.shape[0]) == B:
+            return torch.bmm(X, Wt)
+        out.index_copy_(0, g, torch.bmm(X.index_select(0, g), Wt))
+    return out
 
 
 class ModuleModel(BatchedModel):
