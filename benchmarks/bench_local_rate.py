@@ -80,6 +80,7 @@ def engine_draws(S: int, seed: int):
 def main():
     ap = bench.parser(__doc__, threads=1)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--k", type=int, default=4, help="distinct start models (IFCA's k); 0: one per client")
     ap.add_argument("--blocks", default="1,4,8", help="client_block sizes to try, comma separated")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--mm-reps", type=int, default=300, help="products per timing of the mm reference")
@@ -90,7 +91,13 @@ def main():
         g = torch.Generator().manual_seed(0)
         X, y = torch.rand(S, N, SIZES[0], generator=g), torch.randint(0, 10, (S, N), generator=g)
         n = torch.full((S,), N)
-        params = model.init(S, 0)
+        if a.k > 0:  # a round of IFCA: every client starts from the cluster model it chose
+            models = model.init(a.k, 0)
+            index = torch.as_tensor(np.random.default_rng(1).integers(0, a.k, S))
+            params = {name: v.index_select(0, index) for name, v in models.items()}
+            starts = (models, index)
+        else:
+            params, starts = model.init(S, 0), None
         A, W = torch.randn(BATCH, SIZES[0]), torch.randn(SIZES[0], SIZES[1])
         A_own = torch.randn(N, SIZES[0])
         flops = S * STEPS * BATCH * model.flops_per_sample()["train_step"]
@@ -104,7 +111,7 @@ def main():
             for _ in range(a.mm_reps):
                 torch.mm(A_own, W)
 
-        def engine(block, defer=False):  # defer=True: the default of the engine
+        def engine(block, defer=False, shared=True):  # defer=True: the default of the engine
             return lambda: local_train(
                 model,
                 params,
@@ -114,6 +121,7 @@ def main():
                 n,
                 LocalTraining(steps=STEPS, lr=LR, batch_size=BATCH, client_block=block, defer_updates=defer),
                 gen=np.random.default_rng(7),
+                starts=starts if shared else None,
             )[0]
 
         W_all = params["0.weight"]
@@ -123,6 +131,8 @@ def main():
             "copy of the first-layer weights": lambda: W_all.clone(),
             "engine (default)": engine(None, True),
         }
+        if starts is not None:
+            cases["engine, deferred, per-client starts"] = engine(None, True, shared=False)
         blocks = [int(v) for v in a.blocks.split(",") if v]
         for b in blocks:
             cases[f"engine, deferred, blocks of {b}"] = engine(b, True)
@@ -195,7 +205,7 @@ def main():
                 "max diff vs loop",
             ],
             rows,
-            title=f"Local training, {S} clients x {STEPS} steps of batch {BATCH}, MLP "
+            title=f"Local training, {S} clients ({starts_text(a.k)}) x {STEPS} steps of batch {BATCH}, MLP "
             f"{'-'.join(map(str, SIZES))}, {torch.get_num_threads()} thread(s), "
             f"{a.repeats} interleaved repeats; deferred plan: {plan}; load average {load()}",
         )
@@ -205,6 +215,10 @@ def main():
             f"{S} clients' first-layer weights, {W_all.numel() * W_all.element_size() / 2**20:.0f} MB) / time: "
             f"1.00 = as fast as this machine's small GEMM and memory allow."
         )
+
+
+def starts_text(k: int) -> str:
+    return f"starting from {k} models" if k > 0 else "each from its own model"
 
 
 def load() -> str:

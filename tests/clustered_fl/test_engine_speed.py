@@ -11,6 +11,7 @@ from cfl_synthetic import two_group_clients
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
 from fedclust.clustered_fl import models as models_module
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
+from fedclust.clustered_fl.engine.kernels import _Batcher
 
 
 def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
@@ -324,3 +325,19 @@ def test_engine_round_passes_its_cluster_models_as_shared_starts():
     kw = {"rounds": 2, "lr": 0.3, "local_steps": 4, "participation": 0.5, "seed": 2, "device": "cpu"}
     ClusteredFLEngine(data, model, EngineConfig(k=2, **kw)).run()
     assert seen == [(15, True)] * 2
+
+
+def test_all_draws_at_once_equal_the_draws_step_by_step():
+    """The deferred path draws all steps' minibatches in one call of the generator: the same indices
+    as one draw per step, and the generator ends in the same state."""
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randn(5, 9, 4, generator=g), torch.randint(0, 3, (5, 9), generator=g)
+    n = torch.tensor([9, 4, 9, 6, 9])
+    a, b = np.random.default_rng(8), np.random.default_rng(8)
+    at_once = _Batcher(X, y, n, 3, None, a).all_indices(4)
+    per_step = _Batcher(X, y, n, 3, None, b)
+    for s, (idx, yb, _mask, nb) in enumerate(at_once):
+        ref_idx, ref_n = per_step.indices(s)
+        assert torch.equal(idx, ref_idx) and torch.equal(nb, ref_n)
+        assert torch.equal(yb, y[torch.arange(5).unsqueeze(1), ref_idx])
+    assert a.random() == b.random()

@@ -469,6 +469,7 @@ class _DeferredTables:
         self.B, self.n_max = int(X.shape[0]), int(X.shape[1])
         self.h0 = int(W0.shape[1])
         self.cl = torch.arange(self.B, device=X.device).unsqueeze(1)
+        self.first_row = self.cl * self.n_max  # (B, 1): each client's first row in the flat tables
         for name, v in tables.items():
             setattr(self, name, v)
 
@@ -503,7 +504,7 @@ class _DeferredTables:
                 h.baddbmm_(self.G, self.E, alpha=-lr)
             return h, None
         if self.plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
-            where = (self.cl * self.n_max + idx).reshape(-1)
+            where = (self.first_row + idx).reshape(-1)
             b = int(idx.shape[1])
             h = self.Pf.index_select(0, where).view(self.B, b, self.h0).add_(b0.unsqueeze(1))
             if t > 0:

@@ -79,12 +79,15 @@ class _Batcher:
             self.per_epoch = math.ceil(self.n_max / batch_size)
 
     def _perm(self):
-        keys = self.gen.random((self.B, self.n_max))
+        return torch.as_tensor(self._sort(self.gen.random((self.B, self.n_max)))).to(self.X.device)
+
+    def _sort(self, keys: np.ndarray) -> np.ndarray:
+        """Every client's samples in the order of its keys (last axis), padding last."""
         if self._valid is None:
             self._valid = _mask(self.n, self.n_max).cpu().numpy()
         # padding goes last; a new array, since the keys may be a read-only view of the round's draws
         keys = np.where(self._valid, keys, np.inf)
-        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
+        return np.argsort(keys, axis=-1, kind="stable")
 
     def __call__(self, s: int):
         if self.bs is None or self.bs >= self.n_max:
@@ -105,7 +108,14 @@ class _Batcher:
         copied."""
         if self.bs is None or self.bs >= self.n_max:
             return [(None, self.y, self.full_mask, self.n) for _ in range(steps)]
-        drawn = [self.indices(s) for s in range(steps)]
+        if self.epochs is None and isinstance(self.gen, np.random.Generator) and steps > 0:
+            # all steps' keys in one call and one sort: the same numbers, in the same order, as one
+            # (B, n_max) call per step (the generator fills an array in order)
+            first = self._sort(self.gen.random((steps, self.B, self.n_max)))[:, :, : self.bs]
+            nb = self.n.clamp(max=self.bs)
+            drawn = [(i, nb) for i in torch.as_tensor(first).to(self.X.device).unbind(0)]
+        else:
+            drawn = [self.indices(s) for s in range(steps)]
         idx_all = torch.cat([i for i, _ in drawn], 1)
         y_all = self.y[torch.arange(self.B, device=self.X.device).unsqueeze(1), idx_all]  # one gather
         same = None
@@ -319,7 +329,8 @@ def _train_steps(model, w, u, data: tuple, settings: LocalTraining, gen, defer=F
     drawn = None
     if defer and u is None and model.deferred_keys():
         drawn = batcher.all_indices(steps)
-        if not any(bool((d[3] == 0).any()) for d in drawn) and model.deferred_steps_(w, X, drawn, lr, starts=starts):
+        sizes = {id(d[3]): d[3] for d in drawn}.values()  # the steps often share one sizes tensor
+        if not any(bool((nb == 0).any()) for nb in sizes) and model.deferred_steps_(w, X, drawn, lr, starts=starts):
             return
     for k in borrowed:
         w[k] = w[k].clone()
