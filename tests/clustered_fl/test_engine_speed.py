@@ -341,3 +341,27 @@ def test_all_draws_at_once_equal_the_draws_step_by_step():
         assert torch.equal(idx, ref_idx) and torch.equal(nb, ref_n)
         assert torch.equal(yb, y[torch.arange(5).unsqueeze(1), ref_idx])
     assert a.random() == b.random()
+
+
+@pytest.mark.parametrize("agrees", [True, False], ids=["stacked_agrees", "stacked_differs"])
+def test_group_products_use_the_stacked_product_only_where_it_gave_the_same_bits(agrees, monkeypatch):
+    """The products of clients that share a start matrix come from one product over their stacked
+    rows only after that product gave the per-client products' bits for the same shape; where it
+    did not (here: made to differ in the last bit) every later call keeps the per-client products."""
+    monkeypatch.setattr(models_module, "_STACKED_SAME", {})
+    calls = []
+
+    def stacked(Xg, W):  # stands in for the BLAS: the per-client bits, or one ulp off them
+        calls.append(int(Xg.shape[0]))
+        out = torch.bmm(Xg, W.t().expand(Xg.shape[0], *W.t().shape))
+        return out if agrees else torch.nextafter(out, torch.full_like(out, float("inf")))
+
+    monkeypatch.setattr(models_module, "_stacked_products", stacked)
+    g = torch.Generator().manual_seed(5)
+    W = torch.randn(24, 40, generator=g)
+    for _ in range(3):
+        Xg = torch.randn(4, 16, 40, generator=g)
+        ref = torch.bmm(Xg, W.t().unsqueeze(0).repeat(4, 1, 1))  # every client with its own copy
+        assert torch.equal(models_module._group_products(Xg, W), ref)
+    assert calls == [4, 4, 4] if agrees else calls == [4]
+    assert list(models_module._STACKED_SAME.values()) == [agrees]
