@@ -3,6 +3,8 @@
 Workload: the local update of the rotated-MNIST comparison (``bench_vs_frameworks.py``): S clients
 (default 32) of 30 samples with 784 features, MLP 784-200-10, 10 SGD steps of minibatches of 10 drawn
 without replacement per step, lr 0.1. Random inputs: the FLOP rate does not depend on the pixels.
+As in a round of IFCA, the clients start from ``--k`` cluster models (default 4; each client's copy
+gathered from the one it chose, at random); ``--k 0`` gives every client a model of its own.
 
 Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over ``--repeats``):
 
@@ -11,7 +13,10 @@ Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over
   over a client's 30 samples, which the ``"samples"`` plan computes), repeated;
 * ``engine (default)``: :func:`fedclust.clustered_fl.engine.local_train` of all S clients at once as
   the engine runs it: the first layer's updates deferred (:meth:`MLP.deferred_steps_`, the way
-  :meth:`MLP.deferred_plan` picks: here over each client's 30 samples);
+  :meth:`MLP.deferred_plan` picks: here over each client's 30 samples), told which cluster model each
+  client starts from (``starts``), so that every start matrix is read once;
+* ``engine, deferred, per-client starts``: the same without ``starts``: every client's first product
+  and final update read its own copy of the start weights (the kernel before shared starts);
 * ``engine, deferred, blocks of b``: the same with ``client_block=b`` (client-major blocks);
 * ``engine, step by step``: ``defer_updates=False``, every step in turn (also with blocks);
 * ``loop``: one ``nn.Sequential`` + ``torch.optim.SGD`` per client, the per-client loop.
@@ -21,21 +26,27 @@ the backward it needs: ``MLP.flops_per_sample()["train_step"]`` x 10 samples x 1
 for every case alike: the rate at which the local update gets done. ``GFLOP/s (done)`` counts the
 arithmetic a case actually performs (the deferred ways do less: one product over a client's samples
 replaces one per step); its ratio to the references (``done / mm``: the 10-row product; ``done / mm own``: the 30-row
-product) says how close the kernels run to the machine's small-GEMM rate. The deferred update of 32 distinct models also has to read every start model and
-write every trained one (20 MB each way): ``floor / time`` sets the time at the mm rate plus one
-copy of the first-layer weights (measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
+product) says how close the kernels run to the machine's small-GEMM rate. The deferred update also
+has to write every trained first-layer matrix (20 MB) and, without shared starts, read every start
+copy: ``floor / time`` sets the time at the mm rate plus one copy of the first-layer weights
+(measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
 parameter: float rounding only).
 
     python benchmarks/bench_local_rate.py [--clients 32] [--blocks 1,4,8] [--repeats 5] [--threads 1]
 
-Measured on the shared 2-core development machine at load 0.75 (``--repeats 5 --blocks 8``): the
-engine's default (deferred, ``"samples"`` plan) did its arithmetic at 52.1 GFLOP/s, 0.72 of the
-10-row product (72.5 GFLOP/s) and 0.55 of the product of its own shape (30 rows, 95.0 GFLOP/s);
-floor / time 0.80; 6.3x the per-client loop. The references multiply by one weight matrix that
-stays in cache, while the kernel streams 32 distinct first-layer matrices (20 MB): the first product
-over those (``torch.bmm`` of 32 x (30x784 @ 784x200)) alone took 4.4 ms against 3.3 ms for 32 of the
-30-row products with one weight, and the final update ``W0 - lr E^T X`` (out of place, since the
-start weights may be the caller's) 3.9 ms, of which about 1 ms is copying the start weights.
+Measured on the shared 2-core development machine at load 2.3 (``OMP_NUM_THREADS=1 python
+benchmarks/bench_local_rate.py --repeats 5 --blocks 8``, three runs): the engine's default (deferred,
+``"samples"`` plan, 32 clients from 4 start models) took 11.9, 11.9 and 15.7 ms (the last while
+the references slowed too), its arithmetic at 0.80-0.84 of the 10-row product and 0.63-0.64 of the
+product of its own shape (30 rows, 72-97 GFLOP/s); floor / time 0.87-0.93. The same kernel reading
+every client's copy of the start weights, in the same runs: 0.57-0.59 of the own-shape product in
+the first two (12.7 and 13.3 ms), 0.42 in the third (before shared starts: 0.55 at load 0.75).
+The results are the same bits either way. Where the rest goes, timed alone (warm caches, load 2):
+the first products 3.0-3.3 ms, ``X X^T`` 0.85 ms, the ten steps 2.5-2.7 ms (small batched
+products of the layers above the first: ``(10x200) @ (200x10)`` per client, a softmax over 10
+classes, ...), the final ``W0 - lr E^T X`` 3.4 ms (a 30-deep product that writes 20 MB), so the
+kernel stays under 0.7 of the 30-row product that keeps one weight matrix in cache: the first
+products and the final update run at 0.9-1.0 of its rate, the steps and ``X X^T`` far below it.
 """
 
 from __future__ import annotations
