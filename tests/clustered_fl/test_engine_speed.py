@@ -273,26 +273,40 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
 @pytest.mark.parametrize("plan", ["samples", "rows"])
 @pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
 @pytest.mark.parametrize("client_block", [None, 4])
-def test_shared_starts_multiply_each_start_once_with_the_same_bits(plan, batch_size, client_block, monkeypatch):
-    """Clients that start from 3 models (``starts``, as in a round of IFCA): the deferred path runs one
-    batched product per start matrix over the clients that share it (a block of one client reads its
-    own copy) and gives the models of the per-client copies bit for bit; nothing passed in changes."""
+@pytest.mark.parametrize(
+    ("starts_of", "stack_rows"),
+    [([2, 0, 2, 0, 1, 1, 2, 1, 0], 4096), ([2, 0, 2, 0, 1, 1, 2, 1, 0], 18), ([0] * 9, 4096)],
+    ids=["three_models", "three_models_few_rows_per_product", "one_model"],
+)
+def test_shared_starts_multiply_each_start_once_with_the_same_bits(
+    plan, batch_size, client_block, starts_of, stack_rows, monkeypatch
+):
+    """Clients that start from 3 models (or one; ``starts``, as in a round of IFCA): the deferred path
+    multiplies each start matrix with the rows of the clients that share it (at most ``STACK_ROWS``
+    rows at a time; a block of one client reads its own copy) and gives the models of the per-client
+    copies bit for bit; nothing passed in changes."""
     model = MLP(12, (16,), 4)
     _force_plan(model, plan)
-    shared_calls = []
-    inner = models_module._start_products
+    monkeypatch.setattr(models_module, "STACK_ROWS", stack_rows)
+    shared_calls, group_sizes = [], []
+    inner, inner_group = models_module._start_products, models_module._group_products
 
     def spy(X, W0, shared):
         shared_calls.append(shared is not None)
         return inner(X, W0, shared)
 
+    def spy_group(Xg, W):
+        group_sizes.append((int(Xg.shape[0]), int(Xg.shape[1])))
+        return inner_group(Xg, W)
+
     monkeypatch.setattr(models_module, "_start_products", spy)
+    monkeypatch.setattr(models_module, "_group_products", spy_group)
     g = torch.Generator().manual_seed(0)
     B, n_max = 9, 9
     X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
     n = torch.tensor([9, 9, 5, 9, 2, 9, 7, 9, 9])
     base = model.init(3, 1)
-    index = torch.tensor([2, 0, 2, 0, 1, 1, 2, 1, 0])  # blocks of 4: {0, 2}, {1, 2}, then one client
+    index = torch.tensor(starts_of)  # three models: blocks of 4 start from {0, 2}, {1, 2}, then one client
     params = {k: v.index_select(0, index) for k, v in base.items()}
     before = {k: v.clone() for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items()}
     settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, client_block=client_block)
@@ -300,6 +314,8 @@ def test_shared_starts_multiply_each_start_once_with_the_same_bits(plan, batch_s
     ref, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2))
     blocks = [True] if client_block is None else [True, True, False]
     assert shared_calls == blocks + [False] * len(blocks)
+    assert sum(m for m, _ in group_sizes) == (B if client_block is None else 8)
+    assert all(m * rows <= stack_rows or m == 1 for m, rows in group_sizes)
     for k in params:
         assert torch.equal(got[k], ref[k]), k
         assert not torch.equal(got[k], params[k]), k

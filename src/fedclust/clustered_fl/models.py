@@ -550,23 +550,30 @@ def _shared_starts(shared, B: int):
     return (Wk, index, distinct.tolist()) if 2 * len(distinct) <= B else None
 
 
+#: most rows of one product over the stacked rows of clients that share a start matrix (bounds the
+#: copy of their rows that the product needs to a few MB)
+STACK_ROWS = 4096
+
+
 def _start_products(X, W0, shared):
     """``X_b W0_b^T`` of every client b: (B, rows, h). Without ``shared`` one batched product over the
     clients' own start matrices ``W0``; with ``shared`` = ``(Wk, index, distinct)`` (``W0_b =
-    Wk[index_b]``) the products of the clients that start from the same matrix together
-    (:func:`_group_products`), each start matrix read once (from cache) instead of once per client."""
+    Wk[index_b]``) the products of the clients that start from the same matrix together, at most
+    :data:`STACK_ROWS` rows at a time (:func:`_group_products`), each start matrix read once per such
+    group (from cache) instead of once per client."""
     if shared is None:
         return torch.bmm(X, W0.transpose(1, 2))
     Wk, index, distinct = shared
     B, rows = int(X.shape[0]), int(X.shape[1])
-    out = None
+    step = max(1, STACK_ROWS // max(rows, 1))
+    if len(distinct) == 1 and B <= step:  # one start matrix: the clients' rows as they are
+        return _group_products(X, Wk[distinct[0]])
+    out = torch.empty(B, rows, int(Wk.shape[1]), dtype=X.dtype, device=X.device)
     for j in distinct:
         g = (index == j).nonzero().squeeze(1)
-        if int(g.shape[0]) == B:
-            return _group_products(X, Wk[j])
-        if out is None:
-            out = torch.empty(B, rows, int(Wk.shape[1]), dtype=X.dtype, device=X.device)
-        out.index_copy_(0, g, _group_products(X.index_select(0, g), Wk[j]))
+        for a in range(0, int(g.shape[0]), step):
+            part = g[a : a + step]
+            out.index_copy_(0, part, _group_products(X.index_select(0, part), Wk[j]))
     return out
 
 
