@@ -355,9 +355,9 @@ class MLP(BatchedModel):
 
         ``starts`` = ``(models, index)`` (clients that start from few distinct models, as in a round of
         IFCA: ``w`` holds ``models[name][index]``): the first products ``X_b W_0^T`` and the final
-        ``W_0 - lr E^T X`` read each distinct start matrix once (one batched product per start over
-        the clients that share it, see :func:`_start_products`) instead of every client's copy. The
-        products are the same per client, so the results are the same bits.
+        ``W_0 - lr E^T X`` read each distinct start matrix once (the clients that share it multiplied
+        together, see :func:`_start_products`) instead of every client's copy. Every client gets the
+        bits of its own product, so the results are the same bits as without ``starts``.
         """
         if self.impl != "bmm" or not steps:
             return False
@@ -539,8 +539,9 @@ class _DeferredTables:
 
 
 def _shared_starts(shared, B: int):
-    """``shared`` = ``(Wk, index)`` when it pays to read each distinct start once (on average at least
-    two clients per start), else None (every client's own copy is read)."""
+    """``(Wk, index, distinct starts)`` from ``shared`` = ``(Wk, index)`` when it pays to read each
+    distinct start once (on average at least two clients per start), else None (every client's own
+    copy is read)."""
     if shared is None:
         return None
     Wk, index = shared
