@@ -3,6 +3,8 @@
 Workload: the local update of the rotated-MNIST comparison (``bench_vs_frameworks.py``): S clients
 (default 32) of 30 samples with 784 features, MLP 784-200-10, 10 SGD steps of minibatches of 10 drawn
 without replacement per step, lr 0.1. Random inputs: the FLOP rate does not depend on the pixels.
+As in a round of IFCA, the clients start from ``--k`` cluster models (default 4; each client's copy
+gathered from the one it chose, at random); ``--k 0`` gives every client a model of its own.
 
 Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over ``--repeats``):
 
@@ -11,7 +13,10 @@ Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over
   over a client's 30 samples, which the ``"samples"`` plan computes), repeated;
 * ``engine (default)``: :func:`fedclust.clustered_fl.engine.local_train` of all S clients at once as
   the engine runs it: the first layer's updates deferred (:meth:`MLP.deferred_steps_`, the way
-  :meth:`MLP.deferred_plan` picks: here over each client's 30 samples);
+  :meth:`MLP.deferred_plan` picks: here over each client's 30 samples), told which cluster model each
+  client starts from (``starts``), so that every start matrix is read once;
+* ``engine, deferred, per-client starts``: the same without ``starts``: every client's first product
+  and final update read its own copy of the start weights (the kernel before shared starts);
 * ``engine, deferred, blocks of b``: the same with ``client_block=b`` (client-major blocks);
 * ``engine, step by step``: ``defer_updates=False``, every step in turn (also with blocks);
 * ``loop``: one ``nn.Sequential`` + ``torch.optim.SGD`` per client, the per-client loop.
@@ -21,21 +26,27 @@ the backward it needs: ``MLP.flops_per_sample()["train_step"]`` x 10 samples x 1
 for every case alike: the rate at which the local update gets done. ``GFLOP/s (done)`` counts the
 arithmetic a case actually performs (the deferred ways do less: one product over a client's samples
 replaces one per step); its ratio to the references (``done / mm``: the 10-row product; ``done / mm own``: the 30-row
-product) says how close the kernels run to the machine's small-GEMM rate. The deferred update of 32 distinct models also has to read every start model and
-write every trained one (20 MB each way): ``floor / time`` sets the time at the mm rate plus one
-copy of the first-layer weights (measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
+product) says how close the kernels run to the machine's small-GEMM rate. The deferred update also
+has to write every trained first-layer matrix (20 MB) and, without shared starts, read every start
+copy: ``floor / time`` sets the time at the mm rate plus one copy of the first-layer weights
+(measured in the same repeats) against the measured time. Every case is compared with the per-client loop (largest difference of any
 parameter: float rounding only).
 
     python benchmarks/bench_local_rate.py [--clients 32] [--blocks 1,4,8] [--repeats 5] [--threads 1]
 
-Measured on the shared 2-core development machine at load 0.75 (``--repeats 5 --blocks 8``): the
-engine's default (deferred, ``"samples"`` plan) did its arithmetic at 52.1 GFLOP/s, 0.72 of the
-10-row product (72.5 GFLOP/s) and 0.55 of the product of its own shape (30 rows, 95.0 GFLOP/s);
-floor / time 0.80; 6.3x the per-client loop. The references multiply by one weight matrix that
-stays in cache, while the kernel streams 32 distinct first-layer matrices (20 MB): the first product
-over those (``torch.bmm`` of 32 x (30x784 @ 784x200)) alone took 4.4 ms against 3.3 ms for 32 of the
-30-row products with one weight, and the final update ``W0 - lr E^T X`` (out of place, since the
-start weights may be the caller's) 3.9 ms, of which about 1 ms is copying the start weights.
+Measured on the shared 2-core development machine at load 2.3 (``OMP_NUM_THREADS=1 python
+benchmarks/bench_local_rate.py --repeats 5 --blocks 8``, three runs): the engine's default (deferred,
+``"samples"`` plan, 32 clients from 4 start models) took 11.9, 11.9 and 15.7 ms (the last while
+the references slowed too), its arithmetic at 0.80-0.84 of the 10-row product and 0.63-0.64 of the
+product of its own shape (30 rows, 72-97 GFLOP/s); floor / time 0.87-0.93. The same kernel reading
+every client's copy of the start weights, in the same runs: 0.57-0.59 of the own-shape product in
+the first two (12.7 and 13.3 ms), 0.42 in the third (before shared starts: 0.55 at load 0.75).
+The results are the same bits either way. Where the rest goes, timed alone (warm caches, load 2):
+the first products 3.0-3.3 ms, ``X X^T`` 0.85 ms, the ten steps 2.5-2.7 ms (small batched
+products of the layers above the first: ``(10x200) @ (200x10)`` per client, a softmax over 10
+classes, ...), the final ``W0 - lr E^T X`` 3.4 ms (a 30-deep product that writes 20 MB), so the
+kernel stays under 0.7 of the 30-row product that keeps one weight matrix in cache: the first
+products and the final update run at 0.9-1.0 of its rate, the steps and ``X X^T`` far below it.
 """
 
 from __future__ import annotations
@@ -80,6 +91,7 @@ def engine_draws(S: int, seed: int):
 def main():
     ap = bench.parser(__doc__, threads=1)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--k", type=int, default=4, help="distinct start models (IFCA's k); 0: one per client")
     ap.add_argument("--blocks", default="1,4,8", help="client_block sizes to try, comma separated")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--mm-reps", type=int, default=300, help="products per timing of the mm reference")
@@ -90,7 +102,13 @@ def main():
         g = torch.Generator().manual_seed(0)
         X, y = torch.rand(S, N, SIZES[0], generator=g), torch.randint(0, 10, (S, N), generator=g)
         n = torch.full((S,), N)
-        params = model.init(S, 0)
+        if a.k > 0:  # a round of IFCA: every client starts from the cluster model it chose
+            models = model.init(a.k, 0)
+            index = torch.as_tensor(np.random.default_rng(1).integers(0, a.k, S))
+            params = {name: v.index_select(0, index) for name, v in models.items()}
+            starts = (models, index)
+        else:
+            params, starts = model.init(S, 0), None
         A, W = torch.randn(BATCH, SIZES[0]), torch.randn(SIZES[0], SIZES[1])
         A_own = torch.randn(N, SIZES[0])
         flops = S * STEPS * BATCH * model.flops_per_sample()["train_step"]
@@ -104,7 +122,7 @@ def main():
             for _ in range(a.mm_reps):
                 torch.mm(A_own, W)
 
-        def engine(block, defer=False):  # defer=True: the default of the engine
+        def engine(block, defer=False, shared=True):  # defer=True: the default of the engine
             return lambda: local_train(
                 model,
                 params,
@@ -114,6 +132,7 @@ def main():
                 n,
                 LocalTraining(steps=STEPS, lr=LR, batch_size=BATCH, client_block=block, defer_updates=defer),
                 gen=np.random.default_rng(7),
+                starts=starts if shared else None,
             )[0]
 
         W_all = params["0.weight"]
@@ -123,6 +142,8 @@ def main():
             "copy of the first-layer weights": lambda: W_all.clone(),
             "engine (default)": engine(None, True),
         }
+        if starts is not None:
+            cases["engine, deferred, per-client starts"] = engine(None, True, shared=False)
         blocks = [int(v) for v in a.blocks.split(",") if v]
         for b in blocks:
             cases[f"engine, deferred, blocks of {b}"] = engine(b, True)
@@ -195,7 +216,7 @@ def main():
                 "max diff vs loop",
             ],
             rows,
-            title=f"Local training, {S} clients x {STEPS} steps of batch {BATCH}, MLP "
+            title=f"Local training, {S} clients ({starts_text(a.k)}) x {STEPS} steps of batch {BATCH}, MLP "
             f"{'-'.join(map(str, SIZES))}, {torch.get_num_threads()} thread(s), "
             f"{a.repeats} interleaved repeats; deferred plan: {plan}; load average {load()}",
         )
@@ -205,6 +226,10 @@ def main():
             f"{S} clients' first-layer weights, {W_all.numel() * W_all.element_size() / 2**20:.0f} MB) / time: "
             f"1.00 = as fast as this machine's small GEMM and memory allow."
         )
+
+
+def starts_text(k: int) -> str:
+    return f"starting from {k} models" if k > 0 else "each from its own model"
 
 
 def load() -> str:

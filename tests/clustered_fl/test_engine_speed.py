@@ -9,7 +9,9 @@ import torch
 from cfl_synthetic import two_group_clients
 
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
+from fedclust.clustered_fl import models as models_module
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
+from fedclust.clustered_fl.engine.kernels import _Batcher
 
 
 def _data(n_clients=30, n_max=10, d=8, n_classes=3, seed=0):
@@ -125,8 +127,8 @@ def _force_plan(model, plan):
     model.deferred_plan = lambda n_max, rows: plan
     inner = model.deferred_steps_
 
-    def spy(w, X, steps, lr):
-        done = inner(w, X, steps, lr)
+    def spy(w, X, steps, lr, starts=None):
+        done = inner(w, X, steps, lr, starts=starts)
         if done:
             ran.append(plan)
         return done
@@ -266,3 +268,116 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
     for k in out[True][0]:
         assert torch.equal(out[True][0][k], out[False][0][k]), k
     assert out[True][1] == out[False][1]
+
+
+@pytest.mark.parametrize("plan", ["samples", "rows"])
+@pytest.mark.parametrize("batch_size", [3, None], ids=["minibatch", "full_batch"])
+@pytest.mark.parametrize("client_block", [None, 4])
+@pytest.mark.parametrize(
+    ("starts_of", "stack_rows"),
+    [([2, 0, 2, 0, 1, 1, 2, 1, 0], 4096), ([2, 0, 2, 0, 1, 1, 2, 1, 0], 18), ([0] * 9, 4096)],
+    ids=["three_models", "three_models_few_rows_per_product", "one_model"],
+)
+def test_shared_starts_multiply_each_start_once_with_the_same_bits(
+    plan, batch_size, client_block, starts_of, stack_rows, monkeypatch
+):
+    """Clients that start from 3 models (or one; ``starts``, as in a round of IFCA): the deferred path
+    multiplies each start matrix with the rows of the clients that share it (at most ``STACK_ROWS``
+    rows at a time; a block of one client reads its own copy) and gives the models of the per-client
+    copies bit for bit; nothing passed in changes."""
+    model = MLP(12, (16,), 4)
+    _force_plan(model, plan)
+    monkeypatch.setattr(models_module, "STACK_ROWS", stack_rows)
+    shared_calls, group_sizes = [], []
+    inner, inner_group = models_module._start_products, models_module._group_products
+
+    def spy(X, W0, shared):
+        shared_calls.append(shared is not None)
+        return inner(X, W0, shared)
+
+    def spy_group(Xg, W):
+        group_sizes.append((int(Xg.shape[0]), int(Xg.shape[1])))
+        return inner_group(Xg, W)
+
+    monkeypatch.setattr(models_module, "_start_products", spy)
+    monkeypatch.setattr(models_module, "_group_products", spy_group)
+    g = torch.Generator().manual_seed(0)
+    B, n_max = 9, 9
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.tensor([9, 9, 5, 9, 2, 9, 7, 9, 9])
+    base = model.init(3, 1)
+    index = torch.tensor(starts_of)  # three models: blocks of 4 start from {0, 2}, {1, 2}, then one client
+    params = {k: v.index_select(0, index) for k, v in base.items()}
+    before = {k: v.clone() for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items()}
+    settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, client_block=client_block)
+    got, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2), starts=(base, index))
+    ref, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2))
+    blocks = [True] if client_block is None else [True, True, False]
+    assert shared_calls == blocks + [False] * len(blocks)
+    assert sum(m for m, _ in group_sizes) == (B if client_block is None else 8)
+    assert all(m * rows <= stack_rows or m == 1 for m, rows in group_sizes)
+    for k in params:
+        assert torch.equal(got[k], ref[k]), k
+        assert not torch.equal(got[k], params[k]), k
+    for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_engine_round_passes_its_cluster_models_as_shared_starts():
+    """The engine's local update tells the kernel where the start models came from: the round's k
+    cluster models and the clusters the clients chose (the gathered copies equal them)."""
+    data = _data(n_max=10, d=8)
+    model = MLP(8, 64, 3)
+    _force_plan(model, "samples")
+    seen = []
+    inner = model.deferred_steps_
+
+    def spy(w, X, steps, lr, starts=None):
+        models, index = starts
+        seen.append((int(index.shape[0]), all(torch.equal(models[k].index_select(0, index), w[k]) for k in w)))
+        return inner(w, X, steps, lr, starts=starts)
+
+    model.deferred_steps_ = spy
+    kw = {"rounds": 2, "lr": 0.3, "local_steps": 4, "participation": 0.5, "seed": 2, "device": "cpu"}
+    ClusteredFLEngine(data, model, EngineConfig(k=2, **kw)).run()
+    assert seen == [(15, True)] * 2
+
+
+def test_all_draws_at_once_equal_the_draws_step_by_step():
+    """The deferred path draws all steps' minibatches in one call of the generator: the same indices
+    as one draw per step, and the generator ends in the same state."""
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randn(5, 9, 4, generator=g), torch.randint(0, 3, (5, 9), generator=g)
+    n = torch.tensor([9, 4, 9, 6, 9])
+    a, b = np.random.default_rng(8), np.random.default_rng(8)
+    at_once = _Batcher(X, y, n, 3, None, a).all_indices(4)
+    per_step = _Batcher(X, y, n, 3, None, b)
+    for s, (idx, yb, _mask, nb) in enumerate(at_once):
+        ref_idx, ref_n = per_step.indices(s)
+        assert torch.equal(idx, ref_idx) and torch.equal(nb, ref_n)
+        assert torch.equal(yb, y[torch.arange(5).unsqueeze(1), ref_idx])
+    assert a.random() == b.random()
+
+
+@pytest.mark.parametrize("agrees", [True, False], ids=["stacked_agrees", "stacked_differs"])
+def test_group_products_use_the_stacked_product_only_where_it_gave_the_same_bits(agrees, monkeypatch):
+    """The products of clients that share a start matrix come from one product over their stacked
+    rows only after that product gave the per-client products' bits for the same shape; where it
+    did not (here: made to differ in the last bit) every later call keeps the per-client products."""
+    monkeypatch.setattr(models_module, "_STACKED_SAME", {})
+    calls = []
+
+    def stacked(Xg, W):  # stands in for the BLAS: the per-client bits, or one ulp off them
+        calls.append(int(Xg.shape[0]))
+        out = torch.bmm(Xg, W.t().expand(Xg.shape[0], *W.t().shape))
+        return out if agrees else torch.nextafter(out, torch.full_like(out, float("inf")))
+
+    monkeypatch.setattr(models_module, "_stacked_products", stacked)
+    g = torch.Generator().manual_seed(5)
+    W = torch.randn(24, 40, generator=g)
+    for _ in range(3):
+        Xg = torch.randn(4, 16, 40, generator=g)
+        ref = torch.bmm(Xg, W.t().unsqueeze(0).repeat(4, 1, 1))  # every client with its own copy
+        assert torch.equal(models_module._group_products(Xg, W), ref)
+    assert calls == [4, 4, 4] if agrees else calls == [4]
+    assert list(models_module._STACKED_SAME.values()) == [agrees]

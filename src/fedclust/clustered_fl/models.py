@@ -131,10 +131,16 @@ class BatchedModel:
         pen = self.penalty(params)
         return loss if pen is None else loss + pen
 
-    def deferred_steps_(self, w: dict[str, torch.Tensor], X: torch.Tensor, steps: list, lr: float) -> bool:
+    def deferred_steps_(
+        self, w: dict[str, torch.Tensor], X: torch.Tensor, steps: list, lr: float, starts: tuple | None = None
+    ) -> bool:
         """Optional fast path: all plain-SGD steps in place (``X`` every client's samples, one ``(idx, y,
         mask, n)`` per step: ``idx`` the rows of the step's minibatch, None for all of them), with
-        weight updates deferred where that saves work. False (nothing done) when not implemented."""
+        weight updates deferred where that saves work. False (nothing done) when not implemented.
+
+        ``starts`` (optional) ``(models, index)``: the clients start from few distinct models, ``w``
+        being ``{name: models[name][index]}``; a model may then read each distinct start once instead
+        of every client's copy (same arithmetic)."""
         return False
 
     def deferred_keys(self) -> tuple[str, ...]:
@@ -321,7 +327,7 @@ class MLP(BatchedModel):
                 dA = dA_prev
         return True
 
-    def deferred_steps_(self, w, X, steps, lr: float) -> bool:
+    def deferred_steps_(self, w, X, steps, lr: float, starts: tuple | None = None) -> bool:
         """All plain-SGD steps IN PLACE with the first layer's weight updates deferred to one product at
         the end (impl="bmm"; returns False, having changed nothing, otherwise or when deferring would
         cost more arithmetic than it saves, see :meth:`deferred_plan`).
@@ -346,6 +352,12 @@ class MLP(BatchedModel):
         Same mathematics as :meth:`fused_step_` step after step; floating-point results differ in the
         last bits. The big weight matrix is read twice and written once per local update instead of
         three passes per step.
+
+        ``starts`` = ``(models, index)`` (clients that start from few distinct models, as in a round of
+        IFCA: ``w`` holds ``models[name][index]``): the first products ``X_b W_0^T`` and the final
+        ``W_0 - lr E^T X`` read each distinct start matrix once (the clients that share it multiplied
+        together, see :func:`_start_products`) instead of every client's copy. Every client gets the
+        bits of its own product, so the results are the same bits as without ``starts``.
         """
         if self.impl != "bmm" or not steps:
             return False
@@ -356,7 +368,11 @@ class MLP(BatchedModel):
             return False
         W0n, b0n = self._layers[0] + ".weight", self._layers[0] + ".bias"
         with torch.no_grad():
-            tab = _DeferredTables.build(plan, X, w[W0n], steps)
+            shared = None
+            if starts is not None:
+                models, index = starts
+                shared = (models[W0n], index)
+            tab = _DeferredTables.build(plan, X, w[W0n], steps, shared)
             scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
@@ -448,31 +464,35 @@ class _DeferredTables:
     ``P = X W_0^T``, ``G = X X^T`` and the per-sample error sums ``E`` (with flat views); ``"rows"``:
     the steps' rows ``Xall``, ``P = Xall W_0^T`` and their errors ``Dall``."""
 
-    def __init__(self, plan: str, X, W0, **tables):
-        self.plan, self.X, self.W0 = plan, X, W0
+    def __init__(self, plan: str, X, W0, shared=None, **tables):
+        self.plan, self.X, self.W0, self.shared = plan, X, W0, shared
         self.B, self.n_max = int(X.shape[0]), int(X.shape[1])
         self.h0 = int(W0.shape[1])
         self.cl = torch.arange(self.B, device=X.device).unsqueeze(1)
+        self.first_row = self.cl * self.n_max  # (B, 1): each client's first row in the flat tables
         for name, v in tables.items():
             setattr(self, name, v)
 
     @classmethod
-    def build(cls, plan: str, X, W0, steps) -> _DeferredTables:
-        """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0``."""
+    def build(cls, plan: str, X, W0, steps, shared=None) -> _DeferredTables:
+        """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0`` (``shared``:
+        ``(Wk, index)`` with ``W0 = Wk[index]``, see :func:`_start_products`)."""
         B, n_max = int(X.shape[0]), int(X.shape[1])
         h0 = int(W0.shape[1])
+        shared = _shared_starts(shared, B)
         if plan == "samples":
-            P = torch.bmm(X, W0.transpose(1, 2))  # (B, n_max, h0): the first layer of every sample at W_0
+            P = _start_products(X, W0, shared)  # (B, n_max, h0): the first layer of every sample at W_0
             G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)
             E = torch.zeros_like(P)  # the errors so far, summed per sample
             Gf = G.view(B * n_max, n_max) if G is not None else None
-            return cls(plan, X, W0, P=P, G=G, E=E, Pf=P.view(B * n_max, h0), Ef=E.view(B * n_max, h0), Gf=Gf)
+            Pf, Ef = P.view(B * n_max, h0), E.view(B * n_max, h0)
+            return cls(plan, X, W0, shared, P=P, G=G, E=E, Pf=Pf, Ef=Ef, Gf=Gf)
         cl = torch.arange(B, device=X.device).unsqueeze(1)
         full = torch.arange(n_max, device=X.device).expand(B, n_max)
         idx_all = torch.cat([full if s[0] is None else s[0] for s in steps], 1)  # (B, rows_total)
         Xall = X[cl, idx_all]  # (B, rows_total, d): whole sample rows in one indexing
-        P = torch.bmm(Xall, W0.transpose(1, 2))
-        return cls(plan, X, W0, Xall=Xall, P=P, Dall=torch.empty_like(P))
+        P = _start_products(Xall, W0, shared)
+        return cls(plan, X, W0, shared, Xall=Xall, P=P, Dall=torch.empty_like(P))
 
     def first_layer(self, t: int, idx, lo: int, hi: int, b0, lr: float):
         """Step t's first-layer pre-activations (its rows ``lo:hi`` of all steps' rows, or ``idx`` of
@@ -484,7 +504,7 @@ class _DeferredTables:
                 h.baddbmm_(self.G, self.E, alpha=-lr)
             return h, None
         if self.plan == "samples":  # the step's rows of X W0^T and X X^T (flat row numbers)
-            where = (self.cl * self.n_max + idx).reshape(-1)
+            where = (self.first_row + idx).reshape(-1)
             b = int(idx.shape[1])
             h = self.Pf.index_select(0, where).view(self.B, b, self.h0).add_(b0.unsqueeze(1))
             if t > 0:
@@ -506,10 +526,90 @@ class _DeferredTables:
             self.Ef.index_add_(0, where, dA.reshape(-1, self.h0))
 
     def deferred_weight(self, lr: float):
-        """The first weight matrix after all steps: ``W_0 - lr E^T X`` (or ``- lr Dall^T Xall``), out of place."""
-        if self.plan == "samples":
-            return torch.baddbmm(self.W0, self.E.transpose(1, 2), self.X, beta=1.0, alpha=-lr)
-        return torch.baddbmm(self.W0, self.Dall.transpose(1, 2), self.Xall, beta=1.0, alpha=-lr)
+        """The first weight matrix after all steps: ``W_0 - lr E^T X`` (or ``- lr Dall^T Xall``), out of
+        place (with shared starts the copy of ``W_0`` is gathered from the few start matrices, which
+        stay in cache, instead of read from every client's copy; the same values)."""
+        D, Xs = (self.E, self.X) if self.plan == "samples" else (self.Dall, self.Xall)
+        if self.shared is None:
+            return torch.baddbmm(self.W0, D.transpose(1, 2), Xs, beta=1.0, alpha=-lr)
+        Wk, index, _ = self.shared
+        # what the out-of-place product does: the start weights copied into the result, then the
+        # product added in place (one batched product, the same bits)
+        return Wk.index_select(0, index).baddbmm_(D.transpose(1, 2), Xs, beta=1.0, alpha=-lr)
+
+
+def _shared_starts(shared, B: int):
+    """``(Wk, index, distinct starts)`` from ``shared`` = ``(Wk, index)`` when it pays to read each
+    distinct start once (on average at least two clients per start), else None (every client's own
+    copy is read)."""
+    if shared is None:
+        return None
+    Wk, index = shared
+    if int(index.shape[0]) != B:
+        raise ValueError(f"shared starts: {int(index.shape[0])} indices for {B} clients")
+    distinct = torch.unique(index)
+    return (Wk, index, distinct.tolist()) if 2 * len(distinct) <= B else None
+
+
+#: most rows of one product over the stacked rows of clients that share a start matrix (bounds the
+#: copy of their rows that the product needs to a few MB)
+STACK_ROWS = 4096
+
+
+def _start_products(X, W0, shared):
+    """``X_b W0_b^T`` of every client b: (B, rows, h). Without ``shared`` one batched product over the
+    clients' own start matrices ``W0``; with ``shared`` = ``(Wk, index, distinct)`` (``W0_b =
+    Wk[index_b]``) the products of the clients that start from the same matrix together, at most
+    :data:`STACK_ROWS` rows at a time (:func:`_group_products`), each start matrix read once per such
+    group (from cache) instead of once per client."""
+    if shared is None:
+        return torch.bmm(X, W0.transpose(1, 2))
+    Wk, index, distinct = shared
+    B, rows = int(X.shape[0]), int(X.shape[1])
+    step = max(1, STACK_ROWS // max(rows, 1))
+    if len(distinct) == 1 and B <= step:  # one start matrix: the clients' rows as they are
+        return _group_products(X, Wk[distinct[0]])
+    out = torch.empty(B, rows, int(Wk.shape[1]), dtype=X.dtype, device=X.device)
+    for j in distinct:
+        g = (index == j).nonzero().squeeze(1)
+        for a in range(0, int(g.shape[0]), step):
+            part = g[a : a + step]
+            out.index_copy_(0, part, _group_products(X.index_select(0, part), Wk[j]))
+    return out
+
+
+#: (rows, d, h, clients, dtype, device type, threads) -> whether :func:`_stacked_products` gave the bits
+#: of the per-client products on this machine (checked once per key, see :func:`_group_products`)
+_STACKED_SAME: dict[tuple, bool] = {}
+
+
+def _group_products(Xg, W):
+    """``Xg_b W^T`` for the m clients ``Xg`` (m, rows, d) that start from the same matrix ``W`` (h, d).
+
+    The reference is one batched product with ``W`` broadcast over the clients (stride 0): the GEMM
+    call of every client is the one it gets with its own copy, so the bits are the per-client ones
+    (on one thread; with more, the BLAS may split a batch by its size, as it may for chunks of
+    clients). Faster is one product over the clients' stacked rows (:func:`_stacked_products`: W
+    packed once for all of them instead of once per client), but a BLAS may pick another kernel for
+    more rows and round differently. So the first time a shape (and dtype, device, thread count)
+    comes up both are computed; the stacked product is used from then on only if it gave exactly the
+    reference's bits (on this machine's MKL it does for clients of 10 samples or more, not for 1-3).
+    Either way the results are the per-client products' bits."""
+    m, _, d = (int(v) for v in Xg.shape)
+    key = (*Xg.shape[1:], int(W.shape[0]), m, Xg.dtype, Xg.device.type, torch.get_num_threads())
+    same = _STACKED_SAME.get(key)
+    if same:
+        return _stacked_products(Xg, W)
+    ref = torch.bmm(Xg, W.t().expand(m, d, int(W.shape[0])))
+    if same is None:
+        _STACKED_SAME[key] = bool(torch.equal(_stacked_products(Xg, W), ref))
+    return ref
+
+
+def _stacked_products(Xg, W):
+    """One product of the stacked rows of the m clients ``Xg`` (m, rows, d) with ``W`` (h, d)."""
+    m, rows, d = (int(v) for v in Xg.shape)
+    return (Xg.reshape(m * rows, d) @ W.t()).view(m, rows, int(W.shape[0]))
 
 
 class ModuleModel(BatchedModel):

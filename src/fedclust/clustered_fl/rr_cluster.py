@@ -589,9 +589,11 @@ class FeSEMEngine(ClusteredFLEngine):
         losses, _ = client_model_losses(self.model, state.params, X, y, n, max_rows=self.max_rows)
         last = torch.as_tensor(self.last_center[clients])
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
-        start = {k: v.index_select(0, start_j.to(v.device)) for k, v in state.params.items()}
+        sj = start_j.to(next(iter(state.params.values())).device)
+        start = {k: v.index_select(0, sj) for k, v in state.params.items()}
         t1 = time.perf_counter()
-        params, _ = self.train_models(start, None, X, y, n, lr, self.rngs["minibatch"], beta=0.0)
+        gen = self.rngs["minibatch"]
+        params, _ = self.train_models(start, None, X, y, n, lr, gen, beta=0.0, starts=(state.params, sj))
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)

@@ -79,12 +79,15 @@ class _Batcher:
             self.per_epoch = math.ceil(self.n_max / batch_size)
 
     def _perm(self):
-        keys = self.gen.random((self.B, self.n_max))
+        return torch.as_tensor(self._sort(self.gen.random((self.B, self.n_max)))).to(self.X.device)
+
+    def _sort(self, keys: np.ndarray) -> np.ndarray:
+        """Every client's samples in the order of its keys (last axis), padding last."""
         if self._valid is None:
             self._valid = _mask(self.n, self.n_max).cpu().numpy()
         # padding goes last; a new array, since the keys may be a read-only view of the round's draws
         keys = np.where(self._valid, keys, np.inf)
-        return torch.as_tensor(np.argsort(keys, axis=1, kind="stable")).to(self.X.device)
+        return np.argsort(keys, axis=-1, kind="stable")
 
     def __call__(self, s: int):
         if self.bs is None or self.bs >= self.n_max:
@@ -105,7 +108,14 @@ class _Batcher:
         copied."""
         if self.bs is None or self.bs >= self.n_max:
             return [(None, self.y, self.full_mask, self.n) for _ in range(steps)]
-        drawn = [self.indices(s) for s in range(steps)]
+        if self.epochs is None and isinstance(self.gen, np.random.Generator) and steps > 0:
+            # all steps' keys in one call and one sort: the same numbers, in the same order, as one
+            # (B, n_max) call per step (the generator fills an array in order)
+            first = self._sort(self.gen.random((steps, self.B, self.n_max)))[:, :, : self.bs]
+            nb = self.n.clamp(max=self.bs)
+            drawn = [(i, nb) for i in torch.as_tensor(first).to(self.X.device).unbind(0)]
+        else:
+            drawn = [self.indices(s) for s in range(steps)]
         idx_all = torch.cat([i for i, _ in drawn], 1)
         y_all = self.y[torch.arange(self.B, device=self.X.device).unsqueeze(1), idx_all]  # one gather
         same = None
@@ -243,6 +253,7 @@ def local_train(
     n: torch.Tensor,
     settings: LocalTraining,
     gen: np.random.Generator | None = None,
+    starts: tuple[Params, torch.Tensor] | None = None,
 ) -> tuple[Params, Params | None]:
     """``settings.steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's
     Algorithm 1), minibatch draws from ``gen``:
@@ -263,6 +274,12 @@ def local_train(
     layer's updates deferred to one product, when its cost model says that saves work
     (:meth:`~fedclust.clustered_fl.models.MLP.deferred_plan`). Same mathematics; the float results
     differ from the step-by-step path (``defer_updates=False``) in the last bits.
+
+    ``starts`` (optional) ``(models, index)`` says that the clients start from few distinct models:
+    ``params`` is ``{name: models[name][index]}`` (a round of IFCA: k cluster models, ``index`` the
+    clusters the clients chose). The deferred path then reads each distinct start once instead of
+    every client's copy (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`); the results are
+    the same bits as without it.
     """
     B = int(X.shape[0])
     client_block, beta = settings.client_block, settings.beta
@@ -280,8 +297,10 @@ def local_train(
         )
     if settings.batch_size is not None and gen is None:
         raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
+    if starts is not None and int(starts[1].shape[0]) != B:
+        raise ValueError(f"local_train: starts index has {int(starts[1].shape[0])} entries for {B} clients")
     if blk >= B:
-        _train_steps(model, w, u, (X, y, n), settings, gen, defer, borrowed)
+        _train_steps(model, w, u, (X, y, n), settings, gen, defer, borrowed, starts)
         return w, u
     tape = _DrawTape(gen, B) if gen is not None else None
     for a in range(0, B, blk):
@@ -289,24 +308,29 @@ def local_train(
         # slices along the client axis of contiguous stacks are contiguous views: trained in place
         wb = {k: v[r] for k, v in w.items()}
         ub = None if u is None else {k: v[r] for k, v in u.items()}
-        _train_steps(model, wb, ub, (X[r], y[r], n[r]), settings, tape.view(r) if tape is not None else None, defer)
+        sb = None if starts is None else (starts[0], starts[1][r])
+        _train_steps(
+            model, wb, ub, (X[r], y[r], n[r]), settings, tape.view(r) if tape is not None else None, defer, (), sb
+        )
         for k, v in wb.items():
             if v.data_ptr() != w[k][r].data_ptr():  # replaced (deferred path), not updated in place
                 w[k][r].copy_(v)
     return w, u
 
 
-def _train_steps(model, w, u, data: tuple, settings: LocalTraining, gen, defer=False, borrowed=()) -> None:
+def _train_steps(model, w, u, data: tuple, settings: LocalTraining, gen, defer=False, borrowed=(), starts=None) -> None:
     """The steps of :func:`local_train` on one block of clients with training rows ``data`` =
     ``(X, y, n)``, updating ``w`` and ``u`` in place (the deferred path replaces ``w``'s entries
-    instead; ``borrowed`` entries are the caller's and are copied before any in-place step)."""
+    instead; ``borrowed`` entries are the caller's and are copied before any in-place step;
+    ``starts`` the block's shared starts, for the deferred path)."""
     X, y, n = data
     steps, lr, beta = settings.steps, settings.lr, settings.beta
     batcher = _Batcher(X, y, n, settings.batch_size, settings.local_epochs, gen)
     drawn = None
     if defer and u is None and model.deferred_keys():
         drawn = batcher.all_indices(steps)
-        if not any(bool((d[3] == 0).any()) for d in drawn) and model.deferred_steps_(w, X, drawn, lr):
+        sizes = {id(d[3]): d[3] for d in drawn}.values()  # the steps often share one sizes tensor
+        if not any(bool((nb == 0).any()) for nb in sizes) and model.deferred_steps_(w, X, drawn, lr, starts=starts):
             return
     for k in borrowed:
         w[k] = w[k].clone()
