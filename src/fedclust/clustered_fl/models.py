@@ -371,8 +371,10 @@ class MLP(BatchedModel):
             shared = None
             if starts is not None:
                 models, index = starts
-                shared = (models[W0n], index)
-            tab = _DeferredTables.build(plan, X, w[W0n], steps, shared)
+                shared = _shared_starts((models[W0n], index), int(X.shape[0]))
+            # with shared starts the clients' own copies of W_0 are never read (nor made, when ``w``
+            # gathers them on first read: see local_train)
+            tab = _DeferredTables.build(plan, X, None if shared else w[W0n], steps, shared)
             scales: dict = {}  # d loss / d logits per sample: mask / batch size, once per distinct (mask, n)
             lo = 0
             for t, (idx, yb, mb, nb) in enumerate(steps):
@@ -467,7 +469,7 @@ class _DeferredTables:
     def __init__(self, plan: str, X, W0, shared=None, **tables):
         self.plan, self.X, self.W0, self.shared = plan, X, W0, shared
         self.B, self.n_max = int(X.shape[0]), int(X.shape[1])
-        self.h0 = int(W0.shape[1])
+        self.h0 = int((W0 if shared is None else shared[0]).shape[1])
         self.cl = torch.arange(self.B, device=X.device).unsqueeze(1)
         self.first_row = self.cl * self.n_max  # (B, 1): each client's first row in the flat tables
         for name, v in tables.items():
@@ -476,10 +478,10 @@ class _DeferredTables:
     @classmethod
     def build(cls, plan: str, X, W0, steps, shared=None) -> _DeferredTables:
         """The tables of ``plan`` for the clients' samples ``X`` at the start weights ``W0`` (``shared``:
-        ``(Wk, index)`` with ``W0 = Wk[index]``, see :func:`_start_products`)."""
+        ``(Wk, index, distinct)`` of :func:`_shared_starts`, with ``W0 = Wk[index]``, which is then
+        not read and may be None; see :func:`_start_products`)."""
         B, n_max = int(X.shape[0]), int(X.shape[1])
-        h0 = int(W0.shape[1])
-        shared = _shared_starts(shared, B)
+        h0 = int((W0 if shared is None else shared[0]).shape[1])
         if plan == "samples":
             P = _start_products(X, W0, shared)  # (B, n_max, h0): the first layer of every sample at W_0
             G = torch.bmm(X, X.transpose(1, 2)) if len(steps) > 1 else None  # (B, n_max, n_max)

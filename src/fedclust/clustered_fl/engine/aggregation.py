@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedclust.clustered_fl.engine.data import Params
+from fedclust.clustered_fl.engine.data import GatheredParams, Params
 from fedclust.clustered_fl.engine.kernels import segment_counts
 
 
@@ -64,7 +64,9 @@ class ClientUpdates:
             clients=self.clients[sl],
             chosen=self.chosen[sl],
             losses=self.losses[sl],
-            start_params={n: v[sl] for n, v in self.start_params.items()},
+            start_params=self.start_params.rows(sl)
+            if isinstance(self.start_params, GatheredParams)
+            else {n: v[sl] for n, v in self.start_params.items()},
             params={n: v[sl] for n, v in self.params.items()},
             momentum=None if self.momentum is None else {n: v[sl] for n, v in self.momentum.items()},
             n_samples=self.n_samples[sl],

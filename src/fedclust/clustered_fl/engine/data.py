@@ -16,6 +16,42 @@ import torch
 
 Params = dict[str, torch.Tensor]
 
+
+class GatheredParams(Mapping):
+    """``{name: models[name][index]}``, gathered name by name when first read: the start models of
+    clients that chose among few cluster models (``models`` stacked (k, ...), ``index`` (B,) the
+    choices). A round's largest copy is its clients' start models (a first layer of 784 x 200 floats
+    is 0.6 MB per client); the deferred local update reads each distinct start instead, and a plain
+    average never reads them, so the copy is made only where something reads it. Each name is
+    gathered once (cached); the values are those of ``models[name].index_select(0, index)``."""
+
+    def __init__(self, models: Mapping[str, torch.Tensor], index: torch.Tensor):
+        self.models, self.index = models, index
+        self._gathered: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        v = self._gathered.get(name)
+        if v is None:
+            v = self._gathered[name] = self.models[name].index_select(0, self.index)
+        return v
+
+    def __iter__(self):
+        return iter(self.models)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def is_gathered(self, name: str) -> bool:
+        """Whether ``name`` was read (its copy made) already."""
+        return name in self._gathered
+
+    def rows(self, sl: slice) -> GatheredParams:
+        """The clients ``sl`` (names already gathered: views of their copies)."""
+        out = GatheredParams(self.models, self.index[sl])
+        out._gathered = {k: v[sl] for k, v in self._gathered.items()}
+        return out
+
+
 # the per-client fields of the training and of the test clients, as .npy files of the same name
 TRAIN_FIELDS = ("X_train", "y_train", "n_train", "group")
 TEST_FIELDS = ("X_test", "y_test", "n_test", "test_group")

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from fedclust.clustered_fl.engine.aggregation import Aggregator, ClientUpdates, RoundContext, fold_sums
-from fedclust.clustered_fl.engine.data import ClientRows, Params
+from fedclust.clustered_fl.engine.data import ClientRows, GatheredParams, Params
 from fedclust.clustered_fl.engine.kernels import (
     client_model_losses,
     local_gradient,
@@ -98,7 +98,7 @@ def train_chunk(
     models itself."""
     if threads:
         torch.set_num_threads(int(threads))
-    start = {k: v.index_select(0, chosen) for k, v in params.items()}
+    start = GatheredParams(params, chosen)  # copies made where read
     mom0 = {k: v.index_select(0, chosen) for k, v in momentum.items()} if momentum is not None else None
     gen = FixedDraws(draws) if draws else None
     training = cfg["training"]
@@ -157,7 +157,7 @@ def train_chunk_sums(
     X, y, n = _rows(chunk_in.rows)
     chosen = chunk_in.chosen
     trained, mom = train_chunk(model, params, momentum, chosen, X, y, n, chunk_in.draws, cfg, threads=threads)
-    start = {k: v.index_select(0, chosen) for k, v in params.items()}
+    start = GatheredParams(params, chosen)  # copies made where read (a private strategy's deltas)
     chunk = ClientUpdates(
         clients=chunk_in.clients,
         chosen=chosen,

@@ -287,7 +287,10 @@ def local_train(
     defer = bool(settings.defer_updates) and beta == 0
     # the deferred path replaces these without writing into them: no copy needed (one pass less)
     borrowed = set(model.deferred_keys()) if (defer and blk >= B) else set()
-    w = {k: v.detach() if k in borrowed else v.detach().clone() for k, v in params.items()}
+    w = _Borrowing(params)  # borrowed entries: the caller's, read (gathered) only if the path needs them
+    for k in params:
+        if k not in borrowed:
+            w[k] = params[k].detach().clone()
     u = None
     if beta > 0:
         u = (
@@ -301,7 +304,7 @@ def local_train(
         raise ValueError(f"local_train: starts index has {int(starts[1].shape[0])} entries for {B} clients")
     if blk >= B:
         _train_steps(model, w, u, (X, y, n), settings, gen, defer, borrowed, starts)
-        return w, u
+        return {k: w[k] for k in params}, u  # every entry set by now; the caller's order
     tape = _DrawTape(gen, B) if gen is not None else None
     for a in range(0, B, blk):
         r = slice(a, min(B, a + blk))
@@ -315,7 +318,23 @@ def local_train(
         for k, v in wb.items():
             if v.data_ptr() != w[k][r].data_ptr():  # replaced (deferred path), not updated in place
                 w[k][r].copy_(v)
-    return w, u
+    return dict(w), u
+
+
+class _Borrowing(dict):
+    """The weights :func:`local_train` trains: its own copies, plus the caller's ``params`` entries
+    that the deferred path reads without writing (:meth:`~BatchedModel.deferred_keys`), taken from
+    ``params`` when first read. When ``params`` gathers the clients' start models on first read
+    (:class:`~fedclust.clustered_fl.engine.data.GatheredParams`) and the deferred path reads the
+    distinct starts instead, the clients' copies of those entries are never made."""
+
+    def __init__(self, params):
+        super().__init__()
+        self._params = params
+
+    def __missing__(self, k):
+        v = self[k] = self._params[k].detach()
+        return v
 
 
 def _train_steps(model, w, u, data: tuple, settings: LocalTraining, gen, defer=False, borrowed=(), starts=None) -> None:

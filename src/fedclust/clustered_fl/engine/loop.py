@@ -24,7 +24,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     chunk_size,
 )
 from fedclust.clustered_fl.engine.config import EngineConfig
-from fedclust.clustered_fl.engine.data import ClientRows, FederatedTensors, Params, gather_train
+from fedclust.clustered_fl.engine.data import ClientRows, FederatedTensors, GatheredParams, Params, gather_train
 from fedclust.clustered_fl.engine.distributed import (
     ChunkInput,
     ChunkRunner,
@@ -88,7 +88,7 @@ class _RemoteRound:
     def updates_of(self, rows: slice, params, mom) -> ClientUpdates:
         """The driver's :class:`ClientUpdates` of ``rows`` from their trained models (or None)."""
         ch = self.chosen[rows]
-        start = {k: v.index_select(0, ch) for k, v in self.state.params.items()}
+        start = GatheredParams(self.state.params, ch)
         n = self.n_train[torch.as_tensor(self.clients[rows], dtype=torch.long)]
         return ClientUpdates(
             clients=self.clients[rows],
@@ -359,7 +359,7 @@ class ClusteredFLEngine:
         subclasses override (FedProx's anchor, FedPer's personal heads): a chunked round calls it once
         per chunk, a whole round once."""
         ch = chosen.to(self.device)
-        start = {k: v.index_select(0, ch) for k, v in state.params.items()}
+        start = GatheredParams(state.params, ch)  # copies made where read (not by a plain average)
         mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
             params, mom = self.train_models(start, mom0, X, y, n, lr, gen, starts=(state.params, ch))
