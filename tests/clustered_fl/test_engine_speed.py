@@ -11,6 +11,7 @@ from cfl_synthetic import two_group_clients
 from fedclust.clustered_fl import MLP, ClusteredFLEngine, EngineConfig, LocalTraining, local_train
 from fedclust.clustered_fl import models as models_module
 from fedclust.clustered_fl.engine import bytes_per_client, resolve_device
+from fedclust.clustered_fl.engine.data import GatheredParams
 from fedclust.clustered_fl.engine.kernels import _Batcher
 
 
@@ -381,3 +382,47 @@ def test_group_products_use_the_stacked_product_only_where_it_gave_the_same_bits
         assert torch.equal(models_module._group_products(Xg, W), ref)
     assert calls == [4, 4, 4] if agrees else calls == [4]
     assert list(models_module._STACKED_SAME.values()) == [agrees]
+
+
+@pytest.mark.parametrize("plan", ["samples", "rows"])
+@pytest.mark.parametrize(
+    "starts_of", [[2, 0, 2, 0, 1, 1, 2, 1, 0], [0] * 9, list(range(9))], ids=["three", "one", "nine"]
+)
+def test_start_models_are_gathered_only_where_read(plan, starts_of):
+    """Start models handed over as :class:`GatheredParams` (what the engine and its workers pass): the
+    deferred path with shared starts never makes the clients' copies of the first weight matrix, and
+    the trained models are those of the eagerly gathered copies bit for bit. With as many models as
+    clients (no shared start pays) the path reads the copies, gathered on first read."""
+    model = MLP(12, (16,), 4)
+    _force_plan(model, plan)
+    g = torch.Generator().manual_seed(1)
+    B, n_max = 9, 9
+    X, y = torch.randn(B, n_max, 12, generator=g), torch.randint(0, 4, (B, n_max), generator=g)
+    n = torch.tensor([9, 9, 5, 9, 2, 9, 7, 9, 9])
+    index = torch.tensor(starts_of)
+    base = model.init(int(index.max()) + 1, 3)
+    eager = {k: v.index_select(0, index) for k, v in base.items()}
+    lazy = GatheredParams(base, index)
+    settings = LocalTraining(steps=4, lr=0.3, batch_size=3)
+    got, _ = local_train(model, lazy, None, X, y, n, settings, gen=np.random.default_rng(2), starts=(base, index))
+    ref, _ = local_train(model, eager, None, X, y, n, settings, gen=np.random.default_rng(2))
+    assert list(got) == list(ref)  # the caller's order of names
+    for k in ref:
+        assert torch.equal(got[k], ref[k]), k
+    first = model.deferred_keys()[0]
+    assert lazy.is_gathered(first) == (len(set(starts_of)) == B)
+    assert all(lazy.is_gathered(k) for k in ref if k != first)  # the small layers are trained copies
+
+
+def test_gathered_rows_are_the_rows_of_the_gathered_copies():
+    """``ClientUpdates.rows`` of lazily gathered starts: the same values as slicing eager copies, read
+    or not before the slicing, and still lazy for the names not read."""
+    base = {"w": torch.randn(3, 4, 5), "b": torch.randn(3, 4)}
+    index = torch.tensor([2, 0, 1, 1, 2, 0])
+    lazy = GatheredParams(base, index)
+    _ = lazy["b"]
+    part = lazy.rows(slice(1, 4))
+    assert part.is_gathered("b") and not part.is_gathered("w")
+    for k in base:
+        assert torch.equal(part[k], base[k].index_select(0, index)[1:4]), k
+    assert not lazy.is_gathered("w")
