@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedclust.memory import _MALLOC_TRIM, release_free_memory
+from fedclust.memory import _MALLOC_TRIM, _MALLOPT, release_free_memory
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -49,3 +49,45 @@ def test_without_malloc_trim_it_is_a_no_op(monkeypatch):
 
     monkeypatch.setattr(memory, "_MALLOC_TRIM", None)
     assert release_free_memory() is False
+
+
+# In a fresh interpreter: the page faults of filling a 64 MiB array a second time, after the first
+# one was freed. Without the setting it gets a mapping of its own each time (every page faults
+# again); inside large_blocks_kept it reuses the freed heap block (no new faults); after leaving,
+# the settled threshold (32 MiB) maps it anew again.
+REUSE = """
+import resource, numpy as np
+from fedclust.memory import large_blocks_kept
+def faults_of_second_fill():
+    a = np.ones(64 * 2**20 // 8); del a
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    b = np.ones(64 * 2**20 // 8); del b
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+before = faults_of_second_fill()
+with large_blocks_kept():
+    inside = faults_of_second_fill()
+after = faults_of_second_fill()
+print(before, inside, after)
+"""
+
+
+@pytest.mark.allow_skip(reason="glibc's mallopt: Linux with glibc only")
+@pytest.mark.skipif(_MALLOPT is None, reason="no mallopt in this C library")
+def test_large_blocks_are_reused_inside_and_mapped_anew_after():
+    out = subprocess.run(
+        [sys.executable, "-c", REUSE], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True, check=True
+    )
+    before, inside, after = (int(v) for v in out.stdout.split())
+    # a mapping of its own: its pages fault in again, at least one fault per 2 MiB (huge pages)
+    assert before >= 32
+    assert inside <= before // 10  # the freed heap block again: next to no faults
+    assert after >= before // 2  # the settled threshold is below 64 MiB: mapped anew
+
+
+def test_without_mallopt_large_blocks_kept_is_a_no_op(monkeypatch):
+    import fedclust.memory as memory  # the module whose global the function reads
+
+    monkeypatch.setattr(memory, "_MALLOPT", None)
+    assert memory.keep_large_blocks() is False
+    with memory.large_blocks_kept():
+        pass

@@ -49,6 +49,7 @@ from fedclust.clustered_fl.engine.kernels import (
     local_gradient,
     local_train,
 )
+from fedclust.memory import keep_large_blocks
 
 
 class FixedDraws:
@@ -96,6 +97,7 @@ def train_chunk(
     the momentum-gradient, with the given draws. Returns
     ``(trained params, momentum)`` (Option I: ``(None, momentum)``); the driver re-gathers the start
     models itself."""
+    keep_large_blocks()  # a worker's chunks reuse their blocks (in the driver: inside the round's own setting)
     if threads:
         torch.set_num_threads(int(threads))
     start = GatheredParams(params, chosen)  # copies made where read
@@ -122,6 +124,7 @@ def _rows(rows) -> tuple:
 
 def chunk_losses_of(model, params: Params, rows, max_rows: int, threads: int | None = None) -> torch.Tensor:
     """:func:`chunk_losses` on ``rows``: the chunk's ``(X, y, n)`` or its :class:`ClientRows`."""
+    keep_large_blocks()  # a worker's chunks reuse their blocks (in the driver: inside the round's own setting)
     return chunk_losses(model, params, *_rows(rows), max_rows, threads=threads)
 
 
@@ -154,6 +157,7 @@ def train_chunk_sums(
     (:func:`~fedclust.clustered_fl.engine.aggregation.fold_sums` with the driver's ``templates``).
     Returns the chunk's pieces in order: ``("sums", subtrees)``, and for a block cut by the chunk's
     edge ``("rows", lo, hi, trained params, momentum)`` of those rows for the driver to fold."""
+    keep_large_blocks()  # a worker's chunks reuse their blocks (in the driver: inside the round's own setting)
     X, y, n = _rows(chunk_in.rows)
     chosen = chunk_in.chosen
     trained, mom = train_chunk(model, params, momentum, chosen, X, y, n, chunk_in.draws, cfg, threads=threads)

@@ -46,7 +46,7 @@ from fedclust.clustered_fl.engine.kernels import (
     segment_counts,
 )
 from fedclust.clustered_fl.models import BatchedModel
-from fedclust.memory import release_free_memory, resident_bytes
+from fedclust.memory import large_blocks_kept, release_free_memory, resident_bytes
 from fedclust.metrics import client_clustering_scores
 from fedclust.progress import report as report_round
 from fedclust.rng import stream
@@ -624,7 +624,14 @@ class ClusteredFLEngine:
         return np.sort(rng.choice(self.data.n_clients, self.S, replace=False))
 
     def step(self, state: ServerState) -> tuple[ServerState, ClientUpdates, Aggregation]:
-        """One full communication round; returns the new state, the client updates and the aggregation."""
+        """One full communication round; returns the new state, the client updates and the aggregation.
+        Its blocks of hundreds of MB are reused from the heap instead of mapped anew for every chunk
+        (:func:`fedclust.memory.large_blocks_kept`)."""
+        with large_blocks_kept():
+            return self._step(state)
+
+    def _step(self, state: ServerState) -> tuple[ServerState, ClientUpdates, Aggregation]:
+        """:meth:`step`'s round."""
         t = state.round + 1
         lr = self.lr_at(t)
         clients = self.sample_clients()
