@@ -50,6 +50,12 @@ clients in 391 chunks of 256, four invocations alternating the order, load 1.6 t
 load <= 2.4, 1.37x and 0.77x at load 5 to 7), every pair bit-identical; CPU per client: driver
 0.048 ms, workers 1.63 ms; projected on 64 / 256 / 1,024 CPUs: 7.3 / 5.4 / 4.9 s, of which the
 driver's 4.8 s (docs/howto/ray.md has the table).
+
+With the start models gathered only where read and the workers' large blocks kept in the heap,
+``--workers 1,2 --repeats 3`` on the same command with nothing else running: 1 worker 100.9 s per
+round (median), 2 workers 59.6 s, 1.69x (1.83x, 1.78x, 1.65x repeat by repeat), every run
+bit-identical; CPU per client: driver 0.044 ms, workers 1.03 ms; projected on 64 / 256 / 1,024 CPUs:
+6.1 / 4.9 / 4.6 s.
 """
 
 from __future__ import annotations
