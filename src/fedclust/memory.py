@@ -19,26 +19,17 @@ from fedclust.errors import FedclustError
 MAX_SHARE = 0.9
 
 
-def _malloc_trim():
-    """glibc's ``malloc_trim``, or None where the C library has none (macOS, Windows, musl)."""
+def _libc(name: str):
+    """The C library's function ``name`` (glibc's ``malloc_trim``, ``mallopt``), or None where the C
+    library has none (macOS, Windows, musl)."""
     try:
-        return ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError, TypeError):
         return None
 
 
-_MALLOC_TRIM = _malloc_trim()
-
-
-def _mallopt():
-    """glibc's ``mallopt``, or None where the C library has none."""
-    try:
-        return ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
-_MALLOPT = _mallopt()
+_MALLOC_TRIM = _libc("malloc_trim")
+_MALLOPT = _libc("mallopt")
 #: glibc's ``mallopt`` parameters: free memory kept at the heap's top, and the size above which a
 #: block gets a mapping of its own
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
