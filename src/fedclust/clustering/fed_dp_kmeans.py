@@ -321,6 +321,13 @@ class Plan:
         """The noise std of release ``name`` of sensitivity ``sens`` (0 when not private)."""
         return float(self.z[name]) * sens if self.private else 0.0
 
+    def with_clip(self, clip: float) -> Plan:
+        """The plan of a run with a clip stage once the stage released ``clip``: the clients' rows
+        clipped to it (there are no server points to clip)."""
+        rule = DP_CLIP_RULE if self.private else NOISELESS_CLIP_RULE
+        Xc = None if self.Xc is None else clip_data(self.Xc, clip)
+        return dataclasses.replace(self, clip=float(clip), clip_rule=rule, Xc=Xc)
+
 
 def server_points(X: np.ndarray, o: FedDPKMeansOptions, k: int) -> tuple[np.ndarray, np.ndarray | None]:
     """The rows the server holds (``is_server`` mask) and its public points (None: DP candidates)."""
@@ -340,11 +347,11 @@ def server_points(X: np.ndarray, o: FedDPKMeansOptions, k: int) -> tuple[np.ndar
     return is_server, Xs
 
 
-def plan_run(X, client, k: int, o: FedDPKMeansOptions, estimated_clip: float | None = None) -> Plan:
+def plan_run(X, client, k: int, o: FedDPKMeansOptions) -> Plan:
     """Check the inputs and fix the run's public choices (the server's side before any release);
     the clients' clipped rows go into the plan for the simulation backend. A run with a clip stage
-    (:func:`has_clip_stage`) is planned twice: before the stage (``estimated_clip`` None: no clip yet,
-    the rows unclipped, only the clip stage can run) and with the clip the stage released."""
+    (:func:`has_clip_stage`) is planned without a clip (the rows unclipped, only the clip stage can
+    run); :meth:`Plan.with_clip` then gives the plan with the clip the stage released."""
     X, client, _ = check_inputs(X, client, k)
     m = X.shape[1]
     check_trust_model(o.trust_model, method="fed_dp_kmeans")
@@ -353,12 +360,7 @@ def plan_run(X, client, k: int, o: FedDPKMeansOptions, estimated_clip: float | N
     _, cl = np.unique(client[priv], return_inverse=True)
     z = dict(o.noise or {})
     clip_stage = has_clip_stage(o.clip, Xs is not None)
-    if not clip_stage:
-        clip, clip_rule = resolve_clip(o.clip, Xs)
-    elif estimated_clip is None:
-        clip, clip_rule = None, None
-    else:
-        clip, clip_rule = float(estimated_clip), DP_CLIP_RULE if z else NOISELESS_CLIP_RULE
+    clip, clip_rule = (None, None) if clip_stage else resolve_clip(o.clip, Xs)
     projection = o.projection
     if projection is None:
         projection = "dp_pca" if Xs is None else projection_rule(Xs.shape[0], m, k)
@@ -626,7 +628,7 @@ def run(X, client, k: int, options: FedDPKMeansOptions | None = None, *, y=None,
     plan = plan_run(X, client, k, o)
     if plan.clip_stage:  # its own noise stream: the other releases draw what they draw with a given clip
         clip = clip_stage(plan, SimulatedSums(plan, stream(o.seed, "clip") if plan.private else None))
-        plan = plan_run(X, client, k, o, estimated_clip=clip)
+        plan = plan.with_clip(clip)
     hist = new_history(y)
     log_step = round_logger("fed_dp_kmeans", hist, X, y, o.steps + 1, progress, logger)
     release = SimulatedSums(plan, stream(o.seed, "noise") if plan.private else None)

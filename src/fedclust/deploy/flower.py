@@ -59,7 +59,7 @@ def serve_fed_dp_kmeans(job: Job, release: SecAggRelease) -> object:
     """FedDP-KMeans's server: :func:`fed_dp_kmeans.run_stages` with SecAgg+ releases."""
     if job.plan.clip_stage:  # no clip, no server data: the DP clip estimate through SecAgg+ first
         clip = fed_dp_kmeans.clip_stage(job.plan, release)
-        job.plan = fed_dp_kmeans.plan_run(job.X, job.client, job.k, job.plan.o, estimated_clip=clip)
+        job.plan = job.plan.with_clip(clip)
         release.clip = release.scale = clip
     plan = job.plan
     hist = new_history(job.y)
