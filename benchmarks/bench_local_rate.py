@@ -14,8 +14,9 @@ Cases, interleaved in every repeat (``fedclust.bench.interleaved``; medians over
 * ``engine (default)``: :func:`fedclust.clustered_fl.engine.local_train` of all S clients at once as
   the engine runs it: the first layer's updates deferred (:meth:`MLP.deferred_steps_`, the way
   :meth:`MLP.deferred_plan` picks: here over each client's 30 samples), told which cluster model each
-  client starts from (``starts``), so that every start matrix is read once;
-* ``engine, deferred, per-client starts``: the same without ``starts``: every client's first product
+  client starts from (its start models as ``GatheredParams(models, index)``, as the engine passes
+  them), so that every start matrix is read once and the clients' copies are not made;
+* ``engine, deferred, per-client starts``: the same from the clients' own copies: every client's first product
   and final update read its own copy of the start weights (the kernel before shared starts);
 * ``engine, deferred, blocks of b``: the same with ``client_block=b`` (client-major blocks);
 * ``engine, step by step``: ``defer_updates=False``, every step in turn (also with blocks);
@@ -59,7 +60,7 @@ import torch.nn.functional as F
 
 from fedclust import bench
 from fedclust.clustered_fl import MLP
-from fedclust.clustered_fl.engine import LocalTraining, local_train
+from fedclust.clustered_fl.engine import GatheredParams, LocalTraining, local_train
 
 SIZES, N, STEPS, BATCH, LR = (784, 200, 10), 30, 10, 10, 0.1
 
@@ -125,14 +126,13 @@ def main():
         def engine(block, defer=False, shared=True):  # defer=True: the default of the engine
             return lambda: local_train(
                 model,
-                params,
+                GatheredParams(*starts) if shared and starts is not None else params,
                 None,
                 X,
                 y,
                 n,
                 LocalTraining(steps=STEPS, lr=LR, batch_size=BATCH, client_block=block, defer_updates=defer),
                 gen=np.random.default_rng(7),
-                starts=starts if shared else None,
             )[0]
 
         W_all = params["0.weight"]

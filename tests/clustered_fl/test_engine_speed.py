@@ -282,7 +282,7 @@ def test_declined_deferral_steps_with_the_same_draws_bit_for_bit(batch_size):
 def test_shared_starts_multiply_each_start_once_with_the_same_bits(
     plan, batch_size, client_block, starts_of, stack_rows, monkeypatch
 ):
-    """Clients that start from 3 models (or one; ``starts``, as in a round of IFCA): the deferred path
+    """Clients that start from 3 models (or one; given as ``GatheredParams``, as in a round of IFCA): the deferred path
     multiplies each start matrix with the rows of the clients that share it (at most ``STACK_ROWS``
     rows at a time; a block of one client reads its own copy) and gives the models of the per-client
     copies bit for bit; nothing passed in changes."""
@@ -311,7 +311,8 @@ def test_shared_starts_multiply_each_start_once_with_the_same_bits(
     params = {k: v.index_select(0, index) for k, v in base.items()}
     before = {k: v.clone() for k, v in {**params, **{"base " + k: v for k, v in base.items()}}.items()}
     settings = LocalTraining(steps=4, lr=0.3, batch_size=batch_size, client_block=client_block)
-    got, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2), starts=(base, index))
+    shared = GatheredParams(base, index)  # as the engine passes the clients' start models
+    got, _ = local_train(model, shared, None, X, y, n, settings, gen=np.random.default_rng(2))
     ref, _ = local_train(model, params, None, X, y, n, settings, gen=np.random.default_rng(2))
     blocks = [True] if client_block is None else [True, True, False]
     assert shared_calls == blocks + [False] * len(blocks)
@@ -404,7 +405,7 @@ def test_start_models_are_gathered_only_where_read(plan, starts_of):
     eager = {k: v.index_select(0, index) for k, v in base.items()}
     lazy = GatheredParams(base, index)
     settings = LocalTraining(steps=4, lr=0.3, batch_size=3)
-    got, _ = local_train(model, lazy, None, X, y, n, settings, gen=np.random.default_rng(2), starts=(base, index))
+    got, _ = local_train(model, lazy, None, X, y, n, settings, gen=np.random.default_rng(2))
     ref, _ = local_train(model, eager, None, X, y, n, settings, gen=np.random.default_rng(2))
     assert list(got) == list(ref)  # the caller's order of names
     for k in ref:

@@ -107,6 +107,7 @@ from fedclust.clustered_fl.engine import (
     DeltaAveraging,
     EngineConfig,
     FederatedTensors,
+    GatheredParams,
     Params,
     assign_clusters,
     client_model_losses,
@@ -590,10 +591,9 @@ class FeSEMEngine(ClusteredFLEngine):
         last = torch.as_tensor(self.last_center[clients])
         start_j = torch.where(last >= 0, last, assign_clusters(losses))
         sj = start_j.to(next(iter(state.params.values())).device)
-        start = {k: v.index_select(0, sj) for k, v in state.params.items()}
+        start = GatheredParams(state.params, sj)
         t1 = time.perf_counter()
-        gen = self.rngs["minibatch"]
-        params, _ = self.train_models(start, None, X, y, n, lr, gen, beta=0.0, starts=(state.params, sj))
+        params, _ = self.train_models(start, None, X, y, n, lr, self.rngs["minibatch"], beta=0.0)
         # E-step: L2 distance of every trained model to every centre, (S, k) in one cdist
         flat_i = torch.cat([v.reshape(v.shape[0], -1) for v in params.values()], 1)
         flat_c = torch.cat([v.reshape(v.shape[0], -1) for v in state.params.values()], 1)

@@ -83,7 +83,7 @@ from fedclust.clustered_fl.engine.aggregation import (
     ServerState,
 )
 from fedclust.clustered_fl.engine.config import EngineConfig
-from fedclust.clustered_fl.engine.data import FederatedTensors, Params, write_client_npy
+from fedclust.clustered_fl.engine.data import FederatedTensors, GatheredParams, Params, write_client_npy
 from fedclust.clustered_fl.engine.distributed import ChunkRunner, ProcessChunkRunner, RayChunkRunner, train_chunk
 from fedclust.clustered_fl.engine.evaluation import ClusteredFLResult, evaluate
 from fedclust.clustered_fl.engine.kernels import (
@@ -104,6 +104,7 @@ from fedclust.clustered_fl.engine.loop import ClusteredFLEngine, resolve_device,
 
 __all__ = [
     "FederatedTensors",
+    "GatheredParams",
     "write_client_npy",
     "ServerState",
     "ClientUpdates",

@@ -72,9 +72,9 @@ class EngineConfig:
       the big weight matrix, and over each client's data once instead of once per step when the steps
       draw more rows than it holds). ``defer_updates=False`` runs the steps one after another: the
       float results then differ in the last bits (the numbers of runs made before deferral was the
-      default come back bit for bit with it). The engine passes the round's cluster models and the
-      clients' choices to the kernel (``starts``), which then reads each start matrix once instead of
-      every client's copy; same bits.
+      default come back bit for bit with it). The engine passes the clients' start models as
+      ``GatheredParams`` of the round's cluster models and the clients' choices, so the kernel reads
+      each start matrix once instead of every client's copy; same bits.
     * ``evaluator``: the function that evaluates the cluster models (default
       :func:`~fedclust.clustered_fl.engine.evaluate`, same signature). The final model is evaluated
       once: the last round's record and the result's ``info["final"]`` come from the same call (on

@@ -105,7 +105,7 @@ def train_chunk(
     gen = FixedDraws(draws) if draws else None
     training = cfg["training"]
     if cfg["local_update"] == "model":
-        return local_train(model, start, mom0, X, y, n, training, gen=gen, starts=(params, chosen))
+        return local_train(model, start, mom0, X, y, n, training, gen=gen)
     mom = local_gradient(model, start, mom0, X, y, n, beta=training.beta, batch_size=training.batch_size, gen=gen)
     return None, mom  # Option I: the model is the start model
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedclust.clustered_fl.engine.data import Params, _mask
+from fedclust.clustered_fl.engine.data import GatheredParams, Params, _mask
 from fedclust.clustered_fl.models import BatchedModel
 
 
@@ -253,7 +253,6 @@ def local_train(
     n: torch.Tensor,
     settings: LocalTraining,
     gen: np.random.Generator | None = None,
-    starts: tuple[Params, torch.Tensor] | None = None,
 ) -> tuple[Params, Params | None]:
     """``settings.steps`` heavy-ball steps for all B clients at once (the LocalUpdate of CFL-MGD's
     Algorithm 1), minibatch draws from ``gen``:
@@ -275,11 +274,11 @@ def local_train(
     (:meth:`~fedclust.clustered_fl.models.MLP.deferred_plan`). Same mathematics; the float results
     differ from the step-by-step path (``defer_updates=False``) in the last bits.
 
-    ``starts`` (optional) ``(models, index)`` says that the clients start from few distinct models:
-    ``params`` is ``{name: models[name][index]}`` (a round of IFCA: k cluster models, ``index`` the
-    clusters the clients chose). The deferred path then reads each distinct start once instead of
-    every client's copy (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`); the results are
-    the same bits as without it.
+    ``params`` given as :class:`~fedclust.clustered_fl.engine.data.GatheredParams` ``(models, index)``
+    says that the clients start from few distinct models (a round of IFCA: k cluster models, ``index``
+    the clusters the clients chose). The deferred path then reads each distinct start once instead of
+    every client's copy (:meth:`~fedclust.clustered_fl.models.MLP.deferred_steps_`), and the copies it
+    does not read are never made; the results are the same bits as with the copies.
     """
     B = int(X.shape[0])
     client_block, beta = settings.client_block, settings.beta
@@ -300,8 +299,9 @@ def local_train(
         )
     if settings.batch_size is not None and gen is None:
         raise ValueError("local_train with batch_size needs a numpy Generator gen (stream 'minibatch')")
+    starts = (params.models, params.index) if isinstance(params, GatheredParams) else None
     if starts is not None and int(starts[1].shape[0]) != B:
-        raise ValueError(f"local_train: starts index has {int(starts[1].shape[0])} entries for {B} clients")
+        raise ValueError(f"local_train: the start models' index has {int(starts[1].shape[0])} entries for {B} clients")
     if blk >= B:
         _train_steps(model, w, u, (X, y, n), settings, gen, defer, borrowed, starts)
         return {k: w[k] for k in params}, u  # every entry set by now; the caller's order

@@ -362,7 +362,7 @@ class ClusteredFLEngine:
         start = GatheredParams(state.params, ch)  # copies made where read (not by a plain average)
         mom0 = {k: v.index_select(0, ch) for k, v in state.momentum.items()} if self.beta > 0 else None
         if self.local_update == "model":
-            params, mom = self.train_models(start, mom0, X, y, n, lr, gen, starts=(state.params, ch))
+            params, mom = self.train_models(start, mom0, X, y, n, lr, gen)
             steps = self.local_steps
         else:
             mom = local_gradient(self.model, start, mom0, X, y, n, beta=self.beta, batch_size=self.batch_size, gen=gen)
@@ -371,15 +371,14 @@ class ClusteredFLEngine:
         return start, params, mom
 
     def train_models(
-        self, start: dict, mom0: dict | None, X, y, n, lr: float, gen, beta: float | None = None, starts=None
+        self, start: Params | GatheredParams, mom0: dict | None, X, y, n, lr: float, gen, beta: float | None = None
     ):
         """Local training (Option II) of the gathered clients from ``start`` (and momenta ``mom0``) with
         the engine's settings (:meth:`local_training`); ``beta`` overrides the engine's momentum;
-        ``starts`` = ``(models, index)`` when ``start`` was gathered as ``models[name][index]`` (the
-        kernel then reads each distinct start once; same results). Returns (params, momentum) as
-        :func:`local_train`."""
+        ``start`` as :class:`GatheredParams` of the cluster models lets the kernel read each distinct
+        start once (same results). Returns (params, momentum) as :func:`local_train`."""
         settings = self.local_training(lr, beta)
-        return local_train(self.model, start, mom0, X, y, n, settings, gen=gen, starts=starts)
+        return local_train(self.model, start, mom0, X, y, n, settings, gen=gen)
 
     def local_training(self, lr: float, beta: float | None = None) -> LocalTraining:
         """The engine's local training settings (steps, batch size, epochs, client blocks, deferred
