@@ -544,8 +544,6 @@ def _shared_starts(shared, B: int):
     """``(Wk, index, distinct starts)`` from ``shared`` = ``(Wk, index)`` when it pays to read each
     distinct start once (on average at least two clients per start), else None (every client's own
     copy is read)."""
-    if shared is None:
-        return None
     Wk, index = shared
     if int(index.shape[0]) != B:
         raise ValueError(f"shared starts: {int(index.shape[0])} indices for {B} clients")
