@@ -312,19 +312,24 @@ def kmeans_objective(X, centers=None, labels=None) -> float:
 REFERENCE_RESTARTS = 10
 
 
-def reference_kmeans_objective(X, k: int, seed: int = 0, restarts: int = REFERENCE_RESTARTS) -> float:
-    """The k-means objective (:func:`kmeans_objective`) of non-private centralized k-means with ``k``
-    clusters on ``X``: k-means++ starts, ``restarts`` restarts, the best kept (scikit-learn's
-    :class:`~sklearn.cluster.KMeans`, seeded from the ``init`` stream of ``seed``, as the centralized
-    k-means of :mod:`fedclust.clustering.fedsc` is). ``k`` is capped at the number of rows."""
-    # scikit-learn's clustering loads when an unlabelled clustering is scored, not at every import
+def fit_centralized_kmeans(X, k: int, seed: int = 0, restarts: int = REFERENCE_RESTARTS):
+    """Non-private centralized k-means with ``k`` clusters fitted on ``X``: scikit-learn's
+    :class:`~sklearn.cluster.KMeans`, k-means++ starts, ``restarts`` restarts, the best kept, seeded
+    from the ``init`` stream of ``seed``. The one seeding rule of every centralized k-means reference
+    (the FedSC baseline, the unlabelled benchmark's reference objective)."""
+    # scikit-learn's clustering loads when a reference is fitted, not at every import
     from sklearn.cluster import KMeans
 
+    km = KMeans(n_clusters=int(k), n_init=restarts, random_state=torch_seed(stream(seed, "init")) % (2**31 - 1))
+    return km.fit(X)
+
+
+def reference_kmeans_objective(X, k: int, seed: int = 0, restarts: int = REFERENCE_RESTARTS) -> float:
+    """The k-means objective (:func:`kmeans_objective`) of non-private centralized k-means with ``k``
+    clusters on ``X`` (:func:`fit_centralized_kmeans`). ``k`` is capped at the number of rows."""
     X = np.asarray(X, dtype=np.float64)
     k = max(1, min(int(k), X.shape[0]))
-    km = KMeans(n_clusters=k, n_init=restarts, random_state=torch_seed(stream(seed, "init")) % (2**31 - 1))
-    km.fit(X)
-    return kmeans_objective(X, centers=km.cluster_centers_)
+    return kmeans_objective(X, centers=fit_centralized_kmeans(X, k, seed, restarts).cluster_centers_)
 
 
 def objective_scores(X, centers=None, labels=None, reference: float | None = None) -> dict[str, float]:

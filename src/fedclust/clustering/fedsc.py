@@ -67,7 +67,7 @@ from sklearn.cluster import KMeans
 
 from fedclust.clustering import spectral
 from fedclust.clustering.base import ClusteringResult, check_inputs
-from fedclust.metrics import clustering_scores
+from fedclust.metrics import clustering_scores, fit_centralized_kmeans
 from fedclust.options import MethodConfig, param
 from fedclust.privacy.accountants import calibrate_noise_multiplier
 from fedclust.privacy.events import GaussianRelease, non_dp_release
@@ -464,8 +464,8 @@ def nmi_paper(y, pred) -> float:
 def centralized_kmeans(X, k: int, *, seed: int = 0, n_init: int = 5, y=None) -> ClusteringResult:
     """Baseline (a): centralized k-means (k-means++, ``n_init`` restarts; the code uses 5)."""
     X, _, _ = check_inputs(X, np.zeros(np.asarray(X).shape[0], dtype=np.int64), k)
-    km = KMeans(n_clusters=k, n_init=n_init, random_state=torch_seed(stream(seed, "init")) % (2**31 - 1))
-    labels = km.fit_predict(X).astype(np.int64)
+    km = fit_centralized_kmeans(X, k, seed=seed, restarts=n_init)
+    labels = km.labels_.astype(np.int64)
     info = _scores(y, labels) if y is not None else {}
     return ClusteringResult(labels=labels, centroids=km.cluster_centers_, info=info)
 
