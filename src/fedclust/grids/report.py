@@ -186,15 +186,8 @@ def log_t_interval(values, level: float = LEVEL) -> tuple[float, float, float]:
     return _mapped_t_interval(values, level, lambda x: np.log(np.maximum(x, 1e-300)), np.exp)
 
 
-def _ratio_within_noise(a: np.ndarray, b: np.ndarray, level: float) -> bool:
-    """:func:`within_noise` for objective ratios (:data:`RATIO_RULES`)."""
-    if a.size >= MIN_SEEDS_FOR_CI and b.size >= MIN_SEEDS_FOR_CI:
-        _, lo_a, hi_a = log_t_interval(a, level)
-        _, lo_b, hi_b = log_t_interval(b, level)
-        return bool(lo_a <= hi_b and lo_b <= hi_a)
-    overlap = a.min() <= b.max() and b.min() <= a.max()
-    gap = abs(math.log(max(float(a.mean()), 1e-300)) - math.log(max(float(b.mean()), 1e-300)))
-    return bool(overlap or gap < RATIO_NOISE_FLOOR)
+def _log(x: float) -> float:
+    return math.log(max(x, 1e-300))
 
 
 def within_noise(a, b, level: float = LEVEL, *, ratio: bool = False) -> bool:
@@ -206,14 +199,15 @@ def within_noise(a, b, level: float = LEVEL, *, ratio: bool = False) -> bool:
     a, b = _finite(a), _finite(b)
     if a.size == 0 or b.size == 0:
         return False
-    if ratio:
-        return _ratio_within_noise(a, b, level)
     if a.size >= MIN_SEEDS_FOR_CI and b.size >= MIN_SEEDS_FOR_CI:
-        _, lo_a, hi_a = logit_t_interval(a, level)
-        _, lo_b, hi_b = logit_t_interval(b, level)
+        interval = log_t_interval if ratio else logit_t_interval
+        _, lo_a, hi_a = interval(a, level)
+        _, lo_b, hi_b = interval(b, level)
         return bool(lo_a <= hi_b and lo_b <= hi_a)
     overlap = a.min() <= b.max() and b.min() <= a.max()
-    return bool(overlap or abs(float(a.mean()) - float(b.mean())) < NOISE_FLOOR)
+    ma, mb = float(a.mean()), float(b.mean())
+    gap, floor = (abs(_log(ma) - _log(mb)), RATIO_NOISE_FLOOR) if ratio else (abs(ma - mb), NOISE_FLOOR)
+    return bool(overlap or gap < floor)
 
 
 def best_marks(values: dict, level: float = LEVEL, *, ratio: bool = False) -> dict:
