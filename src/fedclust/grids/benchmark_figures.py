@@ -16,6 +16,7 @@ import pandas as pd
 from fedclust.experiments import records_frame, summarize
 from fedclust.grids.benchmark import METRICS, OBJECTIVE_METRICS, _partition_label, dataset_specs, load_by_label
 from fedclust.grids.benchmark_cfl import CFL_METRICS
+from fedclust.grids.report import unlabelled_datasets
 from fedclust.metrics import data_chance_line, is_at_chance, is_collapsed
 from fedclust.partition import make_partition
 from fedclust.partition.report import label_matrix
@@ -121,14 +122,6 @@ def chance_levels(records: list[dict], data_paths: dict | None = None, config: d
     return out
 
 
-def _unlabelled(records: list[dict]) -> list[str]:
-    """The data sets of ``records`` without labels: their runs carry an objective ratio and no ACC."""
-    scored = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
-    ratio = {r["tags"]["dataset"] for r in scored if "objective_ratio" in (r.get("metrics") or {})}
-    acc = {r["tags"]["dataset"] for r in scored if "ACC" in (r.get("metrics") or {})}
-    return [d for d in dict.fromkeys(r["tags"]["dataset"] for r in scored) if d in ratio - acc]
-
-
 def _left_out(datasets: list[str], what: str) -> str:
     """The note of a figure that leaves the data sets without labels out."""
     return f"; {', '.join(datasets)}: no labels, {what}" if datasets else ""
@@ -141,7 +134,7 @@ def privacy_utility_figure(records: list[dict], chance: dict | float | None = No
     from fedclust.plots import privacy_utility_figure as figure
 
     recs = [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
-    unlabelled = _unlabelled(recs)
+    unlabelled = unlabelled_datasets(recs)
     if unlabelled and all(r["tags"]["dataset"] in unlabelled for r in recs):  # no data set with labels
         return figure(
             recs,
@@ -208,7 +201,7 @@ def confusion_figure(records: list[dict], data_paths: dict | None = None, config
     from fedclust.plots import confusion_figure as figure
 
     best = best_run(records, "ACC")
-    unlabelled = _unlabelled(records)
+    unlabelled = unlabelled_datasets(records)
     if best is None and unlabelled:
         return message_figure(
             f"no data set with labels ({', '.join(unlabelled)}: none), so there is no confusion matrix",
@@ -234,7 +227,7 @@ def communication_figure(records: list[dict]):
     from fedclust.plots import subplots
 
     runs = [r for r in records if r["tags"]["epsilon"] == "inf" and r["metrics"].get("uploaded_reals")]
-    unlabelled = _unlabelled(records)
+    unlabelled = unlabelled_datasets(records)
     labelled = [r for r in runs if r["tags"]["dataset"] not in unlabelled]
     score = "ACC" if labelled or not runs else "objective_ratio"
     frame = records_frame(labelled if score == "ACC" else runs)

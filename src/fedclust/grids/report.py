@@ -277,6 +277,17 @@ def _data_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["tags"].get("family", "data_clustering") == "data_clustering"]
 
 
+def unlabelled_datasets(records: list[dict]) -> list[str]:
+    """The data sets of the data-clustering ``records`` that have no labels: some record of theirs
+    carries an objective ratio (:data:`RATIO`) and none an ACC; in the order they first appear."""
+    recs = _data_records(records)
+    has = {
+        key: {r["tags"]["dataset"] for r in recs if _number((r.get("metrics") or {}).get(key)) is not None}
+        for key in (RATIO, "ACC")
+    }
+    return [d for d in dict.fromkeys(r["tags"]["dataset"] for r in recs) if d in has[RATIO] - has["ACC"]]
+
+
 #: the columns of :func:`method_table`
 TABLE_COLUMNS = [
     "dataset",
@@ -353,10 +364,7 @@ def method_table(
         # a data set without labels: its records carry an objective ratio and no ACC; the ratio is its score
         acc_of = pd.to_numeric(frame["ACC"], errors="coerce") if "ACC" in frame.columns else None
         ratio_of = pd.to_numeric(frame[RATIO], errors="coerce")
-        has = pd.DataFrame({"dataset": frame["dataset"], "ratio": ratio_of.notna()})
-        has["acc"] = acc_of.notna() if acc_of is not None else False
-        per = has.groupby("dataset", sort=False)[["ratio", "acc"]].any()
-        mask = frame["dataset"].isin(per.index[per["ratio"] & ~per["acc"]])
+        mask = frame["dataset"].isin(unlabelled_datasets(recs))
         frame["ACC"] = acc_of if acc_of is not None else math.nan
         frame.loc[mask, "ACC"] = ratio_of[mask]
         frame.loc[mask, "score"] = RATIO
