@@ -18,13 +18,14 @@ components in 100 dimensions over 100 clients, unscaled (no declared bound: the 
 server's sample), in the spirit of the FedDP-KMeans authors' synthetic data.
 
 The last table runs digits with a public server file from another distribution: MNIST reduced to
-8 x 8 the way digits were made (32 x 32 bitmaps, 4 x 4 blocks of on-pixels, 0..16), 1,000 images,
-scaled to [0, 1].
+8 x 8 the way digits were made (each digit's bounding box scaled into a 32 x 32 bitmap, 4 x 4 blocks
+of on-pixels, 0..16), 1,000 images, scaled to [0, 1].
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import ndimage
 from sklearn.cluster import KMeans
 
 from fedclust import bench
@@ -72,12 +73,24 @@ def kmeans_scores(ds: Dataset, seed: int) -> dict:
 
 
 def mnist_8x8(n: int = 1000) -> np.ndarray:
-    """The first ``n`` MNIST test images reduced as digits were made: padded to 32 x 32, binarized at
-    half intensity, on-pixels counted in 4 x 4 blocks (0..16), divided by 16."""
+    """The first ``n`` MNIST test images reduced as the UCI optdigits images (scikit-learn's digits)
+    were made: the digit's bounding box scaled so that its longer side spans 32 pixels (aspect ratio
+    kept, centred in a 32 x 32 frame), binarized at half intensity, on-pixels counted in 4 x 4 blocks
+    (0..16), divided by 16 like digits' min-max scaling."""
     _, _, images = bench.mnist_test(max_images=n)
-    padded = np.zeros((images.shape[0], 32, 32))
-    padded[:, 2:30, 2:30] = images >= 0.5
-    blocks = padded.reshape(-1, 8, 4, 8, 4).sum(axis=(2, 4))
+    frames = np.zeros((images.shape[0], 32, 32))
+    for frame, image in zip(frames, images):
+        on = image >= 0.5
+        rows, cols = np.flatnonzero(on.any(axis=1)), np.flatnonzero(on.any(axis=0))
+        if rows.size == 0:
+            continue
+        box = image[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+        scale = 32.0 / max(box.shape)
+        h, w = (min(32, max(1, round(side * scale))) for side in box.shape)
+        big = ndimage.zoom(box, (h / box.shape[0], w / box.shape[1]), order=1)[:h, :w]
+        top, left = (32 - big.shape[0]) // 2, (32 - big.shape[1]) // 2
+        frame[top : top + big.shape[0], left : left + big.shape[1]] = big >= 0.5
+    blocks = frames.reshape(-1, 8, 4, 8, 4).sum(axis=(2, 4))
     return (blocks / 16.0).reshape(-1, 64)
 
 
