@@ -209,6 +209,23 @@ def test_the_header_lists_what_ran_not_what_was_configured(records):
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "4", "no DP"]
 
 
+def test_the_header_says_per_data_set_whether_its_scaling_read_the_data():
+    def scaled(ds, scaling, reads):
+        r = rec("fkm", "inf", 0.5, 0, ds=ds)
+        r["params"].update(scaling=scaling, scaling_reads=reads)
+        return r
+
+    recs = [
+        scaled("digits", "pixel", "public"),
+        scaled("mine", "per_feature", "data"),
+        rec("fkm", "inf", 0.5, 0, ds="old"),
+    ]
+    assert report.scaling_lines(recs) == [
+        "scaling of digits: divided by its declared pixel range, public numbers (nothing read from the data)",
+        "scaling of mine: min-max by each feature's own min and max, statistics of every client's data that no ε covers",
+    ]  # a record from before the scaling was recorded says nothing
+
+
 def test_the_terminal_table_lists_every_method_fits_100_columns_and_keeps_the_order(records):
     lines = report.terminal_lines(report.method_table(records))
     assert lines and max(len(line) for line in lines) <= 100

@@ -62,6 +62,13 @@ def test_a_csv_spec_runs_through_the_grid_and_the_report_names_it_by_its_label(t
     assert set(table["dataset"]) == {"iris", "mine"}
     assert "mine / iid" in built["markdown"] and "data sets iris, mine;" in built["markdown"]
     assert "csv" not in set(table["dataset"])
+    # the header says how each data set was scaled and whether that read the data (no ε covers it)
+    assert (by_data["mine"]["params"]["scaling"], by_data["mine"]["params"]["scaling_reads"]) == ("standardize", "data")
+    assert (by_data["iris"]["params"]["scaling"], by_data["iris"]["params"]["scaling_reads"]) == ("per_feature", "data")
+    assert (
+        "scaling of mine: standardized by each feature's own mean and standard deviation, statistics of every "
+        "client's data that no ε covers" in built["markdown"]
+    )
     # the figures find the spec's data by its label (the chance line of Wine's class sizes)
     assert benchmark.chance_levels(records, None, config)["mine"] == data_chance_line(wine.y)["ACC_chance"]
 

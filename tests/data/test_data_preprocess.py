@@ -7,7 +7,7 @@ import pytest
 
 from fedclust.data.base import Dataset
 from fedclust.data.builtin import load_digits, load_iris, load_wine
-from fedclust.data.preprocess import preprocess, subsample
+from fedclust.data.preprocess import preprocess, scaling_statistics, subsample
 from fedclust.data.synthetic import mixed_regression_1d
 
 
@@ -34,6 +34,64 @@ def test_minmax_pixel_mode_for_images_and_global_mode():
     np.testing.assert_allclose(g.X, (_toy().X + 2) / 7, rtol=1e-6)
     with pytest.raises(ValueError, match="pixel_max"):
         preprocess(_toy(), "minmax", minmax_mode="pixel")
+
+
+def test_declared_bounds_scale_by_public_numbers_and_clip_what_lies_outside():
+    toy = _toy()  # column 0: 1..5, column 1: 5, column 2: -2..4
+    one = preprocess(toy, "minmax", bounds=[-2, 6])  # auto + bounds: the declared mode
+    np.testing.assert_allclose(one.X, (toy.X + 2) / 8)
+    assert one.meta["preprocess"] == {
+        "scale": "minmax",
+        "minmax_mode": "declared",
+        "bounds": [-2, 6],
+        "clipped_values": 0,
+    }
+    per = preprocess(toy, "minmax", minmax_mode="declared", bounds=[[0, 4], [0, 10], [-1, 1]])
+    # column 0: 5 above 4; column 2: -2 below -1, 2 and 4 above 1 -> 4 values clipped
+    assert per.meta["preprocess"]["clipped_values"] == 4
+    expected = np.array([[0.25, 0.5, 1.0], [0.75, 0.5, 0.0], [0.5, 0.5, 0.5], [1.0, 0.5, 1.0]])
+    np.testing.assert_allclose(per.X, expected)
+    named = Dataset(X=toy.X, y=toy.y, name="toy", meta={"features": ["a", "b", "c"]})
+    by_name = preprocess(named, "minmax", bounds={"c": [-1, 1], "a": [0, 4], "b": [0, 10]})
+    np.testing.assert_allclose(by_name.X, per.X)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"bounds": [3, 3]}, "hi must be above lo"),
+        ({"bounds": [[0, 1], [0, 1]]}, "one per feature \\(3\\), got 2"),
+        ({"bounds": {"a": [0, 1]}}, "need a table with named columns"),
+        ({"bounds": [0, float("inf")]}, "finite numbers"),
+        ({"minmax_mode": "declared"}, "needs bounds"),
+        ({"minmax_mode": "per_feature", "bounds": [0, 1]}, "minmax_mode 'auto' or 'declared'"),
+    ],
+)
+def test_declared_bounds_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        preprocess(_toy(), "minmax", **kwargs)
+    with pytest.raises(ValueError, match="scale='minmax'"):
+        preprocess(_toy(), "standardize", bounds=[0, 1])
+
+
+def test_scaling_statistics_says_which_scalings_read_the_data():
+    reads = {
+        "pixel": scaling_statistics(preprocess(load_digits(), "minmax").meta),
+        "declared": scaling_statistics(preprocess(_toy(), "minmax", bounds=[-2, 6]).meta),
+        "per_feature": scaling_statistics(preprocess(_toy(), "minmax").meta),
+        "global": scaling_statistics(preprocess(_toy(), "minmax", minmax_mode="global").meta),
+        "standardize": scaling_statistics(preprocess(_toy(), "standardize").meta),
+        "none": scaling_statistics(preprocess(_toy(), "none").meta),
+    }
+    assert {k: (v["scaling"], v["reads"]) for k, v in reads.items()} == {
+        "pixel": ("pixel", "public"),
+        "declared": ("declared", "public"),
+        "per_feature": ("per_feature", "data"),
+        "global": ("global", "data"),
+        "standardize": ("standardize", "data"),
+        "none": ("none", "public"),
+    }
+    assert scaling_statistics(_toy().meta) is None  # never scaled by preprocess
 
 
 @pytest.mark.parametrize("loader", [load_iris, load_wine])

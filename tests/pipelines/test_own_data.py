@@ -88,3 +88,20 @@ def test_an_unlabelled_csv_runs_with_k_and_reports_the_objective_ratio(project):
     exp = next(e for e in client.search_experiments() if e.name == "fedclust")
     run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
     assert run.data.tags["dataset"] == "survey" and "objective_ratio" in run.data.metrics
+
+
+def test_a_private_run_says_whether_its_scaling_read_the_data(kedro_project, run_pipeline, read_versioned_json):
+    # min-max scaling by the file's own ranges reads every client's data before the protocol: the
+    # privacy report says so and that epsilon does not cover it; declared bounds read nothing
+    shutil.copy(DATA / "wine.csv", kedro_project / "data/01_raw/mine.csv")
+    data = {"name": "csv", "path": "data/01_raw/mine.csv", "options": {"label": "label"}}
+    base = {"dataset": data, "privacy": {"epsilon": 1.0, "delta": 1e-5}}
+    run_pipeline("fed_dp_kmeans", base)
+    rep = read_versioned_json("data/08_reporting/fed_dp_kmeans/privacy.json")
+    assert rep["preprocessing"]["scaling"] == "per_feature" and rep["preprocessing"]["reads"] == "data"
+    assert rep["preprocessing"]["covered_by_epsilon"] is False
+    assert any("epsilon does not cover them" in n for n in rep["notes"])
+    run_pipeline("fed_dp_kmeans", {**base, "dataset": {**data, "options": {"label": "label", "bounds": [0, 2000]}}})
+    rep = read_versioned_json("data/08_reporting/fed_dp_kmeans/privacy.json")
+    assert rep["preprocessing"]["scaling"] == "declared" and rep["preprocessing"]["covered_by_epsilon"] is True
+    assert not any("epsilon does not cover them" in n for n in rep["notes"])

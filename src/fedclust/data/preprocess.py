@@ -19,7 +19,7 @@ from fedclust.data.base import Dataset
 from fedclust.errors import DataError
 from fedclust.rng import stream
 
-__all__ = ["preprocess", "subsample", "id_like_columns", "SCALES"]
+__all__ = ["preprocess", "subsample", "id_like_columns", "scaling_statistics", "SCALES"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,85 @@ def id_like_columns(
 
 
 SCALES = ("minmax", "standardize", "none")
-_MINMAX_MODES = ("auto", "pixel", "per_feature", "global")
+MINMAX_MODES = ("auto", "pixel", "per_feature", "global", "declared")
+_MINMAX_MODES = MINMAX_MODES
+
+#: what each scaling reads: the data's own statistics (outside any epsilon) or public numbers
+_SCALING_READS = {
+    "pixel": ("public", "each value divided by the data set's declared pixel range"),
+    "declared": ("public", "min-max scaling by bounds declared in the parameters, values outside them clipped"),
+    "per_feature": ("data", "min-max scaling by each feature's min and max over the whole data set"),
+    "global": ("data", "min-max scaling by the min and max over all values of the whole data set"),
+    "standardize": ("data", "standardization by each feature's mean and standard deviation over the whole data set"),
+    "none": ("public", "no scaling: the values as loaded"),
+}
 
 
-def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto") -> Dataset:
+def scaling_statistics(meta: dict | None) -> dict | None:
+    """What a data set's scaling read (``meta["preprocess"]`` of :func:`preprocess`): ``{"scaling"``
+    (the min-max mode, ``standardize`` or ``none``), ``"reads": "public" | "data", "what"}``; None when the data set was not scaled by :func:`preprocess`.
+
+    ``reads == "data"``: the scaling read statistics of the whole data set (its min and max, or mean and
+    standard deviation) before any protocol ran. No method releases them and no epsilon covers them;
+    a run that must be private end to end scales by public bounds instead (``minmax_mode="declared"``).
+    """
+    info = (meta or {}).get("preprocess")
+    if not info:
+        return None
+    key = info.get("minmax_mode") if info.get("scale") == "minmax" else info.get("scale")
+    if key not in _SCALING_READS:
+        return None
+    reads, what = _SCALING_READS[key]
+    return {"scaling": key, "reads": reads, "what": what}
+
+
+def declared_bounds(bounds, m: int, features=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature ``(lo, hi)`` arrays from declared ``bounds``: one pair ``[lo, hi]`` for every feature,
+    a list of ``m`` pairs, or a mapping ``{feature name: [lo, hi]}`` that names every feature of a
+    table (``features``: its column names). A ValueError names what is wrong."""
+
+    def pair(v, where):
+        if (
+            not isinstance(v, (list, tuple))
+            or len(v) != 2
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v)
+        ):
+            raise ValueError(f"bounds{where} must be a pair of finite numbers [lo, hi], got {v!r}")
+        if not v[1] > v[0]:
+            raise ValueError(f"bounds{where}: hi must be above lo, got {list(v)!r}")
+        return float(v[0]), float(v[1])
+
+    if isinstance(bounds, dict):
+        if features is None:
+            raise ValueError("bounds given by feature name need a table with named columns; give a list instead")
+        names = [str(f) for f in features]
+        unknown = sorted(set(map(str, bounds)) - set(names))
+        missing = [f for f in names if f not in {str(b) for b in bounds}]
+        if unknown or missing:
+            raise ValueError(
+                "bounds by feature name must name every feature once"
+                + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+            )
+        by_name = {str(b): v for b, v in bounds.items()}
+        pairs = [pair(by_name[f], f"[{f!r}]") for f in names]
+    elif isinstance(bounds, (list, tuple)) and len(bounds) == 2 and not isinstance(bounds[0], (list, tuple)):
+        pairs = [pair(bounds, "")] * m
+    elif isinstance(bounds, (list, tuple)):
+        if len(bounds) != m:
+            raise ValueError(
+                f"bounds: one [lo, hi] for all features or one per feature ({m}), got {len(bounds)} entries"
+            )
+        pairs = [pair(v, f"[{j}]") for j, v in enumerate(bounds)]
+    else:
+        raise ValueError(
+            f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
+        )
+    lo, hi = (np.array(v, dtype=np.float64) for v in zip(*pairs))
+    return lo, hi
+
+
+def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto", bounds=None) -> Dataset:
     """Scale the features of ``ds``.
 
     * ``scale="minmax"`` maps the features to [0, 1]. Which min and max, by ``minmax_mode``:
@@ -81,6 +156,11 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
       - ``"pixel"``: divide every value by ``meta["pixel_max"]`` (keeps the relative scale of pixels).
       - ``"per_feature"``: ``(x - min_j) / (max_j - min_j)`` per column j; a constant column becomes 0.
       - ``"global"``: one min and max over all values.
+      - ``"declared"`` (the mode of ``"auto"`` when ``bounds`` are given): ``(x - lo_j) / (hi_j - lo_j)``
+        with public bounds (:func:`declared_bounds`: one ``[lo, hi]``, one per feature, or by column
+        name); values outside are clipped to them first (their count is in ``meta`` and logged), so
+        the scaled features lie in [0, 1] as declared. The only min-max mode besides ``"pixel"`` that
+        reads nothing of the data (:func:`scaling_statistics`).
     * ``scale="standardize"``: per feature, zero mean and unit (population) variance; a constant
       column becomes 0.
     * ``scale="none"``: unchanged.
@@ -93,6 +173,7 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
         raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
     if minmax_mode not in _MINMAX_MODES:
         raise ValueError(f"minmax_mode must be one of {list(_MINMAX_MODES)}, got {minmax_mode!r}")
+    check_bounds_use(scale, minmax_mode, bounds)
     X = ds.X.astype(np.float64)
     info: dict = {"scale": scale}
     ids = id_like_columns(X)
@@ -111,9 +192,22 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
     if scale == "minmax":
         mode = minmax_mode
         if mode == "auto":
-            mode = "pixel" if (ds.images is not None and "pixel_max" in ds.meta) else "per_feature"
+            if bounds is not None:
+                mode = "declared"
+            else:
+                mode = "pixel" if (ds.images is not None and "pixel_max" in ds.meta) else "per_feature"
         info["minmax_mode"] = mode
-        if mode == "pixel":
+        if mode == "declared":
+            lo, hi = declared_bounds(bounds, X.shape[1], ds.meta.get("features"))
+            outside = int(np.count_nonzero((X < lo) | (X > hi)))
+            if outside:
+                logger.warning(
+                    "data set %r: %d value(s) outside the declared bounds, clipped to them", ds.name, outside
+                )
+            X = (np.clip(X, lo, hi) - lo) / (hi - lo)
+            info["bounds"] = bounds
+            info["clipped_values"] = outside
+        elif mode == "pixel":
             if "pixel_max" not in ds.meta:
                 raise ValueError(
                     f"minmax_mode='pixel' needs meta['pixel_max'] in data set {ds.name!r}; "
@@ -138,6 +232,18 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto")
     meta["preprocess"] = info
     meta["id_like_columns"] = ids
     return Dataset(X=X, y=ds.y.copy(), name=ds.name, images=images, meta=meta)
+
+
+def check_bounds_use(scale: str, minmax_mode: str, bounds) -> None:
+    """Declared bounds go with min-max scaling in the ``"declared"`` mode (or ``"auto"``), and that
+    mode needs them (a ValueError otherwise)."""
+    if bounds is not None and (scale != "minmax" or minmax_mode not in ("auto", "declared")):
+        raise ValueError(
+            f"bounds are declared for min-max scaling (scale='minmax', minmax_mode 'auto' or 'declared'), "
+            f"got scale={scale!r}, minmax_mode={minmax_mode!r}"
+        )
+    if bounds is None and minmax_mode == "declared":
+        raise ValueError("minmax_mode='declared' needs bounds: [lo, hi], one pair per feature or by feature name")
 
 
 def _check_count(name: str, value) -> int | None:

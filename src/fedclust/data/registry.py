@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
-from fedclust.data.preprocess import preprocess, subsample
+from fedclust.data.preprocess import MINMAX_MODES, check_bounds_use, preprocess, subsample
 from fedclust.data.sizes import FEDSC_FILES, require_dataset_memory
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
@@ -251,8 +251,9 @@ def check_dataset_params(
     if scale not in ("minmax", "standardize", "none"):
         raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
     minmax_mode = (options or {}).get("minmax_mode", "auto")
-    if minmax_mode not in ("auto", "pixel", "per_feature", "global"):
-        raise ValueError(f"minmax_mode must be one of ['auto', 'pixel', 'per_feature', 'global'], got {minmax_mode!r}")
+    if minmax_mode not in MINMAX_MODES:
+        raise ValueError(f"minmax_mode must be one of {list(MINMAX_MODES)}, got {minmax_mode!r}")
+    check_bounds_use(scale, minmax_mode, (options or {}).get("bounds"))
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):
@@ -279,18 +280,18 @@ def prepare_dataset(
     attribute), not the label column of a table (that is ``options["label"]``).
 
     ``options`` (a dict, convenient in YAML) and ``**more_options`` are merged and passed to the
-    loader, except ``minmax_mode`` which goes to :func:`preprocess`. Subsampling (``n_per_class``
+    loader, except ``minmax_mode`` and ``bounds`` which go to :func:`preprocess`. Subsampling (``n_per_class``
     or ``n_total``, seeded by ``seed``) comes before scaling, so
     per-feature statistics are those of the kept samples. Parameters are checked before any file is read.
     """
     opts = {**(options or {}), **more_options}
     check_dataset_params(name, seed=seed, scale=scale, n_per_class=n_per_class, n_total=n_total, options=opts)
-    minmax_mode = opts.pop("minmax_mode", "auto")
+    minmax_mode, bounds = opts.pop("minmax_mode", "auto"), opts.pop("bounds", None)
     ds = load_dataset(name, path=path, seed=seed, **opts)
     ds.name = dataset_label({"name": name, "path": path, "label": label})
     ds = subsample(ds, n_per_class=n_per_class, n_total=n_total, seed=seed)
     _check_not_empty(ds, name, path)
-    return preprocess(ds, scale=scale, minmax_mode=minmax_mode)
+    return preprocess(ds, scale=scale, minmax_mode=minmax_mode, bounds=bounds)
 
 
 #: (name, seed, options) -> digest of the arrays of a data set that reads no file (built-in, generated)
@@ -308,7 +309,7 @@ def dataset_digest(name: str, path=None, seed: int = 0, options: dict | None = N
         return path_digest(p)
     key = json.dumps([name, seed, options or {}], sort_keys=True, default=str)
     if key not in _ARRAY_DIGESTS:
-        opts = {k: v for k, v in (options or {}).items() if k != "minmax_mode"}
+        opts = {k: v for k, v in (options or {}).items() if k not in ("minmax_mode", "bounds")}
         ds = load_dataset(name, seed=seed, **opts)
         _ARRAY_DIGESTS[key] = array_digest(ds.X, ds.y)
     return _ARRAY_DIGESTS[key]

@@ -42,6 +42,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from fedclust.clustering._common import default_init
+from fedclust.data.preprocess import scaling_statistics
 from fedclust.data.registry import SPEC_KEYS, TABLE_NAMES, dataset_label
 from fedclust.errors import DataError
 from fedclust.executors import without_execution
@@ -422,6 +423,9 @@ def _method_record(method: str, cell: dict, data: tuple, init: str, setup_s: flo
             "note": not_private_note(method),
         }
     dataset, partition = data
+    scaling = scaling_statistics(getattr(dataset, "meta", None))
+    if scaling:  # what the scaling read before any protocol ran (the report says it per data set)
+        params.update(scaling=scaling["scaling"], scaling_reads=scaling["reads"])
     delta = params["delta"]
     t0 = time.perf_counter()
     res, noise = run_method(method, dataset, partition, seed, eps, delta, config)

@@ -546,6 +546,35 @@ def ran_lines(records: list[dict]) -> list[str]:
     return out
 
 
+def scaling_lines(records: list[dict]) -> list[str]:
+    """One line per data set whose records say how it was scaled: by public numbers (a declared pixel
+    range or declared bounds), or by statistics of the whole data set, which no ε covers."""
+    seen: dict[str, tuple[str, str]] = {}
+    for r in _data_records(records):
+        p = r.get("params") or {}
+        if p.get("scaling") and p.get("scaling_reads"):
+            seen.setdefault(str(r["tags"].get("dataset")), (str(p["scaling"]), str(p["scaling_reads"])))
+    out = []
+    for ds, (scaling, reads) in seen.items():
+        what = SCALING_WORDS.get(scaling, scaling)
+        if reads == "data":
+            out.append(f"scaling of {ds}: {what}, statistics of every client's data that no ε covers")
+        else:
+            out.append(f"scaling of {ds}: {what}, public numbers (nothing read from the data)")
+    return out
+
+
+#: how the report names each scaling (:func:`fedclust.data.preprocess.scaling_statistics`)
+SCALING_WORDS = {
+    "pixel": "divided by its declared pixel range",
+    "declared": "min-max by declared bounds",
+    "per_feature": "min-max by each feature's own min and max",
+    "global": "min-max by the min and max of all its values",
+    "standardize": "standardized by each feature's own mean and standard deviation",
+    "none": "not scaled",
+}
+
+
 # ---- privacy statements ------------------------------------------------------------------------------
 
 
@@ -1082,7 +1111,7 @@ def build(
     entries, label_of = protection_legend(records)
     figures = {ds: figure_png_base64(privacy_utility_figure(table, ds)) for ds in dict.fromkeys(table["dataset"])}
     metrics, tags = parent_run_summary(records)
-    header = ran_lines(records) + list(notes or []) + rr_guidance(records)
+    header = ran_lines(records) + scaling_lines(records) + list(notes or []) + rr_guidance(records)
     return {
         "table": table,
         "clustered_fl": cfl,

@@ -97,7 +97,7 @@ def method_pipeline(
             node(evaluate, evaluate_inputs, "metrics", name="evaluate", tags=["evaluation"]),
             node(
                 _bind(report_privacy, method=method),
-                ["result", "noise", "params:privacy"],
+                {"result": "result", "calibration": "noise", "privacy": "params:privacy", "data": data[0]},
                 "privacy",
                 name="report_privacy",
                 tags=["privacy", "reporting"],

@@ -6,11 +6,15 @@ the report node is the same for all: it accounts the releases the run actually m
 
 from __future__ import annotations
 
+import logging
 import re
 
+from fedclust.data.preprocess import scaling_statistics
 from fedclust.privacy.release import DESCRIPTIONS
 from fedclust.privacy.report import privacy_report
 from fedclust.registry.privacy import check_privacy_params
+
+logger = logging.getLogger(__name__)
 
 
 def condense_notes(notes, limit: int = 8) -> list[str]:
@@ -26,8 +30,20 @@ def condense_notes(notes, limit: int = 8) -> list[str]:
     return out
 
 
-def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dict:
-    """The privacy report of a finished run (written to data/08_reporting/<method>/privacy.json)."""
+#: the note of a private run whose data were scaled by statistics of the data themselves
+SCALING_NOTE = (
+    "before the run the data went through {what}: those statistics come from every client's data, "
+    "no release carries them and epsilon does not cover them; declare public bounds "
+    "(dataset.options.bounds) for a run that is private end to end"
+)
+
+
+def report_privacy(result, calibration: dict, privacy: dict, method: str, data=None) -> dict:
+    """The privacy report of a finished run (written to data/08_reporting/<method>/privacy.json).
+
+    ``data``: the data set the run read (its scaling, :func:`~fedclust.data.preprocess.scaling_statistics`,
+    goes into the report as ``preprocessing``; a private run on data scaled by their own statistics
+    gets a note that epsilon does not cover them)."""
     _, delta = check_privacy_params(privacy)
     rep = privacy_report(
         list(result.dp_events),
@@ -47,6 +63,12 @@ def report_privacy(result, calibration: dict, privacy: dict, method: str) -> dic
     if tm:
         rep["trust_model_meaning"] = DESCRIPTIONS.get(tm, "")
     rep["calibration"] = {k: v for k, v in calibration.items() if k not in ("notes",)}
+    scaling = scaling_statistics(getattr(data, "meta", None))
+    if scaling:
+        rep["preprocessing"] = {**scaling, "covered_by_epsilon": scaling["reads"] == "public"}
+        if rep.get("private") and scaling["reads"] == "data":
+            rep["notes"].append(SCALING_NOTE.format(what=scaling["what"]))
+            logger.warning("%s: %s", method, rep["notes"][-1])
     agg = result.info.get("aggregation")
     if agg:  # the Flower backend: the protocol that carried every sum, and the noise that reached it
         rep["aggregation_protocol"] = agg["protocol"]
