@@ -100,6 +100,13 @@ def test_specs_without_labels_or_k_twice_the_same_label_or_unknown_keys_are_refu
     assert list(benchmark.dataset_specs({"datasets": [twice, {**twice, "label": "wine2"}]})) == ["wine", "wine2"]
     with pytest.raises(DataError, match=r"unknown key\(s\) \['labels'\]"):
         benchmark.dataset_specs({"datasets": [{**twice, "labels": "x"}]})
+    bad_bounds = {**twice, "options": {"label": "label", "bounds": [5, 1]}}
+    with pytest.raises(DataError, match="hi must be above lo"):
+        benchmark.dataset_specs({"datasets": [bad_bounds]})
+    with pytest.raises(DataError, match="scale='minmax'"):
+        benchmark.dataset_specs(
+            {"datasets": [{**twice, "scale": "standardize", "options": {"label": "label", "bounds": [0, 9]}}]}
+        )
 
 
 def test_the_clustered_fl_half_runs_rr_clusters_few_per_cluster_regime_by_name():

@@ -8,6 +8,7 @@ import pytest
 from fedclust.data.base import Dataset
 from fedclust.data.builtin import load_digits, load_iris, load_wine
 from fedclust.data.preprocess import preprocess, scaling_statistics, subsample
+from fedclust.data.registry import prepare_dataset
 from fedclust.data.synthetic import mixed_regression_1d
 
 
@@ -72,6 +73,14 @@ def test_declared_bounds_are_checked(kwargs, message):
         preprocess(_toy(), "minmax", **kwargs)
     with pytest.raises(ValueError, match="scale='minmax'"):
         preprocess(_toy(), "standardize", bounds=[0, 1])
+
+
+def test_bad_bounds_are_refused_before_any_file_is_read():
+    # the pre-run check (check_dataset_params) sees the bounds; the file does not exist
+    with pytest.raises(ValueError, match="hi must be above lo"):
+        prepare_dataset("csv", path="no/such/file.csv", options={"label": "y", "bounds": {"a": [2, 1]}})
+    with pytest.raises(ValueError, match="pair of finite numbers"):
+        prepare_dataset("csv", path="no/such/file.csv", options={"bounds": [[0, 1], [0]]})
 
 
 def test_scaling_statistics_says_which_scalings_read_the_data():

@@ -99,21 +99,44 @@ def scaling_statistics(meta: dict | None) -> dict | None:
     return {"scaling": key, "reads": reads, "what": what}
 
 
+def _bound_pair(v, where: str = "") -> tuple[float, float]:
+    """``(lo, hi)`` of one declared pair (a ValueError naming ``bounds<where>`` otherwise)."""
+    if (
+        not isinstance(v, (list, tuple))
+        or len(v) != 2
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v)
+    ):
+        raise ValueError(f"bounds{where} must be a pair of finite numbers [lo, hi], got {v!r}")
+    if not v[1] > v[0]:
+        raise ValueError(f"bounds{where}: hi must be above lo, got {list(v)!r}")
+    return float(v[0]), float(v[1])
+
+
+def _is_one_pair(bounds) -> bool:
+    return isinstance(bounds, (list, tuple)) and len(bounds) == 2 and not isinstance(bounds[0], (list, tuple))
+
+
+def check_bounds_values(bounds) -> None:
+    """The checks of declared ``bounds`` that need no data (every pair finite with ``hi > lo``); the
+    number of pairs and the names are checked against the data by :func:`declared_bounds`."""
+    if isinstance(bounds, dict):
+        for name, v in bounds.items():
+            _bound_pair(v, f"[{name!r}]")
+    elif _is_one_pair(bounds):
+        _bound_pair(bounds)
+    elif isinstance(bounds, (list, tuple)):
+        for j, v in enumerate(bounds):
+            _bound_pair(v, f"[{j}]")
+    else:
+        raise ValueError(
+            f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
+        )
+
+
 def declared_bounds(bounds, m: int, features=None) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature ``(lo, hi)`` arrays from declared ``bounds``: one pair ``[lo, hi]`` for every feature,
     a list of ``m`` pairs, or a mapping ``{feature name: [lo, hi]}`` that names every feature of a
     table (``features``: its column names). A ValueError names what is wrong."""
-
-    def pair(v, where):
-        if (
-            not isinstance(v, (list, tuple))
-            or len(v) != 2
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v)
-        ):
-            raise ValueError(f"bounds{where} must be a pair of finite numbers [lo, hi], got {v!r}")
-        if not v[1] > v[0]:
-            raise ValueError(f"bounds{where}: hi must be above lo, got {list(v)!r}")
-        return float(v[0]), float(v[1])
 
     if isinstance(bounds, dict):
         if features is None:
@@ -128,15 +151,15 @@ def declared_bounds(bounds, m: int, features=None) -> tuple[np.ndarray, np.ndarr
                 + (f"; missing: {', '.join(missing)}" if missing else "")
             )
         by_name = {str(b): v for b, v in bounds.items()}
-        pairs = [pair(by_name[f], f"[{f!r}]") for f in names]
-    elif isinstance(bounds, (list, tuple)) and len(bounds) == 2 and not isinstance(bounds[0], (list, tuple)):
-        pairs = [pair(bounds, "")] * m
+        pairs = [_bound_pair(by_name[f], f"[{f!r}]") for f in names]
+    elif _is_one_pair(bounds):
+        pairs = [_bound_pair(bounds, "")] * m
     elif isinstance(bounds, (list, tuple)):
         if len(bounds) != m:
             raise ValueError(
                 f"bounds: one [lo, hi] for all features or one per feature ({m}), got {len(bounds)} entries"
             )
-        pairs = [pair(v, f"[{j}]") for j, v in enumerate(bounds)]
+        pairs = [_bound_pair(v, f"[{j}]") for j, v in enumerate(bounds)]
     else:
         raise ValueError(
             f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
@@ -244,6 +267,8 @@ def check_bounds_use(scale: str, minmax_mode: str, bounds) -> None:
         )
     if bounds is None and minmax_mode == "declared":
         raise ValueError("minmax_mode='declared' needs bounds: [lo, hi], one pair per feature or by feature name")
+    if bounds is not None:
+        check_bounds_values(bounds)
 
 
 def _check_count(name: str, value) -> int | None:

@@ -43,7 +43,7 @@ import numpy as np
 
 from fedclust.clustering._common import default_init
 from fedclust.data.preprocess import scaling_statistics
-from fedclust.data.registry import SPEC_KEYS, TABLE_NAMES, dataset_label
+from fedclust.data.registry import SPEC_KEYS, TABLE_NAMES, check_dataset_params, dataset_label
 from fedclust.errors import DataError
 from fedclust.executors import without_execution
 from fedclust.experiments import eps_label
@@ -225,6 +225,10 @@ def dataset_specs(config: dict, data_paths: dict | None = None) -> dict[str, dic
                 )
             spec = {"name": name, "path": None if path is None else str(path), "options": options}
             spec["scale"] = entry.get("scale") or "minmax"
+            try:  # scale, min-max mode and declared bounds: refused here, before any cell reads the file
+                check_dataset_params(name, scale=spec["scale"], options=options)
+            except ValueError as exc:
+                raise DataError(f"benchmark.config.datasets: {entry!r}: {exc}") from None
             spec["label"] = dataset_label({**spec, "label": entry.get("label")})
             if k is not None:
                 spec["k"] = int(k)
