@@ -91,10 +91,37 @@ RAY_GRID = GRID.replace(
 )
 
 
-def _ray_tasks(parent: psutil.Process) -> list[psutil.Process]:
+#: the environment variable that marks the processes of one test's grid (Ray's processes inherit it)
+MARK = "FEDCLUST_ORPHAN_TEST"
+
+
+def _marked(token: str) -> list[psutil.Process]:
+    """Every process whose environment carries ``MARK=token``: the grid's driver and what it started,
+    found whether or not it is still the grid's descendant (a process may be re-parented)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(MARK) == token:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _names(token: str) -> list[str]:
+    names = []
+    for p in _marked(token):
+        try:
+            names.append(f"{p.pid}:{p.name()}:{p.status()}")
+        except psutil.Error:
+            pass
+    return names
+
+
+def _ray_tasks(token: str) -> list[psutil.Process]:
     """The Ray worker processes running a cell (Ray names them after the task), once both run."""
     out = []
-    for c in parent.children(recursive=True):
+    for c in _marked(token):
         try:
             if "call_cell" in c.name() or "call_cell" in " ".join(c.cmdline()):
                 out.append(c)
@@ -110,13 +137,16 @@ def test_ray_tasks_end_with_a_driver_killed_by_sigkill(tmp_path):
     assert 'iter_cells(time.sleep, [600, 600], "ray"' in RAY_GRID
     script = tmp_path / "grid.py"
     script.write_text(RAY_GRID)
-    env = {**os.environ, "PYTHONPATH": SRC, "RAY_USAGE_STATS_ENABLED": "0"}
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "PYTHONPATH": SRC, "RAY_USAGE_STATS_ENABLED": "0", MARK: token}
     grid = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
     everything: list[psutil.Process] = []
     try:
-        parent = psutil.Process(grid.pid)
-        tasks = _wait_for(lambda: _ray_tasks(parent), 180, "the two Ray tasks")
-        everything = parent.children(recursive=True)  # Ray's own processes too
+        try:
+            tasks = _wait_for(lambda: _ray_tasks(token), 180, "the two Ray tasks")
+        except AssertionError as exc:  # say what did run, for a failure that is hard to reproduce
+            raise AssertionError(f"{exc}; the grid's processes: {_names(token)}") from None
+        everything = [p for p in _marked(token) if p.pid != grid.pid]  # Ray's own processes too
         os.kill(grid.pid, signal.SIGKILL)
         grid.wait()
         _wait_for(lambda: not any(_alive(t) for t in tasks), 20, "the Ray tasks to end after 20 s")
