@@ -10,6 +10,8 @@ from fedclust.clustering.fed_dp_kmeans import holdout_rows
 from fedclust.data.registry import prepare_dataset
 from fedclust.partition import make_partition
 from fedclust.registry import REGISTRY
+from fedclust.registry.clustering import server_points
+from fedclust.registry.configs import server_file_scale
 
 
 @pytest.mark.parametrize("eps_bar", [None, 2.0])
@@ -48,3 +50,17 @@ def test_the_registry_reads_a_server_file_for_dp_fedc():
     # every row stays client data (the file is apart), and W^0 is the file's k-means start
     assert res.info["server_rows"] == 0 and res.info["server_data_rows"] == ds.n_samples
     assert res.info["init"] == "public_sample"
+
+
+def test_a_server_file_with_declared_bounds_is_scaled_by_them_and_bad_bounds_are_refused_first():
+    bounds = {"label": "label", "bounds": [0, 2000]}
+    ds = prepare_dataset("csv", path="tests/data/wine.csv", options=bounds)
+    spec = {"name": "csv", "path": "tests/data/wine.csv", "options": bounds}
+    # bounds declared: min-max by them (the clients' scale), without them the file's own scale
+    assert server_file_scale(spec) == "minmax" and server_file_scale({"name": "csv"}) == "none"
+    assert server_file_scale({**spec, "scale": "none"}) == "none"
+    cfg = REGISTRY["fed_dp_kmeans"].config_from({"server_data": spec})
+    _, public = server_points(cfg, ds, 0)
+    np.testing.assert_array_equal(public, ds.X)  # the same file, the same declared bounds
+    with pytest.raises(ValueError, match="server_data: bounds: hi must be above lo"):
+        REGISTRY["fed_dp_kmeans"].config_from({"server_data": {**spec, "options": {"bounds": [5, 1]}}})

@@ -421,7 +421,8 @@ def describe_server_data(cfg) -> str:
 def server_points(cfg, dataset, seed: int):
     """The server's public sample of a run: ``(rows held out of the data set, None)`` for
     ``holdout``, ``(None, array)`` for a public file (read with the data sets' loaders, its ``scale``
-    defaulting to none: the file must be on the clients' scale), ``(None, None)`` for none."""
+    defaulting to none: the file must be on the clients' scale, or to min-max by the bounds it declares,
+    :func:`~fedclust.registry.configs.server_file_scale`), ``(None, None)`` for none."""
     # a method's module loads when the method runs: the registry loads at every kedro start
     from fedclust.clustering.fed_dp_kmeans import holdout_rows
 
@@ -431,7 +432,7 @@ def server_points(cfg, dataset, seed: int):
     if sd == "none":
         return None, None
     ds = prepare_dataset(
-        sd["name"], path=sd.get("path"), seed=int(seed), scale=sd.get("scale", "none"), options=sd.get("options")
+        sd["name"], path=sd.get("path"), seed=int(seed), scale=C.server_file_scale(sd), options=sd.get("options")
     )
     if ds.n_features != dataset.n_features:
         raise DataError(

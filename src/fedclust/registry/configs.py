@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 import threading
 
-from fedclust.data.registry import SPEC_KEYS
+from fedclust.data.registry import SPEC_KEYS, check_dataset_params
 from fedclust.options import MethodConfig, config_class, param
 
 _frozen = dataclasses.dataclass(frozen=True)
@@ -55,6 +55,14 @@ _PRIVATE_ROUNDS = dict(doc="rounds of a private run (the budget is split over th
 SERVER_DATA_CHOICES = ("holdout", "none")
 
 
+def server_file_scale(spec: dict) -> str:
+    """The scaling of a server-data file: its ``scale``, else none (the file must be on the clients'
+    scale), or min-max when it declares ``options.bounds`` (the clients' declared bounds)."""
+    if spec.get("scale"):
+        return str(spec["scale"])
+    return "minmax" if (spec.get("options") or {}).get("bounds") is not None else "none"
+
+
 def server_file_problems(spec, where: str) -> list[str]:
     """What is wrong with a server-data file spec (none for the named kinds)."""
     if not isinstance(spec, dict):
@@ -64,6 +72,13 @@ def server_file_problems(spec, where: str) -> list[str]:
         return [f"{where}: unknown key(s) {unknown} of a server-data file (valid: {list(SPEC_KEYS)})"]
     if not spec.get("name"):
         return [f"{where}: a server-data file needs a data set name (e.g. name: csv, path: ...)"]
+    options = spec.get("options")
+    try:  # its name, scale and declared bounds, before any file is read
+        check_dataset_params(
+            spec["name"], scale=server_file_scale(spec), options=options if isinstance(options, dict) else None
+        )
+    except ValueError as exc:
+        return [f"{where}: {exc}"]
     return []
 
 
