@@ -8,7 +8,7 @@ import pytest
 from fedclust.data.base import Dataset
 from fedclust.data.builtin import load_digits, load_iris, load_wine
 from fedclust.data.preprocess import preprocess, scaling_statistics, subsample
-from fedclust.data.registry import prepare_dataset
+from fedclust.data.registry import planned_scaling, prepare_dataset
 from fedclust.data.synthetic import mixed_regression_1d
 
 
@@ -184,3 +184,26 @@ def test_id_like_columns_are_flagged_and_continuous_or_repeated_ones_are_not(cap
     assert "ID-like" in caplog.text and "column 2" in caplog.text and "with_id" in caplog.text
     assert preprocess(load_iris(), "none").meta["id_like_columns"] == []
     assert preprocess(load_digits(), "none").meta["id_like_columns"] == []
+
+
+@pytest.mark.parametrize(
+    "name, scale, options",
+    [
+        ("digits", "minmax", {}),
+        ("digits", "minmax", {"minmax_mode": "per_feature"}),
+        ("iris", "minmax", {}),
+        ("iris", "minmax", {"minmax_mode": "global"}),
+        ("iris", "minmax", {"bounds": [0, 10]}),
+        ("wine", "standardize", {}),
+        ("breast_cancer", "none", {}),
+        ("gaussian_mixture", "minmax", {}),
+        ("csv", "minmax", {"label": "label"}),
+        ("csv", "minmax", {"label": "label", "bounds": [0, 2000]}),
+    ],
+)
+def test_the_planned_scaling_is_the_one_the_loaded_data_set_went_through(name, scale, options):
+    # the MLflow tag is written from the parameters before any data is read; it must say what the
+    # loaded data set's scaling then reads
+    path = "tests/data/wine.csv" if name == "csv" else None
+    loaded = scaling_statistics(prepare_dataset(name, path=path, scale=scale, options=dict(options)).meta)
+    assert planned_scaling(name, scale, options) == loaded

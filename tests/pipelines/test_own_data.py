@@ -65,6 +65,7 @@ def test_a_labelled_csv_runs_and_scores_as_the_builtin_data_set(project):
     exp = next(e for e in client.search_experiments() if e.name == "fedclust")
     run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
     assert run.data.tags["dataset"] == "mine"
+    assert run.data.tags["scaling"] == "per_feature (the data's own statistics, outside epsilon)"
     assert run.data.tags["mlflow.runName"].startswith("fed_dp_kmeans · mine/iid")
 
 

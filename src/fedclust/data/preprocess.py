@@ -19,7 +19,7 @@ from fedclust.data.base import Dataset
 from fedclust.errors import DataError
 from fedclust.rng import stream
 
-__all__ = ["preprocess", "subsample", "id_like_columns", "scaling_statistics", "SCALES"]
+__all__ = ["preprocess", "subsample", "id_like_columns", "scaling_statistics", "scaling_of", "SCALES"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +93,11 @@ def scaling_statistics(meta: dict | None) -> dict | None:
     if not info:
         return None
     key = info.get("minmax_mode") if info.get("scale") == "minmax" else info.get("scale")
-    if key not in _SCALING_READS:
-        return None
+    return scaling_of(key) if key in _SCALING_READS else None
+
+
+def scaling_of(key: str) -> dict:
+    """``{"scaling": key, "reads", "what"}`` of a scaling (a min-max mode, ``standardize`` or ``none``)."""
     reads, what = _SCALING_READS[key]
     return {"scaling": key, "reads": reads, "what": what}
 

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
-from fedclust.data.preprocess import MINMAX_MODES, check_bounds_use, preprocess, subsample
+from fedclust.data.preprocess import MINMAX_MODES, check_bounds_use, preprocess, scaling_of, subsample
 from fedclust.data.sizes import FEDSC_FILES, require_dataset_memory
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
@@ -177,6 +177,26 @@ _LOADERS: dict[str, Callable[[Any, int, dict], Dataset]] = {
 
 #: Every name :func:`load_dataset` accepts.
 DATASET_NAMES = tuple(_LOADERS)
+
+#: The names whose loaders declare a pixel range (``meta["pixel_max"]``): min-max scaling in its
+#: ``auto`` mode divides by it and reads nothing of the data.
+PIXEL_RANGE_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10")
+
+
+def planned_scaling(name: str, scale: str = "minmax", options: dict | None = None) -> dict:
+    """What the scaling of :func:`prepare_dataset` will read, from its parameters alone (before any
+    file is read): the :func:`~fedclust.data.preprocess.scaling_statistics` of the data set it gives."""
+    options = options or {}
+    if scale == "minmax":
+        mode = options.get("minmax_mode", "auto")
+        if mode == "auto":
+            if options.get("bounds") is not None:
+                mode = "declared"
+            else:
+                mode = "pixel" if name in PIXEL_RANGE_NAMES else "per_feature"
+        return scaling_of(mode)
+    return scaling_of(scale)
+
 
 #: The names whose data sets read no file (built-in or generated): a path given to them is a mistake.
 NO_FILE_NAMES = (

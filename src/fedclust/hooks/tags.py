@@ -1,7 +1,8 @@
 """MLflow run names and tags, and one nested run per method in a run of several methods.
 
 * run names say what ran: ``fkm · digits/iid · ε=4 · seed 0`` (grid cells keep their names);
-* tags ``pipeline``, ``method``, ``dataset`` (its display name,
+* tags ``pipeline``, ``method``, ``scaling`` (the data's scaling and whether it read the data,
+  :func:`fedclust.data.registry.planned_scaling`), ``dataset`` (its display name,
   :func:`fedclust.data.registry.dataset_label`: ``dataset.label``, else a file's stem), ``partition``, ``n_clients``, ``epsilon`` (written as
   :func:`fedclust.experiments.eps_label` writes it: ``4``, ``inf``), ``seed`` and ``trust_model``;
   Kedro's run parameters that kedro-mlflow copies to tags are written without Python reprs, and
@@ -23,7 +24,7 @@ from typing import Any
 import mlflow
 from kedro.framework.hooks import hook_impl
 
-from fedclust.data.registry import dataset_label
+from fedclust.data.registry import DATASET_NAMES, dataset_label, planned_scaling
 from fedclust.experiments import eps_label
 from fedclust.hooks.state import RUN, method_of, methods_of
 from fedclust.pipelines.mlflow_io import RUN_CONFIG_ARTIFACT, kedro_command, kedro_run_config, needs_config_file
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 #: kedro-mlflow tags the run with Kedro's run parameters; these are renamed (Kedro's session id is
 #: not an MLflow run id) or rewritten without Python reprs
 _RENAMED_TAGS = {"run_id": "kedro_session_id"}
+
+#: the ``scaling`` tag's words for what a scaling reads
+SCALING_READS_TAG = {"public": "public numbers", "data": "the data's own statistics, outside epsilon"}
 
 #: the experiment tag by which the MLflow UI (3.x) chooses the experiment's view: the runs table of
 #: model development rather than GenAI traces
@@ -148,6 +152,10 @@ def _plan(pipeline_label: str, pipeline, params: dict) -> None:
         "epsilon": eps,
         "seed": seed,
     }
+    if ds.get("name") in DATASET_NAMES:  # what the data's scaling reads (privacy.json says it too)
+        options = ds.get("options") if isinstance(ds.get("options"), dict) else None
+        scaling = planned_scaling(ds["name"], ds.get("scale", "minmax"), options)
+        RUN.tags["scaling"] = f"{scaling['scaling']} ({SCALING_READS_TAG[scaling['reads']]})"
     if priv.get("epsilon") is not None:
         RUN.tags["dp_scope"] = SCOPE_TAG
     if len(methods) == 1:
