@@ -19,7 +19,7 @@ from fedclust.data.base import Dataset
 from fedclust.errors import DataError
 from fedclust.rng import stream
 
-__all__ = ["preprocess", "subsample", "id_like_columns", "scaling_statistics", "scaling_of", "SCALES"]
+__all__ = ["preprocess", "subsample", "id_like_columns", "scaling_statistics", "scaling_of", "SCALES", "SCALING_WORDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,6 @@ def id_like_columns(
 
 SCALES = ("minmax", "standardize", "none")
 MINMAX_MODES = ("auto", "pixel", "per_feature", "global", "declared")
-_MINMAX_MODES = MINMAX_MODES
 
 #: what each scaling reads: the data's own statistics (outside any epsilon) or public numbers
 _SCALING_READS = {
@@ -79,6 +78,27 @@ _SCALING_READS = {
     "standardize": ("data", "standardization by each feature's mean and standard deviation over the whole data set"),
     "none": ("public", "no scaling: the values as loaded"),
 }
+
+
+#: how reports name each scaling in a sentence about a data set ("scaling of mine: ...")
+SCALING_WORDS = {
+    "pixel": "divided by its declared pixel range",
+    "declared": "min-max by declared bounds",
+    "per_feature": "min-max by each feature's own min and max",
+    "global": "min-max by the min and max of all its values",
+    "standardize": "standardized by each feature's own mean and standard deviation",
+    "none": "not scaled",
+}
+
+
+def resolve_minmax_mode(minmax_mode: str, bounds, declares_pixels: bool) -> str:
+    """The min-max mode that ``"auto"`` stands for: ``"declared"`` with ``bounds``, else ``"pixel"``
+    for a data set that declares its pixel range, else ``"per_feature"``; any other mode as given."""
+    if minmax_mode != "auto":
+        return minmax_mode
+    if bounds is not None:
+        return "declared"
+    return "pixel" if declares_pixels else "per_feature"
 
 
 def scaling_statistics(meta: dict | None) -> dict | None:
@@ -115,58 +135,52 @@ def _bound_pair(v, where: str = "") -> tuple[float, float]:
     return float(v[0]), float(v[1])
 
 
-def _is_one_pair(bounds) -> bool:
-    return isinstance(bounds, (list, tuple)) and len(bounds) == 2 and not isinstance(bounds[0], (list, tuple))
+def _parsed_bounds(bounds) -> tuple[str, object]:
+    """Declared ``bounds`` checked pair by pair, as ``("one", pair)``, ``("list", [pairs])`` or
+    ``("names", {name: pair})`` (a ValueError naming what is wrong)."""
+    if isinstance(bounds, dict):
+        return "names", {str(name): _bound_pair(v, f"[{name!r}]") for name, v in bounds.items()}
+    if isinstance(bounds, (list, tuple)) and len(bounds) == 2 and not isinstance(bounds[0], (list, tuple)):
+        return "one", _bound_pair(bounds)
+    if isinstance(bounds, (list, tuple)):
+        return "list", [_bound_pair(v, f"[{j}]") for j, v in enumerate(bounds)]
+    raise ValueError(
+        f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
+    )
 
 
 def check_bounds_values(bounds) -> None:
     """The checks of declared ``bounds`` that need no data (every pair finite with ``hi > lo``); the
     number of pairs and the names are checked against the data by :func:`declared_bounds`."""
-    if isinstance(bounds, dict):
-        for name, v in bounds.items():
-            _bound_pair(v, f"[{name!r}]")
-    elif _is_one_pair(bounds):
-        _bound_pair(bounds)
-    elif isinstance(bounds, (list, tuple)):
-        for j, v in enumerate(bounds):
-            _bound_pair(v, f"[{j}]")
-    else:
-        raise ValueError(
-            f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
-        )
+    _parsed_bounds(bounds)
 
 
 def declared_bounds(bounds, m: int, features=None) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature ``(lo, hi)`` arrays from declared ``bounds``: one pair ``[lo, hi]`` for every feature,
     a list of ``m`` pairs, or a mapping ``{feature name: [lo, hi]}`` that names every feature of a
     table (``features``: its column names). A ValueError names what is wrong."""
-
-    if isinstance(bounds, dict):
+    kind, parsed = _parsed_bounds(bounds)
+    if kind == "names":
         if features is None:
             raise ValueError("bounds given by feature name need a table with named columns; give a list instead")
         names = [str(f) for f in features]
-        unknown = sorted(set(map(str, bounds)) - set(names))
-        missing = [f for f in names if f not in {str(b) for b in bounds}]
+        unknown = sorted(set(parsed) - set(names))
+        missing = [f for f in names if f not in parsed]
         if unknown or missing:
             raise ValueError(
                 "bounds by feature name must name every feature once"
                 + (f"; unknown: {', '.join(unknown)}" if unknown else "")
                 + (f"; missing: {', '.join(missing)}" if missing else "")
             )
-        by_name = {str(b): v for b, v in bounds.items()}
-        pairs = [_bound_pair(by_name[f], f"[{f!r}]") for f in names]
-    elif _is_one_pair(bounds):
-        pairs = [_bound_pair(bounds, "")] * m
-    elif isinstance(bounds, (list, tuple)):
-        if len(bounds) != m:
-            raise ValueError(
-                f"bounds: one [lo, hi] for all features or one per feature ({m}), got {len(bounds)} entries"
-            )
-        pairs = [_bound_pair(v, f"[{j}]") for j, v in enumerate(bounds)]
+        pairs = [parsed[f] for f in names]
+    elif kind == "one":
+        pairs = [parsed] * m
     else:
-        raise ValueError(
-            f"bounds must be [lo, hi], a list of them per feature or a mapping by feature name, got {bounds!r}"
-        )
+        if len(parsed) != m:
+            raise ValueError(
+                f"bounds: one [lo, hi] for all features or one per feature ({m}), got {len(parsed)} entries"
+            )
+        pairs = parsed
     lo, hi = (np.array(v, dtype=np.float64) for v in zip(*pairs))
     return lo, hi
 
@@ -195,11 +209,7 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto",
     ID-like columns of the unscaled data (:func:`id_like_columns`) are listed in
     ``meta["id_like_columns"]`` and logged as a warning.
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
-    if minmax_mode not in _MINMAX_MODES:
-        raise ValueError(f"minmax_mode must be one of {list(_MINMAX_MODES)}, got {minmax_mode!r}")
-    check_bounds_use(scale, minmax_mode, bounds)
+    check_scaling(scale, minmax_mode, bounds)
     X = ds.X.astype(np.float64)
     info: dict = {"scale": scale}
     ids = id_like_columns(X)
@@ -216,12 +226,7 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto",
             ),
         )
     if scale == "minmax":
-        mode = minmax_mode
-        if mode == "auto":
-            if bounds is not None:
-                mode = "declared"
-            else:
-                mode = "pixel" if (ds.images is not None and "pixel_max" in ds.meta) else "per_feature"
+        mode = resolve_minmax_mode(minmax_mode, bounds, ds.images is not None and "pixel_max" in ds.meta)
         info["minmax_mode"] = mode
         if mode == "declared":
             lo, hi = declared_bounds(bounds, X.shape[1], ds.meta.get("features"))
@@ -260,9 +265,14 @@ def preprocess(ds: Dataset, scale: str = "minmax", *, minmax_mode: str = "auto",
     return Dataset(X=X, y=ds.y.copy(), name=ds.name, images=images, meta=meta)
 
 
-def check_bounds_use(scale: str, minmax_mode: str, bounds) -> None:
-    """Declared bounds go with min-max scaling in the ``"declared"`` mode (or ``"auto"``), and that
-    mode needs them (a ValueError otherwise)."""
+def check_scaling(scale: str, minmax_mode: str = "auto", bounds=None) -> None:
+    """The scaling settings, checked before any data are read (a ValueError naming the setting):
+    ``scale`` and ``minmax_mode`` among the known ones; declared bounds go with min-max scaling in the
+    ``"declared"`` mode (or ``"auto"``), that mode needs them, and every pair is finite with ``hi > lo``."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
+    if minmax_mode not in MINMAX_MODES:
+        raise ValueError(f"minmax_mode must be one of {list(MINMAX_MODES)}, got {minmax_mode!r}")
     if bounds is not None and (scale != "minmax" or minmax_mode not in ("auto", "declared")):
         raise ValueError(
             f"bounds are declared for min-max scaling (scale='minmax', minmax_mode 'auto' or 'declared'), "

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from fedclust.data import builtin, files, synthetic
 from fedclust.data.base import Dataset
-from fedclust.data.preprocess import MINMAX_MODES, check_bounds_use, preprocess, scaling_of, subsample
+from fedclust.data.preprocess import check_scaling, preprocess, resolve_minmax_mode, scaling_of, subsample
 from fedclust.data.sizes import FEDSC_FILES, require_dataset_memory
 from fedclust.digest import array_digest, path_digest
 from fedclust.errors import DataError
@@ -189,12 +189,7 @@ def planned_scaling(name: str, scale: str = "minmax", options: dict | None = Non
     options = options or {}
     if scale == "minmax":
         mode = options.get("minmax_mode", "auto")
-        if mode == "auto":
-            if options.get("bounds") is not None:
-                mode = "declared"
-            else:
-                mode = "pixel" if name in PIXEL_RANGE_NAMES else "per_feature"
-        return scaling_of(mode)
+        return scaling_of(resolve_minmax_mode(mode, options.get("bounds"), name in PIXEL_RANGE_NAMES))
     return scaling_of(scale)
 
 
@@ -268,12 +263,7 @@ def check_dataset_params(
         near = difflib.get_close_matches(str(name), DATASET_NAMES, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise ValueError(f"unknown dataset name {name!r}{hint}; valid names: {', '.join(DATASET_NAMES)}")
-    if scale not in ("minmax", "standardize", "none"):
-        raise ValueError(f"scale must be one of ['minmax', 'standardize', 'none'], got {scale!r}")
-    minmax_mode = (options or {}).get("minmax_mode", "auto")
-    if minmax_mode not in MINMAX_MODES:
-        raise ValueError(f"minmax_mode must be one of {list(MINMAX_MODES)}, got {minmax_mode!r}")
-    check_bounds_use(scale, minmax_mode, (options or {}).get("bounds"))
+    check_scaling(scale, (options or {}).get("minmax_mode", "auto"), (options or {}).get("bounds"))
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     for pname, val in (("n_per_class", n_per_class), ("n_total", n_total)):

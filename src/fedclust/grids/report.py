@@ -44,6 +44,7 @@ import pandas as pd
 from scipy import stats
 from scipy.special import expit, logit
 
+from fedclust.data.preprocess import SCALING_WORDS, scaling_of
 from fedclust.experiments import records_frame
 from fedclust.metrics import is_at_chance, is_collapsed
 from fedclust.privacy.release import DESCRIPTIONS
@@ -548,31 +549,20 @@ def ran_lines(records: list[dict]) -> list[str]:
 
 def scaling_lines(records: list[dict]) -> list[str]:
     """One line per data set whose records say how it was scaled: by public numbers (a declared pixel
-    range or declared bounds), or by statistics of the whole data set, which no ε covers."""
-    seen: dict[str, tuple[str, str]] = {}
+    range or declared bounds), or by statistics of the whole data set, which no ε covers
+    (:func:`fedclust.data.preprocess.scaling_of`)."""
+    seen: dict[str, str] = {}
     for r in _data_records(records):
-        p = r.get("params") or {}
-        if p.get("scaling") and p.get("scaling_reads"):
-            seen.setdefault(str(r["tags"].get("dataset")), (str(p["scaling"]), str(p["scaling_reads"])))
+        scaling = (r.get("params") or {}).get("scaling")
+        if scaling in SCALING_WORDS:
+            seen.setdefault(str(r["tags"].get("dataset")), scaling)
     out = []
-    for ds, (scaling, reads) in seen.items():
-        what = SCALING_WORDS.get(scaling, scaling)
-        if reads == "data":
-            out.append(f"scaling of {ds}: {what}, statistics of every client's data that no ε covers")
+    for ds, scaling in seen.items():
+        if scaling_of(scaling)["reads"] == "data":
+            out.append(f"scaling of {ds}: {SCALING_WORDS[scaling]}, statistics of every client's data that no ε covers")
         else:
-            out.append(f"scaling of {ds}: {what}, public numbers (nothing read from the data)")
+            out.append(f"scaling of {ds}: {SCALING_WORDS[scaling]}, public numbers (nothing read from the data)")
     return out
-
-
-#: how the report names each scaling (:func:`fedclust.data.preprocess.scaling_statistics`)
-SCALING_WORDS = {
-    "pixel": "divided by its declared pixel range",
-    "declared": "min-max by declared bounds",
-    "per_feature": "min-max by each feature's own min and max",
-    "global": "min-max by the min and max of all its values",
-    "standardize": "standardized by each feature's own mean and standard deviation",
-    "none": "not scaled",
-}
 
 
 # ---- privacy statements ------------------------------------------------------------------------------
