@@ -7,6 +7,7 @@ import math
 import pytest
 from scipy import stats
 
+from benchmark_records import data_record
 from fedclust.grids import report
 
 
@@ -27,20 +28,18 @@ def rec(
             **extra,
         }
     )
-    return {
-        "name": f"{method}/{eps}/{seed}",
-        "tags": {
-            "family": "data_clustering",
-            "status": status,
-            "dataset": ds,
-            "partition": part,
-            "epsilon": eps,
-            "method": method,
-            "trust_model": tm,
-        },
-        "params": {"seed": seed, "delta": 1e-5},
-        "metrics": metrics,
-    }
+    return data_record(
+        method,
+        seed,
+        metrics,
+        ds=ds,
+        eps=eps,
+        part=part,
+        tm=tm,
+        status=status,
+        params={"delta": 1e-5},
+        name=f"{method}/{eps}/{seed}",
+    )
 
 
 def test_the_interval_is_a_t_interval_on_the_logit_scale_mapped_back():

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from benchmark_records import data_record
 from fedclust.errors import DataError
 from fedclust.grids import benchmark, cell_data_digest, report
 from fedclust.metrics import reference_kmeans_objective
@@ -106,20 +107,14 @@ def test_the_report_ranks_an_unlabelled_data_set_by_its_objective_ratio_lowest_f
 
 
 def _rec(ds, method, seed, **metrics):
-    return {
-        "name": f"{ds}/{method}/{seed}",
-        "tags": {
-            "family": "data_clustering",
-            "status": "ok",
-            "dataset": ds,
-            "partition": "iid",
-            "epsilon": "inf",
-            "method": method,
-            "trust_model": "none",
-        },
-        "params": {"seed": seed, "delta": 1e-5},
-        "metrics": {"rounds": 5.0, "compute_time_s": 0.1, **metrics},
-    }
+    return data_record(
+        method,
+        seed,
+        {"rounds": 5.0, "compute_time_s": 0.1, **metrics},
+        ds=ds,
+        params={"delta": 1e-5},
+        name=f"{ds}/{method}/{seed}",
+    )
 
 
 def test_the_best_ratio_is_the_lowest_and_a_labelled_data_set_reads_as_before():

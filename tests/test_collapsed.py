@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from benchmark_records import data_record
 from fedclust import metrics
 from fedclust.clustering.base import ClusteringResult
 from fedclust.data import Dataset
@@ -166,20 +167,7 @@ def test_evaluation_reports_majority_nmi_chance_and_the_flag_to_mlflow(y, caplog
 
 
 def _record(method, seed, scores, ds="imbalanced"):
-    return {
-        "name": f"{ds}/iid/inf/{method}/{seed}",
-        "tags": {
-            "family": "data_clustering",
-            "status": "ok",
-            "dataset": ds,
-            "partition": "iid",
-            "epsilon": "inf",
-            "method": method,
-            "trust_model": "none",
-        },
-        "params": {"seed": seed},
-        "metrics": {**scores, "rounds": 5.0},
-    }
+    return data_record(method, seed, {**scores, "rounds": 5.0}, ds=ds)
 
 
 @pytest.fixture(scope="module")
